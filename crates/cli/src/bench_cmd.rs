@@ -1,0 +1,151 @@
+//! `somnus bench`: speed figures measured against a reference taken in the same run,
+//! so that the ratios mean something on a shared, noisy machine.
+
+use std::path::PathBuf;
+use std::process::Command;
+use std::time::Duration;
+
+use anyhow::{Context, Result, bail};
+use clap::{Args, Subcommand};
+use somnus_sim::engine::{ConfigKind, Engine};
+use somnus_sim::replay::Window;
+use somnus_trace::{ReadOptions, TraceReader, TraceSet};
+
+use crate::progress::now;
+use crate::sim_cmd::load_topology;
+
+#[derive(Subcommand)]
+pub(crate) enum BenchCommand {
+    /// End-to-end simulated requests per second of the rack-level off-load
+    /// configuration (open and pre-scan the trace, then replay it), and trace parse
+    /// throughput next to `wc -l` on the same file, each the median of `--repeat` runs.
+    Offload(BenchOffloadArgs),
+}
+
+#[derive(Args)]
+pub(crate) struct BenchOffloadArgs {
+    /// The trace file (a real MSR Cambridge CSV, for the target).
+    #[arg(long = "trace", value_name = "FILE")]
+    trace: PathBuf,
+    /// Runs of each measurement; the median is reported.
+    #[arg(long, default_value_t = 15)]
+    repeat: u32,
+    /// Print the figures as one JSON object.
+    #[arg(long)]
+    json: bool,
+}
+
+pub(crate) fn run(command: BenchCommand) -> Result<()> {
+    match command {
+        BenchCommand::Offload(args) => offload(&args),
+    }
+}
+
+fn median(mut samples: Vec<Duration>) -> Duration {
+    samples.sort();
+    samples[samples.len() / 2]
+}
+
+fn time(repeat: u32, mut work: impl FnMut() -> Result<()>) -> Result<Duration> {
+    let mut samples = Vec::with_capacity(repeat as usize);
+    for _ in 0..repeat {
+        let start = now();
+        work()?;
+        samples.push(start.elapsed());
+    }
+    Ok(median(samples))
+}
+
+fn offload(args: &BenchOffloadArgs) -> Result<()> {
+    if args.repeat == 0 || args.repeat > 1000 {
+        bail!("--repeat must be between 1 and 1000");
+    }
+    let path = &args.trace;
+    let lines = {
+        let output = Command::new("wc").arg("-l").arg(path).output().context("running wc -l")?;
+        if !output.status.success() {
+            bail!("wc -l {} failed: {}", path.display(), String::from_utf8_lossy(&output.stderr));
+        }
+        String::from_utf8_lossy(&output.stdout)
+            .split_whitespace()
+            .next()
+            .unwrap_or("0")
+            .parse::<u64>()?
+    };
+    let wc = time(args.repeat, || {
+        let status =
+            Command::new("wc").arg("-l").arg(path).stdout(std::process::Stdio::null()).status()?;
+        if status.success() { Ok(()) } else { bail!("wc -l failed") }
+    })?;
+    let mut records = 0u64;
+    let parse = time(args.repeat, || {
+        records = 0;
+        for request in TraceReader::open(path, None, false)? {
+            request?;
+            records += 1;
+        }
+        Ok(())
+    })?;
+    let topology = load_topology(None, &[])?;
+    let mut simulated = 0u64;
+    let end_to_end = time(args.repeat, || {
+        let set = TraceSet::open(std::slice::from_ref(path), &ReadOptions::default())?;
+        let Some(window) = Window::whole(set.summary()) else {
+            bail!("{} has no requests", path.display())
+        };
+        let names: Vec<String> = set.volumes().iter().map(|(_, n)| n.to_string()).collect();
+        let layout = topology.layout(&names)?;
+        let mut failure = None;
+        let requests = window
+            .sim_requests(set.requests())
+            .map_while(|r| r.map_err(|e| failure = Some(e)).ok());
+        let measured =
+            Engine::new(&layout, ConfigKind::Rack, window.span()).run(requests, &mut |_| {})?;
+        if let Some(error) = failure {
+            return Err(error.into());
+        }
+        simulated = measured.read_latency_ns.len() + measured.write_latency_ns.len();
+        Ok(())
+    })?;
+    let rate = |count: u64, d: Duration| count as f64 / d.as_secs_f64().max(1e-9);
+    let wc_lines_per_s = rate(lines.max(1), wc);
+    let parse_per_s = rate(records, parse);
+    let e2e_per_s = rate(simulated, end_to_end);
+    if args.json {
+        let figures = serde_json::json!({
+            "trace": path.display().to_string(),
+            "records": records,
+            "repeat": args.repeat,
+            "wc_lines_per_s": wc_lines_per_s,
+            "parse_records_per_s": parse_per_s,
+            "parse_to_wc_ratio": parse_per_s / wc_lines_per_s,
+            "rack_end_to_end_requests_per_s": e2e_per_s,
+            "end_to_end_to_parse_ratio": e2e_per_s / parse_per_s,
+        });
+        println!("{}", serde_json::to_string_pretty(&figures)?);
+        return Ok(());
+    }
+    println!(
+        "trace {} ({} records), median of {} runs, one core",
+        path.display(),
+        records,
+        args.repeat
+    );
+    println!(
+        "  wc -l                      {:>12.0} lines/s     ({:.3} ms)",
+        wc_lines_per_s,
+        wc.as_secs_f64() * 1e3
+    );
+    println!(
+        "  parse                      {:>12.0} records/s   ({:.3} ms, {:.2}x wc -l)",
+        parse_per_s,
+        parse.as_secs_f64() * 1e3,
+        parse_per_s / wc_lines_per_s
+    );
+    println!(
+        "  rack off-load, end to end  {:>12.0} requests/s  ({:.3} ms; target >= 2,000,000)",
+        e2e_per_s,
+        end_to_end.as_secs_f64() * 1e3
+    );
+    Ok(())
+}

@@ -1,0 +1,63 @@
+//! `somnus show`: the built-in data a user starts from.
+
+use anyhow::Result;
+use clap::Subcommand;
+use somnus_core::power::{PowerState, builtin_profile, builtin_profile_names};
+use somnus_sim::topology::Topology;
+
+#[derive(Subcommand)]
+pub(crate) enum ShowCommand {
+    /// List the built-in power profiles, or print one in full.
+    Profile {
+        /// The profile to print; without it, all are listed with their watts.
+        name: Option<String>,
+    },
+    /// Print the built-in MSR Cambridge topology (004 Table 4) as TOML, a starting
+    /// point for `somnus sim offload --topology FILE`.
+    Topology,
+}
+
+pub(crate) fn run(command: ShowCommand) -> Result<()> {
+    match command {
+        ShowCommand::Profile { name: None } => {
+            println!(
+                "{:<28} {:>8} {:>8} {:>8} {:>10} {:>10}",
+                "profile", "active W", "idle W", "standby W", "wake s", "kind"
+            );
+            for name in builtin_profile_names() {
+                let profile = builtin_profile(name)?;
+                println!(
+                    "{:<28} {:>8.1} {:>8.1} {:>9.1} {:>10.1} {:>10}",
+                    name,
+                    profile.watts(PowerState::Active).as_watts(),
+                    profile.watts(PowerState::Idle).as_watts(),
+                    profile.watts(PowerState::Standby).as_watts(),
+                    profile.wake_duration().as_secs_f64(),
+                    format!("{:?}", profile.kind).to_lowercase(),
+                );
+            }
+        }
+        ShowCommand::Profile { name: Some(name) } => {
+            let profile = builtin_profile(&name)?;
+            println!("{name}: {}", profile.source);
+            for state in PowerState::ALL {
+                println!("  {:<8} {:>7.2} W", state.name(), profile.watts(state).as_watts());
+            }
+            for (from, to) in
+                [(PowerState::Idle, PowerState::Standby), (PowerState::Standby, PowerState::Idle)]
+            {
+                if let Some(transition) = profile.transition(from, to) {
+                    println!(
+                        "  {} -> {}: {:.1} s, {:.1} J",
+                        from.name(),
+                        to.name(),
+                        transition.duration.as_secs_f64(),
+                        transition.energy.as_joules()
+                    );
+                }
+            }
+        }
+        ShowCommand::Topology => print!("{}", Topology::msr_cambridge_text()),
+    }
+    Ok(())
+}

@@ -1,0 +1,64 @@
+//! `somnus`: the command-line front end of every somnus tool. Each subcommand lives in
+//! its own module; this file is only the command tree.
+
+mod bench_cmd;
+mod demo;
+mod info_cmd;
+mod progress;
+mod report;
+mod sim_cmd;
+mod trace_cmd;
+
+use anyhow::Result;
+use clap::{Parser, Subcommand};
+
+/// somnus: a storage cluster that lets idle disks and servers sleep without giving up
+/// availability, durability or latency, and a simulator that replays real block traces
+/// in virtual time to measure every power policy's energy and latency.
+///
+/// Start with `somnus demo`. Every command explains itself with `--help`.
+#[derive(Parser)]
+#[command(name = "somnus", version, propagate_version = true)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Simulate a seeded synthetic day of twelve volumes on three racks under the four
+    /// configurations of Write Off-Loading (baseline, vanilla, machine, rack) and print
+    /// the summary table. Needs no files; takes well under a minute.
+    Demo(demo::DemoArgs),
+    /// Work with block I/O trace files: statistics, conversion, synthetic traces.
+    Trace {
+        #[command(subcommand)]
+        command: trace_cmd::TraceCommand,
+    },
+    /// Replay traces in the discrete-event simulator.
+    Sim {
+        #[command(subcommand)]
+        command: sim_cmd::SimCommand,
+    },
+    /// Measure somnus's own speed against a reference taken in the same run.
+    Bench {
+        #[command(subcommand)]
+        command: bench_cmd::BenchCommand,
+    },
+    /// Show the built-in power profiles and topologies.
+    Show {
+        #[command(subcommand)]
+        command: info_cmd::ShowCommand,
+    },
+}
+
+fn main() -> Result<()> {
+    let cli = Cli::parse();
+    match cli.command {
+        Command::Demo(args) => demo::run(&args),
+        Command::Trace { command } => trace_cmd::run(command),
+        Command::Sim { command } => sim_cmd::run(command),
+        Command::Bench { command } => bench_cmd::run(command),
+        Command::Show { command } => info_cmd::run(command),
+    }
+}

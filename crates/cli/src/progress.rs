@@ -1,0 +1,40 @@
+//! Progress lines on stderr for long runs, at most one every few seconds of wall time.
+
+use std::time::{Duration, Instant};
+
+use somnus_sim::engine::Progress;
+
+const INTERVAL: Duration = Duration::from_secs(2);
+
+pub(crate) struct ProgressLine {
+    quiet: bool,
+    last: Instant,
+}
+
+impl ProgressLine {
+    pub(crate) fn new(quiet: bool) -> ProgressLine {
+        ProgressLine { quiet, last: now() }
+    }
+
+    /// Reports a simulation's progress if enough wall time has passed.
+    pub(crate) fn simulation(&mut self, progress: Progress) {
+        if self.quiet || self.last.elapsed() < INTERVAL {
+            return;
+        }
+        self.last = now();
+        let span = progress.span.as_secs_f64().max(f64::MIN_POSITIVE);
+        let share = 100.0 * (progress.virtual_now.as_secs_f64() / span).min(1.0);
+        eprintln!(
+            "  {}: {:.0}% of the trace's time, {} requests done",
+            progress.kind.name(),
+            share,
+            somnus_trace::stats::thousands(progress.requests_done)
+        );
+    }
+}
+
+/// The wall clock: the shell may read it, for progress and benchmarks only.
+#[allow(clippy::disallowed_methods)]
+pub(crate) fn now() -> Instant {
+    Instant::now()
+}

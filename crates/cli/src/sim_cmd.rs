@@ -1,0 +1,213 @@
+//! `somnus sim`: replay traces in the discrete-event simulator.
+
+use std::path::{Path, PathBuf};
+
+use anyhow::{Context, Result, bail};
+use clap::{Args, Subcommand, ValueEnum};
+use somnus_core::power::PowerProfile;
+use somnus_sim::engine::ConfigKind;
+use somnus_sim::experiment::{OffloadResult, run_offload};
+use somnus_sim::replay::Window;
+use somnus_sim::topology::{Layout, Topology};
+use somnus_trace::{DaySpec, TraceSet};
+
+use crate::progress::ProgressLine;
+use crate::report;
+use crate::trace_cmd::InputArgs;
+
+#[derive(Subcommand)]
+pub(crate) enum SimCommand {
+    /// Replay traces under the write off-loading configurations of FAST'08 (section
+    /// 4.1) and compare each with the baseline: energy (total and per volume), mean and
+    /// peak power, read and write response times, requests delayed by a spin-up, writes
+    /// off-loaded, remote reads and network traffic.
+    ///
+    /// Volumes are laid out by a topology (default: the MSR Cambridge racks of 004
+    /// Table 4; see `somnus show topology`): a volume named `host_disk` belongs to
+    /// server `host`; servers no rack lists form a rack of their own.
+    Offload(OffloadArgs),
+}
+
+/// A configuration, or all of them.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+pub(crate) enum ConfigChoice {
+    /// Volumes never spin down (the reference).
+    Baseline,
+    /// Spin down after 60 s idle; the next request waits for the spin-up.
+    Vanilla,
+    /// Off-load writes to loggers on the same server.
+    Machine,
+    /// Off-load writes to loggers anywhere in the rack.
+    Rack,
+    /// All four.
+    All,
+}
+
+#[derive(Args)]
+pub(crate) struct OffloadArgs {
+    /// Trace files; together they form one trace set, merged in time order.
+    #[arg(long = "trace", required = true, num_args = 1.., value_name = "FILES")]
+    traces: Vec<PathBuf>,
+    #[command(flatten)]
+    input: InputArgs,
+    /// Configurations to run, comma-separated. The baseline always runs as the
+    /// reference, and is printed when asked for.
+    #[arg(long, value_enum, value_delimiter = ',', default_value = "all")]
+    config: Vec<ConfigChoice>,
+    /// Replay one calendar day: N (the Nth day from the UTC midnight at or before the
+    /// first request; from time 0 for traces without absolute time) or YYYY-MM-DD.
+    /// Without it the whole trace is replayed, from its first request to its last.
+    #[arg(long, value_name = "N|YYYY-MM-DD")]
+    day: Option<DaySpec>,
+    /// Print one JSON object per configuration (a JSON array) instead of tables.
+    #[arg(long)]
+    json: bool,
+    /// Also write CSV files and SVG plots equivalent to 004 Fig. 6, 7, 8 and 10 into
+    /// this directory (created if missing).
+    #[arg(long, value_name = "DIR")]
+    report: Option<PathBuf>,
+    /// A topology file (TOML) instead of the built-in MSR Cambridge one.
+    #[arg(long, value_name = "FILE")]
+    topology: Option<PathBuf>,
+    /// A power profile file (TOML) the topology may name; may be repeated.
+    #[arg(long = "profile", value_name = "FILE")]
+    profiles: Vec<PathBuf>,
+    /// No progress lines on stderr.
+    #[arg(long)]
+    quiet: bool,
+}
+
+pub(crate) fn run(command: SimCommand) -> Result<()> {
+    match command {
+        SimCommand::Offload(args) => offload(&args),
+    }
+}
+
+/// The configurations a list of choices names, in the paper's order.
+pub(crate) fn kinds(choices: &[ConfigChoice]) -> Vec<ConfigKind> {
+    let all = choices.contains(&ConfigChoice::All);
+    ConfigKind::ALL
+        .into_iter()
+        .filter(|kind| {
+            all || choices.iter().any(|choice| match choice {
+                ConfigChoice::Baseline => *kind == ConfigKind::Baseline,
+                ConfigChoice::Vanilla => *kind == ConfigKind::Vanilla,
+                ConfigChoice::Machine => *kind == ConfigKind::Machine,
+                ConfigChoice::Rack => *kind == ConfigKind::Rack,
+                ConfigChoice::All => true,
+            })
+        })
+        .collect()
+}
+
+/// Loads the topology and the extra profiles it may name.
+pub(crate) fn load_topology(path: Option<&Path>, profiles: &[PathBuf]) -> Result<Topology> {
+    let mut topology = match path {
+        Some(path) => {
+            let text = std::fs::read_to_string(path)
+                .with_context(|| format!("reading topology {}", path.display()))?;
+            Topology::from_toml(&text, &path.display().to_string())?
+        }
+        None => Topology::msr_cambridge(),
+    };
+    for path in profiles {
+        let text = std::fs::read_to_string(path)
+            .with_context(|| format!("reading power profile {}", path.display()))?;
+        topology.register_profile(PowerProfile::from_toml(&text, &path.display().to_string())?);
+    }
+    Ok(topology)
+}
+
+fn offload(args: &OffloadArgs) -> Result<()> {
+    let kinds = kinds(&args.config);
+    let topology = load_topology(args.topology.as_deref(), &args.profiles)?;
+    if !args.quiet {
+        eprintln!("reading {} trace file(s)...", args.traces.len());
+    }
+    let set = TraceSet::open(&args.traces, &args.input.options())?;
+    let summary = set.summary();
+    let window = match args.day {
+        Some(day) => Window::day(summary, day)?,
+        None => match Window::whole(summary) {
+            Some(window) => window,
+            None => bail!("the trace set has no requests"),
+        },
+    };
+    let names: Vec<String> = set.volumes().iter().map(|(_, name)| name.to_string()).collect();
+    let layout = topology.layout(&names)?;
+    let in_window = count_in_window(&set, window)?;
+    if !args.quiet {
+        eprintln!(
+            "replaying {} requests of {} volumes over {:.1} h in {} configuration(s)...",
+            somnus_trace::stats::thousands(in_window),
+            names.len(),
+            window.span().as_secs_f64() / 3600.0,
+            kinds.len()
+        );
+    }
+    let mut progress = ProgressLine::new(args.quiet);
+    let result = run_offload(
+        &layout,
+        window.span(),
+        &kinds,
+        || Ok::<_, somnus_trace::TraceError>(window.sim_requests(set.requests())),
+        &mut |p| progress.simulation(p),
+    )?;
+    let heading = heading(&set, window, &layout, in_window);
+    emit(&result, &heading, args.json, args.report.as_deref())
+}
+
+/// Prints the result and writes the report directory.
+pub(crate) fn emit(
+    result: &OffloadResult,
+    heading: &str,
+    json: bool,
+    report_dir: Option<&Path>,
+) -> Result<()> {
+    if json {
+        println!("{}", serde_json::to_string_pretty(&result.configs)?);
+    } else {
+        print!("{heading}");
+        print!("{}", report::tables(result));
+    }
+    if let Some(dir) = report_dir {
+        report::write_dir(dir, result, heading)?;
+        if !json {
+            println!("\nreport written to {}", dir.display());
+        }
+    }
+    Ok(())
+}
+
+fn count_in_window(set: &TraceSet, window: Window) -> Result<u64> {
+    // The pre-scan counted every record; a day needs one more pass over the index of
+    // timestamps, which is cheap next to the simulation.
+    if Window::whole(set.summary()) == Some(window) {
+        return Ok(set.summary().record_count);
+    }
+    let mut count = 0;
+    for request in window.sim_requests(set.requests()) {
+        request?;
+        count += 1;
+    }
+    Ok(count)
+}
+
+fn heading(set: &TraceSet, window: Window, layout: &Layout, requests: u64) -> String {
+    let summary = set.summary();
+    let from = somnus_trace::stats::format_timestamp(summary.time_base, window.start);
+    let to = somnus_trace::stats::format_timestamp(summary.time_base, window.end);
+    format!(
+        "trace set: {} file(s), {} volumes, {} requests in the window {} .. {} ({:.2} h)\n\
+         cluster: {} racks, {} servers, {} disks\n\n",
+        summary.files.len(),
+        layout.volumes.len(),
+        somnus_trace::stats::thousands(requests),
+        from,
+        to,
+        window.span().as_secs_f64() / 3600.0,
+        layout.racks.len(),
+        layout.servers.len(),
+        layout.volumes.iter().map(|v| v.disks).sum::<u32>(),
+    )
+}

@@ -1,0 +1,32 @@
+//! The deterministic, sans-IO core of somnus.
+//!
+//! Every policy and protocol decision lives here as a state machine that takes events
+//! (a request arrived, an I/O completed, a timer fired, a power state changed) and
+//! returns actions (issue an I/O, change a power state, reply). The core never reads a
+//! clock, a file, a socket or a random source of its own: time arrives as `now`, and
+//! randomness, where a policy needs it, from a seed passed at construction. The same
+//! code runs under the simulator (`somnus-sim`) and, later, the runtime.
+//!
+//! Modules:
+//! - [`power`]: power profiles (TOML data from the papers' tables) and the exact
+//!   energy meter.
+//! - [`extent`]: a map from non-overlapping byte ranges to values, the shape of every
+//!   redirect cache and log index.
+//! - [`logger`]: the model of a logger (004 section 3.1): versioned records per
+//!   manager, capacity, invalidation, reclaim, recovery listing.
+//! - [`offload`]: the write off-loading volume manager (004 section 3.1-3.2).
+
+pub mod extent;
+pub mod logger;
+pub mod offload;
+pub mod power;
+mod slab;
+
+/// The version of an off-loaded write: unique and monotonically increasing per manager
+/// (004 section 3.1), so the latest copy of a block can be told apart from older ones
+/// after a failure.
+#[derive(
+    Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, serde::Serialize, serde::Deserialize,
+)]
+#[serde(transparent)]
+pub struct Version(pub u64);

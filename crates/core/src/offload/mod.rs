@@ -1,0 +1,236 @@
+//! Write off-loading (Narayanan et al., FAST'08): the per-volume manager that spins its
+//! home volume down when idle, redirects writes to loggers elsewhere while it sleeps,
+//! and reclaims the off-loaded blocks in the background.
+//!
+//! The manager is a sans-IO state machine. Its shell (the simulator or the runtime)
+//! feeds it [`ManagerEvent`]s with the current time and a [`LoggerStatuses`] probe, then
+//! drains [`VolumeManager::poll_action`] and arms a timer for
+//! [`VolumeManager::poll_timeout`].
+
+mod garbage;
+mod manager;
+
+pub use manager::{ManagerCounters, VolumeManager};
+
+use somnus_types::{ByteRange, IoId, IoKind, LoggerId, RequestId, VirtualDuration, VolumeId};
+
+use crate::Version;
+
+/// How a manager manages the power of its home volume: the configurations of 004
+/// section 4.1.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum PowerPolicy {
+    /// `baseline`: the volume never spins down.
+    AlwaysOn,
+    /// `vanilla`: spin down after `idle` without any request; the next request, read or
+    /// write, waits for the spin-up.
+    SpinDownWhenIdle { idle: VirtualDuration },
+    /// Machine- or rack-level off-load: spin down after `read_idle` without reads and
+    /// `write_idle` without writes; while down, writes go to loggers. Reaching
+    /// `offload_limit_bytes` of off-loaded data spins the volume up in the background.
+    Offload { read_idle: VirtualDuration, write_idle: VirtualDuration, offload_limit_bytes: u64 },
+}
+
+impl PowerPolicy {
+    /// The paper's vanilla configuration: 60 s idle.
+    pub fn vanilla() -> PowerPolicy {
+        PowerPolicy::SpinDownWhenIdle { idle: VirtualDuration::from_secs(60) }
+    }
+
+    /// The paper's off-load configurations: 60 s without reads, 10 s without writes,
+    /// 1 GiB off-load limit.
+    pub fn offload() -> PowerPolicy {
+        PowerPolicy::Offload {
+            read_idle: VirtualDuration::from_secs(60),
+            write_idle: VirtualDuration::from_secs(10),
+            offload_limit_bytes: 1 << 30,
+        }
+    }
+}
+
+/// One logger of a manager's logger view, with what the manager knows statically.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ViewEntry {
+    pub logger: LoggerId,
+    /// Reached over the network (another server).
+    pub remote: bool,
+    /// Lives on the home volume's own disks: useless while the home volume sleeps.
+    pub shares_home_disks: bool,
+}
+
+/// A manager's configuration.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ManagerConfig {
+    pub volume: VolumeId,
+    pub policy: PowerPolicy,
+    /// The loggers this manager may off-load to, in a fixed order (ties in the ranking
+    /// go to the earlier one).
+    pub logger_view: Vec<ViewEntry>,
+    /// Background reclaim starts once the home volume has had no foreground I/O for
+    /// this long, so that it does not queue ahead of a burst.
+    pub reclaim_after_idle: VirtualDuration,
+    /// How often a manager that could not spin down for want of an awake logger looks
+    /// again (the paper's periodic probe).
+    pub probe_interval: VirtualDuration,
+    /// Client requests held at once; past it a request is refused (backpressure).
+    pub requests_max: usize,
+    /// I/Os outstanding at once (foreground parts, reclaim, invalidations).
+    pub ios_max: usize,
+    /// Invalidations in flight at once.
+    pub invalidations_in_flight_max: usize,
+}
+
+impl ManagerConfig {
+    pub fn new(
+        volume: VolumeId,
+        policy: PowerPolicy,
+        logger_view: Vec<ViewEntry>,
+    ) -> ManagerConfig {
+        ManagerConfig {
+            volume,
+            policy,
+            logger_view,
+            reclaim_after_idle: VirtualDuration::from_millis(100),
+            probe_interval: VirtualDuration::from_secs(10),
+            requests_max: 1 << 20,
+            ios_max: 1 << 22,
+            invalidations_in_flight_max: 16,
+        }
+    }
+}
+
+/// The home volume's power as the manager sees it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum HomePower {
+    /// Spinning: I/O is served at once.
+    Active,
+    SpinningDown,
+    Standby,
+    SpinningUp,
+}
+
+/// What a probe says of a logger right now.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum LoggerAvailability {
+    /// Its disks spin: a write is served at once.
+    Awake,
+    /// Its disks are spinning down, asleep or waking: a write would wait.
+    Asleep,
+    /// Failed (crashed or unreachable): nothing it holds can be read until it returns.
+    Failed,
+}
+
+/// A logger's answer to a manager's probe (004 section 3.1: "power state of the
+/// logger's volume, its queue length, the amount of available space").
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct LoggerStatus {
+    pub availability: LoggerAvailability,
+    pub queue_length: u32,
+    pub free_bytes: u64,
+}
+
+/// The probe: the shell answers for any logger in the view.
+pub trait LoggerStatuses {
+    fn status(&self, logger: LoggerId) -> LoggerStatus;
+}
+
+/// Why an I/O failed.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum IoFailure {
+    /// The logger failed or became unreachable before the I/O was durable; a write may
+    /// or may not have reached its log.
+    LoggerUnavailable,
+    /// The logger had no room.
+    LoggerFull,
+}
+
+/// Where the bytes of a home write come from.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum DataSource {
+    /// The client request's own data.
+    Request(RequestId),
+    /// A version read back from a logger (reclaim).
+    Log { logger: LoggerId, version: Version },
+}
+
+/// Inputs, as facts.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ManagerEvent {
+    RequestArrived {
+        request: RequestId,
+        kind: IoKind,
+        range: ByteRange,
+    },
+    IoCompleted {
+        io: IoId,
+        result: Result<(), IoFailure>,
+    },
+    /// The home volume finished a transition (to `Active` or `Standby`), whether the
+    /// manager asked for it or the shell woke the volume for a logger's I/O.
+    HomePowerChanged {
+        power: HomePower,
+    },
+    /// Some logger's availability changed: waits on loggers may end.
+    LoggersChanged,
+    /// An operator asked to restore the volume as if no off-loading had happened
+    /// (004 3.1, maintenance): spin up and stay up until every logged block is home and
+    /// every logged version invalidated.
+    DrainRequested,
+    TimerFired,
+}
+
+/// Outputs, as commands.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ManagerAction {
+    ReadHome {
+        io: IoId,
+        request: Option<RequestId>,
+        range: ByteRange,
+    },
+    WriteHome {
+        io: IoId,
+        range: ByteRange,
+        source: DataSource,
+    },
+    ReadLog {
+        io: IoId,
+        request: Option<RequestId>,
+        logger: LoggerId,
+        range: ByteRange,
+        version: Version,
+    },
+    WriteLog {
+        io: IoId,
+        request: RequestId,
+        logger: LoggerId,
+        range: ByteRange,
+        version: Version,
+    },
+    Invalidate {
+        io: IoId,
+        logger: LoggerId,
+        range: ByteRange,
+        version: Version,
+    },
+    SpinDown,
+    SpinUp,
+    /// The request is done: durable (a write) or read.
+    Reply {
+        request: RequestId,
+        kind: IoKind,
+        outcome: ReplyOutcome,
+        /// Some part of it waited for the home volume to spin up.
+        waited_for_spin_up: bool,
+    },
+}
+
+/// How a request was served, for the shell's statistics.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ReplyOutcome {
+    /// Served by the home volume only.
+    Home,
+    /// A write stored on a logger, or a read that needed one.
+    Logged { remote: bool },
+    /// Refused: the manager holds `requests_max` requests already.
+    Busy,
+}

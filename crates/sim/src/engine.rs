@@ -1,0 +1,1115 @@
+//! The discrete-event engine: replays a block trace against volume managers, disks,
+//! loggers and a network, in virtual time.
+//!
+//! The engine is the core's shell. It owns the physical state (disk queues, power
+//! states, log partitions, links) and turns each manager action into timed events.
+//! Requests arrive open-loop at their trace timestamps; requests to overlapping ranges
+//! of one volume are served one after the other, as the Write Off-Loading testbed did
+//! (004 section 4.1). Everything is deterministic: ties in time are broken by the order
+//! in which events were scheduled.
+
+use std::cmp::Reverse;
+use std::collections::{BinaryHeap, VecDeque};
+
+use hdrhistogram::Histogram;
+use somnus_core::logger::{Logger, RECORD_HEADER_BYTES};
+use somnus_core::offload::{
+    HomePower, IoFailure, LoggerAvailability, LoggerStatus, LoggerStatuses, ManagerAction,
+    ManagerConfig, ManagerCounters, ManagerEvent, PowerPolicy, ReplyOutcome, ViewEntry,
+    VolumeManager,
+};
+use somnus_core::power::{EnergyMeter, MeterReading, PowerState, PowerTimeline};
+use somnus_types::{
+    ByteRange, IoId, IoKind, LoggerId, RequestId, VirtualDuration, VirtualInstant, VolumeId,
+};
+
+use crate::disk::{ArrayLayout, Disk, DiskModel, DiskOp};
+use crate::topology::Layout;
+
+/// Bytes of an RPC header between a manager and a remote logger.
+const RPC_HEADER_BYTES: u64 = 64;
+/// Virtual time the engine keeps running after the window ends to finish requests
+/// still in flight; past it they are counted as unfinished.
+const DRAIN_AFTER_END: VirtualDuration = VirtualDuration::from_secs(3600);
+/// Client requests in flight at once across the cluster: beyond it the trace is
+/// replayed faster than any configuration could serve and the run stops with an error.
+const CLIENT_REQUESTS_MAX: usize = 1 << 22;
+
+/// The four configurations of 004 section 4.1.
+#[derive(
+    Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, serde::Serialize, serde::Deserialize,
+)]
+#[serde(rename_all = "lowercase")]
+pub enum ConfigKind {
+    /// Volumes never spin down.
+    Baseline,
+    /// Spin down after 60 s idle; every request waits for a spin-up.
+    Vanilla,
+    /// Off-load writes to loggers on the same server only.
+    Machine,
+    /// Off-load writes to any logger in the rack.
+    Rack,
+}
+
+impl ConfigKind {
+    pub const ALL: [ConfigKind; 4] =
+        [ConfigKind::Baseline, ConfigKind::Vanilla, ConfigKind::Machine, ConfigKind::Rack];
+
+    pub fn name(self) -> &'static str {
+        match self {
+            ConfigKind::Baseline => "baseline",
+            ConfigKind::Vanilla => "vanilla",
+            ConfigKind::Machine => "machine",
+            ConfigKind::Rack => "rack",
+        }
+    }
+}
+
+/// One block request of the replayed trace, in the engine's virtual time.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct SimRequest {
+    pub arrival: VirtualInstant,
+    pub volume: VolumeId,
+    pub range: ByteRange,
+    pub kind: IoKind,
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum EngineError {
+    #[error("request for volume {volume} but the layout has {count} volumes")]
+    UnknownVolume { volume: VolumeId, count: usize },
+    #[error("requests out of time order: {later:?} after {earlier:?}")]
+    OutOfOrder { earlier: VirtualInstant, later: VirtualInstant },
+    #[error(
+        "more than {CLIENT_REQUESTS_MAX} requests in flight at {at:?}: the trace outruns the cluster"
+    )]
+    Overloaded { at: VirtualInstant },
+}
+
+/// What one run measured, before it is compared with the baseline.
+#[derive(Clone, Debug)]
+pub struct RunMeasurements {
+    pub kind: ConfigKind,
+    pub span: VirtualDuration,
+    pub volumes: Vec<VolumeMeasurements>,
+    /// Energy per power window, summed over the cluster.
+    pub timeline: PowerTimeline,
+    pub read_latency_ns: Histogram<u64>,
+    pub write_latency_ns: Histogram<u64>,
+    pub read_latency_sum_ns: u128,
+    pub write_latency_sum_ns: u128,
+    pub reads_spin_delayed: u64,
+    pub writes_spin_delayed: u64,
+    pub writes_logged: u64,
+    pub reads_logged: u64,
+    pub reads_remote: u64,
+    pub network_bytes: u64,
+    /// The busiest power window's network traffic, in bytes.
+    pub network_bytes_peak_window: u64,
+    /// Requests still in flight when the engine gave up, an hour after the window.
+    pub requests_unfinished: u64,
+    pub requests_refused: u64,
+}
+
+#[derive(Clone, Debug)]
+pub struct VolumeMeasurements {
+    pub reading: MeterReading,
+    pub counters: ManagerCounters,
+    pub reads: u64,
+    pub writes: u64,
+}
+
+/// Progress of a long run, for the shell to show.
+#[derive(Clone, Copy, Debug)]
+pub struct Progress {
+    pub kind: ConfigKind,
+    pub requests_done: u64,
+    pub virtual_now: VirtualInstant,
+    pub span: VirtualDuration,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
+enum EventKind {
+    /// The reads of a read-modify-write are done; issue its writes.
+    VioSecondPhase(u32),
+    VioDone(u32),
+    /// A request to a remote logger reached the logger's server.
+    NetArrive(u32),
+    /// A remote logger's reply reached the manager's server.
+    NetReply(u32),
+    PowerDone(u32),
+    Timer(u32),
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum VolumePower {
+    Active,
+    SpinningDown,
+    Standby,
+    SpinningUp,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum VioKind {
+    HomeRead,
+    HomeWrite,
+    LogWrite { version: u64 },
+    LogRead { version: u64 },
+    Invalidate { version: u64 },
+}
+
+/// One I/O a manager asked for, on the volume that executes it.
+#[derive(Clone, Copy, Debug)]
+struct VolumeIo {
+    /// The volume whose disks serve it.
+    target: u32,
+    /// The manager that asked for it.
+    manager: u32,
+    io: IoId,
+    kind: VioKind,
+    /// The manager's range (volume offsets of its home data).
+    range: ByteRange,
+    /// Where on the target's disks: equal to `range` at home, in the log partition on a logger.
+    placement: ByteRange,
+    request: Option<RequestId>,
+    remote: bool,
+    result: Result<(), IoFailure>,
+}
+
+#[derive(Clone, Copy, Debug)]
+struct ClientRequest {
+    arrival: VirtualInstant,
+    volume: u32,
+    range: ByteRange,
+    kind: IoKind,
+    spin_delayed: bool,
+    generation: u32,
+}
+
+struct VolumeState {
+    power: VolumePower,
+    /// The manager asked to spin down; the disks finish their queue first.
+    spin_down_wanted: bool,
+    /// Something needs the disks while they spin down.
+    spin_up_wanted: bool,
+    disks: Vec<Disk>,
+    model: DiskModel,
+    array: ArrayLayout,
+    meter: EnergyMeter,
+    ios_in_flight: u32,
+    /// I/Os waiting for a spin-up, in arrival order.
+    parked: Vec<u32>,
+    timer_at: Option<VirtualInstant>,
+    /// Client requests being served, for the serialization of overlapping ranges.
+    serving: Vec<(ByteRange, u32)>,
+    /// Client requests waiting for an overlapping one to finish.
+    serial_wait: VecDeque<u32>,
+    log_start: u64,
+    log_bytes: u64,
+    log_head: u64,
+    server: u32,
+    reads: u64,
+    writes: u64,
+}
+
+/// The probe the managers see.
+struct Statuses<'a> {
+    volumes: &'a [VolumeState],
+    loggers: &'a [Logger],
+}
+
+impl LoggerStatuses for Statuses<'_> {
+    fn status(&self, logger: LoggerId) -> LoggerStatus {
+        let volume = &self.volumes[logger.index()];
+        let awake = volume.power == VolumePower::Active && !volume.spin_down_wanted;
+        LoggerStatus {
+            availability: if awake {
+                LoggerAvailability::Awake
+            } else {
+                LoggerAvailability::Asleep
+            },
+            queue_length: volume.ios_in_flight,
+            free_bytes: self.loggers[logger.index()].free_bytes(),
+        }
+    }
+}
+
+#[derive(Clone, Copy, Debug, Default)]
+struct Link {
+    transmit_free: VirtualInstant,
+    receive_free: VirtualInstant,
+}
+
+/// The engine for one configuration.
+pub struct Engine<'a> {
+    layout: &'a Layout,
+    kind: ConfigKind,
+    now: VirtualInstant,
+    end: VirtualInstant,
+    sequence: u64,
+    events: BinaryHeap<Reverse<(VirtualInstant, u64, EventKind)>>,
+    deferred: VecDeque<(u32, ManagerEvent)>,
+    managers: Vec<VolumeManager>,
+    volumes: Vec<VolumeState>,
+    loggers: Vec<Logger>,
+    /// For each logger, the managers whose view holds it.
+    watchers: Vec<Vec<u32>>,
+    links: Vec<Link>,
+    vios: Vec<VolumeIo>,
+    vios_free: Vec<u32>,
+    requests: Vec<ClientRequest>,
+    requests_free: Vec<u32>,
+    requests_in_flight: usize,
+    first_ops: Vec<DiskOp>,
+    second_ops: Vec<DiskOp>,
+    /// Second-phase operations of read-modify-writes, indexed by volume I/O; the
+    /// vectors keep their allocation from one use to the next.
+    second_plans: Vec<Vec<DiskOp>>,
+    actions: Vec<ManagerAction>,
+    measured: RunMeasurements,
+    /// Meter readings and power timelines at the end of the window.
+    snapshot: Option<Vec<(MeterReading, Option<PowerTimeline>)>>,
+    network_window: (u64, u64),
+    requests_done: u64,
+}
+
+impl<'a> Engine<'a> {
+    pub fn new(layout: &'a Layout, kind: ConfigKind, span: VirtualDuration) -> Engine<'a> {
+        let start = VirtualInstant::ZERO;
+        let window = layout.policy.power_window;
+        let mut volumes = Vec::with_capacity(layout.volumes.len());
+        let mut loggers = Vec::with_capacity(layout.volumes.len());
+        for (index, volume) in layout.volumes.iter().enumerate() {
+            let profile = &layout.profiles[volume.profile];
+            // Topology validation guarantees every array profile has mechanics.
+            let Some(mechanics) = &profile.mechanics else {
+                panic!("profile {} is not a disk", profile.name)
+            };
+            let model = DiskModel::new(mechanics);
+            let array = ArrayLayout {
+                raid: volume.raid,
+                disks: volume.disks,
+                stripe_unit_bytes: volume.stripe_unit_bytes,
+            };
+            let capacity = array.capacity_bytes(model.capacity_bytes());
+            let log_bytes = volume.log_partition_bytes.min(capacity / 2);
+            let meter = EnergyMeter::new(profile, volume.disks, PowerState::Idle, start)
+                .with_timeline(PowerTimeline::new(start, span, window));
+            volumes.push(VolumeState {
+                power: VolumePower::Active,
+                spin_down_wanted: false,
+                spin_up_wanted: false,
+                disks: vec![Disk::default(); volume.disks as usize],
+                model,
+                array,
+                meter,
+                ios_in_flight: 0,
+                parked: Vec::new(),
+                timer_at: None,
+                serving: Vec::new(),
+                serial_wait: VecDeque::new(),
+                log_start: capacity - log_bytes,
+                log_bytes,
+                log_head: 0,
+                server: volume.server.0,
+                reads: 0,
+                writes: 0,
+            });
+            loggers.push(Logger::new(LoggerId(index as u32), log_bytes));
+        }
+        let (managers, watchers) = Self::managers(layout, kind, start);
+        let histogram = || {
+            // 1 us to 1000 s at three significant digits; bounds are constants.
+            match Histogram::new_with_bounds(1_000, 1_000_000_000_000, 3) {
+                Ok(histogram) => histogram,
+                Err(error) => panic!("histogram bounds: {error}"),
+            }
+        };
+        let measured = RunMeasurements {
+            kind,
+            span,
+            volumes: Vec::new(),
+            timeline: PowerTimeline::new(start, span, window),
+            read_latency_ns: histogram(),
+            write_latency_ns: histogram(),
+            read_latency_sum_ns: 0,
+            write_latency_sum_ns: 0,
+            reads_spin_delayed: 0,
+            writes_spin_delayed: 0,
+            writes_logged: 0,
+            reads_logged: 0,
+            reads_remote: 0,
+            network_bytes: 0,
+            network_bytes_peak_window: 0,
+            requests_unfinished: 0,
+            requests_refused: 0,
+        };
+        Engine {
+            layout,
+            kind,
+            now: start,
+            end: start + span,
+            sequence: 0,
+            events: BinaryHeap::new(),
+            deferred: VecDeque::new(),
+            managers,
+            volumes,
+            loggers,
+            watchers,
+            links: vec![Link::default(); layout.servers.len()],
+            vios: Vec::new(),
+            vios_free: Vec::new(),
+            requests: Vec::new(),
+            requests_free: Vec::new(),
+            requests_in_flight: 0,
+            first_ops: Vec::new(),
+            second_ops: Vec::new(),
+            second_plans: Vec::new(),
+            actions: Vec::new(),
+            measured,
+            snapshot: None,
+            network_window: (0, 0),
+            requests_done: 0,
+        }
+    }
+
+    /// One manager per volume; loggers in view by configuration: none for baseline and
+    /// vanilla, the same server's for machine, the same rack's for rack.
+    fn managers(
+        layout: &Layout,
+        kind: ConfigKind,
+        start: VirtualInstant,
+    ) -> (Vec<VolumeManager>, Vec<Vec<u32>>) {
+        let policy = &layout.policy;
+        let power_policy = match kind {
+            ConfigKind::Baseline => PowerPolicy::AlwaysOn,
+            ConfigKind::Vanilla => PowerPolicy::SpinDownWhenIdle { idle: policy.vanilla_idle },
+            ConfigKind::Machine | ConfigKind::Rack => PowerPolicy::Offload {
+                read_idle: policy.read_idle,
+                write_idle: policy.write_idle,
+                offload_limit_bytes: policy.offload_limit_bytes,
+            },
+        };
+        let mut watchers = vec![Vec::new(); layout.volumes.len()];
+        let mut managers = Vec::with_capacity(layout.volumes.len());
+        for (index, volume) in layout.volumes.iter().enumerate() {
+            let in_view = |other: &crate::topology::VolumeLayout| match kind {
+                ConfigKind::Baseline | ConfigKind::Vanilla => false,
+                ConfigKind::Machine => other.server == volume.server,
+                ConfigKind::Rack => other.rack == volume.rack,
+            };
+            let view: Vec<ViewEntry> = layout
+                .volumes
+                .iter()
+                .enumerate()
+                .filter(|(_, other)| in_view(other))
+                .map(|(logger, other)| {
+                    watchers[logger].push(index as u32);
+                    ViewEntry {
+                        logger: LoggerId(logger as u32),
+                        remote: other.server != volume.server,
+                        shares_home_disks: logger == index,
+                    }
+                })
+                .collect();
+            let mut config = ManagerConfig::new(VolumeId(index as u32), power_policy, view);
+            config.reclaim_after_idle = policy.reclaim_after_idle;
+            managers.push(VolumeManager::new(config, start, HomePower::Active));
+        }
+        (managers, watchers)
+    }
+
+    /// Replays `requests` (in non-decreasing arrival order) and returns what was
+    /// measured. `progress` is called now and then.
+    pub fn run(
+        mut self,
+        requests: impl Iterator<Item = SimRequest>,
+        progress: &mut dyn FnMut(Progress),
+    ) -> Result<RunMeasurements, EngineError> {
+        for manager in 0..self.managers.len() {
+            self.arm_timer(manager as u32);
+        }
+        let mut last_arrival = VirtualInstant::ZERO;
+        for request in requests {
+            if request.arrival < last_arrival {
+                return Err(EngineError::OutOfOrder {
+                    earlier: last_arrival,
+                    later: request.arrival,
+                });
+            }
+            last_arrival = request.arrival;
+            if request.volume.index() >= self.volumes.len() {
+                return Err(EngineError::UnknownVolume {
+                    volume: request.volume,
+                    count: self.volumes.len(),
+                });
+            }
+            self.run_events_until(request.arrival, false);
+            self.arrive(request)?;
+            self.drain_deferred();
+            if self.requests_done & 0xffff == 0 {
+                progress(self.progress());
+            }
+        }
+        self.run_events_until(self.end, false);
+        self.take_snapshot();
+        // Finish requests still in flight, without letting timers run forever.
+        self.run_events_until(self.end + DRAIN_AFTER_END, true);
+        progress(self.progress());
+        Ok(self.finish())
+    }
+
+    fn progress(&self) -> Progress {
+        Progress {
+            kind: self.kind,
+            requests_done: self.requests_done,
+            virtual_now: self.now,
+            span: self.end.duration_since(VirtualInstant::ZERO),
+        }
+    }
+
+    /// Processes events up to and including `until`; with `only_requests`, stops as
+    /// soon as no client request is in flight.
+    fn run_events_until(&mut self, until: VirtualInstant, only_requests: bool) {
+        while let Some(&Reverse((time, _, event))) = self.events.peek() {
+            if time > until || (only_requests && self.requests_in_flight == 0) {
+                break;
+            }
+            if time > self.end && self.snapshot.is_none() {
+                self.take_snapshot();
+            }
+            self.events.pop();
+            self.now = time;
+            self.handle_event(event);
+            self.drain_deferred();
+        }
+        if !only_requests {
+            self.now = self.now.max(until);
+        }
+    }
+
+    fn handle_event(&mut self, event: EventKind) {
+        match event {
+            EventKind::VioSecondPhase(vio) => self.second_phase(vio),
+            EventKind::VioDone(vio) => self.vio_done(vio),
+            EventKind::NetArrive(vio) => self.at_logger(vio),
+            EventKind::NetReply(vio) => self.complete_vio(vio),
+            EventKind::PowerDone(volume) => self.power_done(volume),
+            EventKind::Timer(volume) => {
+                let state = &mut self.volumes[volume as usize];
+                if state.timer_at == Some(self.now) {
+                    state.timer_at = None;
+                    self.deliver(volume, ManagerEvent::TimerFired);
+                }
+            }
+        }
+    }
+
+    fn schedule(&mut self, at: VirtualInstant, event: EventKind) {
+        assert!(at >= self.now, "event scheduled in the past");
+        self.sequence += 1;
+        self.events.push(Reverse((at, self.sequence, event)));
+    }
+
+    fn deliver(&mut self, manager: u32, event: ManagerEvent) {
+        self.deferred.push_back((manager, event));
+    }
+
+    /// Feeds queued manager events one by one, executing each manager's actions.
+    fn drain_deferred(&mut self) {
+        while let Some((manager, event)) = self.deferred.pop_front() {
+            let statuses = Statuses { volumes: &self.volumes, loggers: &self.loggers };
+            let state = &mut self.managers[manager as usize];
+            state.handle(self.now, event, &statuses);
+            let mut actions = std::mem::take(&mut self.actions);
+            actions.clear();
+            while let Some(action) = state.poll_action() {
+                actions.push(action);
+            }
+            for &action in &actions {
+                self.execute(manager, action);
+            }
+            self.actions = actions;
+            self.arm_timer(manager);
+        }
+    }
+
+    fn arm_timer(&mut self, manager: u32) {
+        let Some(deadline) = self.managers[manager as usize].poll_timeout() else { return };
+        let state = &mut self.volumes[manager as usize];
+        if state.timer_at.is_none_or(|armed| deadline < armed) {
+            state.timer_at = Some(deadline);
+            self.schedule(deadline, EventKind::Timer(manager));
+        }
+    }
+
+    fn arrive(&mut self, request: SimRequest) -> Result<(), EngineError> {
+        if self.requests_in_flight >= CLIENT_REQUESTS_MAX {
+            return Err(EngineError::Overloaded { at: request.arrival });
+        }
+        let client = ClientRequest {
+            arrival: request.arrival,
+            volume: request.volume.0,
+            range: request.range,
+            kind: request.kind,
+            spin_delayed: false,
+            generation: 0,
+        };
+        let slot = match self.requests_free.pop() {
+            Some(slot) => {
+                let generation = self.requests[slot as usize].generation.wrapping_add(1);
+                self.requests[slot as usize] = ClientRequest { generation, ..client };
+                slot
+            }
+            None => {
+                self.requests.push(client);
+                (self.requests.len() - 1) as u32
+            }
+        };
+        self.requests_in_flight += 1;
+        let volume = &mut self.volumes[request.volume.index()];
+        match request.kind {
+            IoKind::Read => volume.reads += 1,
+            IoKind::Write => volume.writes += 1,
+        }
+        let blocked = volume.serving.iter().any(|(range, _)| range.overlaps(request.range))
+            || volume
+                .serial_wait
+                .iter()
+                .any(|&other| self.requests[other as usize].range.overlaps(request.range));
+        if blocked {
+            volume.serial_wait.push_back(slot);
+        } else {
+            self.dispatch(slot);
+        }
+        Ok(())
+    }
+
+    fn request_id(&self, slot: u32) -> RequestId {
+        RequestId(u64::from(self.requests[slot as usize].generation) << 32 | u64::from(slot))
+    }
+
+    fn dispatch(&mut self, slot: u32) {
+        let request = self.requests[slot as usize];
+        self.volumes[request.volume as usize].serving.push((request.range, slot));
+        let id = self.request_id(slot);
+        self.deliver(
+            request.volume,
+            ManagerEvent::RequestArrived { request: id, kind: request.kind, range: request.range },
+        );
+    }
+
+    fn slot_of(&self, request: RequestId) -> u32 {
+        let slot = request.0 as u32;
+        assert_eq!(self.request_id(slot), request, "stale request id {request}");
+        slot
+    }
+
+    fn execute(&mut self, manager: u32, action: ManagerAction) {
+        match action {
+            ManagerAction::ReadHome { io, request, range } => {
+                self.submit_local(manager, manager, io, VioKind::HomeRead, range, request);
+            }
+            ManagerAction::WriteHome { io, range, source } => {
+                let request = match source {
+                    somnus_core::offload::DataSource::Request(request) => Some(request),
+                    somnus_core::offload::DataSource::Log { .. } => None,
+                };
+                self.submit_local(manager, manager, io, VioKind::HomeWrite, range, request);
+            }
+            ManagerAction::WriteLog { io, request, logger, range, version } => {
+                self.send_to_logger(
+                    manager,
+                    logger,
+                    io,
+                    VioKind::LogWrite { version: version.0 },
+                    range,
+                    Some(request),
+                );
+            }
+            ManagerAction::ReadLog { io, request, logger, range, version } => {
+                self.send_to_logger(
+                    manager,
+                    logger,
+                    io,
+                    VioKind::LogRead { version: version.0 },
+                    range,
+                    request,
+                );
+            }
+            ManagerAction::Invalidate { io, logger, range, version } => {
+                self.send_to_logger(
+                    manager,
+                    logger,
+                    io,
+                    VioKind::Invalidate { version: version.0 },
+                    range,
+                    None,
+                );
+            }
+            ManagerAction::SpinDown => self.spin_down_requested(manager),
+            ManagerAction::SpinUp => self.spin_up_requested(manager),
+            ManagerAction::Reply { request, kind, outcome, waited_for_spin_up } => {
+                self.reply(request, kind, outcome, waited_for_spin_up);
+            }
+        }
+    }
+
+    fn new_vio(&mut self, vio: VolumeIo) -> u32 {
+        match self.vios_free.pop() {
+            Some(index) => {
+                self.vios[index as usize] = vio;
+                index
+            }
+            None => {
+                self.vios.push(vio);
+                (self.vios.len() - 1) as u32
+            }
+        }
+    }
+
+    fn submit_local(
+        &mut self,
+        manager: u32,
+        target: u32,
+        io: IoId,
+        kind: VioKind,
+        range: ByteRange,
+        request: Option<RequestId>,
+    ) {
+        let vio = VolumeIo {
+            target,
+            manager,
+            io,
+            kind,
+            range,
+            placement: range,
+            request,
+            remote: false,
+            result: Ok(()),
+        };
+        let index = self.new_vio(vio);
+        self.submit(index);
+    }
+
+    /// Sends a logger operation, over the network when the logger is on another server.
+    fn send_to_logger(
+        &mut self,
+        manager: u32,
+        logger: LoggerId,
+        io: IoId,
+        kind: VioKind,
+        range: ByteRange,
+        request: Option<RequestId>,
+    ) {
+        let target = logger.0;
+        let remote = self.volumes[manager as usize].server != self.volumes[target as usize].server;
+        let vio = VolumeIo {
+            target,
+            manager,
+            io,
+            kind,
+            range,
+            placement: range,
+            request,
+            remote,
+            result: Ok(()),
+        };
+        let index = self.new_vio(vio);
+        if !remote {
+            self.at_logger(index);
+            return;
+        }
+        let payload = match kind {
+            VioKind::LogWrite { .. } => range.size_bytes(),
+            VioKind::LogRead { .. }
+            | VioKind::Invalidate { .. }
+            | VioKind::HomeRead
+            | VioKind::HomeWrite => 0,
+        };
+        let source = self.volumes[manager as usize].server;
+        let target_server = self.volumes[target as usize].server;
+        let arrival = self.send(source, target_server, RPC_HEADER_BYTES + payload);
+        self.schedule(arrival, EventKind::NetArrive(index));
+    }
+
+    /// The logger's side of an operation: its metadata changes now, its disk I/O follows.
+    fn at_logger(&mut self, index: u32) {
+        let vio = self.vios[index as usize];
+        let owner = VolumeId(vio.manager);
+        let logger = &mut self.loggers[vio.target as usize];
+        let state = &mut self.volumes[vio.target as usize];
+        let record_bytes = match vio.kind {
+            VioKind::LogWrite { version } => {
+                if logger.append(owner, vio.range, somnus_core::Version(version)).is_err() {
+                    self.vios[index as usize].result = Err(IoFailure::LoggerFull);
+                    self.finish_vio(index);
+                    return;
+                }
+                vio.range.size_bytes() + RECORD_HEADER_BYTES
+            }
+            VioKind::Invalidate { version } => {
+                logger.invalidate(owner, vio.range, somnus_core::Version(version));
+                RECORD_HEADER_BYTES
+            }
+            VioKind::LogRead { version } => {
+                let version = somnus_core::Version(version);
+                assert!(
+                    logger.holds(owner, vio.range, version),
+                    "O2: {owner} reads {version:?} that the log lost"
+                );
+                // Where a record sits in the partition is not tracked: a fixed hash of
+                // its identity places it, which is what a seek model needs.
+                let spread =
+                    (u64::from(vio.manager) << 40 ^ version.0).wrapping_mul(0x9E37_79B9_7F4A_7C15);
+                let position = state.log_start + spread % state.log_bytes.max(1);
+                self.vios[index as usize].placement =
+                    ByteRange::new(position, vio.range.size_bytes());
+                self.submit(index);
+                return;
+            }
+            VioKind::HomeRead | VioKind::HomeWrite => {
+                unreachable!("home I/O does not go to a logger")
+            }
+        };
+        // Appends go to the log head, wrapping within the partition.
+        if state.log_head + record_bytes > state.log_bytes {
+            state.log_head = 0;
+        }
+        let position = state.log_start + state.log_head;
+        state.log_head += record_bytes;
+        self.vios[index as usize].placement = ByteRange::new(position, record_bytes);
+        self.submit(index);
+    }
+
+    /// Queues a volume I/O on its target's disks, waiting for a spin-up if needed.
+    fn submit(&mut self, index: u32) {
+        let vio = self.vios[index as usize];
+        let state = &mut self.volumes[vio.target as usize];
+        state.ios_in_flight += 1;
+        match state.power {
+            VolumePower::Active => self.start_vio(index),
+            VolumePower::Standby | VolumePower::SpinningUp | VolumePower::SpinningDown => {
+                state.parked.push(index);
+                if let Some(request) = vio.request {
+                    let slot = self.slot_of(request);
+                    self.requests[slot as usize].spin_delayed = true;
+                }
+                self.wake(vio.target);
+            }
+        }
+    }
+
+    fn start_vio(&mut self, index: u32) {
+        let vio = self.vios[index as usize];
+        let write = !matches!(vio.kind, VioKind::HomeRead | VioKind::LogRead { .. });
+        let mut first = std::mem::take(&mut self.first_ops);
+        let mut second = std::mem::take(&mut self.second_ops);
+        first.clear();
+        second.clear();
+        let state = &self.volumes[vio.target as usize];
+        let pick_mirror = || {
+            // The mirror free soonest, then the nearer head, then the lower index.
+            let key = |(i, disk): (usize, &Disk)| {
+                (disk.busy_until, disk.head.abs_diff(vio.placement.start), i)
+            };
+            state
+                .disks
+                .iter()
+                .enumerate()
+                .min_by_key(|&entry| key(entry))
+                .map_or(0, |(i, _)| i as u32)
+        };
+        state.array.plan(vio.placement, write, pick_mirror, &mut first, &mut second);
+        let done = self.serve(vio.target, &first);
+        if second.is_empty() {
+            self.schedule(done, EventKind::VioDone(index));
+        } else {
+            if self.second_plans.len() <= index as usize {
+                self.second_plans.resize_with(index as usize + 1, Vec::new);
+            }
+            std::mem::swap(&mut self.second_plans[index as usize], &mut second);
+            self.schedule(done, EventKind::VioSecondPhase(index));
+        }
+        self.first_ops = first;
+        self.second_ops = second;
+    }
+
+    /// Serves operations FCFS on their disks; returns when the last one completes.
+    fn serve(&mut self, volume: u32, ops: &[DiskOp]) -> VirtualInstant {
+        let now = self.now;
+        let state = &mut self.volumes[volume as usize];
+        let mut done = now;
+        for op in ops {
+            let disk = &mut state.disks[op.disk as usize];
+            let start = now.max(disk.busy_until);
+            let service = state.model.service_time(disk.head, op);
+            disk.busy_until = start + service;
+            disk.head = state.model.head_after(op);
+            state.meter.add_busy(start, service);
+            done = done.max(disk.busy_until);
+        }
+        done
+    }
+
+    fn second_phase(&mut self, index: u32) {
+        let mut ops = std::mem::take(&mut self.second_plans[index as usize]);
+        assert!(!ops.is_empty(), "second phase of {index} without a plan");
+        let target = self.vios[index as usize].target;
+        let done = self.serve(target, &ops);
+        ops.clear();
+        self.second_plans[index as usize] = ops;
+        self.schedule(done, EventKind::VioDone(index));
+    }
+
+    fn vio_done(&mut self, index: u32) {
+        let vio = self.vios[index as usize];
+        let state = &mut self.volumes[vio.target as usize];
+        state.ios_in_flight -= 1;
+        if state.ios_in_flight == 0 && state.spin_down_wanted {
+            state.spin_down_wanted = false;
+            self.begin_spin_down(vio.target);
+        }
+        self.finish_vio(index);
+    }
+
+    /// The target is done with an I/O: reply, over the network if it came from there.
+    fn finish_vio(&mut self, index: u32) {
+        let vio = self.vios[index as usize];
+        if !vio.remote {
+            self.complete_vio(index);
+            return;
+        }
+        let payload = match (vio.kind, vio.result) {
+            (VioKind::LogRead { .. }, Ok(())) => vio.range.size_bytes(),
+            _ => 0,
+        };
+        let source = self.volumes[vio.target as usize].server;
+        let target = self.volumes[vio.manager as usize].server;
+        let arrival = self.send(source, target, RPC_HEADER_BYTES + payload);
+        self.schedule(arrival, EventKind::NetReply(index));
+    }
+
+    fn complete_vio(&mut self, index: u32) {
+        let vio = self.vios[index as usize];
+        self.vios_free.push(index);
+        self.deliver(vio.manager, ManagerEvent::IoCompleted { io: vio.io, result: vio.result });
+    }
+
+    /// Puts `bytes` on the wire from one server to another; returns the arrival time.
+    fn send(&mut self, source: u32, target: u32, bytes: u64) -> VirtualInstant {
+        let network = self.layout.network;
+        let transfer = VirtualDuration::from_nanos(
+            (bytes as f64 / network.link_bytes_per_second * 1e9) as u64,
+        );
+        let start = self
+            .now
+            .max(self.links[source as usize].transmit_free)
+            .max(self.links[target as usize].receive_free);
+        let end = start + transfer;
+        self.links[source as usize].transmit_free = end;
+        self.links[target as usize].receive_free = end;
+        self.measured.network_bytes += bytes;
+        let window = self.now.as_nanos() / self.layout.policy.power_window.as_nanos();
+        if window != self.network_window.0 {
+            self.network_window = (window, 0);
+        }
+        self.network_window.1 += bytes;
+        self.measured.network_bytes_peak_window =
+            self.measured.network_bytes_peak_window.max(self.network_window.1);
+        end + VirtualDuration::from_nanos(network.round_trip.as_nanos() / 2)
+    }
+
+    fn spin_down_requested(&mut self, volume: u32) {
+        let state = &mut self.volumes[volume as usize];
+        assert_eq!(
+            state.power,
+            VolumePower::Active,
+            "O3: spin-down of {volume} while {:?}",
+            state.power
+        );
+        if state.ios_in_flight > 0 {
+            // Logger I/O from other managers finishes first; the logger already counts
+            // as asleep so that no new write is sent here.
+            state.spin_down_wanted = true;
+            self.notify_watchers(volume);
+        } else {
+            self.begin_spin_down(volume);
+        }
+    }
+
+    fn spin_up_requested(&mut self, volume: u32) {
+        self.wake(volume);
+    }
+
+    /// Starts a spin-up unless one is under way or the volume spins.
+    fn wake(&mut self, volume: u32) {
+        let state = &mut self.volumes[volume as usize];
+        match state.power {
+            VolumePower::Standby => self.begin_spin_up(volume),
+            VolumePower::SpinningDown => state.spin_up_wanted = true,
+            VolumePower::SpinningUp | VolumePower::Active => {}
+        }
+    }
+
+    fn begin_spin_down(&mut self, volume: u32) {
+        let now = self.now;
+        let state = &mut self.volumes[volume as usize];
+        assert_eq!(state.ios_in_flight, 0, "O3: spinning down {volume} with I/O queued");
+        state.power = VolumePower::SpinningDown;
+        let duration = match state.meter.begin_transition(now, PowerState::Standby) {
+            Ok(duration) => duration,
+            Err(error) => panic!("volume {volume}: {error}"),
+        };
+        self.schedule(now + duration, EventKind::PowerDone(volume));
+        self.notify_watchers(volume);
+    }
+
+    fn begin_spin_up(&mut self, volume: u32) {
+        let now = self.now;
+        let state = &mut self.volumes[volume as usize];
+        state.power = VolumePower::SpinningUp;
+        let duration = match state.meter.begin_transition(now, PowerState::Idle) {
+            Ok(duration) => duration,
+            Err(error) => panic!("volume {volume}: {error}"),
+        };
+        self.schedule(now + duration, EventKind::PowerDone(volume));
+    }
+
+    fn power_done(&mut self, volume: u32) {
+        let now = self.now;
+        let state = &mut self.volumes[volume as usize];
+        state.meter.advance(now);
+        match state.power {
+            VolumePower::SpinningDown => {
+                state.power = VolumePower::Standby;
+                self.deliver(volume, ManagerEvent::HomePowerChanged { power: HomePower::Standby });
+                let state = &mut self.volumes[volume as usize];
+                if state.spin_up_wanted || !state.parked.is_empty() {
+                    state.spin_up_wanted = false;
+                    self.begin_spin_up(volume);
+                }
+            }
+            VolumePower::SpinningUp => {
+                state.power = VolumePower::Active;
+                state.spin_up_wanted = false;
+                self.deliver(volume, ManagerEvent::HomePowerChanged { power: HomePower::Active });
+                let parked = std::mem::take(&mut self.volumes[volume as usize].parked);
+                for index in parked {
+                    self.start_vio(index);
+                }
+                self.notify_watchers(volume);
+            }
+            VolumePower::Active | VolumePower::Standby => {
+                unreachable!("power event without a transition")
+            }
+        }
+    }
+
+    fn notify_watchers(&mut self, logger: u32) {
+        for i in 0..self.watchers[logger as usize].len() {
+            let manager = self.watchers[logger as usize][i];
+            if manager != logger {
+                self.deliver(manager, ManagerEvent::LoggersChanged);
+            }
+        }
+    }
+
+    fn reply(
+        &mut self,
+        request: RequestId,
+        kind: IoKind,
+        outcome: ReplyOutcome,
+        waited_for_spin_up: bool,
+    ) {
+        let slot = self.slot_of(request);
+        let client = self.requests[slot as usize];
+        assert_eq!(client.kind, kind, "reply of the wrong kind for {request}");
+        let latency = self.now.duration_since(client.arrival).as_nanos();
+        let spin_delayed = client.spin_delayed || waited_for_spin_up;
+        let measured = &mut self.measured;
+        let (histogram, sum) = match kind {
+            IoKind::Read => (&mut measured.read_latency_ns, &mut measured.read_latency_sum_ns),
+            IoKind::Write => (&mut measured.write_latency_ns, &mut measured.write_latency_sum_ns),
+        };
+        histogram.saturating_record(latency.max(1));
+        *sum += u128::from(latency);
+        match (kind, outcome) {
+            (IoKind::Read, ReplyOutcome::Logged { remote }) => {
+                measured.reads_logged += 1;
+                measured.reads_remote += u64::from(remote);
+            }
+            (IoKind::Write, ReplyOutcome::Logged { .. }) => measured.writes_logged += 1,
+            (_, ReplyOutcome::Busy) => measured.requests_refused += 1,
+            (_, ReplyOutcome::Home) => {}
+        }
+        if spin_delayed {
+            match kind {
+                IoKind::Read => measured.reads_spin_delayed += 1,
+                IoKind::Write => measured.writes_spin_delayed += 1,
+            }
+        }
+        self.requests_in_flight -= 1;
+        self.requests_done += 1;
+        self.requests_free.push(slot);
+        let volume = client.volume as usize;
+        let serving = &mut self.volumes[volume].serving;
+        let Some(position) = serving.iter().position(|(_, s)| *s == slot) else {
+            unreachable!("reply to {request}, which is not being served");
+        };
+        serving.swap_remove(position);
+        self.release_waiters(volume);
+    }
+
+    /// Dispatches waiting requests that no longer overlap one being served or an
+    /// earlier waiting one.
+    fn release_waiters(&mut self, volume: usize) {
+        if self.volumes[volume].serial_wait.is_empty() {
+            return;
+        }
+        let waiting = std::mem::take(&mut self.volumes[volume].serial_wait);
+        let mut still: VecDeque<u32> = VecDeque::with_capacity(waiting.len());
+        for slot in waiting {
+            let range = self.requests[slot as usize].range;
+            let blocked = self.volumes[volume].serving.iter().any(|(r, _)| r.overlaps(range))
+                || still.iter().any(|&other| self.requests[other as usize].range.overlaps(range));
+            if blocked {
+                still.push_back(slot);
+            } else {
+                self.dispatch(slot);
+            }
+        }
+        self.volumes[volume].serial_wait = still;
+    }
+
+    fn take_snapshot(&mut self) {
+        if self.snapshot.is_some() {
+            return;
+        }
+        let end = self.end;
+        let readings = self
+            .volumes
+            .iter_mut()
+            .map(|volume| (volume.meter.reading(end), volume.meter.timeline().cloned()))
+            .collect();
+        self.snapshot = Some(readings);
+    }
+
+    fn finish(mut self) -> RunMeasurements {
+        let readings = self.snapshot.take().unwrap_or_default();
+        for (index, (reading, timeline)) in readings.into_iter().enumerate() {
+            let state = &self.volumes[index];
+            if let Some(timeline) = &timeline {
+                self.measured.timeline.accumulate(timeline);
+            }
+            self.measured.volumes.push(VolumeMeasurements {
+                reading,
+                counters: self.managers[index].counters(),
+                reads: state.reads,
+                writes: state.writes,
+            });
+        }
+        self.measured.requests_unfinished = self.requests_in_flight as u64;
+        self.measured
+    }
+}

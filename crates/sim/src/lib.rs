@@ -1,0 +1,20 @@
+//! The somnus simulator: a discrete-event loop in virtual time that replays block
+//! traces against the core's policies, with models of disks (seek, rotation, transfer,
+//! FCFS queues, RAID-1 and RAID-5, spin-up delays), loggers, a network and power.
+//!
+//! It is one of the core's two shells: every policy decision is made by `somnus-core`
+//! state machines; this crate supplies time, I/O and power, and measures.
+//!
+//! Modules:
+//! - [`topology`]: the cluster layout (racks, servers, arrays, network, thresholds)
+//!   from TOML, with the MSR Cambridge data center of 004 Table 4 built in.
+//! - [`disk`]: disk service times and RAID mapping.
+//! - [`engine`]: the event loop that replays a trace for one configuration.
+//! - [`experiment`]: the write off-loading experiment (004 section 4) and its report.
+//! - [`replay`]: turning a trace into the engine's requests, windows and days.
+
+pub mod disk;
+pub mod engine;
+pub mod experiment;
+pub mod replay;
+pub mod topology;

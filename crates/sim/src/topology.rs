@@ -1,0 +1,485 @@
+//! The cluster a trace is replayed on: which server and rack each volume belongs to,
+//! its array (RAID level, disks, power profile), the network and the policy
+//! thresholds. Read from TOML; [`Topology::msr_cambridge`] is the built-in default
+//! (004 Table 4).
+
+use std::collections::BTreeMap;
+
+use somnus_core::power::{PowerProfile, builtin_profile, builtin_profile_names};
+use somnus_types::{RackId, ServerId, VirtualDuration};
+
+/// The built-in topology, the MSR Cambridge data center of 004.
+const MSR_CAMBRIDGE: &str = include_str!("../topologies/msr-cambridge.toml");
+/// The topology of `somnus demo`: six synthetic servers in three racks.
+const DEMO: &str = include_str!("../topologies/demo.toml");
+
+/// Bounds on a topology, so that a typo cannot ask for a billion disks.
+const DISKS_PER_ARRAY_MAX: u32 = 64;
+const VOLUMES_MAX: usize = 100_000;
+
+#[derive(Debug, thiserror::Error)]
+pub enum TopologyError {
+    #[error("topology {origin}: {source}")]
+    Toml { origin: String, source: toml::de::Error },
+    #[error("topology {origin}: {key}: {message}")]
+    Invalid { origin: String, key: String, message: String },
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Deserialize, serde::Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Raid {
+    /// Mirrors: a read goes to one disk, a write to all.
+    Raid1,
+    /// Rotating parity, left-symmetric: a small write reads old data and parity, then
+    /// writes both (the small-write penalty).
+    Raid5,
+}
+
+#[derive(Clone, Debug, PartialEq, serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+struct ArrayFile {
+    raid: Raid,
+    disks: u32,
+    profile: String,
+}
+
+#[derive(Clone, Debug, serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+struct DefaultsFile {
+    boot_array: ArrayFile,
+    data_array: ArrayFile,
+    stripe_unit_kib: u32,
+    log_partition_gib: f64,
+}
+
+#[derive(Clone, Debug, serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RackFile {
+    name: String,
+    servers: Vec<String>,
+}
+
+#[derive(Clone, Debug, serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+struct VolumeFile {
+    name: String,
+    server: Option<String>,
+    raid: Option<Raid>,
+    disks: Option<u32>,
+    profile: Option<String>,
+}
+
+#[derive(Clone, Debug, serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+struct NetworkFile {
+    rtt_ms: f64,
+    link_gbps: f64,
+}
+
+#[derive(Clone, Debug, serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+struct PolicyFile {
+    vanilla_idle_s: f64,
+    read_idle_s: f64,
+    write_idle_s: f64,
+    offload_limit_gib: f64,
+    reclaim_after_idle_ms: f64,
+    power_window_s: f64,
+}
+
+#[derive(Clone, Debug, serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+struct TopologyFile {
+    defaults: DefaultsFile,
+    #[serde(default)]
+    rack: Vec<RackFile>,
+    #[serde(default)]
+    volume: Vec<VolumeFile>,
+    network: NetworkFile,
+    policy: PolicyFile,
+}
+
+/// Network parameters for remote off-loads.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct NetworkParams {
+    pub round_trip: VirtualDuration,
+    /// Each server's link, each way.
+    pub link_bytes_per_second: f64,
+}
+
+/// Policy thresholds shared by every volume (004 section 4.1).
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct PolicyParams {
+    pub vanilla_idle: VirtualDuration,
+    pub read_idle: VirtualDuration,
+    pub write_idle: VirtualDuration,
+    pub offload_limit_bytes: u64,
+    pub reclaim_after_idle: VirtualDuration,
+    pub power_window: VirtualDuration,
+}
+
+/// One volume as laid out on the cluster.
+#[derive(Clone, Debug)]
+pub struct VolumeLayout {
+    pub name: String,
+    pub server: ServerId,
+    pub rack: RackId,
+    pub raid: Raid,
+    pub disks: u32,
+    /// Index into [`Layout::profiles`].
+    pub profile: usize,
+    pub stripe_unit_bytes: u64,
+    pub log_partition_bytes: u64,
+}
+
+/// A topology applied to the volumes of one trace set.
+#[derive(Clone, Debug)]
+pub struct Layout {
+    pub volumes: Vec<VolumeLayout>,
+    /// Server names, indexed by [`ServerId`].
+    pub servers: Vec<String>,
+    /// The rack of each server.
+    pub server_racks: Vec<RackId>,
+    /// Rack names, indexed by [`RackId`].
+    pub racks: Vec<String>,
+    pub profiles: Vec<PowerProfile>,
+    pub network: NetworkParams,
+    pub policy: PolicyParams,
+}
+
+/// A validated topology file.
+#[derive(Clone, Debug)]
+pub struct Topology {
+    file: TopologyFile,
+    origin: String,
+    /// Profiles by name: the built-in ones plus any the caller registered.
+    profiles: BTreeMap<String, PowerProfile>,
+}
+
+impl Topology {
+    /// The built-in MSR Cambridge topology (004 Table 4).
+    pub fn msr_cambridge() -> Topology {
+        // The built-in file is tested; failing to parse it is a build defect.
+        match Topology::from_toml(MSR_CAMBRIDGE, "built-in msr-cambridge") {
+            Ok(topology) => topology,
+            Err(error) => panic!("{error}"),
+        }
+    }
+
+    /// The text of the built-in topology, for `somnus` to print as a starting point.
+    pub fn msr_cambridge_text() -> &'static str {
+        MSR_CAMBRIDGE
+    }
+
+    /// The topology of `somnus demo`.
+    pub fn demo() -> Topology {
+        // The built-in file is tested; failing to parse it is a build defect.
+        match Topology::from_toml(DEMO, "built-in demo") {
+            Ok(topology) => topology,
+            Err(error) => panic!("{error}"),
+        }
+    }
+
+    pub fn from_toml(text: &str, origin: &str) -> Result<Topology, TopologyError> {
+        let file: TopologyFile = toml::from_str(text)
+            .map_err(|source| TopologyError::Toml { origin: origin.to_string(), source })?;
+        let mut profiles = BTreeMap::new();
+        for name in builtin_profile_names() {
+            if let Ok(profile) = builtin_profile(name) {
+                profiles.insert(name.to_string(), profile);
+            }
+        }
+        let topology = Topology { file, origin: origin.to_string(), profiles };
+        topology.validate()?;
+        Ok(topology)
+    }
+
+    /// Makes `profile` available to the topology's `profile` keys under its name.
+    pub fn register_profile(&mut self, profile: PowerProfile) {
+        self.profiles.insert(profile.name.clone(), profile);
+    }
+
+    fn invalid(&self, key: impl Into<String>, message: impl Into<String>) -> TopologyError {
+        TopologyError::Invalid {
+            origin: self.origin.clone(),
+            key: key.into(),
+            message: message.into(),
+        }
+    }
+
+    fn validate(&self) -> Result<(), TopologyError> {
+        let defaults = &self.file.defaults;
+        for (key, array) in [
+            ("defaults.boot_array", &defaults.boot_array),
+            ("defaults.data_array", &defaults.data_array),
+        ] {
+            self.validate_array(key, array.raid, array.disks)?;
+        }
+        if defaults.stripe_unit_kib == 0 || !defaults.stripe_unit_kib.is_power_of_two() {
+            return Err(self.invalid("defaults.stripe_unit_kib", "must be a power of two > 0"));
+        }
+        if !(defaults.log_partition_gib.is_finite() && defaults.log_partition_gib > 0.0) {
+            return Err(self.invalid("defaults.log_partition_gib", "must be a number > 0"));
+        }
+        let mut seen = BTreeMap::new();
+        for (index, rack) in self.file.rack.iter().enumerate() {
+            for server in &rack.servers {
+                if let Some(other) = seen.insert(server.clone(), index) {
+                    let message = format!("server {server:?} is already in rack[{other}]");
+                    return Err(self.invalid(format!("rack[{index}]"), message));
+                }
+            }
+        }
+        for (index, volume) in self.file.volume.iter().enumerate() {
+            let base = if is_boot_volume(&volume.name) {
+                &defaults.boot_array
+            } else {
+                &defaults.data_array
+            };
+            let key = format!("volume[{index}] ({})", volume.name);
+            self.validate_array(
+                &key,
+                volume.raid.unwrap_or(base.raid),
+                volume.disks.unwrap_or(base.disks),
+            )?;
+        }
+        self.network_params()?;
+        self.policy_params()?;
+        Ok(())
+    }
+
+    fn validate_array(&self, key: &str, raid: Raid, disks: u32) -> Result<(), TopologyError> {
+        let least = match raid {
+            Raid::Raid1 => 2,
+            Raid::Raid5 => 3,
+        };
+        if disks < least || disks > DISKS_PER_ARRAY_MAX {
+            let message =
+                format!("{raid:?} needs {least} to {DISKS_PER_ARRAY_MAX} disks, not {disks}");
+            return Err(self.invalid(key, message));
+        }
+        Ok(())
+    }
+
+    fn seconds(&self, key: &str, value: f64) -> Result<VirtualDuration, TopologyError> {
+        VirtualDuration::try_from_secs_f64(value).ok_or_else(|| {
+            self.invalid(key, format!("{value} is not a finite number of seconds >= 0"))
+        })
+    }
+
+    fn network_params(&self) -> Result<NetworkParams, TopologyError> {
+        let network = &self.file.network;
+        let round_trip = self.seconds("network.rtt_ms", network.rtt_ms / 1000.0)?;
+        if !(network.link_gbps.is_finite() && network.link_gbps > 0.0) {
+            return Err(self.invalid("network.link_gbps", "must be a number > 0"));
+        }
+        Ok(NetworkParams { round_trip, link_bytes_per_second: network.link_gbps * 1e9 / 8.0 })
+    }
+
+    fn policy_params(&self) -> Result<PolicyParams, TopologyError> {
+        let policy = &self.file.policy;
+        let power_window = self.seconds("policy.power_window_s", policy.power_window_s)?;
+        if power_window < VirtualDuration::from_secs(1) {
+            return Err(self.invalid("policy.power_window_s", "must be at least 1 s"));
+        }
+        let limit = policy.offload_limit_gib * (1u64 << 30) as f64;
+        if !(limit.is_finite() && limit >= 1.0 && limit < u64::MAX as f64) {
+            return Err(self.invalid("policy.offload_limit_gib", "must be a number > 0"));
+        }
+        Ok(PolicyParams {
+            vanilla_idle: self.seconds("policy.vanilla_idle_s", policy.vanilla_idle_s)?,
+            read_idle: self.seconds("policy.read_idle_s", policy.read_idle_s)?,
+            write_idle: self.seconds("policy.write_idle_s", policy.write_idle_s)?,
+            offload_limit_bytes: limit as u64,
+            reclaim_after_idle: self
+                .seconds("policy.reclaim_after_idle_ms", policy.reclaim_after_idle_ms / 1000.0)?,
+            power_window,
+        })
+    }
+
+    /// Lays out the named volumes (in trace order). Servers come from the names;
+    /// servers no rack lists each form a rack of their own, named after the server.
+    pub fn layout(&self, volume_names: &[String]) -> Result<Layout, TopologyError> {
+        if volume_names.len() > VOLUMES_MAX {
+            return Err(self.invalid(
+                "volumes",
+                format!("{} volumes exceed {VOLUMES_MAX}", volume_names.len()),
+            ));
+        }
+        let mut layout = Layout {
+            volumes: Vec::with_capacity(volume_names.len()),
+            servers: Vec::new(),
+            server_racks: Vec::new(),
+            racks: Vec::new(),
+            profiles: Vec::new(),
+            network: self.network_params()?,
+            policy: self.policy_params()?,
+        };
+        let mut server_ids: BTreeMap<String, ServerId> = BTreeMap::new();
+        let mut rack_ids: BTreeMap<String, RackId> = BTreeMap::new();
+        let mut profile_ids: BTreeMap<String, usize> = BTreeMap::new();
+        for name in volume_names {
+            let overrides = self.file.volume.iter().find(|v| &v.name == name);
+            let server_name = overrides
+                .and_then(|v| v.server.clone())
+                .unwrap_or_else(|| server_of(name).to_string());
+            let server = match server_ids.get(&server_name) {
+                Some(id) => *id,
+                None => {
+                    let rack_name = self.rack_of(&server_name);
+                    let next_rack = RackId(rack_ids.len() as u32);
+                    let rack = *rack_ids.entry(rack_name.clone()).or_insert_with(|| {
+                        layout.racks.push(rack_name);
+                        next_rack
+                    });
+                    let id = ServerId(layout.servers.len() as u32);
+                    layout.servers.push(server_name.clone());
+                    layout.server_racks.push(rack);
+                    server_ids.insert(server_name, id);
+                    id
+                }
+            };
+            let base = if is_boot_volume(name) {
+                &self.file.defaults.boot_array
+            } else {
+                &self.file.defaults.data_array
+            };
+            let profile_name =
+                overrides.and_then(|v| v.profile.clone()).unwrap_or_else(|| base.profile.clone());
+            let profile = match profile_ids.get(&profile_name) {
+                Some(index) => *index,
+                None => {
+                    let Some(found) = self.profiles.get(&profile_name) else {
+                        let known = self.profiles.keys().cloned().collect::<Vec<_>>().join(", ");
+                        let message =
+                            format!("unknown power profile {profile_name:?}; known: {known}");
+                        return Err(self.invalid(format!("volume {name}"), message));
+                    };
+                    if found.mechanics.is_none() {
+                        let message = format!(
+                            "profile {profile_name:?} has no [mechanics]: it is not a disk"
+                        );
+                        return Err(self.invalid(format!("volume {name}"), message));
+                    }
+                    layout.profiles.push(found.clone());
+                    profile_ids.insert(profile_name, layout.profiles.len() - 1);
+                    layout.profiles.len() - 1
+                }
+            };
+            layout.volumes.push(VolumeLayout {
+                name: name.clone(),
+                server,
+                rack: layout.server_racks[server.index()],
+                raid: overrides.and_then(|v| v.raid).unwrap_or(base.raid),
+                disks: overrides.and_then(|v| v.disks).unwrap_or(base.disks),
+                profile,
+                stripe_unit_bytes: u64::from(self.file.defaults.stripe_unit_kib) * 1024,
+                log_partition_bytes: (self.file.defaults.log_partition_gib * (1u64 << 30) as f64)
+                    as u64,
+            });
+        }
+        Ok(layout)
+    }
+
+    fn rack_of(&self, server: &str) -> String {
+        self.file
+            .rack
+            .iter()
+            .find(|rack| rack.servers.iter().any(|s| s == server))
+            .map_or_else(|| server.to_string(), |rack| rack.name.clone())
+    }
+}
+
+/// The server of a volume named `server_disk`: everything before the last underscore.
+pub fn server_of(volume: &str) -> &str {
+    volume.rsplit_once('_').map_or(volume, |(server, _)| server)
+}
+
+/// Volume 0 of a server is its boot volume (004 section 2: a RAID-1 pair).
+fn is_boot_volume(volume: &str) -> bool {
+    volume.rsplit_once('_').is_some_and(|(_, disk)| disk == "0")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn msr_volumes_land_on_the_racks_of_table_4() {
+        // Goal: the built-in topology puts hm and rsrch volumes in racks 1 and 3 as
+        // 004 Table 4 does, boot volumes on RAID-1 pairs, and an unknown server in a
+        // rack of its own.
+        let topology = Topology::msr_cambridge();
+        let names: Vec<String> =
+            ["hm_0", "rsrch_1", "hm_1", "wsrch_3"].iter().map(|s| s.to_string()).collect();
+        let layout = topology.layout(&names).unwrap();
+        let rack_of = |i: usize| layout.racks[layout.volumes[i].rack.index()].as_str();
+        assert_eq!(rack_of(0), "rack1");
+        assert_eq!(rack_of(1), "rack3");
+        assert_eq!(rack_of(3), "wsrch");
+        assert_eq!(layout.volumes[0].server, layout.volumes[2].server);
+        assert_eq!(layout.volumes[0].raid, Raid::Raid1);
+        assert_eq!(layout.volumes[2].raid, Raid::Raid5);
+        assert_eq!(layout.volumes[2].disks, 4);
+        assert_eq!(layout.policy.write_idle, VirtualDuration::from_secs(10));
+        assert_eq!(layout.policy.offload_limit_bytes, 1 << 30);
+        assert_eq!(
+            layout.profiles[layout.volumes[2].profile].wake_duration(),
+            VirtualDuration::from_secs(15)
+        );
+    }
+
+    #[test]
+    fn the_demo_topology_has_three_racks_of_two_servers() {
+        let names: Vec<String> =
+            (0..6).flat_map(|s| (0..2).map(move |v| format!("s{s:02}_{v}"))).collect();
+        let layout = Topology::demo().layout(&names).unwrap();
+        assert_eq!(layout.racks, vec!["rack1", "rack2", "rack3"]);
+        assert_eq!(layout.servers.len(), 6);
+        assert_eq!(layout.volumes.iter().filter(|v| v.raid == Raid::Raid1).count(), 6);
+    }
+
+    #[test]
+    fn bad_topologies_name_the_key() {
+        // Goal: every invalid value names its key and the file.
+        let base = Topology::msr_cambridge_text();
+        let cases = [
+            (base.replace("disks = 4", "disks = 2"), "defaults.data_array"),
+            (base.replace("link_gbps = 1.0", "link_gbps = 0.0"), "network.link_gbps"),
+            (base.replace("write_idle_s = 10.0", "write_idle_s = -1.0"), "policy.write_idle_s"),
+            (
+                base.replace("stripe_unit_kib = 64", "stripe_unit_kib = 48"),
+                "defaults.stripe_unit_kib",
+            ),
+            (base.replace("\"prn\", \"hm\"", "\"prn\", \"hm\", \"ts\""), "rack[2]"),
+            (
+                format!("{base}\n[[volume]]\nname = \"x_1\"\nraid = \"raid5\"\ndisks = 2\n"),
+                "volume[0] (x_1)",
+            ),
+        ];
+        for (text, key) in cases {
+            let message = Topology::from_toml(&text, "t.toml").unwrap_err().to_string();
+            assert!(
+                message.contains(key) && message.contains("t.toml"),
+                "{message:?} should name {key}"
+            );
+        }
+        let text = base.replace("seagate-cheetah-15k4-146gb", "no-such-disk");
+        let message = Topology::from_toml(&text, "t.toml")
+            .unwrap()
+            .layout(&["a_1".into()])
+            .unwrap_err()
+            .to_string();
+        assert!(
+            message.contains("no-such-disk") && message.contains("ibm-ultrastar-36z15"),
+            "{message}"
+        );
+        let text = base.replace("seagate-cheetah-15k4-146gb", "ecs2-storage-node");
+        let message = Topology::from_toml(&text, "t.toml")
+            .unwrap()
+            .layout(&["a_1".into()])
+            .unwrap_err()
+            .to_string();
+        assert!(message.contains("not a disk"), "{message}");
+    }
+}

@@ -1,0 +1,314 @@
+//! A trace set: several files read as one stream of requests in time order.
+
+use std::cmp::{Ordering, Reverse};
+use std::collections::BinaryHeap;
+use std::path::{Path, PathBuf};
+
+use crate::reader::{FileReader, SkipLog};
+use crate::volume::{FrozenVolumes, VolumeTable};
+use crate::{Format, Request, TimeBase, TraceError, TraceTimestamp};
+
+/// The most files one set may hold (each holds an open file and buffers during replay).
+pub const FILES_MAX: usize = 4096;
+
+/// How to read the files of a set.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct ReadOptions {
+    /// The format of every file; `None` detects each file's format from its content.
+    pub format: Option<Format>,
+    /// Skip and count malformed or out-of-order records instead of failing.
+    pub skip_bad: bool,
+}
+
+/// What the pre-scan learned about one file.
+#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize)]
+pub struct FileSummary {
+    pub path: PathBuf,
+    pub format: Format,
+    pub time_base: TimeBase,
+    /// The number of requests (block I/O records) in the file.
+    pub record_count: u64,
+    /// The first and last timestamps as the file states them (before placement).
+    pub first_timestamp: Option<TraceTimestamp>,
+    pub last_timestamp: Option<TraceTimestamp>,
+    /// Added to the file's timestamps in the merged stream (see [`TraceSet::open`]).
+    pub placement_offset_ns: u64,
+    /// Records skipped by `skip_bad`.
+    pub skipped: SkipLog,
+    /// vSCSI records skipped because their SCSI command is not a read or a write.
+    pub non_io_record_count: u64,
+    /// The size of the file on disk (compressed size for gzip files).
+    pub size_bytes: u64,
+}
+
+/// What the pre-scan learned about the whole set.
+#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize)]
+pub struct TraceSummary {
+    pub files: Vec<FileSummary>,
+    pub record_count: u64,
+    /// The first and last timestamps of the merged stream; `None` for an empty set.
+    pub first_timestamp: Option<TraceTimestamp>,
+    pub last_timestamp: Option<TraceTimestamp>,
+    /// `UnixEpoch` if any file has absolute time, else `Relative`.
+    pub time_base: TimeBase,
+    pub volume_count: u64,
+    /// Records skipped by `skip_bad` over all files.
+    pub skipped_count: u64,
+}
+
+impl TraceSummary {
+    /// The span from the first to the last request, or `None` for an empty set.
+    pub fn span(&self) -> Option<(TraceTimestamp, TraceTimestamp)> {
+        self.first_timestamp.zip(self.last_timestamp)
+    }
+}
+
+/// A validated set of trace files. Opening reads every file once (the pre-scan), so a
+/// bad trace fails before a long simulation starts; [`TraceSet::requests`] reads them
+/// again, merged into one time-ordered stream.
+pub struct TraceSet {
+    options: ReadOptions,
+    volumes: VolumeTable,
+    summary: TraceSummary,
+}
+
+impl TraceSet {
+    /// Opens and pre-scans `paths`. Volumes are interned in file order, then record
+    /// order. Files with relative time are placed at the set's origin: if any file has
+    /// absolute time, a relative file's time 0 becomes the earliest first timestamp of
+    /// the absolute files; otherwise relative files keep their own times.
+    pub fn open(paths: &[PathBuf], options: &ReadOptions) -> Result<TraceSet, TraceError> {
+        if paths.len() > FILES_MAX {
+            let path = paths[FILES_MAX].clone();
+            let message = format!("a trace set holds at most {FILES_MAX} files");
+            return Err(TraceError::Io { path, source: std::io::Error::other(message) });
+        }
+        let mut volumes = VolumeTable::new();
+        let mut files = Vec::with_capacity(paths.len());
+        for path in paths {
+            files.push(prescan(path, options, &mut volumes)?);
+        }
+        let origin_ns = files
+            .iter()
+            .filter(|file| file.time_base == TimeBase::UnixEpoch)
+            .filter_map(|file| file.first_timestamp)
+            .map(|timestamp| timestamp.0)
+            .min();
+        let time_base = if files.iter().any(|f| f.time_base == TimeBase::UnixEpoch) {
+            TimeBase::UnixEpoch
+        } else {
+            TimeBase::Relative
+        };
+        for file in files.iter_mut().filter(|file| file.time_base == TimeBase::Relative) {
+            file.placement_offset_ns = origin_ns.unwrap_or(0);
+        }
+        let summary = summarize(files, time_base, volumes.len() as u64)?;
+        assert!(summary.first_timestamp <= summary.last_timestamp);
+        Ok(TraceSet { options: *options, volumes, summary })
+    }
+
+    /// The volumes of every file, interned in file order then record order.
+    pub fn volumes(&self) -> &VolumeTable {
+        &self.volumes
+    }
+
+    /// Per-file and whole-set facts from the pre-scan.
+    pub fn summary(&self) -> &TraceSummary {
+        &self.summary
+    }
+
+    /// Every request of every file in non-decreasing timestamp order; ties are broken
+    /// by file order, then record order. The files are read again as the iterator
+    /// advances; the iterator ends after the first error it yields.
+    pub fn requests(&self) -> Requests<'_> {
+        Requests::new(self)
+    }
+
+    /// The requests with `start <= timestamp < end`. The files are still read from the
+    /// beginning, but nothing after `end` is parsed.
+    pub fn requests_between(
+        &self,
+        start: TraceTimestamp,
+        end: TraceTimestamp,
+    ) -> impl Iterator<Item = Result<Request, TraceError>> + '_ {
+        self.requests()
+            .filter(move |item| item.as_ref().map_or(true, |request| request.timestamp >= start))
+            .take_while(move |item| item.as_ref().map_or(true, |request| request.timestamp < end))
+    }
+}
+
+fn prescan(
+    path: &Path,
+    options: &ReadOptions,
+    volumes: &mut VolumeTable,
+) -> Result<FileSummary, TraceError> {
+    let metadata = std::fs::metadata(path)
+        .map_err(|source| TraceError::Io { path: path.to_owned(), source })?;
+    let mut reader = FileReader::open(path, options.format, options.skip_bad, 0, volumes)?;
+    while let Some(item) = reader.next(volumes) {
+        item?;
+    }
+    let first_last = reader.first_last_ns();
+    Ok(FileSummary {
+        path: path.to_owned(),
+        format: reader.format(),
+        time_base: reader.time_base(),
+        record_count: reader.record_count(),
+        first_timestamp: first_last.map(|(first, _)| TraceTimestamp(first)),
+        last_timestamp: first_last.map(|(_, last)| TraceTimestamp(last)),
+        placement_offset_ns: 0,
+        skipped: reader.skipped().clone(),
+        non_io_record_count: reader.non_io_count(),
+        size_bytes: metadata.len(),
+    })
+}
+
+fn summarize(
+    files: Vec<FileSummary>,
+    time_base: TimeBase,
+    volume_count: u64,
+) -> Result<TraceSummary, TraceError> {
+    let mut first = None;
+    let mut last = None;
+    for file in &files {
+        let placed = |timestamp: Option<TraceTimestamp>| -> Result<Option<u64>, TraceError> {
+            timestamp
+                .map(|t| {
+                    t.0.checked_add(file.placement_offset_ns).ok_or_else(|| TraceError::Parse {
+                        path: file.path.clone(),
+                        location: crate::Location::Line(0),
+                        field: "Timestamp",
+                        message: "overflows u64 when placed at the set's origin".to_owned(),
+                    })
+                })
+                .transpose()
+        };
+        if let Some(file_first) = placed(file.first_timestamp)? {
+            first = Some(first.map_or(file_first, |f: u64| f.min(file_first)));
+        }
+        if let Some(file_last) = placed(file.last_timestamp)? {
+            last = Some(last.map_or(file_last, |l: u64| l.max(file_last)));
+        }
+    }
+    Ok(TraceSummary {
+        record_count: files.iter().map(|file| file.record_count).sum(),
+        skipped_count: files.iter().map(|file| file.skipped.skipped_count).sum(),
+        first_timestamp: first.map(TraceTimestamp),
+        last_timestamp: last.map(TraceTimestamp),
+        files,
+        time_base,
+        volume_count,
+    })
+}
+
+/// A file's next request waiting in the merge heap, ordered by (time, file index).
+struct Head {
+    request: Request,
+    file: u32,
+}
+
+impl PartialEq for Head {
+    fn eq(&self, other: &Head) -> bool {
+        self.cmp(other) == Ordering::Equal
+    }
+}
+
+impl Eq for Head {}
+
+impl PartialOrd for Head {
+    fn partial_cmp(&self, other: &Head) -> Option<Ordering> {
+        Some(self.cmp(other))
+    }
+}
+
+impl Ord for Head {
+    fn cmp(&self, other: &Head) -> Ordering {
+        (self.request.timestamp, self.file).cmp(&(other.request.timestamp, other.file))
+    }
+}
+
+/// The merged request stream of a [`TraceSet`] (a k-way merge over its files).
+pub struct Requests<'a> {
+    set: &'a TraceSet,
+    readers: Vec<FileReader>,
+    heap: BinaryHeap<Reverse<Head>>,
+    pending_error: Option<TraceError>,
+    failed: bool,
+}
+
+impl<'a> Requests<'a> {
+    fn new(set: &'a TraceSet) -> Requests<'a> {
+        let mut requests = Requests {
+            set,
+            readers: Vec::with_capacity(set.summary.files.len()),
+            heap: BinaryHeap::with_capacity(set.summary.files.len()),
+            pending_error: None,
+            failed: false,
+        };
+        let mut volumes = FrozenVolumes(&set.volumes);
+        for (index, file) in set.summary.files.iter().enumerate() {
+            let opened = FileReader::open(
+                &file.path,
+                Some(file.format),
+                set.options.skip_bad,
+                file.placement_offset_ns,
+                &mut volumes,
+            );
+            match opened {
+                Ok(reader) => requests.readers.push(reader),
+                Err(error) => {
+                    requests.pending_error = Some(error);
+                    return requests;
+                }
+            }
+            requests.advance(index);
+        }
+        requests
+    }
+
+    /// Reads the next request of file `index` into the heap.
+    fn advance(&mut self, index: usize) {
+        let mut volumes = FrozenVolumes(&self.set.volumes);
+        match self.readers[index].next(&mut volumes) {
+            // FILES_MAX bounds the index far below u32::MAX.
+            Some(Ok(request)) => self.heap.push(Reverse(Head { request, file: index as u32 })),
+            Some(Err(error)) => {
+                self.pending_error.get_or_insert(error);
+            }
+            None => {
+                let expected = &self.set.summary.files[index];
+                if self.readers[index].record_count() != expected.record_count {
+                    let message = format!(
+                        "the file changed after the trace set was opened: {} records, the pre-scan found {}",
+                        self.readers[index].record_count(),
+                        expected.record_count
+                    );
+                    let path = expected.path.clone();
+                    self.pending_error.get_or_insert(TraceError::Corrupt {
+                        path,
+                        offset: 0,
+                        message,
+                    });
+                }
+            }
+        }
+    }
+}
+
+impl Iterator for Requests<'_> {
+    type Item = Result<Request, TraceError>;
+
+    fn next(&mut self) -> Option<Self::Item> {
+        if self.failed {
+            return None;
+        }
+        if let Some(error) = self.pending_error.take() {
+            self.failed = true;
+            return Some(Err(error));
+        }
+        let Reverse(head) = self.heap.pop()?;
+        let file = head.file as usize;
+        self.advance(file);
+        Some(Ok(head.request))
+    }
+}

@@ -1,0 +1,444 @@
+//! Hand parsers for the text formats. They work on byte slices of one line, split
+//! fields with `memchr`, parse integers by hand and allocate only to report an error:
+//! this is the hot path of every replay (STYLE.md; target >= 5 M MSR lines/s).
+
+use memchr::memchr;
+use somnus_types::IoKind;
+
+use crate::Format;
+use crate::error::{FieldError, quote};
+use crate::format::trim_spaces;
+
+/// Bytes per sector in every sector-addressed format.
+pub(crate) const SECTOR_BYTES: u64 = 512;
+/// Windows FILETIME ticks (100 ns) from 1601-01-01 to 1970-01-01 UTC.
+pub(crate) const FILETIME_UNIX_EPOCH_TICKS: u64 = 116_444_736_000_000_000;
+/// Nanoseconds per FILETIME tick.
+pub(crate) const NANOS_PER_FILETIME_TICK: u64 = 100;
+
+const MSR_FIELDS: [&str; 7] =
+    ["Timestamp", "Hostname", "DiskNumber", "Type", "Offset", "Size", "ResponseTime"];
+const SPC_FIELDS: [&str; 5] = ["ASU", "LBA", "Size", "Opcode", "Timestamp"];
+const DISKSIM_FIELDS: [&str; 5] = ["ArrivalTime", "DeviceNumber", "StartLBA", "Size", "Type"];
+const REPLAYER_FIELDS: [&str; 5] = ["Timestamp", "DeviceID", "Offset", "Size", "Type"];
+const CLOUDPHYSICS_FIELDS: [&str; 4] = ["timestamp_us", "op", "lbn_512B", "size_bytes"];
+
+/// One parsed line, before its volume name is resolved to an id.
+#[derive(Debug, PartialEq, Eq)]
+pub(crate) struct ParsedLine<'a> {
+    pub(crate) timestamp_ns: u64,
+    /// The volume name's prefix: MSR's hostname; empty for the formats whose volume
+    /// names start with the file stem.
+    pub(crate) host: &'a [u8],
+    /// The volume number (disk, ASU, device) that follows the prefix in the name.
+    pub(crate) number: u64,
+    /// The field the number came from, for errors about the volume.
+    pub(crate) number_field: &'static str,
+    pub(crate) offset_bytes: u64,
+    pub(crate) size_bytes: u32,
+    pub(crate) kind: IoKind,
+}
+
+/// Parses one non-blank data line of a text `format`.
+pub(crate) fn parse_line(format: Format, line: &[u8]) -> Result<ParsedLine<'_>, FieldError> {
+    match format {
+        Format::Msr => parse_msr(line),
+        Format::Spc => parse_spc(line),
+        Format::Disksim => parse_sector_ascii(line, TimeUnit::Millis),
+        Format::Mqsim => parse_sector_ascii(line, TimeUnit::Nanos),
+        Format::Replayer => parse_replayer(line),
+        Format::CloudphysicsCsv => parse_cloudphysics(line),
+        Format::Vscsi | Format::Somnus => {
+            unreachable!("binary format {format} has no text parser")
+        }
+    }
+}
+
+fn parse_msr(line: &[u8]) -> Result<ParsedLine<'_>, FieldError> {
+    let [time, host, disk, kind, offset, size, response] = split_comma(line, &MSR_FIELDS, false)?;
+    let ticks = parse_u64("Timestamp", time)?;
+    let timestamp_ns = filetime_to_unix_ns(ticks).map_err(|m| FieldError::new("Timestamp", m))?;
+    if host.is_empty() {
+        return Err(FieldError::new("Hostname", "is empty"));
+    }
+    let number = u64::from(parse_u32("DiskNumber", disk)?);
+    let kind = match kind {
+        b"Read" => IoKind::Read,
+        b"Write" => IoKind::Write,
+        _ if kind.eq_ignore_ascii_case(b"read") => IoKind::Read,
+        _ if kind.eq_ignore_ascii_case(b"write") => IoKind::Write,
+        _ => return Err(FieldError::new("Type", format!("{} is not Read or Write", quote(kind)))),
+    };
+    let size_bytes = parse_size_bytes("Size", size)?;
+    let offset_bytes = parse_offset("Offset", offset, 1, size_bytes)?;
+    parse_u64("ResponseTime", response)?;
+    Ok(ParsedLine {
+        timestamp_ns,
+        host,
+        number,
+        number_field: "DiskNumber",
+        offset_bytes,
+        size_bytes,
+        kind,
+    })
+}
+
+fn parse_spc(line: &[u8]) -> Result<ParsedLine<'_>, FieldError> {
+    let [asu, lba, size, opcode, time] = split_comma(line, &SPC_FIELDS, true)?;
+    let number = u64::from(parse_u32("ASU", asu)?);
+    let size_bytes = parse_size_bytes("Size", size)?;
+    let offset_bytes = parse_offset("LBA", lba, SECTOR_BYTES, size_bytes)?;
+    let kind = match opcode {
+        b"r" | b"R" => IoKind::Read,
+        b"w" | b"W" => IoKind::Write,
+        _ => return Err(FieldError::new("Opcode", format!("{} is not r or w", quote(opcode)))),
+    };
+    let timestamp_ns = parse_decimal("Timestamp", time, TimeUnit::Seconds)?;
+    Ok(ParsedLine {
+        timestamp_ns,
+        host: b"",
+        number,
+        number_field: "ASU",
+        offset_bytes,
+        size_bytes,
+        kind,
+    })
+}
+
+fn parse_sector_ascii(line: &[u8], unit: TimeUnit) -> Result<ParsedLine<'_>, FieldError> {
+    let [time, device, lba, size, kind] = split_whitespace(line, &DISKSIM_FIELDS)?;
+    let timestamp_ns = match unit {
+        TimeUnit::Nanos => parse_u64("ArrivalTime", time)?,
+        _ => parse_decimal("ArrivalTime", time, unit)?,
+    };
+    let number = u64::from(parse_u32("DeviceNumber", device)?);
+    let sectors = parse_u64("Size", size)?;
+    let size_bytes = sectors_to_size_bytes(sectors)?;
+    let offset_bytes = parse_offset("StartLBA", lba, SECTOR_BYTES, size_bytes)?;
+    let kind = parse_binary_kind(kind)?;
+    Ok(ParsedLine {
+        timestamp_ns,
+        host: b"",
+        number,
+        number_field: "DeviceNumber",
+        offset_bytes,
+        size_bytes,
+        kind,
+    })
+}
+
+fn parse_replayer(line: &[u8]) -> Result<ParsedLine<'_>, FieldError> {
+    let [time, device, offset, size, kind] = split_whitespace(line, &REPLAYER_FIELDS)?;
+    let timestamp_ns = parse_decimal("Timestamp", time, TimeUnit::Millis)?;
+    let number = u64::from(parse_u32("DeviceID", device)?);
+    let size_bytes = parse_size_bytes("Size", size)?;
+    let offset_bytes = parse_offset("Offset", offset, 1, size_bytes)?;
+    let kind = parse_binary_kind(kind)?;
+    Ok(ParsedLine {
+        timestamp_ns,
+        host: b"",
+        number,
+        number_field: "DeviceID",
+        offset_bytes,
+        size_bytes,
+        kind,
+    })
+}
+
+fn parse_cloudphysics(line: &[u8]) -> Result<ParsedLine<'_>, FieldError> {
+    let [time, op, lbn, size] = split_comma(line, &CLOUDPHYSICS_FIELDS, false)?;
+    let micros = parse_u64("timestamp_us", time)?;
+    let timestamp_ns = micros
+        .checked_mul(1_000)
+        .ok_or_else(|| FieldError::new("timestamp_us", format!("{micros} us overflows u64 ns")))?;
+    let kind = match op {
+        b"R" | b"r" => IoKind::Read,
+        b"W" | b"w" => IoKind::Write,
+        _ => return Err(FieldError::new("op", format!("{} is not R or W", quote(op)))),
+    };
+    let size_bytes = parse_size_bytes("size_bytes", size)?;
+    let offset_bytes = parse_offset("lbn_512B", lbn, SECTOR_BYTES, size_bytes)?;
+    Ok(ParsedLine {
+        timestamp_ns,
+        host: b"",
+        number: 0,
+        number_field: "op",
+        offset_bytes,
+        size_bytes,
+        kind,
+    })
+}
+
+/// Converts Windows FILETIME ticks to nanoseconds since the Unix epoch.
+pub(crate) fn filetime_to_unix_ns(ticks: u64) -> Result<u64, String> {
+    let since_epoch = ticks
+        .checked_sub(FILETIME_UNIX_EPOCH_TICKS)
+        .ok_or_else(|| format!("FILETIME {ticks} is before 1970-01-01"))?;
+    since_epoch
+        .checked_mul(NANOS_PER_FILETIME_TICK)
+        .ok_or_else(|| format!("FILETIME {ticks} is too far in the future for u64 ns"))
+}
+
+/// Splits a comma-separated line into exactly `N` fields (or `N` and ignored extras),
+/// trimming spaces; a missing or unexpected field is an error naming it.
+fn split_comma<'a, const N: usize>(
+    line: &'a [u8],
+    names: &[&'static str; N],
+    allow_extra: bool,
+) -> Result<[&'a [u8]; N], FieldError> {
+    let mut fields: [&[u8]; N] = [&[]; N];
+    let mut rest = line;
+    for index in 0..N {
+        let last = index + 1 == N;
+        match memchr(b',', rest) {
+            Some(position) => {
+                fields[index] = trim_spaces(&rest[..position]);
+                rest = &rest[position + 1..];
+                if last && !allow_extra {
+                    let extra = 1 + memchr::memchr_iter(b',', rest).count();
+                    return Err(too_many(names[index], extra, N));
+                }
+            }
+            None => {
+                fields[index] = trim_spaces(rest);
+                if !last {
+                    return Err(missing(names[index + 1], index + 1, N));
+                }
+            }
+        }
+    }
+    Ok(fields)
+}
+
+/// Splits a line at runs of spaces and tabs into exactly `N` fields.
+fn split_whitespace<'a, const N: usize>(
+    line: &'a [u8],
+    names: &[&'static str; N],
+) -> Result<[&'a [u8]; N], FieldError> {
+    let mut fields: [&[u8]; N] = [&[]; N];
+    let mut count = 0_usize;
+    let mut rest = trim_spaces(line);
+    while !rest.is_empty() {
+        let end = rest.iter().position(|&b| b == b' ' || b == b'\t').unwrap_or(rest.len());
+        if count == N {
+            let extra = rest.split(|&b| b == b' ' || b == b'\t').filter(|f| !f.is_empty()).count();
+            return Err(too_many(names[N - 1], extra, N));
+        }
+        fields[count] = &rest[..end];
+        count += 1;
+        rest = trim_spaces(&rest[end..]);
+    }
+    if count < N {
+        return Err(missing(names[count], count, N));
+    }
+    Ok(fields)
+}
+
+fn missing(field: &'static str, count: usize, expected: usize) -> FieldError {
+    FieldError::new(field, format!("missing: the line has {count} of {expected} fields"))
+}
+
+fn too_many(field: &'static str, extra: usize, expected: usize) -> FieldError {
+    FieldError::new(field, format!("followed by {extra} extra field(s); the format has {expected}"))
+}
+
+/// Parses a decimal unsigned integer with no sign, spaces or exponent.
+pub(crate) fn parse_u64(field: &'static str, bytes: &[u8]) -> Result<u64, FieldError> {
+    // Up to 19 digits cannot overflow u64 (10^19 - 1 < 2^64), so skip the checks.
+    const UNCHECKED_DIGITS_MAX: usize = 19;
+    if bytes.is_empty() {
+        return Err(FieldError::new(field, "is empty"));
+    }
+    let mut value = 0_u64;
+    if bytes.len() <= UNCHECKED_DIGITS_MAX {
+        for &byte in bytes {
+            let digit = byte.wrapping_sub(b'0');
+            if digit > 9 {
+                return Err(not_integer(field, bytes));
+            }
+            value = value * 10 + u64::from(digit);
+        }
+        return Ok(value);
+    }
+    for &byte in bytes {
+        let digit = byte.wrapping_sub(b'0');
+        if digit > 9 {
+            return Err(not_integer(field, bytes));
+        }
+        value = value
+            .checked_mul(10)
+            .and_then(|v| v.checked_add(u64::from(digit)))
+            .ok_or_else(|| FieldError::new(field, format!("{} overflows u64", quote(bytes))))?;
+    }
+    Ok(value)
+}
+
+fn not_integer(field: &'static str, bytes: &[u8]) -> FieldError {
+    FieldError::new(field, format!("{} is not an unsigned integer", quote(bytes)))
+}
+
+fn parse_u32(field: &'static str, bytes: &[u8]) -> Result<u32, FieldError> {
+    let value = parse_u64(field, bytes)?;
+    u32::try_from(value)
+        .map_err(|_| FieldError::new(field, format!("{value} exceeds {}", u32::MAX)))
+}
+
+/// A request size in bytes: not zero and at most `u32::MAX`.
+fn parse_size_bytes(field: &'static str, bytes: &[u8]) -> Result<u32, FieldError> {
+    let size = parse_u64(field, bytes)?;
+    if size == 0 {
+        return Err(FieldError::new(field, "is zero"));
+    }
+    u32::try_from(size)
+        .map_err(|_| FieldError::new(field, format!("{size} bytes exceeds {} bytes", u32::MAX)))
+}
+
+fn sectors_to_size_bytes(sectors: u64) -> Result<u32, FieldError> {
+    if sectors == 0 {
+        return Err(FieldError::new("Size", "is zero"));
+    }
+    sectors.checked_mul(SECTOR_BYTES).and_then(|bytes| u32::try_from(bytes).ok()).ok_or_else(|| {
+        FieldError::new("Size", format!("{sectors} sectors exceeds {} bytes", u32::MAX))
+    })
+}
+
+/// An offset of `unit_bytes`-sized units, checked so that offset + size fits `u64`.
+fn parse_offset(
+    field: &'static str,
+    bytes: &[u8],
+    unit_bytes: u64,
+    size_bytes: u32,
+) -> Result<u64, FieldError> {
+    let units = parse_u64(field, bytes)?;
+    units
+        .checked_mul(unit_bytes)
+        .filter(|offset| offset.checked_add(u64::from(size_bytes)).is_some())
+        .ok_or_else(|| {
+            FieldError::new(
+                field,
+                format!("{units} (x{unit_bytes} bytes) + size {size_bytes} overflows u64"),
+            )
+        })
+}
+
+fn parse_binary_kind(bytes: &[u8]) -> Result<IoKind, FieldError> {
+    match bytes {
+        b"1" => Ok(IoKind::Read),
+        b"0" => Ok(IoKind::Write),
+        _ => Err(FieldError::new("Type", format!("{} is not 1 (read) or 0 (write)", quote(bytes)))),
+    }
+}
+
+/// The unit of a decimal time field.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum TimeUnit {
+    Nanos,
+    Millis,
+    Seconds,
+}
+
+impl TimeUnit {
+    /// The number of decimal digits from this unit down to nanoseconds.
+    fn fraction_digits(self) -> u32 {
+        match self {
+            TimeUnit::Nanos => 0,
+            TimeUnit::Millis => 6,
+            TimeUnit::Seconds => 9,
+        }
+    }
+}
+
+/// Parses a non-negative decimal time such as `223.412` into nanoseconds. Digits
+/// below a nanosecond are truncated; signs, exponents and empty parts are refused.
+pub(crate) fn parse_decimal(
+    field: &'static str,
+    bytes: &[u8],
+    unit: TimeUnit,
+) -> Result<u64, FieldError> {
+    let digits = unit.fraction_digits();
+    let (whole, fraction) = match memchr(b'.', bytes) {
+        Some(dot) => (&bytes[..dot], &bytes[dot + 1..]),
+        None => (bytes, &bytes[..0]),
+    };
+    let bad =
+        || FieldError::new(field, format!("{} is not a non-negative decimal number", quote(bytes)));
+    if whole.is_empty() && fraction.is_empty() {
+        return Err(bad());
+    }
+    let whole_value =
+        if whole.is_empty() { 0 } else { parse_u64(field, whole).map_err(|_| bad())? };
+    let mut fraction_value = 0_u64;
+    for (index, &byte) in fraction.iter().enumerate() {
+        if !byte.is_ascii_digit() {
+            return Err(bad());
+        }
+        if (index as u32) < digits {
+            fraction_value = fraction_value * 10 + u64::from(byte - b'0');
+        }
+    }
+    let used = (fraction.len() as u64).min(u64::from(digits)) as u32;
+    fraction_value *= 10_u64.pow(digits - used);
+    whole_value
+        .checked_mul(10_u64.pow(digits))
+        .and_then(|ns| ns.checked_add(fraction_value))
+        .ok_or_else(|| {
+            FieldError::new(field, format!("{} overflows u64 nanoseconds", quote(bytes)))
+        })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn integers_parse_exactly_and_refuse_junk() {
+        // Goal: the hand integer parser agrees with std on valid input and names the
+        // field on junk, overflow and emptiness.
+        for text in ["0", "7", "18446744073709551615", "0000000000000000000042"] {
+            assert_eq!(parse_u64("F", text.as_bytes()), Ok(text.parse::<u64>().unwrap()));
+        }
+        assert_eq!(
+            parse_u64("Size", b"4k").unwrap_err().message,
+            "\"4k\" is not an unsigned integer"
+        );
+        assert!(parse_u64("F", b"18446744073709551616").unwrap_err().message.contains("overflows"));
+        assert!(parse_u64("F", b"-1").is_err());
+        assert_eq!(parse_u64("F", b"").unwrap_err().message, "is empty");
+    }
+
+    #[test]
+    fn decimals_become_nanoseconds() {
+        // Goal: decimal times in ms and s convert exactly, sub-ns digits are dropped,
+        // and malformed numbers are refused.
+        assert_eq!(parse_decimal("T", b"223.412", TimeUnit::Millis), Ok(223_412_000));
+        assert_eq!(parse_decimal("T", b"0.000", TimeUnit::Millis), Ok(0));
+        assert_eq!(parse_decimal("T", b"12", TimeUnit::Millis), Ok(12_000_000));
+        assert_eq!(parse_decimal("T", b"0.551706", TimeUnit::Seconds), Ok(551_706_000));
+        assert_eq!(parse_decimal("T", b"1.0000000019", TimeUnit::Seconds), Ok(1_000_000_001));
+        assert_eq!(parse_decimal("T", b".5", TimeUnit::Seconds), Ok(500_000_000));
+        for junk in [&b"."[..], b"1e3", b"-1.0", b"1.2.3", b"", b"1.x"] {
+            assert!(parse_decimal("T", junk, TimeUnit::Millis).is_err(), "{junk:?}");
+        }
+    }
+
+    #[test]
+    fn filetime_converts_to_unix_ns() {
+        // Goal: the MSR trace start 128166372000000000 is 2007-02-22 17:00 UTC
+        // (1172163600 s since the Unix epoch).
+        assert_eq!(filetime_to_unix_ns(128_166_372_000_000_000), Ok(1_172_163_600_000_000_000));
+        assert!(filetime_to_unix_ns(5).is_err());
+        assert!(filetime_to_unix_ns(u64::MAX).is_err());
+    }
+
+    #[test]
+    fn msr_line_parses() {
+        // Goal: a real MSR line parses into its fields, Type in any case.
+        let line = b"128166386783630075,hm,0,write,3164164096,40960,2896";
+        let parsed = parse_line(Format::Msr, line).unwrap();
+        assert_eq!(parsed.host, b"hm");
+        assert_eq!(parsed.number, 0);
+        assert_eq!(parsed.kind, IoKind::Write);
+        assert_eq!(parsed.offset_bytes, 3_164_164_096);
+        assert_eq!(parsed.size_bytes, 40_960);
+    }
+}

@@ -1,0 +1,31 @@
+//! Vocabulary shared by every somnus crate: identifiers as newtypes, byte ranges,
+//! power and energy units with exact integer arithmetic, and virtual time.
+//!
+//! This crate has no behaviour of its own and no dependency on the rest of somnus.
+//! It never reads a clock: a [`VirtualInstant`] is whatever the shell says it is.
+
+mod ids;
+mod range;
+mod time;
+mod units;
+
+pub use ids::{DiskId, IoId, LoggerId, RackId, RequestId, ServerId, VolumeId};
+pub use range::ByteRange;
+pub use time::{VirtualDuration, VirtualInstant};
+pub use units::{Energy, Power};
+
+/// Whether a block request reads or writes.
+#[derive(
+    Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, serde::Serialize, serde::Deserialize,
+)]
+#[serde(rename_all = "lowercase")]
+pub enum IoKind {
+    Read,
+    Write,
+}
+
+impl IoKind {
+    pub fn is_write(self) -> bool {
+        self == IoKind::Write
+    }
+}
