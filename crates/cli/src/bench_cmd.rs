@@ -1,7 +1,8 @@
 //! `somnus bench`: speed figures measured against a reference taken in the same run,
 //! so that the ratios mean something on a shared, noisy machine.
 
-use std::path::PathBuf;
+use std::io::Write as _;
+use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::Duration;
 
@@ -24,11 +25,17 @@ pub(crate) enum BenchCommand {
 
 #[derive(Args)]
 pub(crate) struct BenchOffloadArgs {
-    /// The trace file (a real MSR Cambridge CSV, for the target).
+    /// The trace file: an MSR Cambridge CSV (plain, not gzip).
     #[arg(long = "trace", value_name = "FILE")]
     trace: PathBuf,
+    /// The real files are small (thousands of lines), which would time process start-up
+    /// and set-up rather than throughput; so the file is looped, each copy shifted in
+    /// time past the previous one, into a temporary file of at least this many records,
+    /// and every measurement runs on that one file.
+    #[arg(long, default_value_t = 1_000_000)]
+    records_min: u64,
     /// Runs of each measurement; the median is reported.
-    #[arg(long, default_value_t = 15)]
+    #[arg(long, default_value_t = 5)]
     repeat: u32,
     /// Print the figures as one JSON object.
     #[arg(long)]
@@ -56,11 +63,58 @@ fn time(repeat: u32, mut work: impl FnMut() -> Result<()>) -> Result<Duration> {
     Ok(median(samples))
 }
 
+/// Writes `copies` of an MSR CSV back to back, each shifted in time to start a second
+/// after the previous one ended, so that the result is one valid, time-ordered trace.
+fn loop_msr(source: &Path, target: &Path, copies: u64) -> Result<u64> {
+    let text =
+        std::fs::read_to_string(source).with_context(|| format!("reading {}", source.display()))?;
+    let lines: Vec<&str> = text.lines().filter(|line| !line.trim().is_empty()).collect();
+    let stamp = |line: &str| -> Result<u64> {
+        let field = line.split(',').next().unwrap_or("");
+        field
+            .parse::<u64>()
+            .with_context(|| format!("{}: not MSR CSV (timestamp {field:?})", source.display()))
+    };
+    let (Some(first), Some(last)) = (lines.first(), lines.last()) else {
+        bail!("{} is empty", source.display())
+    };
+    // FILETIME ticks are 100 ns: a copy follows the previous one a second later.
+    let period = stamp(last)? - stamp(first)? + 10_000_000;
+    let mut out = std::io::BufWriter::new(std::fs::File::create(target)?);
+    for copy in 0..copies {
+        for line in &lines {
+            let (time, rest) = line.split_once(',').unwrap_or((line, ""));
+            let time: u64 = time.parse()?;
+            writeln!(out, "{},{rest}", time + copy * period)?;
+        }
+    }
+    out.flush()?;
+    Ok(copies * lines.len() as u64)
+}
+
 fn offload(args: &BenchOffloadArgs) -> Result<()> {
     if args.repeat == 0 || args.repeat > 1000 {
         bail!("--repeat must be between 1 and 1000");
     }
-    let path = &args.trace;
+    if args.records_min > 100_000_000 {
+        bail!("--records-min is at most 100,000,000");
+    }
+    let source_lines = std::fs::read_to_string(&args.trace)
+        .with_context(|| format!("reading {}", args.trace.display()))?
+        .lines()
+        .filter(|line| !line.trim().is_empty())
+        .count() as u64;
+    let copies = args.records_min.div_ceil(source_lines.max(1)).max(1);
+    let dir = std::env::temp_dir().join(format!("somnus-bench-{}", std::process::id()));
+    std::fs::create_dir_all(&dir)?;
+    let looped = dir.join("looped.csv");
+    let result =
+        loop_msr(&args.trace, &looped, copies).and_then(|_| measure(args, &looped, copies));
+    let _ = std::fs::remove_dir_all(&dir);
+    result
+}
+
+fn measure(args: &BenchOffloadArgs, path: &Path, copies: u64) -> Result<()> {
     let lines = {
         let output = Command::new("wc").arg("-l").arg(path).output().context("running wc -l")?;
         if !output.status.success() {
@@ -89,7 +143,7 @@ fn offload(args: &BenchOffloadArgs) -> Result<()> {
     let topology = load_topology(None, &[])?;
     let mut simulated = 0u64;
     let end_to_end = time(args.repeat, || {
-        let set = TraceSet::open(std::slice::from_ref(path), &ReadOptions::default())?;
+        let set = TraceSet::open(&[path.to_path_buf()], &ReadOptions::default())?;
         let Some(window) = Window::whole(set.summary()) else {
             bail!("{} has no requests", path.display())
         };
@@ -113,7 +167,8 @@ fn offload(args: &BenchOffloadArgs) -> Result<()> {
     let e2e_per_s = rate(simulated, end_to_end);
     if args.json {
         let figures = serde_json::json!({
-            "trace": path.display().to_string(),
+            "trace": args.trace.display().to_string(),
+            "copies": copies,
             "records": records,
             "repeat": args.repeat,
             "wc_lines_per_s": wc_lines_per_s,
@@ -126,8 +181,8 @@ fn offload(args: &BenchOffloadArgs) -> Result<()> {
         return Ok(());
     }
     println!(
-        "trace {} ({} records), median of {} runs, one core",
-        path.display(),
+        "trace {} looped {copies} times into one file of {} records; median of {} runs, one core",
+        args.trace.display(),
         records,
         args.repeat
     );

@@ -119,7 +119,7 @@ pub(crate) struct InputArgs {
 
 impl InputArgs {
     pub(crate) fn options(&self) -> ReadOptions {
-        ReadOptions { format: self.format, skip_bad: self.skip_bad }
+        ReadOptions { format: self.format, skip_bad: self.skip_bad, ..ReadOptions::default() }
     }
 }
 

@@ -59,6 +59,9 @@ impl<V: Copy + Eq> ExtentMap<V> {
         mut predicate: impl FnMut(V) -> bool,
         mut removed: impl FnMut(ByteRange, V),
     ) {
+        if self.extents.is_empty() {
+            return;
+        }
         // Reuse one buffer: this runs on every off-loaded write.
         let mut overlapping = std::mem::take(&mut self.scratch);
         overlapping.clear();
@@ -88,6 +91,9 @@ impl<V: Copy + Eq> ExtentMap<V> {
 
     /// Calls `visit` with each mapped piece of `range`, clipped to it, in order.
     pub fn for_each_overlap(&self, range: ByteRange, mut visit: impl FnMut(ByteRange, V)) {
+        if self.extents.is_empty() {
+            return;
+        }
         let first = self.extents.range(..range.start).next_back().map(|(start, _)| *start);
         let start_key = first.unwrap_or(range.start);
         for (&start, &(end, value)) in self.extents.range(start_key..range.end) {
@@ -99,6 +105,9 @@ impl<V: Copy + Eq> ExtentMap<V> {
 
     /// Whether any byte of `range` is mapped.
     pub fn overlaps(&self, range: ByteRange) -> bool {
+        if self.extents.is_empty() {
+            return false;
+        }
         let before = self.extents.range(..range.start).next_back();
         if before.is_some_and(|(_, (end, _))| *end > range.start) {
             return true;

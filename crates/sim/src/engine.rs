@@ -24,6 +24,7 @@ use somnus_types::{
 };
 
 use crate::disk::{ArrayLayout, Disk, DiskModel, DiskOp};
+use crate::pending::PendingRanges;
 use crate::topology::Layout;
 
 /// Bytes of an RPC header between a manager and a remote logger.
@@ -130,8 +131,6 @@ pub struct Progress {
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
 enum EventKind {
-    /// The reads of a read-modify-write are done; issue its writes.
-    VioSecondPhase(u32),
     VioDone(u32),
     /// A request to a remote logger reached the logger's server.
     NetArrive(u32),
@@ -176,7 +175,7 @@ struct VolumeIo {
     result: Result<(), IoFailure>,
 }
 
-#[derive(Clone, Copy, Debug)]
+#[derive(Clone, Debug)]
 struct ClientRequest {
     arrival: VirtualInstant,
     volume: u32,
@@ -184,6 +183,11 @@ struct ClientRequest {
     kind: IoKind,
     spin_delayed: bool,
     generation: u32,
+    /// Earlier overlapping requests of the same volume still pending.
+    waiting_on: u32,
+    /// Later overlapping requests waiting for this one (the vector keeps its
+    /// allocation when the slot is reused).
+    dependents: Vec<u32>,
 }
 
 struct VolumeState {
@@ -200,10 +204,8 @@ struct VolumeState {
     /// I/Os waiting for a spin-up, in arrival order.
     parked: Vec<u32>,
     timer_at: Option<VirtualInstant>,
-    /// Client requests being served, for the serialization of overlapping ranges.
-    serving: Vec<(ByteRange, u32)>,
-    /// Client requests waiting for an overlapping one to finish.
-    serial_wait: VecDeque<u32>,
+    /// Pending client requests, to serialize overlapping ones (004 section 4.1).
+    pending: PendingRanges,
     log_start: u64,
     log_bytes: u64,
     log_head: u64,
@@ -260,11 +262,10 @@ pub struct Engine<'a> {
     requests: Vec<ClientRequest>,
     requests_free: Vec<u32>,
     requests_in_flight: usize,
+    /// Scratch: the requests a new arrival must wait for.
+    blockers: Vec<u64>,
     first_ops: Vec<DiskOp>,
     second_ops: Vec<DiskOp>,
-    /// Second-phase operations of read-modify-writes, indexed by volume I/O; the
-    /// vectors keep their allocation from one use to the next.
-    second_plans: Vec<Vec<DiskOp>>,
     actions: Vec<ManagerAction>,
     measured: RunMeasurements,
     /// Meter readings and power timelines at the end of the window.
@@ -306,8 +307,7 @@ impl<'a> Engine<'a> {
                 ios_in_flight: 0,
                 parked: Vec::new(),
                 timer_at: None,
-                serving: Vec::new(),
-                serial_wait: VecDeque::new(),
+                pending: PendingRanges::default(),
                 log_start: capacity - log_bytes,
                 log_bytes,
                 log_head: 0,
@@ -362,9 +362,9 @@ impl<'a> Engine<'a> {
             requests: Vec::new(),
             requests_free: Vec::new(),
             requests_in_flight: 0,
+            blockers: Vec::new(),
             first_ops: Vec::new(),
             second_ops: Vec::new(),
-            second_plans: Vec::new(),
             actions: Vec::new(),
             measured,
             snapshot: None,
@@ -490,7 +490,6 @@ impl<'a> Engine<'a> {
 
     fn handle_event(&mut self, event: EventKind) {
         match event {
-            EventKind::VioSecondPhase(vio) => self.second_phase(vio),
             EventKind::VioDone(vio) => self.vio_done(vio),
             EventKind::NetArrive(vio) => self.at_logger(vio),
             EventKind::NetReply(vio) => self.complete_vio(vio),
@@ -547,39 +546,49 @@ impl<'a> Engine<'a> {
         if self.requests_in_flight >= CLIENT_REQUESTS_MAX {
             return Err(EngineError::Overloaded { at: request.arrival });
         }
-        let client = ClientRequest {
-            arrival: request.arrival,
-            volume: request.volume.0,
-            range: request.range,
-            kind: request.kind,
-            spin_delayed: false,
-            generation: 0,
-        };
         let slot = match self.requests_free.pop() {
-            Some(slot) => {
-                let generation = self.requests[slot as usize].generation.wrapping_add(1);
-                self.requests[slot as usize] = ClientRequest { generation, ..client };
-                slot
-            }
+            Some(slot) => slot,
             None => {
-                self.requests.push(client);
+                self.requests.push(ClientRequest {
+                    arrival: request.arrival,
+                    volume: 0,
+                    range: request.range,
+                    kind: request.kind,
+                    spin_delayed: false,
+                    generation: 0,
+                    waiting_on: 0,
+                    dependents: Vec::new(),
+                });
                 (self.requests.len() - 1) as u32
             }
         };
+        let client = &mut self.requests[slot as usize];
+        client.generation = client.generation.wrapping_add(1);
+        client.arrival = request.arrival;
+        client.volume = request.volume.0;
+        client.range = request.range;
+        client.kind = request.kind;
+        client.spin_delayed = false;
+        client.waiting_on = 0;
+        client.dependents.clear();
         self.requests_in_flight += 1;
+        let id = self.request_id(slot);
         let volume = &mut self.volumes[request.volume.index()];
         match request.kind {
             IoKind::Read => volume.reads += 1,
             IoKind::Write => volume.writes += 1,
         }
-        let blocked = volume.serving.iter().any(|(range, _)| range.overlaps(request.range))
-            || volume
-                .serial_wait
-                .iter()
-                .any(|&other| self.requests[other as usize].range.overlaps(request.range));
-        if blocked {
-            volume.serial_wait.push_back(slot);
-        } else {
+        let mut blockers = std::mem::take(&mut self.blockers);
+        blockers.clear();
+        volume.pending.add(request.range, id.0, &mut blockers);
+        for &earlier in &blockers {
+            // The low half of a request id is its slot.
+            self.requests[earlier as u32 as usize].dependents.push(slot);
+        }
+        self.requests[slot as usize].waiting_on = blockers.len() as u32;
+        let ready = blockers.is_empty();
+        self.blockers = blockers;
+        if ready {
             self.dispatch(slot);
         }
         Ok(())
@@ -590,13 +599,10 @@ impl<'a> Engine<'a> {
     }
 
     fn dispatch(&mut self, slot: u32) {
-        let request = self.requests[slot as usize];
-        self.volumes[request.volume as usize].serving.push((request.range, slot));
+        let request = &self.requests[slot as usize];
+        let (volume, kind, range) = (request.volume, request.kind, request.range);
         let id = self.request_id(slot);
-        self.deliver(
-            request.volume,
-            ManagerEvent::RequestArrived { request: id, kind: request.kind, range: request.range },
-        );
+        self.deliver(volume, ManagerEvent::RequestArrived { request: id, kind, range });
     }
 
     fn slot_of(&self, request: RequestId) -> u32 {
@@ -821,28 +827,26 @@ impl<'a> Engine<'a> {
                 .map_or(0, |(i, _)| i as u32)
         };
         state.array.plan(vio.placement, write, pick_mirror, &mut first, &mut second);
-        let done = self.serve(vio.target, &first);
-        if second.is_empty() {
-            self.schedule(done, EventKind::VioDone(index));
-        } else {
-            if self.second_plans.len() <= index as usize {
-                self.second_plans.resize_with(index as usize + 1, Vec::new);
-            }
-            std::mem::swap(&mut self.second_plans[index as usize], &mut second);
-            self.schedule(done, EventKind::VioSecondPhase(index));
+        let mut done = self.serve(vio.target, &first, self.now);
+        if !second.is_empty() {
+            // The write half of a read-modify-write is queued on its disks right behind
+            // the read half, as a controller holding the stripe lock does: the new
+            // parity needs every old block first.
+            done = self.serve(vio.target, &second, done);
         }
+        self.schedule(done, EventKind::VioDone(index));
         self.first_ops = first;
         self.second_ops = second;
     }
 
-    /// Serves operations FCFS on their disks; returns when the last one completes.
-    fn serve(&mut self, volume: u32, ops: &[DiskOp]) -> VirtualInstant {
-        let now = self.now;
+    /// Serves operations FCFS on their disks, none before `not_before`; returns when
+    /// the last one completes.
+    fn serve(&mut self, volume: u32, ops: &[DiskOp], not_before: VirtualInstant) -> VirtualInstant {
         let state = &mut self.volumes[volume as usize];
-        let mut done = now;
+        let mut done = not_before;
         for op in ops {
             let disk = &mut state.disks[op.disk as usize];
-            let start = now.max(disk.busy_until);
+            let start = not_before.max(disk.busy_until);
             let service = state.model.service_time(disk.head, op);
             disk.busy_until = start + service;
             disk.head = state.model.head_after(op);
@@ -850,16 +854,6 @@ impl<'a> Engine<'a> {
             done = done.max(disk.busy_until);
         }
         done
-    }
-
-    fn second_phase(&mut self, index: u32) {
-        let mut ops = std::mem::take(&mut self.second_plans[index as usize]);
-        assert!(!ops.is_empty(), "second phase of {index} without a plan");
-        let target = self.vios[index as usize].target;
-        let done = self.serve(target, &ops);
-        ops.clear();
-        self.second_plans[index as usize] = ops;
-        self.schedule(done, EventKind::VioDone(index));
     }
 
     fn vio_done(&mut self, index: u32) {
@@ -1023,9 +1017,10 @@ impl<'a> Engine<'a> {
         waited_for_spin_up: bool,
     ) {
         let slot = self.slot_of(request);
-        let client = self.requests[slot as usize];
+        let client = &self.requests[slot as usize];
         assert_eq!(client.kind, kind, "reply of the wrong kind for {request}");
-        let latency = self.now.duration_since(client.arrival).as_nanos();
+        let (arrival, volume, range) = (client.arrival, client.volume as usize, client.range);
+        let latency = self.now.duration_since(arrival).as_nanos();
         let spin_delayed = client.spin_delayed || waited_for_spin_up;
         let measured = &mut self.measured;
         let (histogram, sum) = match kind {
@@ -1052,34 +1047,22 @@ impl<'a> Engine<'a> {
         self.requests_in_flight -= 1;
         self.requests_done += 1;
         self.requests_free.push(slot);
-        let volume = client.volume as usize;
-        let serving = &mut self.volumes[volume].serving;
-        let Some(position) = serving.iter().position(|(_, s)| *s == slot) else {
-            unreachable!("reply to {request}, which is not being served");
-        };
-        serving.swap_remove(position);
-        self.release_waiters(volume);
+        self.volumes[volume].pending.remove(range, request.0);
+        self.release_dependents(slot);
     }
 
-    /// Dispatches waiting requests that no longer overlap one being served or an
-    /// earlier waiting one.
-    fn release_waiters(&mut self, volume: usize) {
-        if self.volumes[volume].serial_wait.is_empty() {
-            return;
-        }
-        let waiting = std::mem::take(&mut self.volumes[volume].serial_wait);
-        let mut still: VecDeque<u32> = VecDeque::with_capacity(waiting.len());
-        for slot in waiting {
-            let range = self.requests[slot as usize].range;
-            let blocked = self.volumes[volume].serving.iter().any(|(r, _)| r.overlaps(range))
-                || still.iter().any(|&other| self.requests[other as usize].range.overlaps(range));
-            if blocked {
-                still.push_back(slot);
-            } else {
-                self.dispatch(slot);
+    /// Dispatches the requests that waited only for `slot`.
+    fn release_dependents(&mut self, slot: u32) {
+        let dependents = std::mem::take(&mut self.requests[slot as usize].dependents);
+        for &dependent in &dependents {
+            let waiting = &mut self.requests[dependent as usize].waiting_on;
+            assert!(*waiting > 0, "request slot {dependent} released twice");
+            *waiting -= 1;
+            if *waiting == 0 {
+                self.dispatch(dependent);
             }
         }
-        self.volumes[volume].serial_wait = still;
+        self.requests[slot as usize].dependents = dependents;
     }
 
     fn take_snapshot(&mut self) {

@@ -16,5 +16,6 @@
 pub mod disk;
 pub mod engine;
 pub mod experiment;
+mod pending;
 pub mod replay;
 pub mod topology;

@@ -12,13 +12,26 @@ use crate::{Format, Request, TimeBase, TraceError, TraceTimestamp};
 pub const FILES_MAX: usize = 4096;
 
 /// How to read the files of a set.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct ReadOptions {
     /// The format of every file; `None` detects each file's format from its content.
     pub format: Option<Format>,
     /// Skip and count malformed or out-of-order records instead of failing.
     pub skip_bad: bool,
+    /// Keep the parsed requests in memory when the whole set has at most this many
+    /// (32 bytes each), so that replaying it again costs no parsing; larger sets are
+    /// read from their files on every pass. Zero never keeps them.
+    pub memory_records_max: u64,
 }
+
+impl Default for ReadOptions {
+    fn default() -> ReadOptions {
+        ReadOptions { format: None, skip_bad: false, memory_records_max: MEMORY_RECORDS_DEFAULT }
+    }
+}
+
+/// Sixteen million requests (512 MiB) are kept in memory by default.
+pub const MEMORY_RECORDS_DEFAULT: u64 = 16 << 20;
 
 /// What the pre-scan learned about one file.
 #[derive(Clone, Debug, PartialEq, Eq, serde::Serialize)]
@@ -70,6 +83,9 @@ pub struct TraceSet {
     options: ReadOptions,
     volumes: VolumeTable,
     summary: TraceSummary,
+    /// Each file's requests as parsed by the pre-scan (before placement), when the set
+    /// fits `memory_records_max`.
+    cached: Option<Vec<Vec<Request>>>,
 }
 
 impl TraceSet {
@@ -85,8 +101,10 @@ impl TraceSet {
         }
         let mut volumes = VolumeTable::new();
         let mut files = Vec::with_capacity(paths.len());
+        let mut cache =
+            Cache { records_max: options.memory_records_max, records: 0, files: Some(Vec::new()) };
         for path in paths {
-            files.push(prescan(path, options, &mut volumes)?);
+            files.push(prescan(path, options, &mut volumes, &mut cache)?);
         }
         let origin_ns = files
             .iter()
@@ -104,7 +122,12 @@ impl TraceSet {
         }
         let summary = summarize(files, time_base, volumes.len() as u64)?;
         assert!(summary.first_timestamp <= summary.last_timestamp);
-        Ok(TraceSet { options: *options, volumes, summary })
+        Ok(TraceSet { options: *options, volumes, summary, cached: cache.files })
+    }
+
+    /// Whether the requests are held in memory (see [`ReadOptions::memory_records_max`]).
+    pub fn is_in_memory(&self) -> bool {
+        self.cached.is_some()
     }
 
     /// The volumes of every file, interned in file order then record order.
@@ -137,16 +160,44 @@ impl TraceSet {
     }
 }
 
+/// The requests the pre-scan keeps, until they exceed the budget.
+struct Cache {
+    records_max: u64,
+    records: u64,
+    files: Option<Vec<Vec<Request>>>,
+}
+
+impl Cache {
+    fn keep(&mut self, file: &mut Vec<Request>, request: Request) {
+        if self.files.is_none() {
+            return;
+        }
+        self.records += 1;
+        if self.records > self.records_max {
+            // Over budget: give the memory back and read the files on every pass.
+            self.files = None;
+            *file = Vec::new();
+            return;
+        }
+        file.push(request);
+    }
+}
+
 fn prescan(
     path: &Path,
     options: &ReadOptions,
     volumes: &mut VolumeTable,
+    cache: &mut Cache,
 ) -> Result<FileSummary, TraceError> {
     let metadata = std::fs::metadata(path)
         .map_err(|source| TraceError::Io { path: path.to_owned(), source })?;
     let mut reader = FileReader::open(path, options.format, options.skip_bad, 0, volumes)?;
+    let mut kept = Vec::new();
     while let Some(item) = reader.next(volumes) {
-        item?;
+        cache.keep(&mut kept, item?);
+    }
+    if let Some(files) = &mut cache.files {
+        files.push(kept);
     }
     let first_last = reader.first_last_ns();
     Ok(FileSummary {
@@ -227,13 +278,22 @@ impl Ord for Head {
     }
 }
 
+/// Where one file's requests come from during a pass.
+enum Source<'a> {
+    File(Box<FileReader>),
+    /// The pre-scan's copy: the requests and the next index.
+    Memory(&'a [Request], usize),
+}
+
 /// The merged request stream of a [`TraceSet`] (a k-way merge over its files).
 pub struct Requests<'a> {
     set: &'a TraceSet,
-    readers: Vec<FileReader>,
+    readers: Vec<Source<'a>>,
     heap: BinaryHeap<Reverse<Head>>,
     pending_error: Option<TraceError>,
     failed: bool,
+    /// With a single in-memory file there is nothing to merge: its index.
+    single: Option<usize>,
 }
 
 impl<'a> Requests<'a> {
@@ -244,7 +304,18 @@ impl<'a> Requests<'a> {
             heap: BinaryHeap::with_capacity(set.summary.files.len()),
             pending_error: None,
             failed: false,
+            single: None,
         };
+        if let Some(cached) = &set.cached {
+            for (index, file) in cached.iter().enumerate() {
+                requests.readers.push(Source::Memory(file, 0));
+                if cached.len() > 1 {
+                    requests.advance(index);
+                }
+            }
+            requests.single = (cached.len() == 1).then_some(0);
+            return requests;
+        }
         let mut volumes = FrozenVolumes(&set.volumes);
         for (index, file) in set.summary.files.iter().enumerate() {
             let opened = FileReader::open(
@@ -255,7 +326,7 @@ impl<'a> Requests<'a> {
                 &mut volumes,
             );
             match opened {
-                Ok(reader) => requests.readers.push(reader),
+                Ok(reader) => requests.readers.push(Source::File(Box::new(reader))),
                 Err(error) => {
                     requests.pending_error = Some(error);
                     return requests;
@@ -266,10 +337,23 @@ impl<'a> Requests<'a> {
         requests
     }
 
+    /// The next request of file `index`, placed at the set's origin.
+    fn next_of(&mut self, index: usize) -> Option<Result<Request, TraceError>> {
+        match &mut self.readers[index] {
+            Source::File(reader) => reader.next(&mut FrozenVolumes(&self.set.volumes)),
+            Source::Memory(requests, next) => {
+                let mut request = *requests.get(*next)?;
+                *next += 1;
+                // The pre-scan checked that placement does not overflow.
+                request.timestamp.0 += self.set.summary.files[index].placement_offset_ns;
+                Some(Ok(request))
+            }
+        }
+    }
+
     /// Reads the next request of file `index` into the heap.
     fn advance(&mut self, index: usize) {
-        let mut volumes = FrozenVolumes(&self.set.volumes);
-        match self.readers[index].next(&mut volumes) {
+        match self.next_of(index) {
             // FILES_MAX bounds the index far below u32::MAX.
             Some(Ok(request)) => self.heap.push(Reverse(Head { request, file: index as u32 })),
             Some(Err(error)) => {
@@ -277,10 +361,11 @@ impl<'a> Requests<'a> {
             }
             None => {
                 let expected = &self.set.summary.files[index];
-                if self.readers[index].record_count() != expected.record_count {
+                let Source::File(reader) = &self.readers[index] else { return };
+                if reader.record_count() != expected.record_count {
                     let message = format!(
                         "the file changed after the trace set was opened: {} records, the pre-scan found {}",
-                        self.readers[index].record_count(),
+                        reader.record_count(),
                         expected.record_count
                     );
                     let path = expected.path.clone();
@@ -305,6 +390,9 @@ impl Iterator for Requests<'_> {
         if let Some(error) = self.pending_error.take() {
             self.failed = true;
             return Some(Err(error));
+        }
+        if let Some(index) = self.single {
+            return self.next_of(index);
         }
         let Reverse(head) = self.heap.pop()?;
         let file = head.file as usize;

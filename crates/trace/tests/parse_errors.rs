@@ -206,7 +206,7 @@ fn skip_bad_counts_per_file_and_keeps_the_first_errors() {
     }
     text.push_str("128166372003061630,hm,0,Write,512,512,1\n128166372003061629,hm,0,Read,0,512,1\n128166372003061631,hm,1,Read,0,512,1\n");
     let path = common::write_file(&dir, "hm.csv", text.as_bytes());
-    let options = ReadOptions { format: None, skip_bad: true };
+    let options = ReadOptions { skip_bad: true, ..ReadOptions::default() };
     let set = TraceSet::open(std::slice::from_ref(&path), &options).unwrap();
     let file = &set.summary().files[0];
     assert_eq!(file.record_count, 3);

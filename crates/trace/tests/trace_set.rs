@@ -47,6 +47,42 @@ fn merge_orders_by_time_then_file_then_record() {
 }
 
 #[test]
+fn passes_from_memory_and_from_the_files_agree() {
+    // Goal: a set small enough to be kept in memory by the pre-scan replays exactly the
+    // requests, order and placement of a set read from its files each pass, and a set
+    // over the budget falls back to the files. Method: an absolute MSR file and a
+    // relative replayer file (placed at the MSR origin), opened three ways.
+    let dir = common::scratch_dir("memory");
+    let msr = common::write_file(
+        &dir,
+        "m.csv",
+        b"128166372000000000,hm,0,Read,0,512,1\n128166372000010000,hm,1,Write,4096,512,1\n",
+    );
+    let relative = common::write_file(&dir, "r.trace", b"0 0 0 512 1\n0.5 0 512 512 0\n");
+    let paths = [msr, relative];
+    let in_memory = TraceSet::open(&paths, &ReadOptions::default()).unwrap();
+    let from_files =
+        TraceSet::open(&paths, &ReadOptions { memory_records_max: 0, ..ReadOptions::default() })
+            .unwrap();
+    let over_budget =
+        TraceSet::open(&paths, &ReadOptions { memory_records_max: 3, ..ReadOptions::default() })
+            .unwrap();
+    assert!(in_memory.is_in_memory());
+    assert!(!from_files.is_in_memory());
+    assert!(!over_budget.is_in_memory());
+    let pass = |set: &TraceSet| set.requests().map(|r| r.unwrap()).collect::<Vec<_>>();
+    let expected = pass(&from_files);
+    assert_eq!(expected.len(), 4);
+    assert_eq!(pass(&in_memory), expected);
+    assert_eq!(pass(&in_memory), expected, "a second pass from memory");
+    assert_eq!(pass(&over_budget), expected);
+    assert_eq!(
+        expected[0].timestamp, expected[1].timestamp,
+        "the relative file starts at the MSR origin"
+    );
+}
+
+#[test]
 fn same_volume_name_in_two_files_is_one_volume_and_relative_files_move_to_the_origin() {
     // Goal: files share the volume table by name, and a relative file's time 0 is
     // placed at the earliest absolute first timestamp.

@@ -87,7 +87,7 @@ impl GarbageCache {
     }
 
     pub(crate) fn overlaps(&self, range: ByteRange) -> bool {
-        self.overlapping(range).next().is_some()
+        !self.entries.is_empty() && self.overlapping(range).next().is_some()
     }
 
     /// Whether an entry may be invalidated now: superseded versions always may; a
