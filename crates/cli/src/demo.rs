@@ -7,8 +7,10 @@ use anyhow::{Context, Result, bail};
 use clap::Args;
 use somnus_sim::engine::{ConfigKind, SimRequest};
 use somnus_sim::experiment::run_offload;
+use somnus_sim::replay::volume_loads;
 use somnus_sim::topology::Topology;
-use somnus_trace::{SyntheticConfig, SyntheticTrace};
+use somnus_trace::stats::{self, StatsOptions, StatsSpan};
+use somnus_trace::{SyntheticConfig, SyntheticTrace, TraceTimestamp};
 use somnus_types::{ByteRange, VirtualDuration, VirtualInstant};
 
 use crate::progress::ProgressLine;
@@ -83,9 +85,16 @@ pub(crate) fn run(args: &DemoArgs) -> Result<()> {
     };
     let trace = SyntheticTrace::new(&config, args.seed)?;
     let names: Vec<String> = trace.volumes().iter().map(|(_, name)| name.to_string()).collect();
-    let requests = trace.count() as u64;
-    let layout = Topology::demo().layout(&names)?;
+    let volumes = trace.volumes().clone();
     let span = VirtualDuration::from_nanos((args.hours * 3600e9) as u64);
+    let stats_span = StatsSpan {
+        start: TraceTimestamp(0),
+        end: TraceTimestamp(span.as_nanos().saturating_sub(1)),
+        time_base: trace.time_base(),
+    };
+    let stats = stats::compute(trace, &volumes, stats_span, &StatsOptions::default());
+    let requests = stats.request_count;
+    let layout = Topology::demo().layout_for_load(&names, &volume_loads(&stats))?;
     if !args.quiet {
         eprintln!(
             "simulating {} synthetic requests (seed {}) on {} volumes, four configurations...",

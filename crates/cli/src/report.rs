@@ -98,10 +98,11 @@ pub(crate) fn tables(result: &OffloadResult) -> String {
     let _ = writeln!(out);
     if let Some(first) = result.configs.first() {
         for (index, volume) in first.volumes.iter().enumerate() {
+            let array = format!("{:?} x{}", volume.raid, volume.disks).to_lowercase();
             let _ = write!(
                 out,
-                "{:<24} {:>6} {:>5} {:>9} {:>9}",
-                volume.name, volume.rack, volume.disks, volume.reads, volume.writes
+                "{:<24} {:>6} {:>11} {:>9} {:>9}",
+                volume.name, volume.rack, array, volume.reads, volume.writes
             );
             for config in &result.configs {
                 let _ = write!(out, " {:>9.1}", config.volumes[index].energy_pct);
@@ -230,17 +231,18 @@ fn spinup_csv(result: &OffloadResult) -> String {
 
 fn volumes_csv(result: &OffloadResult) -> String {
     let mut out = String::from(
-        "config,volume,server,rack,disks,reads,writes,energy_j,energy_pct,standby_pct,spin_ups,writes_offloaded,reads_from_loggers,bytes_reclaimed\n",
+        "config,volume,server,rack,raid,disks,reads,writes,energy_j,energy_pct,standby_pct,spin_ups,writes_offloaded,reads_from_loggers,bytes_reclaimed\n",
     );
     for c in &result.configs {
         for v in &c.volumes {
             let _ = writeln!(
                 out,
-                "{},{},{},{},{},{},{},{:.3},{:.4},{:.4},{},{},{},{}",
+                "{},{},{},{},{:?},{},{},{},{:.3},{:.4},{:.4},{},{},{},{}",
                 c.config.name(),
                 v.name,
                 v.server,
                 v.rack,
+                v.raid,
                 v.disks,
                 v.reads,
                 v.writes,

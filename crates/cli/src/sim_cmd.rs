@@ -7,7 +7,7 @@ use clap::{Args, Subcommand, ValueEnum};
 use somnus_core::power::PowerProfile;
 use somnus_sim::engine::ConfigKind;
 use somnus_sim::experiment::{OffloadResult, run_offload};
-use somnus_sim::replay::Window;
+use somnus_sim::replay::{Window, volume_loads};
 use somnus_sim::topology::{Layout, Topology};
 use somnus_trace::{DaySpec, TraceSet};
 
@@ -134,7 +134,12 @@ fn offload(args: &OffloadArgs) -> Result<()> {
         },
     };
     let names: Vec<String> = set.volumes().iter().map(|(_, name)| name.to_string()).collect();
-    let layout = topology.layout(&names)?;
+    let stats = somnus_trace::stats::compute_set(
+        &set,
+        None,
+        &somnus_trace::stats::StatsOptions::default(),
+    )?;
+    let layout = topology.layout_for_load(&names, &volume_loads(&stats))?;
     let in_window = count_in_window(&set, window)?;
     if !args.quiet {
         eprintln!(

@@ -23,6 +23,7 @@ use somnus_types::{
     ByteRange, IoId, IoKind, LoggerId, RequestId, VirtualDuration, VirtualInstant, VolumeId,
 };
 
+use crate::cache::BlockCache;
 use crate::disk::{ArrayLayout, Disk, DiskModel, DiskOp};
 use crate::pending::PendingRanges;
 use crate::topology::Layout;
@@ -32,6 +33,10 @@ const RPC_HEADER_BYTES: u64 = 64;
 /// Virtual time the engine keeps running after the window ends to finish requests
 /// still in flight; past it they are counted as unfinished.
 const DRAIN_AFTER_END: VirtualDuration = VirtualDuration::from_secs(3600);
+/// A write that fits in the controller's cache, or a read found in it, completes after
+/// this overhead plus its transfer over an Ultra320 SCSI bus.
+const CACHE_HIT_OVERHEAD: VirtualDuration = VirtualDuration::from_micros(100);
+const CACHE_BUS_BYTES_PER_SECOND: f64 = 320e6;
 /// Client requests in flight at once across the cluster: beyond it the trace is
 /// replayed faster than any configuration could serve and the run stops with an error.
 const CLIENT_REQUESTS_MAX: usize = 1 << 22;
@@ -136,6 +141,8 @@ enum EventKind {
     NetArrive(u32),
     /// A remote logger's reply reached the manager's server.
     NetReply(u32),
+    /// A volume told to spin down has finished its queued disk work.
+    SpinDownStart(u32),
     PowerDone(u32),
     Timer(u32),
 }
@@ -199,6 +206,12 @@ struct VolumeState {
     disks: Vec<Disk>,
     model: DiskModel,
     array: ArrayLayout,
+    /// The write cache: capacity, bytes not yet on disk, and when each write's
+    /// destage completes.
+    cache_bytes: u64,
+    cache_used: u64,
+    destages: BinaryHeap<Reverse<(VirtualInstant, u64)>>,
+    read_cache: Option<BlockCache>,
     meter: EnergyMeter,
     ios_in_flight: u32,
     /// I/Os waiting for a spin-up, in arrival order.
@@ -303,6 +316,10 @@ impl<'a> Engine<'a> {
                 disks: vec![Disk::default(); volume.disks as usize],
                 model,
                 array,
+                cache_bytes: volume.write_cache_bytes,
+                cache_used: 0,
+                destages: BinaryHeap::new(),
+                read_cache: BlockCache::new(volume.read_cache_bytes),
                 meter,
                 ios_in_flight: 0,
                 parked: Vec::new(),
@@ -493,6 +510,7 @@ impl<'a> Engine<'a> {
             EventKind::VioDone(vio) => self.vio_done(vio),
             EventKind::NetArrive(vio) => self.at_logger(vio),
             EventKind::NetReply(vio) => self.complete_vio(vio),
+            EventKind::SpinDownStart(volume) => self.spin_down_start(volume),
             EventKind::PowerDone(volume) => self.power_done(volume),
             EventKind::Timer(volume) => {
                 let state = &mut self.volumes[volume as usize];
@@ -809,6 +827,17 @@ impl<'a> Engine<'a> {
     fn start_vio(&mut self, index: u32) {
         let vio = self.vios[index as usize];
         let write = !matches!(vio.kind, VioKind::HomeRead | VioKind::LogRead { .. });
+        let (start, end) = (vio.placement.start, vio.placement.end);
+        if let Some(cache) = &mut self.volumes[vio.target as usize].read_cache {
+            if !write && cache.hit(start, end) {
+                let transfer =
+                    (vio.placement.size_bytes() as f64 / CACHE_BUS_BYTES_PER_SECOND * 1e9) as u64;
+                let done = self.now + CACHE_HIT_OVERHEAD + VirtualDuration::from_nanos(transfer);
+                self.schedule(done, EventKind::VioDone(index));
+                return;
+            }
+            cache.insert(start, end);
+        }
         let mut first = std::mem::take(&mut self.first_ops);
         let mut second = std::mem::take(&mut self.second_ops);
         first.clear();
@@ -834,9 +863,43 @@ impl<'a> Engine<'a> {
             // parity needs every old block first.
             done = self.serve(vio.target, &second, done);
         }
+        if write {
+            done = self.cache_write(vio.target, vio.placement.size_bytes(), done);
+        }
         self.schedule(done, EventKind::VioDone(index));
         self.first_ops = first;
         self.second_ops = second;
+    }
+
+    /// When a write whose disk work completes at `destaged` is acknowledged: at once if
+    /// the write cache has room, after enough earlier writes are destaged if it is
+    /// full, and at `destaged` without a cache or for a write larger than it.
+    fn cache_write(
+        &mut self,
+        volume: u32,
+        size_bytes: u64,
+        destaged: VirtualInstant,
+    ) -> VirtualInstant {
+        let now = self.now;
+        let state = &mut self.volumes[volume as usize];
+        if size_bytes > state.cache_bytes {
+            return destaged;
+        }
+        let mut room_at = now;
+        while let Some(&Reverse((at, bytes))) = state.destages.peek() {
+            if at > now && state.cache_used + size_bytes <= state.cache_bytes {
+                break;
+            }
+            state.destages.pop();
+            state.cache_used -= bytes;
+            room_at = room_at.max(at);
+        }
+        state.cache_used += size_bytes;
+        state.destages.push(Reverse((destaged, size_bytes)));
+        let transfer = VirtualDuration::from_nanos(
+            (size_bytes as f64 / CACHE_BUS_BYTES_PER_SECOND * 1e9) as u64,
+        );
+        (room_at + CACHE_HIT_OVERHEAD + transfer).min(destaged.max(now + CACHE_HIT_OVERHEAD))
     }
 
     /// Serves operations FCFS on their disks, none before `not_before`; returns when
@@ -946,17 +1009,30 @@ impl<'a> Engine<'a> {
         }
     }
 
+    /// Stops taking I/O; the disks spin down once the cached writes are on them.
     fn begin_spin_down(&mut self, volume: u32) {
         let now = self.now;
         let state = &mut self.volumes[volume as usize];
         assert_eq!(state.ios_in_flight, 0, "O3: spinning down {volume} with I/O queued");
         state.power = VolumePower::SpinningDown;
+        let idle_at = state.disks.iter().map(|disk| disk.busy_until).max().unwrap_or(now).max(now);
+        self.schedule(idle_at, EventKind::SpinDownStart(volume));
+        self.notify_watchers(volume);
+    }
+
+    fn spin_down_start(&mut self, volume: u32) {
+        let now = self.now;
+        let state = &mut self.volumes[volume as usize];
+        assert_eq!(state.power, VolumePower::SpinningDown, "spin-down of {volume} lost its state");
+        assert!(
+            state.disks.iter().all(|disk| disk.busy_until <= now),
+            "O3: {volume} spins down with disk work left"
+        );
         let duration = match state.meter.begin_transition(now, PowerState::Standby) {
             Ok(duration) => duration,
             Err(error) => panic!("volume {volume}: {error}"),
         };
         self.schedule(now + duration, EventKind::PowerDone(volume));
-        self.notify_watchers(volume);
     }
 
     fn begin_spin_up(&mut self, volume: u32) {

@@ -13,6 +13,7 @@
 //! - [`experiment`]: the write off-loading experiment (004 section 4) and its report.
 //! - [`replay`]: turning a trace into the engine's requests, windows and days.
 
+mod cache;
 pub mod disk;
 pub mod engine;
 pub mod experiment;

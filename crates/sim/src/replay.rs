@@ -1,10 +1,30 @@
 //! From a trace to the engine's requests: the window replayed (the whole trace or one
 //! calendar day) and the mapping of trace time onto virtual time.
 
+use somnus_trace::stats::StatsReport;
 use somnus_trace::{DayError, DaySpec, Request, TraceSummary, TraceTimestamp, day_window};
 use somnus_types::{ByteRange, VirtualDuration, VirtualInstant};
 
 use crate::engine::SimRequest;
+use crate::topology::VolumeLoad;
+
+/// Each volume's peak load, from the trace statistics, for sizing arrays (in the
+/// order of the report's volumes, which is the trace's volume order).
+pub fn volume_loads(report: &StatsReport) -> Vec<VolumeLoad> {
+    report
+        .volumes
+        .iter()
+        .map(|volume| {
+            let count = volume.read_count + volume.write_count;
+            let bytes = volume.read_bytes + volume.write_bytes;
+            VolumeLoad {
+                peak_reads_per_s: volume.peak_read_rate_per_s,
+                peak_writes_per_s: volume.peak_write_rate_per_s,
+                mean_request_bytes: if count == 0 { 0.0 } else { bytes as f64 / count as f64 },
+            }
+        })
+        .collect()
+}
 
 /// The part of a trace replayed: requests with `start <= timestamp < end`. Virtual
 /// time 0 is `start`, and energy is measured over the whole window, idle time included.

@@ -50,6 +50,33 @@ struct DefaultsFile {
     data_array: ArrayFile,
     stripe_unit_kib: u32,
     log_partition_gib: f64,
+    /// Give a volume more disks (and RAID-5 instead of RAID-1) when its default array
+    /// could not sustain the trace's peak load (004 4.1: "enough disks to sustain the
+    /// offered load"); a volume whose `disks` the file sets keeps them.
+    #[serde(default)]
+    size_for_load: bool,
+    /// The busiest minute may keep each disk busy at most this share of the time.
+    #[serde(default = "default_utilization_max")]
+    utilization_max: f64,
+    /// The battery-backed write cache of each array's controller, in MiB (0: none).
+    #[serde(default)]
+    write_cache_mib: u32,
+    /// The read cache of each array's controller, in MiB (0: none).
+    #[serde(default)]
+    read_cache_mib: u32,
+}
+
+fn default_utilization_max() -> f64 {
+    0.5
+}
+
+/// The load a volume must sustain, measured on its trace, for sizing its array.
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+pub struct VolumeLoad {
+    /// Requests per second in the busiest 60 s window.
+    pub peak_reads_per_s: f64,
+    pub peak_writes_per_s: f64,
+    pub mean_request_bytes: f64,
 }
 
 #[derive(Clone, Debug, serde::Deserialize)]
@@ -130,6 +157,10 @@ pub struct VolumeLayout {
     pub profile: usize,
     pub stripe_unit_bytes: u64,
     pub log_partition_bytes: u64,
+    /// The controller's battery-backed write cache (0: writes wait for the disks).
+    pub write_cache_bytes: u64,
+    /// The controller's read cache (0: every read goes to the disks).
+    pub read_cache_bytes: u64,
 }
 
 /// A topology applied to the volumes of one trace set.
@@ -221,6 +252,9 @@ impl Topology {
         if !(defaults.log_partition_gib.is_finite() && defaults.log_partition_gib > 0.0) {
             return Err(self.invalid("defaults.log_partition_gib", "must be a number > 0"));
         }
+        if !(defaults.utilization_max > 0.0 && defaults.utilization_max <= 1.0) {
+            return Err(self.invalid("defaults.utilization_max", "must be in (0, 1]"));
+        }
         let mut seen = BTreeMap::new();
         for (index, rack) in self.file.rack.iter().enumerate() {
             for server in &rack.servers {
@@ -297,9 +331,23 @@ impl Topology {
         })
     }
 
+    /// Lays out the named volumes (in trace order) without sizing arrays for load.
+    pub fn layout(&self, volume_names: &[String]) -> Result<Layout, TopologyError> {
+        self.layout_for_load(volume_names, &[])
+    }
+
     /// Lays out the named volumes (in trace order). Servers come from the names;
     /// servers no rack lists each form a rack of their own, named after the server.
-    pub fn layout(&self, volume_names: &[String]) -> Result<Layout, TopologyError> {
+    /// With `size_for_load` set, `loads` (one per volume, or empty) size the arrays.
+    pub fn layout_for_load(
+        &self,
+        volume_names: &[String],
+        loads: &[VolumeLoad],
+    ) -> Result<Layout, TopologyError> {
+        if !loads.is_empty() && loads.len() != volume_names.len() {
+            let message = format!("{} loads for {} volumes", loads.len(), volume_names.len());
+            return Err(self.invalid("volumes", message));
+        }
         if volume_names.len() > VOLUMES_MAX {
             return Err(self.invalid(
                 "volumes",
@@ -366,16 +414,35 @@ impl Topology {
                     layout.profiles.len() - 1
                 }
             };
+            let mut raid = overrides.and_then(|v| v.raid).unwrap_or(base.raid);
+            let mut disks = overrides.and_then(|v| v.disks).unwrap_or(base.disks);
+            let fixed = overrides.is_some_and(|v| v.disks.is_some());
+            if let (true, false, Some(load), Some(mechanics)) = (
+                self.file.defaults.size_for_load,
+                fixed,
+                loads.get(layout.volumes.len()),
+                layout.profiles[profile].mechanics,
+            ) {
+                (raid, disks) = size_for_load(
+                    raid,
+                    disks,
+                    &mechanics,
+                    load,
+                    self.file.defaults.utilization_max,
+                );
+            }
             layout.volumes.push(VolumeLayout {
                 name: name.clone(),
                 server,
                 rack: layout.server_racks[server.index()],
-                raid: overrides.and_then(|v| v.raid).unwrap_or(base.raid),
-                disks: overrides.and_then(|v| v.disks).unwrap_or(base.disks),
+                raid,
+                disks,
                 profile,
                 stripe_unit_bytes: u64::from(self.file.defaults.stripe_unit_kib) * 1024,
                 log_partition_bytes: (self.file.defaults.log_partition_gib * (1u64 << 30) as f64)
                     as u64,
+                write_cache_bytes: u64::from(self.file.defaults.write_cache_mib) << 20,
+                read_cache_bytes: u64::from(self.file.defaults.read_cache_mib) << 20,
             });
         }
         Ok(layout)
@@ -388,6 +455,42 @@ impl Topology {
             .find(|rack| rack.servers.iter().any(|s| s == server))
             .map_or_else(|| server.to_string(), |rack| rack.name.clone())
     }
+}
+
+/// The smallest array at least as large as `(raid, disks)` whose disks stay below
+/// `utilization_max` at the peak load, estimating each random operation at an average
+/// seek (`track + (full - track) * 8/15` for the sqrt curve), half a rotation, the
+/// transfer of a mean request and the overhead. A RAID-1 write occupies every mirror,
+/// so once writes alone would overload a mirror the volume becomes RAID-5, where a
+/// small write costs four operations; arrays stop at the topology's disk limit.
+pub fn size_for_load(
+    raid: Raid,
+    disks: u32,
+    mechanics: &somnus_core::power::DiskMechanics,
+    load: &VolumeLoad,
+    utilization_max: f64,
+) -> (Raid, u32) {
+    let seek_ms =
+        mechanics.seek_track_ms + (mechanics.seek_full_ms - mechanics.seek_track_ms) * 8.0 / 15.0;
+    let rotation_ms = 30_000.0 / f64::from(mechanics.rpm);
+    let transfer_ms = load.mean_request_bytes / (mechanics.transfer_mb_s * 1e3);
+    let service_s = (seek_ms + rotation_ms + transfer_ms + mechanics.overhead_ms) / 1e3;
+    let ops_per_disk = utilization_max / service_s;
+    let (reads, writes) = (load.peak_reads_per_s.max(0.0), load.peak_writes_per_s.max(0.0));
+    let needed = |raid: Raid, disks: u32| -> f64 {
+        let n = f64::from(disks);
+        match raid {
+            Raid::Raid1 => reads / n + writes,
+            Raid::Raid5 => (reads + 4.0 * writes) / n,
+        }
+    };
+    if needed(raid, disks) <= ops_per_disk {
+        return (raid, disks);
+    }
+    let raid5 = ((reads + 4.0 * writes) / ops_per_disk)
+        .ceil()
+        .clamp(3.0, f64::from(DISKS_PER_ARRAY_MAX)) as u32;
+    (Raid::Raid5, raid5.max(if raid == Raid::Raid5 { disks } else { 3 }))
 }
 
 /// The server of a volume named `server_disk`: everything before the last underscore.
@@ -437,6 +540,36 @@ mod tests {
         assert_eq!(layout.racks, vec!["rack1", "rack2", "rack3"]);
         assert_eq!(layout.servers.len(), 6);
         assert_eq!(layout.volumes.iter().filter(|v| v.raid == Raid::Raid1).count(), 6);
+    }
+
+    #[test]
+    fn arrays_grow_to_sustain_the_peak_load() {
+        // Goal: a quiet volume keeps its default array; a busy one gets enough RAID-5
+        // disks that its peak minute stays under the utilization bound. With the
+        // Cheetah 15K.4 a 4 KiB random operation takes 0.2 + 7.2 * 8/15 + 2 + 0.05 +
+        // 0.1 = 6.19 ms, so a disk at 50 % serves about 80.8 operations per second.
+        let topology = Topology::msr_cambridge();
+        let mechanics = topology.profiles["seagate-cheetah-15k4-146gb"].mechanics.unwrap();
+        let quiet = VolumeLoad {
+            peak_reads_per_s: 20.0,
+            peak_writes_per_s: 10.0,
+            mean_request_bytes: 4096.0,
+        };
+        assert_eq!(size_for_load(Raid::Raid1, 2, &mechanics, &quiet, 0.5), (Raid::Raid1, 2));
+        let busy = VolumeLoad {
+            peak_reads_per_s: 800.0,
+            peak_writes_per_s: 100.0,
+            mean_request_bytes: 4096.0,
+        };
+        // (800 + 4 * 100) / 80.8 = 14.9, so 15 disks.
+        assert_eq!(size_for_load(Raid::Raid1, 2, &mechanics, &busy, 0.5), (Raid::Raid5, 15));
+        assert_eq!(size_for_load(Raid::Raid5, 20, &mechanics, &busy, 0.5), (Raid::Raid5, 20));
+        let huge = VolumeLoad { peak_reads_per_s: 1e6, ..busy };
+        assert_eq!(size_for_load(Raid::Raid5, 4, &mechanics, &huge, 0.5).1, DISKS_PER_ARRAY_MAX);
+        let names = vec!["hm_0".to_string(), "hm_1".to_string()];
+        let layout = topology.layout_for_load(&names, &[busy, quiet]).unwrap();
+        assert_eq!((layout.volumes[0].raid, layout.volumes[0].disks), (Raid::Raid5, 15));
+        assert_eq!((layout.volumes[1].raid, layout.volumes[1].disks), (Raid::Raid5, 4));
     }
 
     #[test]

@@ -1,0 +1,107 @@
+//! The read cache of an array controller, as a performance model: which 4 KiB blocks it
+//! holds, not their bytes. Eight-way set associative with least-recently-used
+//! replacement inside a set, like a hardware cache: a fixed amount of memory, O(1)
+//! per block, and deterministic (the set is a fixed hash of the block number).
+
+/// The cache's unit.
+pub(crate) const BLOCK_BYTES: u64 = 4096;
+const WAYS: usize = 8;
+const EMPTY: u64 = u64::MAX;
+/// A request touching more blocks than this is not looked up block by block: it is a
+/// miss, and only its first blocks are remembered (a scan would flush the cache).
+const BLOCKS_PER_REQUEST_MAX: u64 = 256;
+
+#[derive(Clone, Debug)]
+pub(crate) struct BlockCache {
+    sets: usize,
+    tags: Vec<u64>,
+    stamps: Vec<u64>,
+    clock: u64,
+}
+
+impl BlockCache {
+    /// A cache of `capacity_bytes` (rounded down to whole sets); `None` for too small a
+    /// capacity to hold one set.
+    pub(crate) fn new(capacity_bytes: u64) -> Option<BlockCache> {
+        let sets = (capacity_bytes / BLOCK_BYTES / WAYS as u64) as usize;
+        (sets > 0).then(|| BlockCache {
+            sets,
+            tags: vec![EMPTY; sets * WAYS],
+            stamps: vec![0; sets * WAYS],
+            clock: 0,
+        })
+    }
+
+    fn set_of(&self, block: u64) -> usize {
+        // Fibonacci hashing spreads neighbouring blocks over the sets.
+        (block.wrapping_mul(0x9E37_79B9_7F4A_7C15) >> 16) as usize % self.sets
+    }
+
+    fn blocks(start: u64, end: u64) -> std::ops::Range<u64> {
+        (start / BLOCK_BYTES)..end.div_ceil(BLOCK_BYTES)
+    }
+
+    /// Whether every block of `[start, end)` is cached; refreshes those that are.
+    pub(crate) fn hit(&mut self, start: u64, end: u64) -> bool {
+        let blocks = Self::blocks(start, end);
+        if blocks.end - blocks.start > BLOCKS_PER_REQUEST_MAX {
+            return false;
+        }
+        for block in blocks {
+            let base = self.set_of(block) * WAYS;
+            let Some(way) = self.tags[base..base + WAYS].iter().position(|tag| *tag == block)
+            else {
+                return false;
+            };
+            self.clock += 1;
+            self.stamps[base + way] = self.clock;
+        }
+        true
+    }
+
+    /// Remembers the blocks of `[start, end)`, evicting the least recently used way of
+    /// each set as needed.
+    pub(crate) fn insert(&mut self, start: u64, end: u64) {
+        let blocks = Self::blocks(start, end);
+        let last = blocks.end.min(blocks.start + BLOCKS_PER_REQUEST_MAX);
+        for block in blocks.start..last {
+            let base = self.set_of(block) * WAYS;
+            let ways = &self.tags[base..base + WAYS];
+            let way = match ways.iter().position(|tag| *tag == block) {
+                Some(way) => way,
+                None => (0..WAYS).min_by_key(|&way| self.stamps[base + way]).unwrap_or(0),
+            };
+            self.clock += 1;
+            self.tags[base + way] = block;
+            self.stamps[base + way] = self.clock;
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn hits_after_insert_and_evicts_least_recently_used() {
+        // Goal: a block read twice hits the second time; a cache of one set (8 ways)
+        // keeps the 8 most recently used blocks; a request is a hit only if every one
+        // of its blocks is cached.
+        let mut cache = BlockCache::new(8 * BLOCK_BYTES).unwrap();
+        assert!(!cache.hit(0, 4096));
+        cache.insert(0, 4096);
+        assert!(cache.hit(0, 4096));
+        assert!(cache.hit(100, 200));
+        assert!(!cache.hit(0, 8192));
+        for block in 1..8 {
+            cache.insert(block * BLOCK_BYTES, (block + 1) * BLOCK_BYTES);
+        }
+        assert!(cache.hit(0, 8 * BLOCK_BYTES));
+        // Block 0 was used last; block 1 is the least recently used and goes.
+        assert!(cache.hit(0, 4096));
+        cache.insert(8 * BLOCK_BYTES, 9 * BLOCK_BYTES);
+        assert!(!cache.hit(BLOCK_BYTES, 2 * BLOCK_BYTES));
+        assert!(cache.hit(0, 4096));
+        assert!(BlockCache::new(BLOCK_BYTES).is_none());
+    }
+}
