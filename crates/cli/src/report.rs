@@ -11,6 +11,7 @@ use std::path::Path;
 use anyhow::{Context, Result};
 use plotters::coord::combinators::IntoLogRange;
 use plotters::prelude::*;
+use plotters::style::text_anchor::{HPos, Pos, VPos};
 use somnus_sim::engine::ConfigKind;
 use somnus_sim::experiment::{ConfigReport, LatencySummary, OffloadResult};
 
@@ -325,7 +326,7 @@ fn plot_bars(
         .flat_map(|c| metrics.iter().map(move |(_, metric)| metric(c)))
         .fold(0.0f64, f64::max)
         .max(1e-3)
-        * 1.15;
+        * 1.3;
     let groups = result.configs.len();
     let mut chart = ChartBuilder::on(&root)
         .caption(title, ("sans-serif", 18))
@@ -334,15 +335,22 @@ fn plot_bars(
         .y_label_area_size(50)
         .build_cartesian_2d(0f64..groups as f64, 0f64..top)
         .map_err(|e| plot_error(path, e))?;
-    let names: Vec<&str> = result.configs.iter().map(|c| c.config.name()).collect();
     chart
         .configure_mesh()
         .disable_x_mesh()
-        .x_labels(groups.max(1))
-        .x_label_formatter(&|x| names.get(*x as usize).map_or(String::new(), |n| n.to_string()))
+        .x_labels(0)
         .y_desc(y_label)
         .draw()
         .map_err(|e| plot_error(path, e))?;
+    // Group names centred under their bars, in pixels: the axis would put its own
+    // labels at round numbers, not at the groups.
+    let label_style =
+        ("sans-serif", 13).into_font().color(&BLACK).pos(Pos::new(HPos::Center, VPos::Top));
+    for (group, config) in result.configs.iter().enumerate() {
+        let (x, y) = chart.backend_coord(&(group as f64 + 0.5, 0.0));
+        root.draw(&Text::new(config.config.name(), (x, y + 8), label_style.clone()))
+            .map_err(|e| plot_error(path, e))?;
+    }
     let shades = [RGBColor(70, 110, 180), RGBColor(220, 140, 50)];
     let width = 0.8 / metrics.len() as f64;
     for (m, (label, metric)) in metrics.iter().enumerate() {

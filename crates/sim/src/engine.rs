@@ -921,6 +921,12 @@ impl<'a> Engine<'a> {
 
     fn vio_done(&mut self, index: u32) {
         let vio = self.vios[index as usize];
+        if matches!(
+            vio.kind,
+            VioKind::LogWrite { .. } | VioKind::LogRead { .. } | VioKind::Invalidate { .. }
+        ) {
+            self.deliver(vio.target, ManagerEvent::LoggerIoServed);
+        }
         let state = &mut self.volumes[vio.target as usize];
         state.ios_in_flight -= 1;
         if state.ios_in_flight == 0 && state.spin_down_wanted {

@@ -105,6 +105,8 @@ pub struct VolumeManager {
     last_write: VirtualInstant,
     /// The last foreground arrival or home completion: reclaim waits for quiet.
     last_foreground: VirtualInstant,
+    /// The last I/O the logger on the home disks served.
+    last_logger_io: VirtualInstant,
     /// Set when a spin-down was blocked for want of an awake logger.
     probe_again_at: Option<VirtualInstant>,
     /// Latest logged version of each off-loaded block, and where it is.
@@ -149,6 +151,7 @@ impl VolumeManager {
             last_read: now,
             last_write: now,
             last_foreground: now,
+            last_logger_io: now,
             probe_again_at: None,
             redirect: ExtentMap::new(),
             garbage: GarbageCache::default(),
@@ -257,6 +260,7 @@ impl VolumeManager {
             }
             ManagerEvent::HomePowerChanged { power } => self.handle_home_power(power, loggers),
             ManagerEvent::LoggersChanged => self.handle_loggers_changed(loggers),
+            ManagerEvent::LoggerIoServed => self.last_logger_io = now,
             ManagerEvent::DrainRequested => {
                 self.draining = true;
                 self.reclaim_blocked = false;
@@ -886,9 +890,11 @@ impl VolumeManager {
             PowerPolicy::SpinDownWhenIdle { idle } => {
                 Some(self.last_read.max(self.last_write).max(self.last_foreground) + idle)
             }
-            PowerPolicy::Offload { read_idle, write_idle, .. } => {
-                Some((self.last_read + read_idle).max(self.last_write + write_idle))
-            }
+            PowerPolicy::Offload { read_idle, write_idle, .. } => Some(
+                (self.last_read + read_idle)
+                    .max(self.last_write + write_idle)
+                    .max(self.last_logger_io + write_idle),
+            ),
         }
     }
 

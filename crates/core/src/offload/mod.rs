@@ -172,6 +172,10 @@ pub enum ManagerEvent {
     },
     /// Some logger's availability changed: waits on loggers may end.
     LoggersChanged,
+    /// The logger on this manager's own disks served an I/O for some manager: the disks
+    /// were busy, so the write idle time starts again (the disks must not spin down
+    /// under log traffic they are serving).
+    LoggerIoServed,
     /// An operator asked to restore the volume as if no off-loading had happened
     /// (004 3.1, maintenance): spin up and stay up until every logged block is home and
     /// every logged version invalidated.

@@ -1,0 +1,199 @@
+//! The `somnus` binary end to end: the demo's determinism, the documented JSON keys of
+//! `sim offload`, and clear errors on bad input.
+//!
+//! Method: each test runs the built binary as a separate process on files in a fresh
+//! scratch directory and checks its exit status, stdout and stderr.
+
+#![allow(clippy::unwrap_used, clippy::expect_used)] // Test helpers may panic.
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+
+fn somnus(args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_somnus")).args(args).output().expect("the binary runs")
+}
+
+fn scratch(name: &str) -> PathBuf {
+    let dir = std::env::temp_dir().join(format!("somnus-cli-{}-{name}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    dir
+}
+
+fn ok(output: &Output) -> String {
+    assert!(output.status.success(), "failed: {}", String::from_utf8_lossy(&output.stderr));
+    String::from_utf8(output.stdout.clone()).unwrap()
+}
+
+fn files(dir: &Path) -> Vec<(String, Vec<u8>)> {
+    let mut entries: Vec<_> = std::fs::read_dir(dir)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .map(|p| {
+            (p.file_name().unwrap().to_string_lossy().into_owned(), std::fs::read(&p).unwrap())
+        })
+        .collect();
+    entries.sort();
+    entries
+}
+
+#[test]
+fn the_same_seed_gives_a_byte_identical_report() {
+    // Goal: `somnus demo --seed N --report DIR` writes the same bytes every time (CSV,
+    // JSON, text and SVG), and a different seed writes a different report.
+    let dir = scratch("determinism");
+    let (first, second, other) = (dir.join("a"), dir.join("b"), dir.join("c"));
+    for (seed, out) in [("7", &first), ("7", &second), ("8", &other)] {
+        ok(&somnus(&[
+            "demo",
+            "--seed",
+            seed,
+            "--hours",
+            "2",
+            "--quiet",
+            "--report",
+            out.to_str().unwrap(),
+        ]));
+    }
+    let (a, b, c) = (files(&first), files(&second), files(&other));
+    assert!(a.len() >= 12, "report files: {:?}", a.iter().map(|f| &f.0).collect::<Vec<_>>());
+    assert!(a.iter().any(|(name, _)| name.ends_with(".svg")));
+    assert_eq!(a, b, "two runs of seed 7 differ");
+    let summary = |files: &[(String, Vec<u8>)]| {
+        files.iter().find(|f| f.0 == "summary.json").unwrap().1.clone()
+    };
+    assert_ne!(summary(&a), summary(&c), "seeds 7 and 8 gave the same report");
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn sim_offload_json_has_one_object_per_configuration_with_the_documented_keys() {
+    // Goal: the JSON of `sim offload` has the keys the issue names, for each of the
+    // four configurations, with the baseline at 100 %. Method: a synthetic trace
+    // written as MSR CSV by `trace generate`, replayed.
+    let dir = scratch("json");
+    let trace = dir.join("synthetic.csv");
+    let config = dir.join("generator.toml");
+    std::fs::write(
+        &config,
+        "servers = 2\nvolumes_per_server = 2\nduration_s = 7200.0\nmean_rate_per_s = 0.5\n",
+    )
+    .unwrap();
+    ok(&somnus(&[
+        "trace",
+        "generate",
+        "--format",
+        "msr",
+        "--config",
+        config.to_str().unwrap(),
+        "-o",
+        trace.to_str().unwrap(),
+    ]));
+    let stdout =
+        ok(&somnus(&["sim", "offload", "--trace", trace.to_str().unwrap(), "--json", "--quiet"]));
+    let configs: serde_json::Value = serde_json::from_str(&stdout).unwrap();
+    let configs = configs.as_array().unwrap();
+    let names: Vec<&str> = configs.iter().map(|c| c["config"].as_str().unwrap()).collect();
+    assert_eq!(names, ["baseline", "vanilla", "machine", "rack"]);
+    for config in configs {
+        for key in [
+            "energy_pct",
+            "mean_power_pct",
+            "peak_power_pct",
+            "spinup_delayed_reads_pct",
+            "spinup_delayed_writes_pct",
+            "writes_offloaded_pct",
+            "remote_reads_pct",
+            "network_bytes",
+        ] {
+            assert!(config[key].is_number(), "{} lacks {key}", config["config"]);
+        }
+        for kind in ["read_ms", "write_ms"] {
+            for stat in ["p50", "mean", "p95", "p99", "max"] {
+                assert!(config[kind][stat].is_number(), "{} lacks {kind}.{stat}", config["config"]);
+            }
+        }
+    }
+    assert_eq!(configs[0]["energy_pct"].as_f64(), Some(100.0));
+    let only_rack = ok(&somnus(&[
+        "sim",
+        "offload",
+        "--trace",
+        trace.to_str().unwrap(),
+        "--json",
+        "--quiet",
+        "--config",
+        "rack",
+    ]));
+    let only_rack: serde_json::Value = serde_json::from_str(&only_rack).unwrap();
+    assert_eq!(only_rack.as_array().unwrap().len(), 1);
+    assert_eq!(only_rack[0], configs[3], "rack alone equals rack among all");
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn bad_input_gets_an_error_that_names_it() {
+    // Goal: a missing file, a malformed line, a day outside the trace and a bad
+    // topology each fail with a non-zero status and a message naming what and where.
+    let dir = scratch("errors");
+    let missing = dir.join("missing.csv");
+    let output = somnus(&["sim", "offload", "--trace", missing.to_str().unwrap(), "--quiet"]);
+    assert!(!output.status.success());
+    assert!(String::from_utf8_lossy(&output.stderr).contains("missing.csv"));
+
+    let bad = dir.join("bad.csv");
+    std::fs::write(
+        &bad,
+        "128166372000000000,hm,0,Read,0,4096,1\n128166372000010000,hm,0,Write,4k,4096,1\n",
+    )
+    .unwrap();
+    let output = somnus(&["sim", "offload", "--trace", bad.to_str().unwrap(), "--quiet"]);
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(!output.status.success());
+    assert!(stderr.contains("bad.csv:2") && stderr.contains("Offset"), "{stderr}");
+    let skipped = somnus(&[
+        "sim",
+        "offload",
+        "--trace",
+        bad.to_str().unwrap(),
+        "--quiet",
+        "--skip-bad",
+        "--config",
+        "baseline",
+    ]);
+    assert!(skipped.status.success(), "{}", String::from_utf8_lossy(&skipped.stderr));
+
+    let good = dir.join("good.csv");
+    std::fs::write(&good, "128166372000000000,hm,0,Read,0,4096,1\n").unwrap();
+    let output =
+        somnus(&["sim", "offload", "--trace", good.to_str().unwrap(), "--quiet", "--day", "9"]);
+    assert!(!output.status.success());
+    assert!(
+        String::from_utf8_lossy(&output.stderr).contains("2007-02-22"),
+        "{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+
+    let topology = dir.join("topology.toml");
+    std::fs::write(&topology, "[defaults]\n").unwrap();
+    let output = somnus(&[
+        "sim",
+        "offload",
+        "--trace",
+        good.to_str().unwrap(),
+        "--quiet",
+        "--topology",
+        topology.to_str().unwrap(),
+    ]);
+    assert!(!output.status.success());
+    assert!(String::from_utf8_lossy(&output.stderr).contains("topology.toml"));
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn the_demo_prints_all_four_configurations() {
+    let stdout = ok(&somnus(&["demo", "--hours", "1", "--quiet"]));
+    for name in ["baseline", "vanilla", "machine", "rack"] {
+        assert!(stdout.lines().any(|line| line.starts_with(name)), "no {name} row in:\n{stdout}");
+    }
+}
