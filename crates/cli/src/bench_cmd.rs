@@ -9,11 +9,11 @@ use std::time::Duration;
 use anyhow::{Context, Result, bail};
 use clap::{Args, Subcommand};
 use somnus_sim::engine::{ConfigKind, Engine};
-use somnus_sim::replay::Window;
+use somnus_sim::replay::{Window, peak_loads};
 use somnus_trace::{ReadOptions, TraceReader, TraceSet};
 
 use crate::progress::now;
-use crate::sim_cmd::load_topology;
+use crate::sim_cmd::{LOAD_WINDOW, load_topology};
 
 #[derive(Subcommand)]
 pub(crate) enum BenchCommand {
@@ -148,7 +148,8 @@ fn measure(args: &BenchOffloadArgs, path: &Path, copies: u64) -> Result<()> {
             bail!("{} has no requests", path.display())
         };
         let names: Vec<String> = set.volumes().iter().map(|(_, n)| n.to_string()).collect();
-        let layout = topology.layout(&names)?;
+        let loads = peak_loads(set.requests(), names.len(), LOAD_WINDOW)?;
+        let layout = topology.layout_for_load(&names, &loads)?;
         let mut failure = None;
         let requests = window
             .sim_requests(set.requests())

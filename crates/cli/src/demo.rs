@@ -7,14 +7,13 @@ use anyhow::{Context, Result, bail};
 use clap::Args;
 use somnus_sim::engine::{ConfigKind, SimRequest};
 use somnus_sim::experiment::run_offload;
-use somnus_sim::replay::volume_loads;
+use somnus_sim::replay::peak_loads;
 use somnus_sim::topology::Topology;
-use somnus_trace::stats::{self, StatsOptions, StatsSpan};
-use somnus_trace::{SyntheticConfig, SyntheticTrace, TraceTimestamp};
+use somnus_trace::{SyntheticConfig, SyntheticTrace};
 use somnus_types::{ByteRange, VirtualDuration, VirtualInstant};
 
 use crate::progress::ProgressLine;
-use crate::sim_cmd::emit;
+use crate::sim_cmd::{LOAD_WINDOW, emit};
 
 #[derive(Args)]
 pub(crate) struct DemoArgs {
@@ -85,16 +84,11 @@ pub(crate) fn run(args: &DemoArgs) -> Result<()> {
     };
     let trace = SyntheticTrace::new(&config, args.seed)?;
     let names: Vec<String> = trace.volumes().iter().map(|(_, name)| name.to_string()).collect();
-    let volumes = trace.volumes().clone();
     let span = VirtualDuration::from_nanos((args.hours * 3600e9) as u64);
-    let stats_span = StatsSpan {
-        start: TraceTimestamp(0),
-        end: TraceTimestamp(span.as_nanos().saturating_sub(1)),
-        time_base: trace.time_base(),
-    };
-    let stats = stats::compute(trace, &volumes, stats_span, &StatsOptions::default());
-    let requests = stats.request_count;
-    let layout = Topology::demo().layout_for_load(&names, &volume_loads(&stats))?;
+    let mut requests = 0u64;
+    let counted = trace.inspect(|_| requests += 1).map(Ok::<_, std::convert::Infallible>);
+    let loads = peak_loads(counted, names.len(), LOAD_WINDOW)?;
+    let layout = Topology::demo().layout_for_load(&names, &loads)?;
     if !args.quiet {
         eprintln!(
             "simulating {} synthetic requests (seed {}) on {} volumes, four configurations...",

@@ -7,7 +7,11 @@ use clap::{Args, Subcommand, ValueEnum};
 use somnus_core::power::PowerProfile;
 use somnus_sim::engine::ConfigKind;
 use somnus_sim::experiment::{OffloadResult, run_offload};
-use somnus_sim::replay::{Window, volume_loads};
+use somnus_sim::replay::{Window, peak_loads};
+use somnus_types::VirtualDuration;
+
+/// Arrays are sized for the busiest minute of each volume (004 Fig. 1's peak rates).
+pub(crate) const LOAD_WINDOW: VirtualDuration = VirtualDuration::from_secs(60);
 use somnus_sim::topology::{Layout, Topology};
 use somnus_trace::{DaySpec, TraceSet};
 
@@ -134,12 +138,8 @@ fn offload(args: &OffloadArgs) -> Result<()> {
         },
     };
     let names: Vec<String> = set.volumes().iter().map(|(_, name)| name.to_string()).collect();
-    let stats = somnus_trace::stats::compute_set(
-        &set,
-        None,
-        &somnus_trace::stats::StatsOptions::default(),
-    )?;
-    let layout = topology.layout_for_load(&names, &volume_loads(&stats))?;
+    let loads = peak_loads(set.requests(), names.len(), LOAD_WINDOW)?;
+    let layout = topology.layout_for_load(&names, &loads)?;
     let in_window = count_in_window(&set, window)?;
     if !args.quiet {
         eprintln!(

@@ -22,6 +22,8 @@ use crate::topology::Raid;
 #[derive(Clone, Copy, Debug)]
 pub struct DiskModel {
     capacity_bytes: u64,
+    /// `1 / capacity_bytes`, so the hot path multiplies instead of dividing.
+    capacity_inverse: f64,
     seek_track_ns: f64,
     seek_span_ns: f64,
     half_rotation_ns: u64,
@@ -34,8 +36,10 @@ impl DiskModel {
     pub fn new(mechanics: &DiskMechanics) -> DiskModel {
         let full_rotation_ns = (60e9 / f64::from(mechanics.rpm)).round() as u64;
         assert!(full_rotation_ns > 0, "rpm out of range");
+        let capacity_bytes = (mechanics.capacity_gb * 1e9) as u64;
         DiskModel {
-            capacity_bytes: (mechanics.capacity_gb * 1e9) as u64,
+            capacity_bytes,
+            capacity_inverse: 1.0 / capacity_bytes as f64,
             seek_track_ns: mechanics.seek_track_ms * 1e6,
             seek_span_ns: (mechanics.seek_full_ms - mechanics.seek_track_ms) * 1e6,
             half_rotation_ns: full_rotation_ns / 2,
@@ -51,14 +55,14 @@ impl DiskModel {
 
     /// The time to serve `op` with the head at `head`.
     pub fn service_time(&self, head: u64, op: &DiskOp) -> VirtualDuration {
-        let position = op.position % self.capacity_bytes;
+        let position = self.wrap(op.position);
         let transfer_ns = (op.size_bytes as f64 * self.transfer_ns_per_byte) as u64;
         let positioning_ns = if op.rewrite {
             self.full_rotation_ns
         } else if position == head {
             0
         } else {
-            let distance = position.abs_diff(head) as f64 / self.capacity_bytes as f64;
+            let distance = position.abs_diff(head) as f64 * self.capacity_inverse;
             let seek = self.seek_track_ns + self.seek_span_ns * distance.sqrt();
             seek as u64 + self.half_rotation_ns
         };
@@ -67,7 +71,13 @@ impl DiskModel {
 
     /// The head position after `op`.
     pub fn head_after(&self, op: &DiskOp) -> u64 {
-        (op.position % self.capacity_bytes) + op.size_bytes
+        self.wrap(op.position) + op.size_bytes
+    }
+
+    /// A position on the platter: offsets past the end (a trace addressing more than
+    /// the modelled disk holds) wrap around, which keeps seek distances in range.
+    fn wrap(&self, position: u64) -> u64 {
+        if position < self.capacity_bytes { position } else { position % self.capacity_bytes }
     }
 }
 

@@ -1,29 +1,61 @@
 //! From a trace to the engine's requests: the window replayed (the whole trace or one
 //! calendar day) and the mapping of trace time onto virtual time.
 
-use somnus_trace::stats::StatsReport;
 use somnus_trace::{DayError, DaySpec, Request, TraceSummary, TraceTimestamp, day_window};
 use somnus_types::{ByteRange, VirtualDuration, VirtualInstant};
 
 use crate::engine::SimRequest;
 use crate::topology::VolumeLoad;
 
-/// Each volume's peak load, from the trace statistics, for sizing arrays (in the
-/// order of the report's volumes, which is the trace's volume order).
-pub fn volume_loads(report: &StatsReport) -> Vec<VolumeLoad> {
-    report
-        .volumes
+/// Each volume's peak load over fixed windows of `window` (60 s in 004 Fig. 1), for
+/// sizing arrays: one cheap pass that counts, per volume, reads and writes in the
+/// current window and keeps the largest counts.
+pub fn peak_loads<E>(
+    requests: impl Iterator<Item = Result<Request, E>>,
+    volume_count: usize,
+    window: VirtualDuration,
+) -> Result<Vec<VolumeLoad>, E> {
+    assert!(window.as_nanos() > 0, "the load window must be positive");
+    #[derive(Clone, Copy, Default)]
+    struct Peak {
+        window: u64,
+        reads: u64,
+        writes: u64,
+        reads_max: u64,
+        writes_max: u64,
+        requests: u64,
+        bytes: u64,
+    }
+    let mut peaks = vec![Peak::default(); volume_count];
+    for request in requests {
+        let request = request?;
+        let Some(peak) = peaks.get_mut(request.volume.index()) else { continue };
+        let current = request.timestamp.0 / window.as_nanos();
+        if current != peak.window {
+            *peak = Peak { window: current, reads: 0, writes: 0, ..*peak };
+        }
+        match request.kind {
+            somnus_types::IoKind::Read => peak.reads += 1,
+            somnus_types::IoKind::Write => peak.writes += 1,
+        }
+        peak.reads_max = peak.reads_max.max(peak.reads);
+        peak.writes_max = peak.writes_max.max(peak.writes);
+        peak.requests += 1;
+        peak.bytes += u64::from(request.size_bytes);
+    }
+    let seconds = window.as_secs_f64();
+    Ok(peaks
         .iter()
-        .map(|volume| {
-            let count = volume.read_count + volume.write_count;
-            let bytes = volume.read_bytes + volume.write_bytes;
-            VolumeLoad {
-                peak_reads_per_s: volume.peak_read_rate_per_s,
-                peak_writes_per_s: volume.peak_write_rate_per_s,
-                mean_request_bytes: if count == 0 { 0.0 } else { bytes as f64 / count as f64 },
-            }
+        .map(|peak| VolumeLoad {
+            peak_reads_per_s: peak.reads_max as f64 / seconds,
+            peak_writes_per_s: peak.writes_max as f64 / seconds,
+            mean_request_bytes: if peak.requests == 0 {
+                0.0
+            } else {
+                peak.bytes as f64 / peak.requests as f64
+            },
         })
-        .collect()
+        .collect())
 }
 
 /// The part of a trace replayed: requests with `start <= timestamp < end`. Virtual

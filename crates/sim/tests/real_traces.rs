@@ -17,10 +17,10 @@ use std::path::PathBuf;
 
 use somnus_sim::engine::ConfigKind;
 use somnus_sim::experiment::{ConfigReport, OffloadResult, run_offload};
-use somnus_sim::replay::{Window, volume_loads};
+use somnus_sim::replay::{Window, peak_loads};
 use somnus_sim::topology::Topology;
-use somnus_trace::stats::{StatsOptions, compute_set};
 use somnus_trace::{DaySpec, ReadOptions, TraceSet};
+use somnus_types::VirtualDuration;
 
 fn traces() -> Option<PathBuf> {
     match std::env::var_os("SOMNUS_TRACES") {
@@ -34,8 +34,8 @@ fn traces() -> Option<PathBuf> {
 
 fn run(set: &TraceSet, window: Window) -> OffloadResult {
     let names: Vec<String> = set.volumes().iter().map(|(_, n)| n.to_string()).collect();
-    let stats = compute_set(set, None, &StatsOptions::default()).unwrap();
-    let layout = Topology::msr_cambridge().layout_for_load(&names, &volume_loads(&stats)).unwrap();
+    let loads = peak_loads(set.requests(), names.len(), VirtualDuration::from_secs(60)).unwrap();
+    let layout = Topology::msr_cambridge().layout_for_load(&names, &loads).unwrap();
     run_offload(
         &layout,
         window.span(),

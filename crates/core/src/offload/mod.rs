@@ -70,7 +70,8 @@ pub struct ManagerConfig {
     /// this long, so that it does not queue ahead of a burst.
     pub reclaim_after_idle: VirtualDuration,
     /// How often a manager that could not spin down for want of an awake logger looks
-    /// again (the paper's periodic probe).
+    /// again (the paper's periodic probe). Changes of availability also arrive as
+    /// `LoggersChanged`, so the probe is a backstop and can be slow.
     pub probe_interval: VirtualDuration,
     /// Client requests held at once; past it a request is refused (backpressure).
     pub requests_max: usize,
@@ -91,7 +92,7 @@ impl ManagerConfig {
             policy,
             logger_view,
             reclaim_after_idle: VirtualDuration::from_millis(100),
-            probe_interval: VirtualDuration::from_secs(10),
+            probe_interval: VirtualDuration::from_secs(60),
             requests_max: 1 << 20,
             ios_max: 1 << 22,
             invalidations_in_flight_max: 16,
