@@ -154,8 +154,8 @@ fn measure(args: &BenchOffloadArgs, path: &Path, copies: u64) -> Result<()> {
         let requests = window
             .sim_requests(set.requests())
             .map_while(|r| r.map_err(|e| failure = Some(e)).ok());
-        let measured =
-            Engine::new(&layout, ConfigKind::Rack, window.span()).run(requests, &mut |_| {})?;
+        let measured = Engine::new(&layout, ConfigKind::Rack, window.run_window())
+            .run(requests, &mut |_| {})?;
         if let Some(error) = failure {
             return Err(error.into());
         }

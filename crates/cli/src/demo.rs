@@ -5,7 +5,7 @@ use std::path::PathBuf;
 
 use anyhow::{Context, Result, bail};
 use clap::Args;
-use somnus_sim::engine::{ConfigKind, SimRequest};
+use somnus_sim::engine::{ConfigKind, RunWindow, SimRequest};
 use somnus_sim::experiment::run_offload;
 use somnus_sim::replay::peak_loads;
 use somnus_sim::topology::Topology;
@@ -103,7 +103,9 @@ pub(crate) fn run(args: &DemoArgs) -> Result<()> {
         Ok(trace.filter(|r| r.timestamp.0 < span.as_nanos()).map(|r| Ok(to_sim(r))))
     };
     let result =
-        run_offload(&layout, span, &ConfigKind::ALL, source, &mut |p| progress.simulation(p))?;
+        run_offload(&layout, RunWindow::measured(span), &ConfigKind::ALL, source, &mut |p| {
+            progress.simulation(p)
+        })?;
     let heading = format!(
         "synthetic trace (seed {}, results are synthetic): {} requests over {:.1} h\n\
          cluster: {} volumes on {} servers in {} racks, Seagate Cheetah 15K.4 disks (004 Table 3)\n\n",

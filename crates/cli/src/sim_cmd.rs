@@ -4,11 +4,16 @@ use std::path::{Path, PathBuf};
 
 use anyhow::{Context, Result, bail};
 use clap::{Args, Subcommand, ValueEnum};
+use somnus_core::offload::LoggerHost;
 use somnus_core::power::PowerProfile;
 use somnus_sim::engine::ConfigKind;
 use somnus_sim::experiment::{OffloadResult, run_offload};
 use somnus_sim::replay::{Window, peak_loads};
 use somnus_types::VirtualDuration;
+
+/// The warm-up before a day: an hour settles every idle timer and logger.
+const DAY_WARMUP_S: u64 = 3600;
+const WARMUP_S_MAX: u64 = 7 * 24 * 3600;
 
 /// Arrays are sized for the busiest minute of each volume (004 Fig. 1's peak rates).
 pub(crate) const LOAD_WINDOW: VirtualDuration = VirtualDuration::from_secs(60);
@@ -30,6 +35,15 @@ pub(crate) enum SimCommand {
     /// Table 4; see `somnus show topology`): a volume named `host_disk` belongs to
     /// server `host`; servers no rack lists form a rack of their own.
     Offload(OffloadArgs),
+}
+
+/// The logger host rule.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+pub(crate) enum LoggerHostChoice {
+    /// Whichever volume goes idle last stays up (the paper).
+    Any,
+    /// The volume whose disks draw least stays up.
+    Cheapest,
 }
 
 /// A configuration, or all of them.
@@ -63,6 +77,11 @@ pub(crate) struct OffloadArgs {
     /// Without it the whole trace is replayed, from its first request to its last.
     #[arg(long, value_name = "N|YYYY-MM-DD")]
     day: Option<DaySpec>,
+    /// Seconds of trace before the window replayed first but not measured, so that
+    /// the window starts with its disks as the preceding hour left them. Default:
+    /// 3600 with --day, 0 for the whole trace (nothing precedes it).
+    #[arg(long, value_name = "SECONDS")]
+    warmup_s: Option<u64>,
     /// Print one JSON object per configuration (a JSON array) instead of tables.
     #[arg(long)]
     json: bool,
@@ -73,6 +92,11 @@ pub(crate) struct OffloadArgs {
     /// A topology file (TOML) instead of the built-in MSR Cambridge one.
     #[arg(long, value_name = "FILE")]
     topology: Option<PathBuf>,
+    /// Which volume of a logger group stays awake to take the others' writes: any
+    /// (whichever goes idle last, as in 004 3.1) or cheapest (the volume whose disks
+    /// draw least). Overrides the topology's policy.logger_host.
+    #[arg(long, value_enum)]
+    logger_host: Option<LoggerHostChoice>,
     /// A power profile file (TOML) the topology may name; may be repeated.
     #[arg(long = "profile", value_name = "FILE")]
     profiles: Vec<PathBuf>,
@@ -124,7 +148,12 @@ pub(crate) fn load_topology(path: Option<&Path>, profiles: &[PathBuf]) -> Result
 
 fn offload(args: &OffloadArgs) -> Result<()> {
     let kinds = kinds(&args.config);
-    let topology = load_topology(args.topology.as_deref(), &args.profiles)?;
+    let mut topology = load_topology(args.topology.as_deref(), &args.profiles)?;
+    match args.logger_host {
+        Some(LoggerHostChoice::Any) => topology.set_logger_host(LoggerHost::Any),
+        Some(LoggerHostChoice::Cheapest) => topology.set_logger_host(LoggerHost::Cheapest),
+        None => {}
+    }
     if !args.quiet {
         eprintln!("reading {} trace file(s)...", args.traces.len());
     }
@@ -137,6 +166,11 @@ fn offload(args: &OffloadArgs) -> Result<()> {
             None => bail!("the trace set has no requests"),
         },
     };
+    let warmup_s = args.warmup_s.unwrap_or(if args.day.is_some() { DAY_WARMUP_S } else { 0 });
+    if warmup_s > WARMUP_S_MAX {
+        bail!("--warmup-s is at most {WARMUP_S_MAX} (a week), not {warmup_s}");
+    }
+    let window = window.with_warmup(VirtualDuration::from_secs(warmup_s));
     let names: Vec<String> = set.volumes().iter().map(|(_, name)| name.to_string()).collect();
     let loads = peak_loads(set.requests(), names.len(), LOAD_WINDOW)?;
     let layout = topology.layout_for_load(&names, &loads)?;
@@ -153,7 +187,7 @@ fn offload(args: &OffloadArgs) -> Result<()> {
     let mut progress = ProgressLine::new(args.quiet);
     let result = run_offload(
         &layout,
-        window.span(),
+        window.run_window(),
         &kinds,
         || Ok::<_, somnus_trace::TraceError>(window.sim_requests(set.requests())),
         &mut |p| progress.simulation(p),
@@ -185,13 +219,13 @@ pub(crate) fn emit(
 }
 
 fn count_in_window(set: &TraceSet, window: Window) -> Result<u64> {
-    // The pre-scan counted every record; a day needs one more pass over the index of
-    // timestamps, which is cheap next to the simulation.
+    // The pre-scan counted every record; a day needs one more pass, which is cheap
+    // next to the simulation.
     if Window::whole(set.summary()) == Some(window) {
         return Ok(set.summary().record_count);
     }
     let mut count = 0;
-    for request in window.sim_requests(set.requests()) {
+    for request in set.requests_between(window.start, window.end) {
         request?;
         count += 1;
     }
@@ -202,8 +236,13 @@ fn heading(set: &TraceSet, window: Window, layout: &Layout, requests: u64) -> St
     let summary = set.summary();
     let from = somnus_trace::stats::format_timestamp(summary.time_base, window.start);
     let to = somnus_trace::stats::format_timestamp(summary.time_base, window.end);
+    let warmup = if window.warmup.as_nanos() > 0 {
+        format!(", after a warm-up of {:.0} s", window.warmup.as_secs_f64())
+    } else {
+        String::new()
+    };
     format!(
-        "trace set: {} file(s), {} volumes, {} requests in the window {} .. {} ({:.2} h)\n\
+        "trace set: {} file(s), {} volumes, {} requests in the window {} .. {} ({:.2} h{warmup})\n\
          cluster: {} racks, {} servers, {} disks\n\n",
         summary.files.len(),
         layout.volumes.len(),

@@ -30,7 +30,7 @@ use somnus_core::offload::{
     VolumeManager,
 };
 use somnus_types::{
-    ByteRange, IoId, IoKind, LoggerId, RequestId, VirtualDuration, VirtualInstant, VolumeId,
+    ByteRange, IoId, IoKind, LoggerId, Power, RequestId, VirtualDuration, VirtualInstant, VolumeId,
 };
 
 const BLOCK_BYTES: u64 = 512;
@@ -124,7 +124,12 @@ impl Harness {
             offload_limit_bytes: limit_blocks * BLOCK_BYTES,
         };
         let view = (0..LOGGERS as u32)
-            .map(|i| ViewEntry { logger: LoggerId(i), remote: i == 2, shares_home_disks: i == 0 })
+            .map(|i| ViewEntry {
+                logger: LoggerId(i),
+                remote: i == 2,
+                shares_home_disks: i == 0,
+                host_idle_power: Power::ZERO,
+            })
             .collect();
         let mut config = ManagerConfig::new(HOME, policy, view);
         config.requests_max = 64;

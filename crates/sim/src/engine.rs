@@ -28,6 +28,12 @@ use crate::disk::{ArrayLayout, Disk, DiskModel, DiskOp};
 use crate::pending::PendingRanges;
 use crate::topology::Layout;
 
+/// What a volume's disks draw while spinning idle.
+fn idle_power(layout: &Layout, volume: &crate::topology::VolumeLayout) -> somnus_types::Power {
+    let per_disk = layout.profiles[volume.profile].watts(PowerState::Idle);
+    somnus_types::Power(per_disk.0 * u64::from(volume.disks))
+}
+
 /// Bytes of an RPC header between a manager and a remote logger.
 const RPC_HEADER_BYTES: u64 = 64;
 /// Virtual time the engine keeps running after the window ends to finish requests
@@ -68,6 +74,22 @@ impl ConfigKind {
             ConfigKind::Machine => "machine",
             ConfigKind::Rack => "rack",
         }
+    }
+}
+
+/// The stretch of virtual time a run covers: from 0 a warm-up that is replayed but not
+/// measured (so a day starts with its disks in the state the previous hour left
+/// them), then the measured span.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct RunWindow {
+    pub warmup: VirtualDuration,
+    pub span: VirtualDuration,
+}
+
+impl RunWindow {
+    /// A window with no warm-up.
+    pub fn measured(span: VirtualDuration) -> RunWindow {
+        RunWindow { warmup: VirtualDuration::ZERO, span }
     }
 }
 
@@ -260,6 +282,8 @@ pub struct Engine<'a> {
     layout: &'a Layout,
     kind: ConfigKind,
     now: VirtualInstant,
+    /// The end of the warm-up: nothing before it is measured.
+    measure_from: VirtualInstant,
     end: VirtualInstant,
     sequence: u64,
     events: BinaryHeap<Reverse<(VirtualInstant, u64, EventKind)>>,
@@ -281,15 +305,19 @@ pub struct Engine<'a> {
     second_ops: Vec<DiskOp>,
     actions: Vec<ManagerAction>,
     measured: RunMeasurements,
-    /// Meter readings and power timelines at the end of the window.
-    snapshot: Option<Vec<(MeterReading, Option<PowerTimeline>)>>,
+    /// Meter readings and manager counters at the end of the warm-up.
+    start_snapshot: Option<Vec<(MeterReading, ManagerCounters)>>,
+    /// Meter readings, power timelines and counters at the end of the window.
+    snapshot: Option<Vec<(MeterReading, Option<PowerTimeline>, ManagerCounters)>>,
     network_window: (u64, u64),
     requests_done: u64,
 }
 
 impl<'a> Engine<'a> {
-    pub fn new(layout: &'a Layout, kind: ConfigKind, span: VirtualDuration) -> Engine<'a> {
+    pub fn new(layout: &'a Layout, kind: ConfigKind, run_window: RunWindow) -> Engine<'a> {
         let start = VirtualInstant::ZERO;
+        let measure_from = start + run_window.warmup;
+        let span = run_window.span;
         let window = layout.policy.power_window;
         let mut volumes = Vec::with_capacity(layout.volumes.len());
         let mut loggers = Vec::with_capacity(layout.volumes.len());
@@ -308,7 +336,7 @@ impl<'a> Engine<'a> {
             let capacity = array.capacity_bytes(model.capacity_bytes());
             let log_bytes = volume.log_partition_bytes.min(capacity / 2);
             let meter = EnergyMeter::new(profile, volume.disks, PowerState::Idle, start)
-                .with_timeline(PowerTimeline::new(start, span, window));
+                .with_timeline(PowerTimeline::new(measure_from, span, window));
             volumes.push(VolumeState {
                 power: VolumePower::Active,
                 spin_down_wanted: false,
@@ -346,7 +374,7 @@ impl<'a> Engine<'a> {
             kind,
             span,
             volumes: Vec::new(),
-            timeline: PowerTimeline::new(start, span, window),
+            timeline: PowerTimeline::new(measure_from, span, window),
             read_latency_ns: histogram(),
             write_latency_ns: histogram(),
             read_latency_sum_ns: 0,
@@ -365,7 +393,8 @@ impl<'a> Engine<'a> {
             layout,
             kind,
             now: start,
-            end: start + span,
+            measure_from,
+            end: measure_from + span,
             sequence: 0,
             events: BinaryHeap::new(),
             deferred: VecDeque::new(),
@@ -384,6 +413,7 @@ impl<'a> Engine<'a> {
             second_ops: Vec::new(),
             actions: Vec::new(),
             measured,
+            start_snapshot: None,
             snapshot: None,
             network_window: (0, 0),
             requests_done: 0,
@@ -426,11 +456,14 @@ impl<'a> Engine<'a> {
                         logger: LoggerId(logger as u32),
                         remote: other.server != volume.server,
                         shares_home_disks: logger == index,
+                        host_idle_power: idle_power(layout, other),
                     }
                 })
                 .collect();
             let mut config = ManagerConfig::new(VolumeId(index as u32), power_policy, view);
             config.reclaim_after_idle = policy.reclaim_after_idle;
+            config.logger_host = policy.logger_host;
+            config.home_idle_power = idle_power(layout, volume);
             managers.push(VolumeManager::new(config, start, HomePower::Active));
         }
         (managers, watchers)
@@ -443,6 +476,8 @@ impl<'a> Engine<'a> {
         requests: impl Iterator<Item = SimRequest>,
         progress: &mut dyn FnMut(Progress),
     ) -> Result<RunMeasurements, EngineError> {
+        // Every volume spins at the start of the replay, its idle time counting from
+        // there (as on the paper's testbed); a warm-up settles the states before a day.
         for manager in 0..self.managers.len() {
             self.arm_timer(manager as u32);
         }
@@ -461,12 +496,20 @@ impl<'a> Engine<'a> {
                     count: self.volumes.len(),
                 });
             }
+            if request.arrival >= self.measure_from && self.start_snapshot.is_none() {
+                self.run_events_until(self.measure_from, false);
+                self.take_start_snapshot();
+            }
             self.run_events_until(request.arrival, false);
             self.arrive(request)?;
             self.drain_deferred();
             if self.requests_done & 0xffff == 0 {
                 progress(self.progress());
             }
+        }
+        if self.start_snapshot.is_none() {
+            self.run_events_until(self.measure_from, false);
+            self.take_start_snapshot();
         }
         self.run_events_until(self.end, false);
         self.take_snapshot();
@@ -972,6 +1015,10 @@ impl<'a> Engine<'a> {
         let end = start + transfer;
         self.links[source as usize].transmit_free = end;
         self.links[target as usize].receive_free = end;
+        if self.now < self.measure_from {
+            // The warm-up's traffic is not measured.
+            return end + VirtualDuration::from_nanos(network.round_trip.as_nanos() / 2);
+        }
         self.measured.network_bytes += bytes;
         let window = self.now.as_nanos() / self.layout.policy.power_window.as_nanos();
         if window != self.network_window.0 {
@@ -1104,6 +1151,24 @@ impl<'a> Engine<'a> {
         let (arrival, volume, range) = (client.arrival, client.volume as usize, client.range);
         let latency = self.now.duration_since(arrival).as_nanos();
         let spin_delayed = client.spin_delayed || waited_for_spin_up;
+        if arrival >= self.measure_from {
+            self.measure_reply(kind, outcome, latency, spin_delayed);
+        }
+        self.requests_in_flight -= 1;
+        self.requests_done += 1;
+        self.requests_free.push(slot);
+        self.volumes[volume].pending.remove(range, request.0);
+        self.release_dependents(slot);
+    }
+
+    /// Counts a finished request of the measured window.
+    fn measure_reply(
+        &mut self,
+        kind: IoKind,
+        outcome: ReplyOutcome,
+        latency: u64,
+        spin_delayed: bool,
+    ) {
         let measured = &mut self.measured;
         let (histogram, sum) = match kind {
             IoKind::Read => (&mut measured.read_latency_ns, &mut measured.read_latency_sum_ns),
@@ -1126,11 +1191,6 @@ impl<'a> Engine<'a> {
                 IoKind::Write => measured.writes_spin_delayed += 1,
             }
         }
-        self.requests_in_flight -= 1;
-        self.requests_done += 1;
-        self.requests_free.push(slot);
-        self.volumes[volume].pending.remove(range, request.0);
-        self.release_dependents(slot);
     }
 
     /// Dispatches the requests that waited only for `slot`.
@@ -1147,6 +1207,17 @@ impl<'a> Engine<'a> {
         self.requests[slot as usize].dependents = dependents;
     }
 
+    fn take_start_snapshot(&mut self) {
+        let at = self.measure_from;
+        let readings = self
+            .volumes
+            .iter_mut()
+            .zip(&self.managers)
+            .map(|(volume, manager)| (volume.meter.reading(at), manager.counters()))
+            .collect();
+        self.start_snapshot = Some(readings);
+    }
+
     fn take_snapshot(&mut self) {
         if self.snapshot.is_some() {
             return;
@@ -1155,21 +1226,27 @@ impl<'a> Engine<'a> {
         let readings = self
             .volumes
             .iter_mut()
-            .map(|volume| (volume.meter.reading(end), volume.meter.timeline().cloned()))
+            .zip(&self.managers)
+            .map(|(volume, manager)| {
+                (volume.meter.reading(end), volume.meter.timeline().cloned(), manager.counters())
+            })
             .collect();
         self.snapshot = Some(readings);
     }
 
     fn finish(mut self) -> RunMeasurements {
         let readings = self.snapshot.take().unwrap_or_default();
-        for (index, (reading, timeline)) in readings.into_iter().enumerate() {
+        let starts = self.start_snapshot.take().unwrap_or_default();
+        for (index, ((reading, timeline, counters), (reading_at_start, counters_at_start))) in
+            readings.into_iter().zip(starts).enumerate()
+        {
             let state = &self.volumes[index];
             if let Some(timeline) = &timeline {
                 self.measured.timeline.accumulate(timeline);
             }
             self.measured.volumes.push(VolumeMeasurements {
-                reading,
-                counters: self.managers[index].counters(),
+                reading: reading.since(&reading_at_start),
+                counters: counters.since(&counters_at_start),
                 reads: state.reads,
                 writes: state.writes,
             });

@@ -6,7 +6,9 @@ use hdrhistogram::Histogram;
 use somnus_core::power::PowerState;
 use somnus_types::VirtualDuration;
 
-use crate::engine::{ConfigKind, Engine, EngineError, Progress, RunMeasurements, SimRequest};
+use crate::engine::{
+    ConfigKind, Engine, EngineError, Progress, RunMeasurements, RunWindow, SimRequest,
+};
 use crate::topology::Layout;
 
 /// Latency figures of one request kind, in milliseconds.
@@ -105,11 +107,11 @@ pub enum ExperimentError<E: std::error::Error + 'static> {
 }
 
 /// Runs the baseline and each configuration in `kinds` over the requests that
-/// `source` produces afresh for each run (in non-decreasing arrival order within a
-/// window of `span`).
+/// `source` produces afresh for each run (in non-decreasing arrival order, virtual
+/// time 0 being the start of the warm-up).
 pub fn run_offload<E, I>(
     layout: &Layout,
-    span: VirtualDuration,
+    window: RunWindow,
     kinds: &[ConfigKind],
     mut source: impl FnMut() -> Result<I, E>,
     progress: &mut dyn FnMut(Progress),
@@ -131,13 +133,13 @@ where
                 None
             }
         });
-        let measured = Engine::new(layout, kind, span).run(stream, progress)?;
+        let measured = Engine::new(layout, kind, window).run(stream, progress)?;
         if let Some(error) = failure {
             return Err(ExperimentError::Source(error));
         }
         runs.push(measured);
     }
-    Ok(compare(layout, span, &runs, kinds))
+    Ok(compare(layout, window.span, &runs, kinds))
 }
 
 /// Runs one configuration on requests already in memory (tests and benchmarks).
@@ -147,7 +149,7 @@ pub fn run_one(
     kind: ConfigKind,
     requests: &[SimRequest],
 ) -> Result<RunMeasurements, EngineError> {
-    Engine::new(layout, kind, span).run(requests.iter().copied(), &mut |_| {})
+    Engine::new(layout, kind, RunWindow::measured(span)).run(requests.iter().copied(), &mut |_| {})
 }
 
 fn compare(

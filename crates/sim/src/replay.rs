@@ -4,7 +4,7 @@
 use somnus_trace::{DayError, DaySpec, Request, TraceSummary, TraceTimestamp, day_window};
 use somnus_types::{ByteRange, VirtualDuration, VirtualInstant};
 
-use crate::engine::SimRequest;
+use crate::engine::{RunWindow, SimRequest};
 use crate::topology::VolumeLoad;
 
 /// Each volume's peak load over fixed windows of `window` (60 s in 004 Fig. 1), for
@@ -58,54 +58,79 @@ pub fn peak_loads<E>(
         .collect())
 }
 
-/// The part of a trace replayed: requests with `start <= timestamp < end`. Virtual
-/// time 0 is `start`, and energy is measured over the whole window, idle time included.
+/// The part of a trace measured: requests with `start <= timestamp < end`, after a
+/// warm-up replayed from `start - warmup` but not measured. Virtual time 0 is the start
+/// of the warm-up; energy is measured over the whole window, idle time included.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Window {
     pub start: TraceTimestamp,
     pub end: TraceTimestamp,
+    pub warmup: VirtualDuration,
 }
 
 impl Window {
     /// From the first request to just after the last one; `None` for an empty trace.
     pub fn whole(summary: &TraceSummary) -> Option<Window> {
         let (first, last) = summary.span()?;
-        Some(Window { start: first, end: TraceTimestamp(last.0.saturating_add(1)) })
+        Some(Window {
+            start: first,
+            end: TraceTimestamp(last.0.saturating_add(1)),
+            warmup: VirtualDuration::ZERO,
+        })
     }
 
     /// One calendar day (see [`day_window`]).
     pub fn day(summary: &TraceSummary, day: DaySpec) -> Result<Window, DayError> {
         let (start, end) = day_window(summary, day)?;
-        Ok(Window { start, end })
+        Ok(Window { start, end, warmup: VirtualDuration::ZERO })
     }
 
+    /// The same window after a warm-up of `warmup` (cut at the trace's time 0).
+    pub fn with_warmup(self, warmup: VirtualDuration) -> Window {
+        Window { warmup: VirtualDuration::from_nanos(warmup.as_nanos().min(self.start.0)), ..self }
+    }
+
+    /// Where the replay starts: the beginning of the warm-up.
+    pub fn replay_start(&self) -> TraceTimestamp {
+        TraceTimestamp(self.start.0 - self.warmup.as_nanos())
+    }
+
+    /// The measured span.
     pub fn span(&self) -> VirtualDuration {
         VirtualDuration::from_nanos(self.end.0 - self.start.0)
     }
 
+    /// The engine's view of the window: warm-up, then the measured span.
+    pub fn run_window(&self) -> RunWindow {
+        RunWindow { warmup: self.warmup, span: self.span() }
+    }
+
+    /// Whether a request at `timestamp` is replayed (warm-up included).
     pub fn contains(&self, timestamp: TraceTimestamp) -> bool {
-        self.start <= timestamp && timestamp < self.end
+        self.replay_start() <= timestamp && timestamp < self.end
     }
 
     /// The engine's view of a request in this window.
     pub fn to_sim(&self, request: &Request) -> SimRequest {
         debug_assert!(self.contains(request.timestamp));
         SimRequest {
-            arrival: VirtualInstant(request.timestamp.0 - self.start.0),
+            arrival: VirtualInstant(request.timestamp.0 - self.replay_start().0),
             volume: request.volume,
             range: ByteRange::new(request.offset_bytes, u64::from(request.size_bytes)),
             kind: request.kind,
         }
     }
 
-    /// The requests of `requests` inside the window, as the engine takes them. Stops
-    /// reading at the first request past the end (the stream is in time order).
+    /// The requests of `requests` replayed (warm-up included), as the engine takes
+    /// them. Stops reading at the first request past the end (the stream is in time
+    /// order).
     pub fn sim_requests<E>(
         self,
         requests: impl Iterator<Item = Result<Request, E>>,
     ) -> impl Iterator<Item = Result<SimRequest, E>> {
+        let replay_start = self.replay_start();
         requests
-            .filter(move |item| item.as_ref().map_or(true, |r| r.timestamp >= self.start))
+            .filter(move |item| item.as_ref().map_or(true, |r| r.timestamp >= replay_start))
             .take_while(move |item| item.as_ref().map_or(true, |r| r.timestamp < self.end))
             .map(move |item| item.map(|request| self.to_sim(&request)))
     }

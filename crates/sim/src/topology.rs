@@ -112,6 +112,18 @@ struct PolicyFile {
     offload_limit_gib: f64,
     reclaim_after_idle_ms: f64,
     power_window_s: f64,
+    /// "any" (004 3.1: whichever volume goes idle last stays up for the others'
+    /// writes) or "cheapest" (the volume drawing least stays up).
+    #[serde(default)]
+    logger_host: LoggerHostFile,
+}
+
+#[derive(Clone, Copy, Debug, Default, serde::Deserialize)]
+#[serde(rename_all = "lowercase")]
+enum LoggerHostFile {
+    #[default]
+    Any,
+    Cheapest,
 }
 
 #[derive(Clone, Debug, serde::Deserialize)]
@@ -143,6 +155,7 @@ pub struct PolicyParams {
     pub offload_limit_bytes: u64,
     pub reclaim_after_idle: VirtualDuration,
     pub power_window: VirtualDuration,
+    pub logger_host: somnus_core::offload::LoggerHost,
 }
 
 /// One volume as laid out on the cluster.
@@ -223,6 +236,14 @@ impl Topology {
         let topology = Topology { file, origin: origin.to_string(), profiles };
         topology.validate()?;
         Ok(topology)
+    }
+
+    /// Overrides the topology's `policy.logger_host`.
+    pub fn set_logger_host(&mut self, host: somnus_core::offload::LoggerHost) {
+        self.file.policy.logger_host = match host {
+            somnus_core::offload::LoggerHost::Any => LoggerHostFile::Any,
+            somnus_core::offload::LoggerHost::Cheapest => LoggerHostFile::Cheapest,
+        };
     }
 
     /// Makes `profile` available to the topology's `profile` keys under its name.
@@ -328,6 +349,10 @@ impl Topology {
             reclaim_after_idle: self
                 .seconds("policy.reclaim_after_idle_ms", policy.reclaim_after_idle_ms / 1000.0)?,
             power_window,
+            logger_host: match policy.logger_host {
+                LoggerHostFile::Any => somnus_core::offload::LoggerHost::Any,
+                LoggerHostFile::Cheapest => somnus_core::offload::LoggerHost::Cheapest,
+            },
         })
     }
 

@@ -23,8 +23,8 @@ use somnus_types::{ByteRange, IoId, IoKind, LoggerId, RequestId, VirtualInstant}
 
 use super::garbage::{GarbageCache, GarbageEntry};
 use super::{
-    DataSource, HomePower, IoFailure, LoggerAvailability, LoggerStatuses, ManagerAction,
-    ManagerConfig, ManagerEvent, PowerPolicy, ReplyOutcome,
+    DataSource, HomePower, IoFailure, LoggerAvailability, LoggerHost, LoggerStatuses,
+    ManagerAction, ManagerConfig, ManagerEvent, PowerPolicy, ReplyOutcome,
 };
 use crate::Version;
 use crate::extent::ExtentMap;
@@ -54,6 +54,26 @@ pub struct ManagerCounters {
     pub requests_refused: u64,
     /// Writes retried after a logger failed or filled up.
     pub write_retries: u64,
+}
+
+impl ManagerCounters {
+    /// What was counted between `earlier` (of the same manager) and these counters.
+    pub fn since(&self, earlier: &ManagerCounters) -> ManagerCounters {
+        ManagerCounters {
+            reads: self.reads - earlier.reads,
+            writes: self.writes - earlier.writes,
+            writes_logged: self.writes_logged - earlier.writes_logged,
+            reads_logged: self.reads_logged - earlier.reads_logged,
+            reads_remote: self.reads_remote - earlier.reads_remote,
+            bytes_logged: self.bytes_logged - earlier.bytes_logged,
+            bytes_reclaimed: self.bytes_reclaimed - earlier.bytes_reclaimed,
+            invalidations: self.invalidations - earlier.invalidations,
+            spin_ups_requested: self.spin_ups_requested - earlier.spin_ups_requested,
+            spin_downs_requested: self.spin_downs_requested - earlier.spin_downs_requested,
+            requests_refused: self.requests_refused - earlier.requests_refused,
+            write_retries: self.write_retries - earlier.write_retries,
+        }
+    }
 }
 
 #[derive(Clone, Copy, Debug)]
@@ -101,6 +121,7 @@ pub struct VolumeManager {
     spin_up_after_down: bool,
     /// An operator drain is under way: stay up until nothing is logged.
     draining: bool,
+    /// The last read and write arrivals (the start, before the first).
     last_read: VirtualInstant,
     last_write: VirtualInstant,
     /// The last foreground arrival or home completion: reclaim waits for quiet.
@@ -899,9 +920,11 @@ impl VolumeManager {
     }
 
     fn awake_logger_elsewhere(&self, loggers: &impl LoggerStatuses) -> bool {
+        let cheapest = self.config.logger_host == LoggerHost::Cheapest;
         self.config.logger_view.iter().any(|entry| {
             let status = loggers.status(entry.logger);
             !entry.shares_home_disks
+                && (!cheapest || entry.host_idle_power <= self.config.home_idle_power)
                 && status.availability == LoggerAvailability::Awake
                 && status.free_bytes > RECORD_HEADER_BYTES
         })

@@ -12,7 +12,9 @@ mod manager;
 
 pub use manager::{ManagerCounters, VolumeManager};
 
-use somnus_types::{ByteRange, IoId, IoKind, LoggerId, RequestId, VirtualDuration, VolumeId};
+use somnus_types::{
+    ByteRange, IoId, IoKind, LoggerId, Power, RequestId, VirtualDuration, VolumeId,
+};
 
 use crate::Version;
 
@@ -56,6 +58,22 @@ pub struct ViewEntry {
     pub remote: bool,
     /// Lives on the home volume's own disks: useless while the home volume sleeps.
     pub shares_home_disks: bool,
+    /// What the logger's volume draws while it spins (its disks at idle): the cost of
+    /// keeping it awake as the group's logger host.
+    pub host_idle_power: Power,
+}
+
+/// Which volume of a logger group stays awake to take the others' writes.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum LoggerHost {
+    /// Whichever goes idle last, as in 004 3.1: a volume sleeps whenever some other
+    /// logger is awake.
+    #[default]
+    Any,
+    /// The one that draws least: a volume sleeps only while an awake logger elsewhere
+    /// draws no more than it does, so a cheap volume stays up for an expensive one
+    /// and not the other way round.
+    Cheapest,
 }
 
 /// A manager's configuration.
@@ -79,6 +97,10 @@ pub struct ManagerConfig {
     pub ios_max: usize,
     /// Invalidations in flight at once.
     pub invalidations_in_flight_max: usize,
+    /// Which volume of the group stays awake as the logger host.
+    pub logger_host: LoggerHost,
+    /// What the home volume draws while it spins (its disks at idle).
+    pub home_idle_power: Power,
 }
 
 impl ManagerConfig {
@@ -96,6 +118,8 @@ impl ManagerConfig {
             requests_max: 1 << 20,
             ios_max: 1 << 22,
             invalidations_in_flight_max: 16,
+            logger_host: LoggerHost::Any,
+            home_idle_power: Power::ZERO,
         }
     }
 }

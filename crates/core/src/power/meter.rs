@@ -44,6 +44,23 @@ pub struct MeterReading {
     pub spin_downs: u64,
 }
 
+impl MeterReading {
+    /// What was accounted between `earlier` (a reading of the same meter) and this one.
+    pub fn since(&self, earlier: &MeterReading) -> MeterReading {
+        let mut state_time = self.state_time;
+        for (time, before) in state_time.iter_mut().zip(earlier.state_time) {
+            *time = time.saturating_sub(before);
+        }
+        MeterReading {
+            energy: self.energy - earlier.energy,
+            state_time,
+            transition_time: self.transition_time.saturating_sub(earlier.transition_time),
+            spin_ups: self.spin_ups - earlier.spin_ups,
+            spin_downs: self.spin_downs - earlier.spin_downs,
+        }
+    }
+}
+
 /// Energy per fixed-length window of time, for mean and peak power.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct PowerTimeline {
@@ -73,35 +90,44 @@ impl PowerTimeline {
         &self.windows
     }
 
-    /// Adds `energy` spread evenly over `[start, end)`. Energy outside the timeline's
-    /// span lands in its first or last window, so totals always agree with the meter.
+    /// Adds `energy` spread evenly over `[start, end)`. The parts of the interval
+    /// outside the timeline's span are dropped (a warm-up before it, a drain after),
+    /// so the timeline holds exactly the energy of its span.
     pub fn add(&mut self, start: VirtualInstant, end: VirtualInstant, energy: Energy) {
         assert!(start <= end, "interval ends before it starts");
+        let window = self.window.as_nanos();
+        let span_start = self.origin.as_nanos();
+        let span_end = span_start + window * self.windows.len() as u64;
+        let (start, end) = (start.as_nanos(), end.as_nanos());
         if energy == Energy::ZERO {
             return;
         }
-        let last = self.windows.len() - 1;
-        let index_of = |t: VirtualInstant| -> usize {
-            let offset =
-                t.saturating_duration_since(self.origin).as_nanos() / self.window.as_nanos();
-            (offset as usize).min(last)
-        };
-        let (first_index, last_index) = (index_of(start), index_of(end.max(start)));
-        if first_index == last_index || start == end {
-            self.windows[first_index] += energy;
+        if start == end {
+            if (span_start..span_end).contains(&start) {
+                self.windows[((start - span_start) / window) as usize] += energy;
+            }
             return;
         }
-        let total_nanos = u128::from(end.duration_since(start).as_nanos());
+        let (inside_start, inside_end) = (start.max(span_start), end.min(span_end));
+        if inside_start >= inside_end {
+            return;
+        }
+        let total_nanos = u128::from(end - start);
+        let inside = Energy(energy.0 * u128::from(inside_end - inside_start) / total_nanos);
+        let first = ((inside_start - span_start) / window) as usize;
+        let last = ((inside_end - 1 - span_start) / window) as usize;
         let mut credited = Energy::ZERO;
-        for index in first_index..last_index {
-            let window_end = self.origin.as_nanos() + (index as u64 + 1) * self.window.as_nanos();
-            let window_start = self.origin.as_nanos() + index as u64 * self.window.as_nanos();
-            let overlap = window_end.min(end.as_nanos()) - window_start.max(start.as_nanos());
+        for index in first..last {
+            let window_end = span_start + (index as u64 + 1) * window;
+            let overlap = window_end - inside_start.max(span_start + index as u64 * window);
             let share = Energy(energy.0 * u128::from(overlap) / total_nanos);
             self.windows[index] += share;
             credited += share;
         }
-        self.windows[last_index] += energy - credited;
+        // The last window takes the rounding remainder, so a wholly inside interval
+        // adds exactly its energy.
+        let remainder = if start >= span_start && end <= span_end { energy } else { inside };
+        self.windows[last] += remainder - credited;
     }
 
     /// Adds another timeline of the same shape window by window.
@@ -363,6 +389,26 @@ mod tests {
         let reading = meter.reading(end);
         assert_eq!(reading.energy, Energy::try_from_joules(1879.45).unwrap());
         assert_eq!(reading.state_time[PowerState::Active.index()], VirtualDuration::from_secs(4));
+    }
+
+    #[test]
+    fn timeline_drops_what_lies_outside_its_span() {
+        // Goal: a warm-up before the span and a drain after it add nothing; an
+        // interval straddling the start adds only its inside share.
+        let mut timeline = PowerTimeline::new(
+            at(100),
+            VirtualDuration::from_secs(120),
+            VirtualDuration::from_secs(60),
+        );
+        timeline.add(at(0), at(50), joules(50));
+        timeline.add(at(230), at(300), joules(70));
+        timeline.add(at(50), at(150), joules(100));
+        assert_eq!(timeline.windows(), &[joules(50), Energy::ZERO]);
+        timeline.add(at(219), at(221), joules(2));
+        assert_eq!(timeline.windows()[1], joules(1));
+        timeline.add(at(130), at(130), joules(5));
+        timeline.add(at(220), at(220), joules(5));
+        assert_eq!(timeline.total(), joules(56));
     }
 
     #[test]
