@@ -90,8 +90,8 @@ pub(crate) fn tables(result: &OffloadResult) -> String {
     let _ = writeln!(out);
     let _ = write!(
         out,
-        "{:<24} {:>6} {:>5} {:>9} {:>9}",
-        "energy per volume", "rack", "disks", "reads", "writes"
+        "{:<24} {:>6} {:>11} {:>9} {:>9}",
+        "energy per volume", "rack", "array", "reads", "writes"
     );
     for config in &result.configs {
         let _ = write!(out, " {:>9}", format!("{} %", config.config.name()));
