@@ -303,7 +303,6 @@ pub struct Engine<'a> {
     blockers: Vec<u64>,
     first_ops: Vec<DiskOp>,
     second_ops: Vec<DiskOp>,
-    actions: Vec<ManagerAction>,
     measured: RunMeasurements,
     /// Meter readings and manager counters at the end of the warm-up.
     start_snapshot: Option<Vec<(MeterReading, ManagerCounters)>>,
@@ -411,7 +410,6 @@ impl<'a> Engine<'a> {
             blockers: Vec::new(),
             first_ops: Vec::new(),
             second_ops: Vec::new(),
-            actions: Vec::new(),
             measured,
             start_snapshot: None,
             snapshot: None,
@@ -579,17 +577,12 @@ impl<'a> Engine<'a> {
     fn drain_deferred(&mut self) {
         while let Some((manager, event)) = self.deferred.pop_front() {
             let statuses = Statuses { volumes: &self.volumes, loggers: &self.loggers };
-            let state = &mut self.managers[manager as usize];
-            state.handle(self.now, event, &statuses);
-            let mut actions = std::mem::take(&mut self.actions);
-            actions.clear();
-            while let Some(action) = state.poll_action() {
-                actions.push(action);
-            }
-            for &action in &actions {
+            self.managers[manager as usize].handle(self.now, event, &statuses);
+            // Actions may queue events (never run them), so the manager is free again
+            // by the time the next action is taken.
+            while let Some(action) = self.managers[manager as usize].poll_action() {
                 self.execute(manager, action);
             }
-            self.actions = actions;
             self.arm_timer(manager);
         }
     }
