@@ -18,6 +18,11 @@ use somnus_types::{ByteRange, VirtualDuration, VirtualInstant};
 
 use crate::topology::Raid;
 
+/// Fixed-point fraction bits of the per-byte transfer time: the transfer of every
+/// operation is integer arithmetic (float-to-integer conversions showed up in the
+/// simulator's profile).
+const FIXED_SHIFT: u32 = 32;
+
 /// The service-time model of one disk type.
 #[derive(Clone, Copy, Debug)]
 pub struct DiskModel {
@@ -28,7 +33,8 @@ pub struct DiskModel {
     seek_span_ns: f64,
     half_rotation_ns: u64,
     full_rotation_ns: u64,
-    transfer_ns_per_byte: f64,
+    /// Transfer time per byte in 32.32 fixed-point nanoseconds.
+    transfer_ns_per_byte_fixed: u64,
     overhead_ns: u64,
 }
 
@@ -37,6 +43,7 @@ impl DiskModel {
         let full_rotation_ns = (60e9 / f64::from(mechanics.rpm)).round() as u64;
         assert!(full_rotation_ns > 0, "rpm out of range");
         let capacity_bytes = (mechanics.capacity_gb * 1e9) as u64;
+        let fixed = (1u64 << FIXED_SHIFT) as f64;
         DiskModel {
             capacity_bytes,
             capacity_inverse: 1.0 / capacity_bytes as f64,
@@ -44,7 +51,8 @@ impl DiskModel {
             seek_span_ns: (mechanics.seek_full_ms - mechanics.seek_track_ms) * 1e6,
             half_rotation_ns: full_rotation_ns / 2,
             full_rotation_ns,
-            transfer_ns_per_byte: 1e9 / (mechanics.transfer_mb_s * 1e6),
+            transfer_ns_per_byte_fixed: (1e9 / (mechanics.transfer_mb_s * 1e6) * fixed).round()
+                as u64,
             overhead_ns: (mechanics.overhead_ms * 1e6) as u64,
         }
     }
@@ -56,7 +64,10 @@ impl DiskModel {
     /// The time to serve `op` with the head at `head`.
     pub fn service_time(&self, head: u64, op: &DiskOp) -> VirtualDuration {
         let position = self.wrap(op.position);
-        let transfer_ns = (op.size_bytes as f64 * self.transfer_ns_per_byte) as u64;
+        // Sizes are far below 2^32 bytes: the product fits u128 and the result u64.
+        let transfer_ns = ((u128::from(op.size_bytes)
+            * u128::from(self.transfer_ns_per_byte_fixed))
+            >> FIXED_SHIFT) as u64;
         let positioning_ns = if op.rewrite {
             self.full_rotation_ns
         } else if position == head {
@@ -235,13 +246,21 @@ mod tests {
         let op =
             DiskOp { disk: 0, position: 4096, size_bytes: 65536, write: false, rewrite: false };
         let transfer = (65536.0 / 75e6 * 1e9) as u64;
-        assert_eq!(model.service_time(4096, &op).as_nanos(), transfer + 100_000);
+        let near = |a: u64, b: u64| a.abs_diff(b) <= 1;
+        assert!(near(model.service_time(4096, &op).as_nanos(), transfer + 100_000));
         let far = DiskOp { position: model.capacity_bytes() - 1, ..op };
         let random = model.service_time(0, &far).as_nanos();
         let expected = 7_400_000 + 2_000_000 + transfer + 100_000;
         assert!(random.abs_diff(expected) < 1_000, "{random} vs {expected}");
+        // A quarter of the stroke: track + (full - track) * sqrt(1/4) = 3.8 ms of seek.
+        let quarter = DiskOp { position: model.capacity_bytes() / 4, ..op };
+        let seek = model.service_time(0, &quarter).as_nanos() - 2_000_000 - transfer - 100_000;
+        assert!(seek.abs_diff(3_800_000) < 10, "quarter-stroke seek {seek} ns");
         let rewrite = DiskOp { rewrite: true, ..op };
-        assert_eq!(model.service_time(4096, &rewrite).as_nanos(), 4_000_000 + transfer + 100_000);
+        assert!(near(
+            model.service_time(4096, &rewrite).as_nanos(),
+            4_000_000 + transfer + 100_000
+        ));
         assert_eq!(model.head_after(&op), 4096 + 65536);
     }
 
