@@ -197,3 +197,30 @@ fn the_demo_prints_all_four_configurations() {
         assert!(stdout.lines().any(|line| line.starts_with(name)), "no {name} row in:\n{stdout}");
     }
 }
+
+#[test]
+fn a_converted_trace_replays_exactly_like_its_sources() {
+    // Goal: `trace convert` loses nothing the simulator uses: the MSR set replayed from
+    // its binary conversion gives the same JSON, byte for byte, as from the CSV files.
+    let Some(dir) = std::env::var_os("SOMNUS_TRACES").map(PathBuf::from) else {
+        eprintln!("skipped: SOMNUS_TRACES is unset");
+        return;
+    };
+    let scratch = scratch("convert");
+    let sources: Vec<String> =
+        ["rsrch_1.csv", "hm_0.excerpt7016.csv", "hm_1.writes-excerpt13069.csv"]
+            .iter()
+            .map(|name| dir.join("msr-csv").join(name).to_string_lossy().into_owned())
+            .collect();
+    let converted = scratch.join("msr.somnus");
+    let mut args = vec!["trace", "convert"];
+    args.extend(sources.iter().map(String::as_str));
+    args.extend(["-o", converted.to_str().unwrap()]);
+    ok(&somnus(&args));
+    let mut from_csv = vec!["sim", "offload", "--json", "--quiet", "--trace"];
+    from_csv.extend(sources.iter().map(String::as_str));
+    let from_binary =
+        ["sim", "offload", "--json", "--quiet", "--trace", converted.to_str().unwrap()];
+    assert_eq!(ok(&somnus(&from_csv)), ok(&somnus(&from_binary)));
+    let _ = std::fs::remove_dir_all(&scratch);
+}
