@@ -133,6 +133,7 @@ impl Harness {
             .collect();
         let mut config = ManagerConfig::new(HOME, policy, view);
         config.requests_max = 64;
+        config.logger_room_min_bytes = 2 * BLOCK_BYTES;
         let capacity = rng.random_range(8..64) * BLOCK_BYTES + 4096;
         let loggers = (0..LOGGERS as u32).map(|i| Logger::new(LoggerId(i), capacity)).collect();
         let now = VirtualInstant::ZERO;
@@ -395,9 +396,9 @@ impl Harness {
             }
             PhysicalHome::Active | PhysicalHome::Standby => return,
         };
+        // The home volume's own logger follows the volume; like the simulator, the
+        // harness tells the owner only of the power change, not LoggersChanged.
         self.feed(ManagerEvent::HomePowerChanged { power });
-        // The home volume's own logger follows the volume.
-        self.feed(ManagerEvent::LoggersChanged);
     }
 
     fn advance_time(&mut self, max: VirtualDuration) {

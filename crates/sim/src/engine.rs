@@ -106,6 +106,8 @@ pub struct SimRequest {
 pub enum EngineError {
     #[error("request for volume {volume} but the layout has {count} volumes")]
     UnknownVolume { volume: VolumeId, count: usize },
+    #[error("request at {at:?} after the window ends at {end:?}")]
+    AfterWindow { at: VirtualInstant, end: VirtualInstant },
     #[error("requests out of time order: {later:?} after {earlier:?}")]
     OutOfOrder { earlier: VirtualInstant, later: VirtualInstant },
     #[error(
@@ -488,6 +490,9 @@ impl<'a> Engine<'a> {
                 });
             }
             last_arrival = request.arrival;
+            if request.arrival >= self.end {
+                return Err(EngineError::AfterWindow { at: request.arrival, end: self.end });
+            }
             if request.volume.index() >= self.volumes.len() {
                 return Err(EngineError::UnknownVolume {
                     volume: request.volume,
@@ -627,10 +632,12 @@ impl<'a> Engine<'a> {
         client.dependents.clear();
         self.requests_in_flight += 1;
         let id = self.request_id(slot);
+        let measured = request.arrival >= self.measure_from;
         let volume = &mut self.volumes[request.volume.index()];
         match request.kind {
-            IoKind::Read => volume.reads += 1,
-            IoKind::Write => volume.writes += 1,
+            IoKind::Read if measured => volume.reads += 1,
+            IoKind::Write if measured => volume.writes += 1,
+            IoKind::Read | IoKind::Write => {}
         }
         let mut blockers = std::mem::take(&mut self.blockers);
         blockers.clear();
@@ -1008,12 +1015,14 @@ impl<'a> Engine<'a> {
         let end = start + transfer;
         self.links[source as usize].transmit_free = end;
         self.links[target as usize].receive_free = end;
-        if self.now < self.measure_from {
-            // The warm-up's traffic is not measured.
+        if self.now < self.measure_from || self.now >= self.end {
+            // Traffic of the warm-up, or of the drain after the window, is not measured.
             return end + VirtualDuration::from_nanos(network.round_trip.as_nanos() / 2);
         }
         self.measured.network_bytes += bytes;
-        let window = self.now.as_nanos() / self.layout.policy.power_window.as_nanos();
+        // Windows aligned with the power timeline's.
+        let since = self.now.duration_since(self.measure_from).as_nanos();
+        let window = since / self.layout.policy.power_window.as_nanos();
         if window != self.network_window.0 {
             self.network_window = (window, 0);
         }
@@ -1175,8 +1184,7 @@ impl<'a> Engine<'a> {
                 measured.reads_remote += u64::from(remote);
             }
             (IoKind::Write, ReplyOutcome::Logged { .. }) => measured.writes_logged += 1,
-            (_, ReplyOutcome::Busy) => measured.requests_refused += 1,
-            (_, ReplyOutcome::Home) => {}
+            (_, ReplyOutcome::Busy | ReplyOutcome::Home) => {}
         }
         if spin_delayed {
             match kind {

@@ -15,7 +15,7 @@ const FEW_MAX: usize = 128;
 
 #[derive(Debug, Default)]
 pub(crate) struct PendingRanges {
-    /// All pending requests, while at most `FEW_MAX`.
+    /// All pending requests in arrival order, while at most `FEW_MAX`.
     few: Vec<(ByteRange, u64)>,
     /// The latest pending request touching each byte, once more were pending.
     many: ExtentMap<u64>,
@@ -65,13 +65,41 @@ impl PendingRanges {
         let Some(position) = self.few.iter().position(|(_, pending)| *pending == id) else {
             panic!("request {id} is not pending");
         };
-        self.few.swap_remove(position);
+        // Keep arrival order: the switch to the extent map replays the vector in order,
+        // and an older request must never overwrite a newer one as the latest toucher.
+        self.few.remove(position);
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_switch_to_the_extent_map_keeps_arrival_order() {
+        // Goal: after completions reorder nothing, a request arriving after the switch
+        // waits for the newest overlapping request too. Method: X, A(r), fillers, B(r)
+        // (waits for A); X completes; arrivals force the switch; C(r) must wait for B.
+        let mut pending = PendingRanges::default();
+        let mut blockers = Vec::new();
+        let r = ByteRange::new(1 << 30, 4096);
+        pending.add(ByteRange::new(0, 512), 0, &mut blockers);
+        pending.add(r, 1, &mut blockers);
+        for id in 2..(FEW_MAX as u64 - 1) {
+            pending.add(ByteRange::new(id * 4096, 512), id, &mut blockers);
+        }
+        blockers.clear();
+        pending.add(r, 500, &mut blockers);
+        assert_eq!(blockers, vec![1]);
+        pending.remove(ByteRange::new(0, 512), 0);
+        for id in 600..603u64 {
+            pending.add(ByteRange::new(id * 4096, 512), id, &mut blockers);
+        }
+        assert!(pending.in_many);
+        blockers.clear();
+        pending.add(r, 700, &mut blockers);
+        assert!(blockers.contains(&500), "C must wait for B: {blockers:?}");
+    }
 
     #[test]
     fn waits_for_overlapping_requests_only_in_both_modes() {

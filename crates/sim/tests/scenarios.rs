@@ -249,6 +249,17 @@ fn the_offload_limit_wakes_the_home_volume_and_reclaim_empties_the_log() {
 }
 
 #[test]
+fn a_request_after_the_window_is_refused() {
+    // Goal: the engine refuses a request at or after the end of its window instead of
+    // measuring it (or panicking on a meter read back in time).
+    let layout = layout(&["a_1"]);
+    let late = [request(10.0, 0, 0, IoKind::Write)];
+    let error =
+        run_one(&layout, VirtualDuration::from_secs(10), ConfigKind::Vanilla, &late).unwrap_err();
+    assert!(error.to_string().contains("after the window"), "{error}");
+}
+
+#[test]
 fn the_same_input_gives_the_same_measurements() {
     // Determinism: two runs of one configuration agree on every figure.
     let layout = layout(&["a_1", "a_2", "b_1"]);
@@ -368,6 +379,7 @@ fn the_warm_up_is_replayed_but_not_measured() {
         .run(requests.iter().copied(), &mut |_| {})
         .unwrap();
     assert_eq!(measured.write_latency_ns.len(), 0);
+    assert_eq!(measured.volumes[0].writes, 0, "warm-up writes are not counted");
     let reading = measured.volumes[0].reading;
     assert_eq!(reading.state_time[PowerState::Standby.index()], VirtualDuration::from_secs(3600));
     assert!((reading.energy.as_joules() - 4.0 * 2.6 * 3600.0).abs() < 1e-6, "{:?}", reading.energy);

@@ -161,6 +161,16 @@ impl VolumeManager {
     pub fn new(config: ManagerConfig, now: VirtualInstant, home: HomePower) -> VolumeManager {
         assert!(matches!(home, HomePower::Active | HomePower::Standby), "start in a steady state");
         assert!(config.requests_max > 0 && config.ios_max > 0, "bounds must be positive");
+        assert!(
+            config.probe_interval > somnus_types::VirtualDuration::ZERO,
+            "probe interval must be positive"
+        );
+        if let PowerPolicy::Offload { offload_limit_bytes, .. } = config.policy {
+            assert!(
+                offload_limit_bytes > 0,
+                "an off-load limit of 0 would never let the volume sleep"
+            );
+        }
         let requests = Slab::new(config.requests_max);
         let ios = Slab::new(config.ios_max);
         VolumeManager {
@@ -285,6 +295,7 @@ impl VolumeManager {
             ManagerEvent::DrainRequested => {
                 self.draining = true;
                 self.reclaim_blocked = false;
+                self.garbage_dirty = true;
                 self.ensure_spinning();
             }
             ManagerEvent::TimerFired => {}
@@ -313,6 +324,11 @@ impl VolumeManager {
         }
         if self.reclaim_possible() {
             consider(self.last_foreground + self.config.reclaim_after_idle);
+        }
+        if !self.waiting_writes.is_empty() {
+            // A write may be waiting for another manager's invalidation to free log
+            // space, which no event of ours reports: look again now and then.
+            consider(self.now + self.config.probe_interval);
         }
         deadline
     }
@@ -599,10 +615,7 @@ impl VolumeManager {
         self.counters.writes_logged += 1;
         self.counters.bytes_logged += range.size_bytes();
         self.part_done(request);
-        if let PowerPolicy::Offload { offload_limit_bytes, .. } = self.config.policy
-            && self.redirect.total_bytes() >= offload_limit_bytes
-            && self.home != HomePower::Active
-        {
+        if self.over_offload_limit() && self.home != HomePower::Active {
             self.ensure_spinning();
         }
     }
@@ -658,6 +671,9 @@ impl VolumeManager {
                 self.home = HomePower::Active;
                 self.spin_up_after_down = false;
                 self.reclaim_blocked = false;
+                // The logger on the home disks woke with them: garbage queued for it
+                // may go now (the shell tells other managers, not this one).
+                self.garbage_dirty = true;
                 let waiting = std::mem::take(&mut self.waiting_for_home);
                 for wait in waiting {
                     match wait {
@@ -782,9 +798,21 @@ impl VolumeManager {
     /// Copies one logged extent home (004 3.1: when the home volume is idle, the
     /// manager reclaims off-loaded blocks in the background).
     fn start_reclaim(&mut self, loggers: &impl LoggerStatuses) {
-        let found = self
-            .redirect
-            .find(|(logger, _)| loggers.status(logger).availability == LoggerAvailability::Awake);
+        let availability = |logger: LoggerId| loggers.status(logger).availability;
+        let awake =
+            self.redirect.find(|(logger, _)| availability(logger) == LoggerAvailability::Awake);
+        // Background work leaves sleeping loggers alone, except to bring the logged
+        // data back under the off-load limit or to finish a drain: then reading wakes
+        // the logger (a bounded buffer wakes its target, DESIGN.md).
+        let must_drain = self.draining || self.over_offload_limit();
+        let found = awake.or_else(|| {
+            must_drain
+                .then(|| {
+                    self.redirect
+                        .find(|(logger, _)| availability(logger) == LoggerAvailability::Asleep)
+                })
+                .flatten()
+        });
         let Some((range, (logger, version))) = found else {
             self.reclaim_blocked = true;
             return;
@@ -887,14 +915,14 @@ impl VolumeManager {
         if now < idle_deadline || self.probe_again_at.is_some_and(|t| now < t) {
             return;
         }
-        if let PowerPolicy::Offload { offload_limit_bytes, .. } = self.config.policy {
+        if let PowerPolicy::Offload { .. } = self.config.policy {
             // O3: never sleep without an awake logger on other disks for the next write.
             if !self.awake_logger_elsewhere(loggers) {
                 self.probe_again_at = Some(now + self.config.probe_interval);
                 return;
             }
             // Woken by the off-load limit: stay up while there is reclaim to do.
-            if self.redirect.total_bytes() >= offload_limit_bytes && !self.reclaim_blocked {
+            if self.over_offload_limit() && !self.reclaim_blocked {
                 return;
             }
         }
@@ -926,7 +954,7 @@ impl VolumeManager {
             !entry.shares_home_disks
                 && (!cheapest || entry.host_idle_power <= self.config.home_idle_power)
                 && status.availability == LoggerAvailability::Awake
-                && status.free_bytes > RECORD_HEADER_BYTES
+                && status.free_bytes >= self.config.logger_room_min_bytes
         })
     }
 
@@ -943,6 +971,15 @@ impl VolumeManager {
             self.log_reads_in_flight.remove(&(logger, version));
             // An invalidation held back by this read may go now.
             self.garbage_dirty = true;
+        }
+    }
+
+    fn over_offload_limit(&self) -> bool {
+        match self.config.policy {
+            PowerPolicy::Offload { offload_limit_bytes, .. } => {
+                self.redirect.total_bytes() >= offload_limit_bytes
+            }
+            PowerPolicy::AlwaysOn | PowerPolicy::SpinDownWhenIdle { .. } => false,
         }
     }
 

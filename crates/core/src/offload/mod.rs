@@ -99,6 +99,9 @@ pub struct ManagerConfig {
     pub invalidations_in_flight_max: usize,
     /// Which volume of the group stays awake as the logger host.
     pub logger_host: LoggerHost,
+    /// The free space an awake logger elsewhere must have for the home volume to
+    /// sleep on it: room for a burst of writes, not just one.
+    pub logger_room_min_bytes: u64,
     /// What the home volume draws while it spins (its disks at idle).
     pub home_idle_power: Power,
 }
@@ -119,6 +122,7 @@ impl ManagerConfig {
             ios_max: 1 << 22,
             invalidations_in_flight_max: 16,
             logger_host: LoggerHost::Any,
+            logger_room_min_bytes: 1 << 20,
             home_idle_power: Power::ZERO,
         }
     }

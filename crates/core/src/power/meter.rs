@@ -113,14 +113,20 @@ impl PowerTimeline {
             return;
         }
         let total_nanos = u128::from(end - start);
-        let inside = Energy(energy.0 * u128::from(inside_end - inside_start) / total_nanos);
+        // energy * nanoseconds grows as power x time^2 and overflows u128 for an
+        // interval of weeks: split the energy into a quotient and a remainder first.
+        let (per_nano, remainder) = (energy.0 / total_nanos, energy.0 % total_nanos);
+        let share_of = |nanos: u64| {
+            Energy(per_nano * u128::from(nanos) + remainder * u128::from(nanos) / total_nanos)
+        };
+        let inside = share_of(inside_end - inside_start);
         let first = ((inside_start - span_start) / window) as usize;
         let last = ((inside_end - 1 - span_start) / window) as usize;
         let mut credited = Energy::ZERO;
         for index in first..last {
             let window_end = span_start + (index as u64 + 1) * window;
             let overlap = window_end - inside_start.max(span_start + index as u64 * window);
-            let share = Energy(energy.0 * u128::from(overlap) / total_nanos);
+            let share = share_of(overlap);
             self.windows[index] += share;
             credited += share;
         }
@@ -409,6 +415,18 @@ mod tests {
         timeline.add(at(130), at(130), joules(5));
         timeline.add(at(220), at(220), joules(5));
         assert_eq!(timeline.total(), joules(56));
+    }
+
+    #[test]
+    fn a_long_steady_interval_does_not_overflow() {
+        // Goal: a month at 1 kW in one interval (power x time^2 far past u128) spreads
+        // exactly over the windows.
+        let month = VirtualDuration::from_secs(30 * 24 * 3600);
+        let mut timeline = PowerTimeline::new(at(0), month, VirtualDuration::from_secs(3600));
+        let energy = Power::try_from_watts(1000.0).unwrap().over(month);
+        timeline.add(at(0), at(0) + month, energy);
+        assert_eq!(timeline.total(), energy);
+        assert_eq!(timeline.windows()[17], joules(3_600_000));
     }
 
     #[test]
