@@ -168,6 +168,10 @@ impl ArrayLayout {
         second: &mut Vec<DiskOp>,
     ) {
         let unit = self.stripe_unit_bytes;
+        // The unit is a power of two (the topology checks it): shifts and masks, not
+        // divisions, inside the loop.
+        debug_assert!(unit.is_power_of_two());
+        let (unit_shift, unit_mask) = (unit.trailing_zeros(), unit - 1);
         let data_disks = u64::from(self.disks - 1);
         let stripe_bytes = unit * data_disks;
         let mut stripe = range.start / stripe_bytes;
@@ -184,8 +188,8 @@ impl ArrayLayout {
             let mut offset = covered.start;
             while offset < covered.end {
                 let within = offset - stripe_start;
-                let data_index = (within / unit) as u32;
-                let unit_offset = within % unit;
+                let data_index = (within >> unit_shift) as u32;
+                let unit_offset = within & unit_mask;
                 let size_bytes = (unit - unit_offset).min(covered.end - offset);
                 let disk = (parity + 1 + data_index) % self.disks;
                 let position = stripe * unit + unit_offset;

@@ -234,7 +234,10 @@ struct VolumeState {
     /// destage completes.
     cache_bytes: u64,
     cache_used: u64,
-    destages: BinaryHeap<Reverse<(VirtualInstant, u64)>>,
+    /// Cached writes in arrival order with their destage completions. Destages finish
+    /// nearly in order (FCFS disks), and one finishing before an earlier arrival is
+    /// released with it: the occupancy errs on the full side, never the empty one.
+    destages: VecDeque<(VirtualInstant, u64)>,
     read_cache: Option<BlockCache>,
     meter: EnergyMeter,
     ios_in_flight: u32,
@@ -347,7 +350,7 @@ impl<'a> Engine<'a> {
                 array,
                 cache_bytes: volume.write_cache_bytes,
                 cache_used: 0,
-                destages: BinaryHeap::new(),
+                destages: VecDeque::new(),
                 read_cache: BlockCache::new(volume.read_cache_bytes),
                 meter,
                 ios_in_flight: 0,
@@ -929,16 +932,16 @@ impl<'a> Engine<'a> {
             return destaged;
         }
         let mut room_at = now;
-        while let Some(&Reverse((at, bytes))) = state.destages.peek() {
+        while let Some(&(at, bytes)) = state.destages.front() {
             if at > now && state.cache_used + size_bytes <= state.cache_bytes {
                 break;
             }
-            state.destages.pop();
+            state.destages.pop_front();
             state.cache_used -= bytes;
             room_at = room_at.max(at);
         }
         state.cache_used += size_bytes;
-        state.destages.push(Reverse((destaged, size_bytes)));
+        state.destages.push_back((destaged, size_bytes));
         let transfer = VirtualDuration::from_nanos(
             (size_bytes as f64 / CACHE_BUS_BYTES_PER_SECOND * 1e9) as u64,
         );
