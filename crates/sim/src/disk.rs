@@ -191,7 +191,11 @@ impl ArrayLayout {
                 let data_index = (within >> unit_shift) as u32;
                 let unit_offset = within & unit_mask;
                 let size_bytes = (unit - unit_offset).min(covered.end - offset);
-                let disk = (parity + 1 + data_index) % self.disks;
+                // parity < disks and data_index < disks - 1: one subtraction wraps it.
+                let mut disk = parity + 1 + data_index;
+                if disk >= self.disks {
+                    disk -= self.disks;
+                }
                 let position = stripe * unit + unit_offset;
                 low = low.min(unit_offset);
                 high = high.max(unit_offset + size_bytes);

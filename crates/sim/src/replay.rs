@@ -18,7 +18,9 @@ pub fn peak_loads<E>(
     assert!(window.as_nanos() > 0, "the load window must be positive");
     #[derive(Clone, Copy, Default)]
     struct Peak {
-        window: u64,
+        /// The end of the current window, in trace nanoseconds: crossing it starts a new
+        /// window (no division per request).
+        window_end: u64,
         reads: u64,
         writes: u64,
         reads_max: u64,
@@ -30,9 +32,10 @@ pub fn peak_loads<E>(
     for request in requests {
         let request = request?;
         let Some(peak) = peaks.get_mut(request.volume.index()) else { continue };
-        let current = request.timestamp.0 / window.as_nanos();
-        if current != peak.window {
-            *peak = Peak { window: current, reads: 0, writes: 0, ..*peak };
+        let t = request.timestamp.0;
+        if t >= peak.window_end {
+            let window_end = (t / window.as_nanos() + 1).saturating_mul(window.as_nanos());
+            *peak = Peak { window_end, reads: 0, writes: 0, ..*peak };
         }
         match request.kind {
             somnus_types::IoKind::Read => peak.reads += 1,
