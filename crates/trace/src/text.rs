@@ -75,7 +75,19 @@ fn parse_msr(line: &[u8]) -> Result<ParsedLine<'_>, FieldError> {
     let size_bytes = parse_size_bytes("Size", size)?;
     let offset_bytes = parse_offset("Offset", offset, 1, size_bytes)?;
     parse_u64("ResponseTime", response)?;
-    Ok(ParsedLine {
+    Ok(msr_line(timestamp_ns, host, number, offset_bytes, size_bytes, kind))
+}
+
+/// An MSR line's request: the volume is `{Hostname}_{DiskNumber}`.
+fn msr_line(
+    timestamp_ns: u64,
+    host: &[u8],
+    number: u64,
+    offset_bytes: u64,
+    size_bytes: u32,
+    kind: IoKind,
+) -> ParsedLine<'_> {
+    ParsedLine {
         timestamp_ns,
         host,
         number,
@@ -83,7 +95,7 @@ fn parse_msr(line: &[u8]) -> Result<ParsedLine<'_>, FieldError> {
         offset_bytes,
         size_bytes,
         kind,
-    })
+    }
 }
 
 /// The common MSR line in one pass: digits accumulate as the bytes go by, with no
@@ -118,15 +130,7 @@ fn parse_msr_fast(line: &[u8]) -> Option<ParsedLine<'_>> {
     offset_bytes.checked_add(u64::from(size_bytes))?;
     u32::try_from(number).ok()?;
     let timestamp_ns = filetime_to_unix_ns(ticks).ok()?;
-    Some(ParsedLine {
-        timestamp_ns,
-        host,
-        number,
-        number_field: "DiskNumber",
-        offset_bytes,
-        size_bytes,
-        kind,
-    })
+    Some(msr_line(timestamp_ns, host, number, offset_bytes, size_bytes, kind))
 }
 
 /// A decimal field of 1 to 19 digits followed by a comma: its value and what follows.
