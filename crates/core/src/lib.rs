@@ -22,11 +22,6 @@ pub mod offload;
 pub mod power;
 mod slab;
 
-/// The version of an off-loaded write: unique and monotonically increasing per manager
-/// (004 section 3.1), so the latest copy of a block can be told apart from older ones
-/// after a failure.
-#[derive(
-    Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, serde::Serialize, serde::Deserialize,
-)]
-#[serde(transparent)]
-pub struct Version(pub u64);
+/// The version of an off-loaded write (defined in `somnus-types`, shared with the
+/// logger's on-disk store).
+pub use somnus_types::Version;

@@ -14,6 +14,25 @@ pub use range::ByteRange;
 pub use time::{VirtualDuration, VirtualInstant};
 pub use units::{Energy, Power};
 
+/// The version of a logged write: unique and monotonically increasing per writer
+/// (004 section 3.1, Sierra 3.3), so that the latest copy of a block can be told apart
+/// from older ones after a failure.
+#[derive(
+    Clone,
+    Copy,
+    Debug,
+    Default,
+    PartialEq,
+    Eq,
+    PartialOrd,
+    Ord,
+    Hash,
+    serde::Serialize,
+    serde::Deserialize,
+)]
+#[serde(transparent)]
+pub struct Version(pub u64);
+
 /// Whether a block request reads or writes.
 #[derive(
     Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, serde::Serialize, serde::Deserialize,
