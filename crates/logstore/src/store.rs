@@ -46,7 +46,8 @@ pub struct Options {
     /// A segment file is sealed when the next record would take it past this size.
     pub segment_bytes: u64,
     /// The most bytes all segment files may hold; an append past it is `Error::Full`.
-    /// Compaction may exceed it by one segment while it copies.
+    /// Invalidations, `delete_all` and compaction copies may go one segment past it, so
+    /// that a full log can always be emptied.
     pub capacity_bytes: u64,
     pub sync: SyncMode,
     /// Open without writing anything (no recovery repairs, no appends).
@@ -575,7 +576,7 @@ impl LogStore {
                 version,
                 written_ms: (self.options.clock)(),
             };
-            self.enqueue(writer, header, &[], true, false)
+            self.enqueue(writer, header, &[], true, true)
         })?;
         self.counters.invalidates.fetch_add(1, Ordering::Relaxed);
         Ok(())
@@ -594,7 +595,7 @@ impl LogStore {
                 version: Version(0),
                 written_ms: (self.options.clock)(),
             };
-            self.enqueue(writer, header, &[], true, false)
+            self.enqueue(writer, header, &[], true, true)
         })?;
         self.counters.delete_alls.fetch_add(1, Ordering::Relaxed);
         Ok(())
@@ -615,7 +616,7 @@ impl LogStore {
         header: RecordHeader,
         payload: &[u8],
         apply: bool,
-        compaction: bool,
+        headroom: bool,
     ) -> Result<()> {
         let record_bytes = header.encoded_bytes();
         let rotate = match &writer.head {
@@ -624,7 +625,7 @@ impl LogStore {
         };
         let needed = record_bytes + if rotate { SEGMENT_HEADER_BYTES } else { 0 };
         let capacity =
-            self.options.capacity_bytes + if compaction { self.options.segment_bytes } else { 0 };
+            self.options.capacity_bytes + if headroom { self.options.segment_bytes } else { 0 };
         if writer.used_bytes + needed > capacity {
             return Err(Error::Full {
                 needed,
@@ -663,7 +664,8 @@ impl LogStore {
             format::encode_record(self.log, segment, &header, payload, &mut write.bytes);
         }
         writer.unsettled.insert(segment);
-        writer.next_lsn = Lsn(header.lsn.0 + 1);
+        // Compaction copies keep their old LSN: the counter only moves forward.
+        writer.next_lsn = writer.next_lsn.max(Lsn(header.lsn.0 + 1));
         writer.pending.records.push(PendingRecord { header, segment, offset, apply });
         Ok(())
     }
@@ -729,10 +731,7 @@ impl LogStore {
     }
 
     /// Writes and syncs a batch; returns the segment files it created.
-    fn flush(
-        &self,
-        batch: &Batch,
-    ) -> std::result::Result<SegmentFiles, String> {
+    fn flush(&self, batch: &Batch) -> std::result::Result<SegmentFiles, String> {
         let mut files: Vec<(SegmentId, Arc<dyn DiskFile>)> = Vec::new();
         let mut created = Vec::new();
         let where_ = self.disk.describe();
