@@ -374,7 +374,10 @@ fn run_seed(seed: u64, steps: usize, coverage: &mut Coverage) {
     check_everything(&store, &model, &format!("seed {seed} end"));
     let stats = store.stats();
     if std::env::var("LOGSTORE_TRACE").is_ok() {
-        eprintln!("seed {seed}: segment {} capacity {} used {} live {}", options.segment_bytes, options.capacity_bytes, stats.used_bytes, stats.live_bytes);
+        eprintln!(
+            "seed {seed}: segment {} capacity {} used {} live {}",
+            options.segment_bytes, options.capacity_bytes, stats.used_bytes, stats.live_bytes
+        );
     }
     assert!(
         stats.used_bytes <= options.capacity_bytes + options.segment_bytes,
