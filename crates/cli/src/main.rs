@@ -4,6 +4,7 @@
 mod bench_cmd;
 mod demo;
 mod info_cmd;
+mod logstore_cmd;
 mod progress;
 mod report;
 mod sim_cmd;
@@ -45,6 +46,11 @@ enum Command {
         #[command(subcommand)]
         command: bench_cmd::BenchCommand,
     },
+    /// Operate a logger's log directory: inspect, verify, crash-test, benchmark.
+    Logstore {
+        #[command(subcommand)]
+        command: logstore_cmd::LogstoreCommand,
+    },
     /// Show the built-in power profiles and topologies.
     Show {
         #[command(subcommand)]
@@ -59,6 +65,7 @@ fn main() -> Result<()> {
         Command::Trace { command } => trace_cmd::run(command),
         Command::Sim { command } => sim_cmd::run(command),
         Command::Bench { command } => bench_cmd::run(command),
+        Command::Logstore { command } => logstore_cmd::run(command),
         Command::Show { command } => info_cmd::run(command),
     }
 }

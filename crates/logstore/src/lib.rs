@@ -29,6 +29,7 @@ pub mod memdisk;
 pub mod scan;
 mod snapshot;
 mod store;
+mod verify;
 
 pub use disk::{Disk, DiskFile, FsDisk};
 pub use error::{Error, Result};
@@ -37,6 +38,7 @@ pub use store::{
     CompactionReport, Extent, LogStore, Options, OwnerUsage, Piece, ReadResult, Reclaim,
     ReclaimedExtent, RecoveryMode, RecoveryReport, SegmentDamage, Stats, SyncMode, system_clock_ms,
 };
+pub use verify::{SegmentCheck, SegmentState, VerifyReport, verify};
 
 /// Identifies one log (one directory): every segment header and record carries it, so
 /// that a segment copied in from another log is never taken for one of this log's.
