@@ -100,6 +100,21 @@ pub fn encode_record(
     payload: &[u8],
     out: &mut Vec<u8>,
 ) {
+    encode_record_with_crc(log, segment, header, payload, crc32c::crc32c(payload), out);
+}
+
+/// [`encode_record`] given the payload's own crc32c, which an appender computes before
+/// it takes the writer lock. The record's checksum is the crc32c of the payload followed
+/// by the header (with its checksum field zero): payload first, so that only the 88
+/// header bytes are left to checksum under the lock.
+pub fn encode_record_with_crc(
+    log: LogId,
+    segment: SegmentId,
+    header: &RecordHeader,
+    payload: &[u8],
+    payload_crc: u32,
+    out: &mut Vec<u8>,
+) {
     assert_eq!(payload.len() as u64, header.payload_bytes(), "payload does not match the header");
     assert!(header.payload_bytes() <= PAYLOAD_BYTES_MAX, "payload over the format's bound");
     let start = out.len();
@@ -117,7 +132,7 @@ pub fn encode_record(
     put_u64(bytes, 64, header.range.size_bytes());
     put_u64(bytes, 72, header.version.0);
     put_u64(bytes, 80, header.written_ms);
-    let crc = crc32c::crc32c_append(crc32c::crc32c(&out[start..]), payload);
+    let crc = crc32c::crc32c_append(payload_crc, &out[start..]);
     out[start + 12..start + 16].copy_from_slice(&crc.to_le_bytes());
     out.extend_from_slice(payload);
 }
@@ -181,7 +196,7 @@ pub fn checksum_matches(header_bytes: &[u8], payload: &[u8], crc: u32) -> bool {
     let mut zeroed = [0u8; RECORD_HEADER_BYTES as usize];
     zeroed.copy_from_slice(header_bytes);
     zeroed[12..16].fill(0);
-    crc32c::crc32c_append(crc32c::crc32c(&zeroed), payload) == crc
+    crc32c::crc32c_append(crc32c::crc32c(payload), &zeroed) == crc
 }
 
 /// The 64-byte header at the start of every segment file.

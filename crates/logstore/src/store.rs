@@ -199,6 +199,10 @@ pub struct Stats {
     pub compactions: u64,
     pub segments_deleted: u64,
     pub bytes_copied: u64,
+    /// Time spent writing and syncing batches (the device busy on the log's behalf).
+    pub flush_time: Duration,
+    /// Bytes written to segments: records, headers, compaction copies.
+    pub bytes_written: u64,
     pub recovery: RecoveryReport,
 }
 
@@ -214,6 +218,10 @@ pub struct CompactionReport {
 
 const BATCH_BUCKETS: usize = 24;
 
+/// The most batches one appender flushes in a row before it hands the lead over: enough
+/// to keep the device busy across scheduling delays, few enough to bound its own wait.
+const LEADER_BATCHES_MAX: u32 = 4;
+
 #[derive(Default)]
 struct Counters {
     appends: AtomicU64,
@@ -227,10 +235,62 @@ struct Counters {
     compactions: AtomicU64,
     segments_deleted: AtomicU64,
     bytes_copied: AtomicU64,
+    flush_ns: AtomicU64,
+    bytes_flushed: AtomicU64,
 }
 
 /// Open segment files, by id.
 type SegmentFiles = Vec<(SegmentId, Arc<dyn DiskFile>)>;
+
+/// Where a batch's waiters learn its fate.
+#[derive(Default)]
+struct Ticket {
+    state: Mutex<TicketState>,
+    changed: Condvar,
+}
+
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+enum TicketState {
+    #[default]
+    Waiting,
+    /// The previous leader handed the lead to one waiter of this batch.
+    Lead,
+    Done,
+    Failed(String),
+}
+
+impl Ticket {
+    /// Settles the batch and wakes all its waiters.
+    fn finish(&self, state: TicketState) {
+        *lock(&self.state) = state;
+        self.changed.notify_all();
+    }
+
+    /// Wakes one waiter to lead the batch.
+    fn hand_lead(&self) {
+        *lock(&self.state) = TicketState::Lead;
+        self.changed.notify_one();
+    }
+
+    /// Waits until the batch is settled or its lead handed over; exactly one waiter
+    /// takes a handed lead.
+    fn wait(&self) -> TicketState {
+        let mut state = lock(&self.state);
+        loop {
+            match &*state {
+                TicketState::Waiting => {
+                    state =
+                        self.changed.wait(state).unwrap_or_else(std::sync::PoisonError::into_inner);
+                }
+                TicketState::Lead => {
+                    *state = TicketState::Waiting;
+                    return TicketState::Lead;
+                }
+                settled => return settled.clone(),
+            }
+        }
+    }
+}
 
 /// A segment file present in the log.
 struct Segment {
@@ -285,15 +345,16 @@ struct Writer {
     /// The highest version per owner, the pending ones included: appends must exceed it.
     versions: BTreeMap<OwnerId, Version>,
     pending: Batch,
-    /// Sequence number of the batch being filled; `durable` is the last one written,
-    /// synced and applied.
-    filling: u64,
-    durable: u64,
+    /// Waiters of the batch being filled wait on its ticket.
+    ticket: Arc<Ticket>,
+    /// An appender is flushing (or has been handed the lead).
     leader: bool,
     /// Segments that pending or in-flight batches write: never compacted.
     unsettled: BTreeSet<SegmentId>,
     poisoned: Option<String>,
     closed: bool,
+    /// Write buffers of flushed batches, reused so that batches do not regrow them.
+    spare: Vec<Vec<u8>>,
 }
 
 /// The log. Share it between threads with an `Arc`; every method takes `&self`.
@@ -303,7 +364,6 @@ pub struct LogStore {
     log: LogId,
     shared: RwLock<Shared>,
     writer: Mutex<Writer>,
-    committed: Condvar,
     compacting: Mutex<()>,
     counters: Counters,
     recovery: RecoveryReport,
@@ -458,14 +518,13 @@ impl LogStore {
                 used_bytes,
                 versions,
                 pending: Batch::default(),
-                filling: 1,
-                durable: 0,
+                ticket: Arc::new(Ticket::default()),
                 leader: false,
                 unsettled: BTreeSet::new(),
                 poisoned: None,
                 closed: false,
+                spare: Vec::new(),
             }),
-            committed: Condvar::new(),
             compacting: Mutex::new(()),
             counters: Counters::default(),
             recovery: report,
@@ -522,6 +581,8 @@ impl LogStore {
                 range.size_bytes()
             )));
         }
+        // The checksum of the payload is the bulk of the work: done before the lock.
+        let payload_crc = crc32c::crc32c(bytes);
         self.commit(|writer| {
             let last = writer.versions.get(&owner).copied().unwrap_or(Version(0));
             if version <= last {
@@ -539,7 +600,7 @@ impl LogStore {
                 version,
                 written_ms: (self.options.clock)(),
             };
-            self.enqueue(writer, header, bytes, true, false)?;
+            self.enqueue(writer, header, bytes, payload_crc, true, false)?;
             writer.versions.insert(owner, version);
             Ok(())
         })?;
@@ -576,7 +637,7 @@ impl LogStore {
                 version,
                 written_ms: (self.options.clock)(),
             };
-            self.enqueue(writer, header, &[], true, true)
+            self.enqueue(writer, header, &[], 0, true, true)
         })?;
         self.counters.invalidates.fetch_add(1, Ordering::Relaxed);
         Ok(())
@@ -595,7 +656,7 @@ impl LogStore {
                 version: Version(0),
                 written_ms: (self.options.clock)(),
             };
-            self.enqueue(writer, header, &[], true, true)
+            self.enqueue(writer, header, &[], 0, true, true)
         })?;
         self.counters.delete_alls.fetch_add(1, Ordering::Relaxed);
         Ok(())
@@ -610,11 +671,13 @@ impl LogStore {
     /// Adds a record to the batch being filled, at the log head (starting a new segment
     /// if it does not fit in the current one). Checks the capacity first: nothing is
     /// queued if it fails.
+    #[allow(clippy::too_many_arguments)]
     fn enqueue(
         &self,
         writer: &mut Writer,
         header: RecordHeader,
         payload: &[u8],
+        payload_crc: u32,
         apply: bool,
         headroom: bool,
     ) -> Result<()> {
@@ -637,12 +700,9 @@ impl LogStore {
             let segment = writer.next_segment;
             writer.next_segment = SegmentId(segment.0 + 1);
             writer.head = Some(Head { segment, bytes: SEGMENT_HEADER_BYTES });
-            writer.pending.writes.push(SegmentWrite {
-                segment,
-                create: true,
-                offset: 0,
-                bytes: format::encode_segment_header(self.log, segment).to_vec(),
-            });
+            let mut bytes = writer.spare.pop().unwrap_or_default();
+            bytes.extend_from_slice(&format::encode_segment_header(self.log, segment));
+            writer.pending.writes.push(SegmentWrite { segment, create: true, offset: 0, bytes });
             writer.used_bytes += SEGMENT_HEADER_BYTES;
         }
         let Some(head) = writer.head.as_mut() else {
@@ -653,15 +713,18 @@ impl LogStore {
         head.bytes += record_bytes;
         writer.used_bytes += record_bytes;
         if writer.pending.writes.last().is_none_or(|write| write.segment != segment) {
-            writer.pending.writes.push(SegmentWrite {
-                segment,
-                create: false,
-                offset,
-                bytes: Vec::new(),
-            });
+            let bytes = writer.spare.pop().unwrap_or_default();
+            writer.pending.writes.push(SegmentWrite { segment, create: false, offset, bytes });
         }
         if let Some(write) = writer.pending.writes.last_mut() {
-            format::encode_record(self.log, segment, &header, payload, &mut write.bytes);
+            format::encode_record_with_crc(
+                self.log,
+                segment,
+                &header,
+                payload,
+                payload_crc,
+                &mut write.bytes,
+            );
         }
         writer.unsettled.insert(segment);
         // Compaction copies keep their old LSN: the counter only moves forward.
@@ -689,44 +752,75 @@ impl LogStore {
             return value;
         }
         // Something is queued (even if a later part of `enqueue` failed): see it durable.
-        let mine = writer.filling;
-        loop {
-            if writer.durable >= mine {
-                return value;
-            }
-            if let Some(cause) = &writer.poisoned {
-                return Err(Error::Poisoned { cause: cause.clone() });
-            }
-            if writer.leader {
-                writer =
-                    self.committed.wait(writer).unwrap_or_else(std::sync::PoisonError::into_inner);
-                continue;
-            }
-            // Lead: take the batch being filled (ours), flush it without the lock.
-            writer.leader = true;
-            let batch = std::mem::take(&mut writer.pending);
-            let seq = writer.filling;
-            writer.filling += 1;
+        let ticket = writer.ticket.clone();
+        if writer.leader {
             drop(writer);
+        } else {
+            writer.leader = true;
+            self.lead(writer);
+        }
+        loop {
+            match ticket.wait() {
+                TicketState::Done => return value,
+                TicketState::Failed(cause) => return Err(Error::Poisoned { cause }),
+                // The lead was handed to us (we hold it from here).
+                TicketState::Lead | TicketState::Waiting => self.lead(lock(&self.writer)),
+            }
+        }
+    }
+
+    /// Flushes the batch being filled, and the next ones while more is queued (up to
+    /// `LEADER_BATCHES_MAX`): handing over to another thread would leave the device idle
+    /// until that thread is scheduled. The caller holds the lead (`writer.leader`); on
+    /// return it has been released, or handed to a waiter of the pending batch.
+    fn lead<'a>(&'a self, mut writer: MutexGuard<'a, Writer>) {
+        let mut led = 0;
+        loop {
+            let batch = std::mem::take(&mut writer.pending);
+            let ticket = std::mem::replace(&mut writer.ticket, Arc::new(Ticket::default()));
+            drop(writer);
+            let flush_started = stopwatch();
             let flushed = self.flush(&batch);
+            self.counters
+                .flush_ns
+                .fetch_add(flush_started.elapsed().as_nanos() as u64, Ordering::Relaxed);
+            let batch_bytes: u64 = batch.writes.iter().map(|w| w.bytes.len() as u64).sum();
+            self.counters.bytes_flushed.fetch_add(batch_bytes, Ordering::Relaxed);
             match flushed {
                 Ok(created) => {
-                    self.apply_batch(batch, created);
+                    let buffers = self.apply_batch(batch, created);
                     writer = lock(&self.writer);
-                    writer.durable = seq;
+                    for buffer in buffers {
+                        if writer.spare.len() < 4 {
+                            writer.spare.push(buffer);
+                        }
+                    }
                     // Segments no pending batch writes are settled (the head stays).
                     let pending: BTreeSet<SegmentId> =
                         writer.pending.writes.iter().map(|write| write.segment).collect();
                     let head = writer.head.as_ref().map(|head| head.segment);
                     writer.unsettled.retain(|s| pending.contains(s) || Some(*s) == head);
+                    ticket.finish(TicketState::Done);
                 }
                 Err(cause) => {
                     writer = lock(&self.writer);
-                    writer.poisoned = Some(cause);
+                    writer.poisoned = Some(cause.clone());
+                    ticket.finish(TicketState::Failed(cause.clone()));
+                    // Nothing more will be written: fail the batch being filled too.
+                    writer.ticket.finish(TicketState::Failed(cause));
+                    writer.leader = false;
+                    return;
                 }
             }
-            writer.leader = false;
-            self.committed.notify_all();
+            led += 1;
+            if writer.pending.records.is_empty() {
+                writer.leader = false;
+                return;
+            }
+            if led >= LEADER_BATCHES_MAX {
+                writer.ticket.hand_lead();
+                return;
+            }
         }
     }
 
@@ -778,7 +872,8 @@ impl LogStore {
     }
 
     /// Makes a durable batch visible: new segments, lengths, index entries, counters.
-    fn apply_batch(&self, batch: Batch, created: SegmentFiles) {
+    /// Returns the batch's write buffers, emptied, for reuse.
+    fn apply_batch(&self, batch: Batch, created: SegmentFiles) -> Vec<Vec<u8>> {
         let records = batch.records.len() as u64;
         let mut shared = self.write_shared();
         for (segment, file) in created {
@@ -797,6 +892,15 @@ impl LogStore {
         self.counters.batches.fetch_add(1, Ordering::Relaxed);
         self.counters.records_per_batch[bucket(records)].fetch_add(1, Ordering::Relaxed);
         self.counters.batch_records_max.fetch_max(records, Ordering::Relaxed);
+        batch
+            .writes
+            .into_iter()
+            .map(|write| {
+                let mut bytes = write.bytes;
+                bytes.clear();
+                bytes
+            })
+            .collect()
     }
 
     /// The latest non-invalidated version of every byte of `range`, and what the log
@@ -958,6 +1062,8 @@ impl LogStore {
             compactions: get(&c.compactions),
             segments_deleted: get(&c.segments_deleted),
             bytes_copied: get(&c.bytes_copied),
+            flush_time: Duration::from_nanos(get(&c.flush_ns)),
+            bytes_written: get(&c.bytes_flushed),
             recovery: self.recovery.clone(),
         }
     }
@@ -1067,7 +1173,8 @@ impl LogStore {
                             version: item.version,
                             written_ms: item.written_ms,
                         };
-                        self.enqueue(writer, header, payload, false, true)?;
+                        let crc = crc32c::crc32c(payload);
+                        self.enqueue(writer, header, payload, crc, false, true)?;
                         if let Some(record) = writer.pending.records.last() {
                             placed.push((header, record.segment, record.offset));
                         }
@@ -1116,8 +1223,10 @@ impl LogStore {
             writer.closed = true;
             while writer.leader || (!writer.pending.records.is_empty() && writer.poisoned.is_none())
             {
-                writer =
-                    self.committed.wait(writer).unwrap_or_else(std::sync::PoisonError::into_inner);
+                // The appenders drive their batches; look again in a moment.
+                drop(writer);
+                std::thread::sleep(Duration::from_millis(1));
+                writer = lock(&self.writer);
             }
             if let Some(cause) = &writer.poisoned {
                 return Err(Error::Poisoned { cause: cause.clone() });

@@ -33,9 +33,13 @@ pub(crate) struct BenchArgs {
     /// A directory on the device to measure. The benchmark works in a new subdirectory
     /// of it, removed at the end.
     dir: PathBuf,
-    /// Seconds per measurement.
+    /// Seconds per configuration and per reference, split over the rounds.
     #[arg(long, default_value_t = 3.0)]
     seconds: f64,
+    /// Rounds: each measures the log and then its raw references back to back, so that
+    /// the device's drift affects both alike; figures are medians over rounds.
+    #[arg(long, default_value_t = 5)]
+    rounds: u32,
     /// Record sizes, in bytes.
     #[arg(long, value_delimiter = ',', default_values_t = [4096u64, 65536])]
     sizes: Vec<u64>,
@@ -60,10 +64,6 @@ struct Measured {
 impl Measured {
     fn mb_per_s(&self) -> f64 {
         self.bytes as f64 / self.seconds / 1e6
-    }
-
-    fn ms(&self, quantile: f64) -> f64 {
-        self.latency_ns.value_at_quantile(quantile) as f64 / 1e6
     }
 }
 
@@ -108,6 +108,7 @@ struct EngineRun {
     measured: Measured,
     syncs: u64,
     batches: u64,
+    flush_seconds: f64,
 }
 
 fn engine(dir: &Path, size: u64, appenders: u64, seconds: f64, sync: Sync) -> Result<EngineRun> {
@@ -173,12 +174,16 @@ fn engine(dir: &Path, size: u64, appenders: u64, seconds: f64, sync: Sync) -> Re
         measured: Measured { ops, bytes: ops * size, seconds, latency_ns },
         syncs: stats.syncs,
         batches: stats.batches,
+        flush_seconds: stats.flush_time.as_secs_f64(),
     })
 }
 
 pub(crate) fn run(args: &BenchArgs) -> Result<()> {
-    if args.sizes.iter().any(|&s| s == 0) || args.appenders.iter().any(|&a| a == 0) {
+    if args.sizes.contains(&0) || args.appenders.contains(&0) {
         bail!("--sizes and --appenders must be positive");
+    }
+    if args.rounds == 0 || args.seconds <= 0.0 {
+        bail!("--rounds and --seconds must be positive");
     }
     std::fs::create_dir_all(&args.dir)
         .with_context(|| format!("creating {}", args.dir.display()))?;
@@ -189,27 +194,55 @@ pub(crate) fn run(args: &BenchArgs) -> Result<()> {
     result
 }
 
+fn median(mut values: Vec<f64>) -> f64 {
+    values.sort_by(f64::total_cmp);
+    match values.len() {
+        0 => 0.0,
+        n if n % 2 == 1 => values[n / 2],
+        n => (values[n / 2 - 1] + values[n / 2]) / 2.0,
+    }
+}
+
+/// One configuration measured over all rounds.
+#[derive(Default)]
+struct Rounds {
+    appends_per_s: Vec<f64>,
+    mb_per_s: Vec<f64>,
+    syncs_per_append: Vec<f64>,
+    records_per_batch: Vec<f64>,
+    device_busy: Vec<f64>,
+    raw_mb_per_s: Vec<f64>,
+    same_mb_per_s: Vec<f64>,
+    ratio_raw: Vec<f64>,
+    ratio_same: Vec<f64>,
+    latency_ns: Option<Histogram<u64>>,
+}
+
 fn measure_all(args: &BenchArgs, dir: &Path) -> Result<()> {
+    let slice = args.seconds / args.rounds as f64;
     if !args.json {
         println!(
-            "log appends vs raw write+{} on {} ({} s per measurement)",
+            "log appends vs raw write+{} on {}: medians of {} rounds of {:.2} s, each round \
+             measuring the log and its raw references back to back",
             match args.sync {
                 Sync::Data => "fdatasync",
                 Sync::All => "fsync",
             },
             args.dir.display(),
-            args.seconds
+            args.rounds,
+            slice
         );
         println!(
-            "{:>7} {:>9} {:>10} {:>9} {:>8} {:>8} {:>11} {:>9} {:>9} {:>7} {:>11} {:>7}",
+            "{:>7} {:>9} {:>10} {:>8} {:>7} {:>7} {:>10} {:>9} {:>6} {:>8} {:>6} {:>9} {:>6}",
             "record",
             "appenders",
             "appends/s",
             "MB/s",
             "p50 ms",
             "p99 ms",
-            "syncs/app.",
+            "syncs/app",
             "rec/batch",
+            "busy",
             "raw MB/s",
             "ratio",
             "raw= MB/s",
@@ -217,71 +250,85 @@ fn measure_all(args: &BenchArgs, dir: &Path) -> Result<()> {
         );
     }
     for &size in &args.sizes {
-        eprintln!("  raw writes of {size} bytes…");
-        let reference = raw(dir, size, args.seconds, args.sync)?;
         for &appenders in &args.appenders {
             eprintln!("  {appenders} appenders of {size}-byte records…");
-            let run = engine(dir, size, appenders, args.seconds, args.sync)?;
-            let m = &run.measured;
-            let per_batch = m.ops as f64 / run.batches.max(1) as f64;
-            // The same bytes per sync as the log wrote: records with headers.
-            let batch_bytes = (per_batch * (size + RECORD_HEADER_BYTES) as f64).round() as u64;
-            let same_bytes = if appenders == 1 {
-                None
-            } else {
-                eprintln!("  raw writes of {batch_bytes} bytes (the log's bytes per sync)…");
-                Some(raw(dir, batch_bytes, args.seconds, args.sync)?)
-            };
-            // Compare like with like: the log's payload rate to the raw payload rate.
+            let mut rounds = Rounds::default();
             let payload_share = size as f64 / (size + RECORD_HEADER_BYTES) as f64;
-            let same_mb = same_bytes.as_ref().map_or(reference.mb_per_s(), |r| r.mb_per_s());
-            let ratio_raw = m.mb_per_s() / reference.mb_per_s();
-            let ratio_same =
-                m.mb_per_s() / (same_mb * if same_bytes.is_some() { payload_share } else { 1.0 });
-            let syncs_per_append = run.syncs as f64 / m.ops.max(1) as f64;
+            for _ in 0..args.rounds {
+                let run = engine(dir, size, appenders, slice, args.sync)?;
+                let m = &run.measured;
+                let per_batch = m.ops as f64 / run.batches.max(1) as f64;
+                let reference = raw(dir, size, slice, args.sync)?;
+                // The same bytes per sync as the log wrote (records with headers),
+                // compared on payload.
+                let batch_bytes = (per_batch * (size + RECORD_HEADER_BYTES) as f64).round() as u64;
+                let same = if appenders == 1 {
+                    reference.mb_per_s()
+                } else {
+                    raw(dir, batch_bytes.max(1), slice, args.sync)?.mb_per_s() * payload_share
+                };
+                rounds.appends_per_s.push(m.ops as f64 / m.seconds);
+                rounds.mb_per_s.push(m.mb_per_s());
+                rounds.syncs_per_append.push(run.syncs as f64 / m.ops.max(1) as f64);
+                rounds.records_per_batch.push(per_batch);
+                rounds.device_busy.push(run.flush_seconds / m.seconds);
+                rounds.raw_mb_per_s.push(reference.mb_per_s());
+                rounds.same_mb_per_s.push(same);
+                rounds.ratio_raw.push(m.mb_per_s() / reference.mb_per_s());
+                rounds.ratio_same.push(m.mb_per_s() / same);
+                match &mut rounds.latency_ns {
+                    Some(all) => all.add(&m.latency_ns)?,
+                    None => rounds.latency_ns = Some(m.latency_ns.clone()),
+                }
+            }
+            let latency = rounds.latency_ns.take().unwrap_or(histogram()?);
+            let ms = |q: f64| latency.value_at_quantile(q) as f64 / 1e6;
             if args.json {
                 println!(
                     "{}",
                     serde_json::json!({
                         "record_bytes": size,
                         "appenders": appenders,
-                        "appends_per_s": m.ops as f64 / m.seconds,
-                        "mb_per_s": m.mb_per_s(),
-                        "p50_ms": m.ms(0.5),
-                        "p99_ms": m.ms(0.99),
-                        "max_ms": m.latency_ns.max() as f64 / 1e6,
-                        "syncs_per_append": syncs_per_append,
-                        "records_per_batch": per_batch,
-                        "raw_mb_per_s": reference.mb_per_s(),
-                        "raw_p50_ms": reference.ms(0.5),
-                        "ratio_to_raw": ratio_raw,
-                        "raw_same_bytes_per_sync_mb_per_s": same_mb,
-                        "ratio_to_raw_same_bytes_per_sync": ratio_same,
+                        "rounds": args.rounds,
+                        "appends_per_s": median(rounds.appends_per_s),
+                        "mb_per_s": median(rounds.mb_per_s),
+                        "p50_ms": ms(0.5),
+                        "p99_ms": ms(0.99),
+                        "max_ms": latency.max() as f64 / 1e6,
+                        "syncs_per_append": median(rounds.syncs_per_append),
+                        "records_per_batch": median(rounds.records_per_batch),
+                        "flushing_share": median(rounds.device_busy.clone()),
+                        "raw_mb_per_s": median(rounds.raw_mb_per_s),
+                        "ratio_to_raw": median(rounds.ratio_raw),
+                        "raw_same_bytes_per_sync_mb_per_s": median(rounds.same_mb_per_s),
+                        "ratio_to_raw_same_bytes_per_sync": median(rounds.ratio_same),
                     })
                 );
             } else {
                 println!(
-                    "{:>7} {:>9} {:>10.0} {:>9.1} {:>8.2} {:>8.2} {:>11.3} {:>9.1} {:>9.1} {:>7.2} {:>11.1} {:>7.2}",
+                    "{:>7} {:>9} {:>10.0} {:>8.1} {:>7.2} {:>7.2} {:>10.3} {:>9.1} {:>5.0}% {:>8.1} {:>6.2} {:>9.1} {:>6.2}",
                     size,
                     appenders,
-                    m.ops as f64 / m.seconds,
-                    m.mb_per_s(),
-                    m.ms(0.5),
-                    m.ms(0.99),
-                    syncs_per_append,
-                    per_batch,
-                    reference.mb_per_s(),
-                    ratio_raw,
-                    same_mb,
-                    ratio_same
+                    median(rounds.appends_per_s),
+                    median(rounds.mb_per_s),
+                    ms(0.5),
+                    ms(0.99),
+                    median(rounds.syncs_per_append),
+                    median(rounds.records_per_batch),
+                    100.0 * median(rounds.device_busy),
+                    median(rounds.raw_mb_per_s),
+                    median(rounds.ratio_raw),
+                    median(rounds.same_mb_per_s),
+                    median(rounds.ratio_same)
                 );
             }
         }
     }
     if !args.json {
         println!(
-            "MB/s: payload; raw: one writer, record-sized writes; raw=: writes of the log's \
-             bytes per sync (its ratio compares payload rates)"
+            "MB/s: payload. busy: share of the time a write+sync of the log was under way. raw: one writer, record-sized writes (dd oflag=dsync bs=record). \
+             raw=: one writer, writes of the log's bytes per sync, payload share. ratio: \
+             median over rounds of log/raw in the same round"
         );
     }
     Ok(())

@@ -571,7 +571,7 @@ pub(crate) fn run(args: &TortureArgs) -> Result<()> {
             }
         }
         check_round(&dir, &mut model, &in_flight, args.appenders, &mut tally)?;
-        if round % 20 == 0 {
+        if round.is_multiple_of(20) {
             eprintln!(
                 "torture: {} kills, {} clean closes, {} acknowledged, lost {}, wrong {} ({:.0} s)",
                 tally.kills,
