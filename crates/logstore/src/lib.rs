@@ -35,7 +35,7 @@ pub use disk::{Disk, DiskFile, FsDisk};
 pub use error::{Error, Result};
 pub use memdisk::{Crash, MemDisk};
 pub use store::{
-    CompactionReport, Extent, LogStore, Options, OwnerUsage, Piece, ReadResult, Reclaim,
+    CompactionReport, Compactor, Extent, LogStore, Options, OwnerUsage, Piece, ReadResult, Reclaim,
     ReclaimedExtent, RecoveryMode, RecoveryReport, SegmentDamage, Stats, SyncMode, system_clock_ms,
 };
 pub use verify::{SegmentCheck, SegmentState, VerifyReport, verify};

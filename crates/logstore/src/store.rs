@@ -1271,6 +1271,68 @@ impl LogStore {
     }
 }
 
+/// A background thread that collects garbage every `interval` until dropped: the
+/// "compacted in the background" of the log, for callers without a runtime of their own.
+pub struct Compactor {
+    stop: Arc<(Mutex<bool>, Condvar)>,
+    thread: Option<std::thread::JoinHandle<()>>,
+    failure: Arc<Mutex<Option<String>>>,
+}
+
+impl Compactor {
+    /// Starts collecting garbage in `store` every `interval`.
+    pub fn start(store: Arc<LogStore>, interval: Duration) -> Compactor {
+        let stop = Arc::new((Mutex::new(false), Condvar::new()));
+        let failure = Arc::new(Mutex::new(None));
+        let (stop_in, failure_in) = (stop.clone(), failure.clone());
+        #[allow(
+            clippy::disallowed_methods,
+            reason = "the engine, not the core: it may own a thread"
+        )]
+        let thread = std::thread::spawn(move || {
+            let (stopped, wake) = &*stop_in;
+            let mut stopped_now = lock(stopped);
+            while !*stopped_now {
+                drop(stopped_now);
+                match store.collect_garbage() {
+                    Ok(_) | Err(Error::Closed) => {}
+                    Err(error) => {
+                        // Keep the first failure for the owner; a poisoned log stops us.
+                        lock(&failure_in).get_or_insert_with(|| error.to_string());
+                        if matches!(error, Error::Poisoned { .. }) {
+                            return;
+                        }
+                    }
+                }
+                stopped_now = lock(stopped);
+                if !*stopped_now {
+                    stopped_now = wake
+                        .wait_timeout(stopped_now, interval)
+                        .unwrap_or_else(std::sync::PoisonError::into_inner)
+                        .0;
+                }
+            }
+        });
+        Compactor { stop, thread: Some(thread), failure }
+    }
+
+    /// The first error a compaction step met, if any (steps continue after errors other
+    /// than a stopped log).
+    pub fn failure(&self) -> Option<String> {
+        lock(&self.failure).clone()
+    }
+}
+
+impl Drop for Compactor {
+    fn drop(&mut self) {
+        *lock(&self.stop.0) = true;
+        self.stop.1.notify_all();
+        if let Some(thread) = self.thread.take() {
+            let _ = thread.join();
+        }
+    }
+}
+
 /// Iterator over an owner's valid extents with their bytes; see [`LogStore::reclaim`].
 pub struct Reclaim<'a> {
     store: &'a LogStore,
