@@ -26,7 +26,7 @@ use std::collections::BTreeMap;
 
 use somnus_types::{ByteRange, Version};
 
-use crate::format::RecordKind;
+use crate::format::{RecordHeader, RecordKind};
 use crate::{Lsn, ObjectId, OwnerId, SegmentId};
 
 pub(crate) type EntryId = u64;
@@ -64,14 +64,9 @@ pub(crate) struct Painted {
 /// A record that compaction must copy forward, with its original LSN and version.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) struct CopyItem {
-    pub(crate) kind: RecordKind,
-    pub(crate) owner: OwnerId,
-    pub(crate) object: ObjectId,
-    /// The bytes to copy (a part of the source record's range for data).
-    pub(crate) range: ByteRange,
-    pub(crate) version: Version,
-    pub(crate) lsn: Lsn,
-    pub(crate) written_ms: u64,
+    /// The copy's header: the source's, over the bytes to copy (for data, a part of
+    /// the source record's range).
+    pub(crate) header: RecordHeader,
     pub(crate) source_segment: SegmentId,
     pub(crate) source_offset: u64,
     /// The source record's whole range (data), to find `range` in its payload.
@@ -523,13 +518,15 @@ impl Index {
                     );
                     let kind = if marker { RecordKind::Invalidate } else { RecordKind::Data };
                     let copy = |range| CopyItem {
-                        kind,
-                        owner,
-                        object,
-                        range,
-                        version: entry.version,
-                        lsn: entry.lsn,
-                        written_ms: entry.written_ms,
+                        header: RecordHeader {
+                            kind,
+                            owner,
+                            object,
+                            range,
+                            version: entry.version,
+                            lsn: entry.lsn,
+                            written_ms: entry.written_ms,
+                        },
                         source_segment: segment,
                         source_offset: entry.offset,
                         source_range: entry.range,
@@ -569,13 +566,15 @@ impl Index {
                     });
                     if !copy_elsewhere && older_elsewhere {
                         copies.push(CopyItem {
-                            kind: RecordKind::DeleteAll,
-                            owner,
-                            object: ObjectId(0),
-                            range: ByteRange::new(0, 0),
-                            version: Version(0),
-                            lsn,
-                            written_ms: entry.written_ms,
+                            header: RecordHeader {
+                                kind: RecordKind::DeleteAll,
+                                owner,
+                                object: ObjectId(0),
+                                range: ByteRange::new(0, 0),
+                                version: Version(0),
+                                lsn,
+                                written_ms: entry.written_ms,
+                            },
                             source_segment: segment,
                             source_offset: entry.offset,
                             source_range: ByteRange::new(0, 0),
@@ -706,7 +705,7 @@ mod tests {
         // Segment 1 holds only records the delete_all hides (owner 1) and owner 2's.
         let plan = index.plan_compaction(SegmentId(1));
         assert_eq!(plan.len(), 1);
-        assert_eq!(plan[0].owner, OwnerId(2));
+        assert_eq!(plan[0].header.owner, OwnerId(2));
         // The delete_all must stay while segment 1 holds older records of owner 1...
         assert_eq!(index.plan_compaction(SegmentId(2)).len(), 2);
         index.remove_segment(SegmentId(1));
@@ -714,7 +713,7 @@ mod tests {
         // ...and may go once they are gone; the newer data is copied.
         let plan = index.plan_compaction(SegmentId(2));
         assert_eq!(plan.len(), 1);
-        assert_eq!(plan[0].kind, RecordKind::Data);
+        assert_eq!(plan[0].header.kind, RecordKind::Data);
     }
 
     #[test]
@@ -726,7 +725,8 @@ mod tests {
         index.insert(owner, object, entry(true, 60, 10, 1, 1)); // hides v1 on [60,70)
         index.insert(owner, object, entry(true, 200, 10, 1, 1)); // hides nothing anywhere
         let plan = index.plan_compaction(SegmentId(1));
-        let ranges: Vec<(RecordKind, ByteRange)> = plan.iter().map(|c| (c.kind, c.range)).collect();
+        let ranges: Vec<(RecordKind, ByteRange)> =
+            plan.iter().map(|c| (c.header.kind, c.header.range)).collect();
         assert_eq!(
             ranges,
             vec![
@@ -740,6 +740,6 @@ mod tests {
         index.insert(owner, object, entry(true, 10, 5, 2, 3));
         let plan = index.plan_compaction(SegmentId(3));
         assert_eq!(plan.len(), 1);
-        assert_eq!(plan[0].kind, RecordKind::Invalidate);
+        assert_eq!(plan[0].header.kind, RecordKind::Invalidate);
     }
 }

@@ -8,7 +8,7 @@
 
 use somnus_types::{ByteRange, Version};
 
-use crate::format::RecordKind;
+use crate::format::{RecordHeader, RecordKind};
 use crate::{LogId, Lsn, ObjectId, OwnerId, SegmentId};
 
 pub(crate) const SNAPSHOT_FILE: &str = "index.snap";
@@ -22,16 +22,10 @@ const SNAPSHOT_VERSION: u16 = 1;
 const RECORD_BYTES: usize = 80;
 const HEADER_BYTES: usize = 48;
 
-/// One record of the snapshot: where it is and what its header says.
+/// One record of the snapshot: what its header says and where it is.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) struct SnapshotRecord {
-    pub(crate) kind: RecordKind,
-    pub(crate) owner: OwnerId,
-    pub(crate) object: ObjectId,
-    pub(crate) range: ByteRange,
-    pub(crate) version: Version,
-    pub(crate) lsn: Lsn,
-    pub(crate) written_ms: u64,
+    pub(crate) header: RecordHeader,
     pub(crate) segment: SegmentId,
     pub(crate) offset: u64,
 }
@@ -88,14 +82,15 @@ pub(crate) fn encode_snapshot(snapshot: &Snapshot) -> Vec<u8> {
         put(&mut out, len);
     }
     for record in &snapshot.records {
-        put(&mut out, kind_code(record.kind));
-        put(&mut out, record.owner.0);
-        put(&mut out, record.object.0);
-        put(&mut out, record.range.start);
-        put(&mut out, record.range.size_bytes());
-        put(&mut out, record.version.0);
-        put(&mut out, record.lsn.0);
-        put(&mut out, record.written_ms);
+        let header = &record.header;
+        put(&mut out, kind_code(header.kind));
+        put(&mut out, header.owner.0);
+        put(&mut out, header.object.0);
+        put(&mut out, header.range.start);
+        put(&mut out, header.range.size_bytes());
+        put(&mut out, header.version.0);
+        put(&mut out, header.lsn.0);
+        put(&mut out, header.written_ms);
         put(&mut out, record.segment.0);
         put(&mut out, record.offset);
     }
@@ -145,7 +140,7 @@ pub(crate) fn decode_snapshot(bytes: &[u8]) -> Result<Snapshot, String> {
         let start = reader.u64()?;
         let len = reader.u64()?;
         let end = start.checked_add(len).ok_or("impossible range")?;
-        records.push(SnapshotRecord {
+        let header = RecordHeader {
             kind,
             owner,
             object,
@@ -153,6 +148,9 @@ pub(crate) fn decode_snapshot(bytes: &[u8]) -> Result<Snapshot, String> {
             version: Version(reader.u64()?),
             lsn: Lsn(reader.u64()?),
             written_ms: reader.u64()?,
+        };
+        records.push(SnapshotRecord {
+            header,
             segment: SegmentId(reader.u64()?),
             offset: reader.u64()?,
         });
@@ -194,13 +192,15 @@ mod tests {
             next_lsn: Lsn(99),
             segments: vec![(SegmentId(1), 4096), (SegmentId(3), 64)],
             records: vec![SnapshotRecord {
-                kind: RecordKind::Invalidate,
-                owner: OwnerId(2),
-                object: ObjectId(5),
-                range: ByteRange::new(10, 20),
-                version: Version(8),
-                lsn: Lsn(98),
-                written_ms: 1234,
+                header: RecordHeader {
+                    kind: RecordKind::Invalidate,
+                    owner: OwnerId(2),
+                    object: ObjectId(5),
+                    range: ByteRange::new(10, 20),
+                    version: Version(8),
+                    lsn: Lsn(98),
+                    written_ms: 1234,
+                },
                 segment: SegmentId(3),
                 offset: 64,
             }],

@@ -24,7 +24,7 @@ use crate::error::{Error, Result};
 use crate::format::{
     self, PAYLOAD_BYTES_MAX, RECORD_HEADER_BYTES, RecordHeader, RecordKind, SEGMENT_HEADER_BYTES,
 };
-use crate::index::{CopyItem, DeleteAllEntry, Entry, Index, Painted};
+use crate::index::{DeleteAllEntry, Entry, Index, Painted};
 use crate::scan::{SegmentEnd, is_unwritten_segment, scan_segment};
 use crate::snapshot::{
     self, META_FILE, META_TMP_FILE, SNAPSHOT_FILE, SNAPSHOT_TMP_FILE, Snapshot, SnapshotRecord,
@@ -459,7 +459,12 @@ impl LogStore {
                             shared.segments.insert(id, Segment { file, bytes });
                         }
                         for record in &snapshot.records {
-                            apply_record(&mut shared.index, record);
+                            insert_header(
+                                &mut shared.index,
+                                &record.header,
+                                record.segment,
+                                record.offset,
+                            );
                         }
                         report.mode = RecoveryMode::Snapshot;
                         None
@@ -591,15 +596,7 @@ impl LogStore {
                     owner.0, version.0, last.0
                 )));
             }
-            let header = RecordHeader {
-                kind: RecordKind::Data,
-                lsn: writer.next_lsn,
-                owner,
-                object,
-                range,
-                version,
-                written_ms: (self.options.clock)(),
-            };
+            let header = self.new_header(writer, RecordKind::Data, owner, object, range, version);
             self.enqueue(writer, header, bytes, payload_crc, true, false)?;
             writer.versions.insert(owner, version);
             Ok(())
@@ -628,15 +625,8 @@ impl LogStore {
                     owner.0, version.0, last.0
                 )));
             }
-            let header = RecordHeader {
-                kind: RecordKind::Invalidate,
-                lsn: writer.next_lsn,
-                owner,
-                object,
-                range,
-                version,
-                written_ms: (self.options.clock)(),
-            };
+            let kind = RecordKind::Invalidate;
+            let header = self.new_header(writer, kind, owner, object, range, version);
             self.enqueue(writer, header, &[], 0, true, true)
         })?;
         self.counters.invalidates.fetch_add(1, Ordering::Relaxed);
@@ -647,19 +637,33 @@ impl LogStore {
     /// a logger joining a DVL's view starts empty).
     pub fn delete_all(&self, owner: OwnerId) -> Result<()> {
         self.commit(|writer| {
-            let header = RecordHeader {
-                kind: RecordKind::DeleteAll,
-                lsn: writer.next_lsn,
+            let empty = ByteRange::new(0, 0);
+            let header = self.new_header(
+                writer,
+                RecordKind::DeleteAll,
                 owner,
-                object: ObjectId(0),
-                range: ByteRange::new(0, 0),
-                version: Version(0),
-                written_ms: (self.options.clock)(),
-            };
+                ObjectId(0),
+                empty,
+                Version(0),
+            );
             self.enqueue(writer, header, &[], 0, true, true)
         })?;
         self.counters.delete_alls.fetch_add(1, Ordering::Relaxed);
         Ok(())
+    }
+
+    /// The header of a new record at the next LSN, stamped now.
+    fn new_header(
+        &self,
+        writer: &Writer,
+        kind: RecordKind,
+        owner: OwnerId,
+        object: ObjectId,
+        range: ByteRange,
+        version: Version,
+    ) -> RecordHeader {
+        let written_ms = (self.options.clock)();
+        RecordHeader { kind, lsn: writer.next_lsn, owner, object, range, version, written_ms }
     }
 
     /// The largest payload one record may carry here.
@@ -1139,44 +1143,36 @@ impl LogStore {
         const CHUNK_BYTES: u64 = 4 << 20;
         let mut copied: Vec<(RecordHeader, SegmentId, u64)> = Vec::with_capacity(plan.len());
         let mut bytes_copied = 0;
-        let mut chunk: Vec<(CopyItem, Vec<u8>)> = Vec::new();
+        let mut chunk: Vec<(RecordHeader, Vec<u8>)> = Vec::new();
         let mut chunk_bytes = 0;
         for (i, item) in plan.iter().enumerate() {
-            let payload = if item.kind == RecordKind::Data {
+            let header = item.header;
+            let payload = if header.kind == RecordKind::Data {
                 let entry = Entry {
                     marker: false,
                     range: item.source_range,
-                    version: item.version,
-                    lsn: item.lsn,
-                    written_ms: item.written_ms,
+                    version: header.version,
+                    lsn: header.lsn,
+                    written_ms: header.written_ms,
                     segment: item.source_segment,
                     offset: item.source_offset,
                 };
                 let whole = self.read_record(&files, &entry)?;
-                slice_of(&whole, item.source_range, item.range).to_vec()
+                slice_of(&whole, item.source_range, header.range).to_vec()
             } else {
                 Vec::new()
             };
             chunk_bytes += RECORD_HEADER_BYTES + payload.len() as u64;
             bytes_copied += payload.len() as u64;
-            chunk.push((*item, payload));
+            chunk.push((header, payload));
             if chunk_bytes >= CHUNK_BYTES || i + 1 == plan.len() {
                 let placed = self.commit(|writer| {
                     let mut placed = Vec::with_capacity(chunk.len());
-                    for (item, payload) in &chunk {
-                        let header = RecordHeader {
-                            kind: item.kind,
-                            lsn: item.lsn,
-                            owner: item.owner,
-                            object: item.object,
-                            range: item.range,
-                            version: item.version,
-                            written_ms: item.written_ms,
-                        };
+                    for (header, payload) in &chunk {
                         let crc = crc32c::crc32c(payload);
-                        self.enqueue(writer, header, payload, crc, false, true)?;
+                        self.enqueue(writer, *header, payload, crc, false, true)?;
                         if let Some(record) = writer.pending.records.last() {
-                            placed.push((header, record.segment, record.offset));
+                            placed.push((*header, record.segment, record.offset));
                         }
                     }
                     Ok(placed)
@@ -1249,13 +1245,15 @@ impl LogStore {
                     .all_records()
                     .into_iter()
                     .map(|(owner, object, kind, entry)| SnapshotRecord {
-                        kind,
-                        owner,
-                        object,
-                        range: entry.range,
-                        version: entry.version,
-                        lsn: entry.lsn,
-                        written_ms: entry.written_ms,
+                        header: RecordHeader {
+                            kind,
+                            owner,
+                            object,
+                            range: entry.range,
+                            version: entry.version,
+                            lsn: entry.lsn,
+                            written_ms: entry.written_ms,
+                        },
                         segment: entry.segment,
                         offset: entry.offset,
                     })
@@ -1406,19 +1404,6 @@ fn insert_header(index: &mut Index, header: &RecordHeader, segment: SegmentId, o
             );
         }
     }
-}
-
-fn apply_record(index: &mut Index, record: &SnapshotRecord) {
-    let header = RecordHeader {
-        kind: record.kind,
-        lsn: record.lsn,
-        owner: record.owner,
-        object: record.object,
-        range: record.range,
-        version: record.version,
-        written_ms: record.written_ms,
-    };
-    insert_header(index, &header, record.segment, record.offset);
 }
 
 /// Writes `bytes` to `name` atomically and durably: a temporary file, synced, renamed

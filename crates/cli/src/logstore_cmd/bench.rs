@@ -49,6 +49,10 @@ pub(crate) struct BenchArgs {
     /// The sync that makes a write durable, for the log and the raw loop alike.
     #[arg(long, value_enum, default_value_t = Sync::Data)]
     sync: Sync,
+    /// Size of the log whose recovery is timed at the end (after a crash: a scan of
+    /// every segment; after a clean close: the snapshot), in MiB; 0 skips it.
+    #[arg(long, default_value_t = 256)]
+    recovery_mib: u64,
     /// Print one JSON object per measurement instead of the table.
     #[arg(long)]
     json: bool,
@@ -324,11 +328,86 @@ fn measure_all(args: &BenchArgs, dir: &Path) -> Result<()> {
             }
         }
     }
+    if args.recovery_mib > 0 {
+        recovery(args, dir)?;
+    }
     if !args.json {
         println!(
             "MB/s: payload. busy: share of the time a write+sync of the log was under way. raw: one writer, record-sized writes (dd oflag=dsync bs=record). \
              raw=: one writer, writes of the log's bytes per sync, payload share. ratio: \
              median over rounds of log/raw in the same round"
+        );
+    }
+    Ok(())
+}
+
+/// Times opening a log of `--recovery-mib` of 4 KiB records: by a scan after a crash,
+/// then from the snapshot of a clean close.
+fn recovery(args: &BenchArgs, dir: &Path) -> Result<()> {
+    const RECORD: u64 = 4096;
+    const WRITERS: u64 = 8;
+    let log_dir = dir.join("recovery");
+    let options = Options { capacity_bytes: 1 << 40, ..Options::default() };
+    let records = (args.recovery_mib << 20) / RECORD;
+    eprintln!("  writing {records} records of {RECORD} bytes for the recovery measurement…");
+    {
+        let store = LogStore::open(Arc::new(FsDisk::new(&log_dir)?), options.clone())?;
+        let payload = vec![7u8; RECORD as usize];
+        std::thread::scope(|scope| -> Result<()> {
+            let handles: Vec<_> = (0..WRITERS)
+                .map(|w| {
+                    let (store, payload) = (&store, &payload);
+                    scope.spawn(move || -> Result<()> {
+                        for i in 0..records / WRITERS {
+                            // Objects of 64 MiB, so the index holds many small extents.
+                            let range = ByteRange::new((i % 16384) * RECORD, RECORD);
+                            let object = ObjectId(i / 16384);
+                            store.append(OwnerId(w + 1), object, range, Version(i + 1), payload)?;
+                        }
+                        Ok(())
+                    })
+                })
+                .collect();
+            for handle in handles {
+                handle.join().unwrap_or_else(|_| bail!("writer panicked"))?;
+            }
+            Ok(())
+        })?;
+        // Dropped without close: what a crash leaves.
+    }
+    let scan_started = now();
+    let store = LogStore::open(Arc::new(FsDisk::new(&log_dir)?), options.clone())?;
+    let scan = scan_started.elapsed();
+    let report = store.recovery().clone();
+    store.close()?;
+    drop(store);
+    let snapshot_started = now();
+    let store = LogStore::open(Arc::new(FsDisk::new(&log_dir)?), options)?;
+    let snapshot = snapshot_started.elapsed();
+    let snapshot_report = store.recovery().clone();
+    drop(store);
+    std::fs::remove_dir_all(&log_dir)?;
+    if args.json {
+        println!(
+            "{}",
+            serde_json::json!({
+                "recovery_records": report.records,
+                "recovery_bytes": report.bytes_scanned,
+                "scan_ms": scan.as_secs_f64() * 1e3,
+                "scan_reported_ms": report.duration.as_secs_f64() * 1e3,
+                "snapshot_ms": snapshot.as_secs_f64() * 1e3,
+                "snapshot_reported_ms": snapshot_report.duration.as_secs_f64() * 1e3,
+            })
+        );
+    } else {
+        println!(
+            "recovery of {} records ({:.0} MB): after a crash, scan {:.0} ms ({:.0} MB/s); \
+             after a clean close, snapshot {:.0} ms",
+            report.records,
+            report.bytes_scanned as f64 / 1e6,
+            scan.as_secs_f64() * 1e3,
+            report.bytes_scanned as f64 / 1e6 / scan.as_secs_f64(),
+            snapshot.as_secs_f64() * 1e3
         );
     }
     Ok(())
