@@ -88,10 +88,24 @@ pub struct FsDisk {
 }
 
 impl FsDisk {
-    /// The directory `dir`, created (with its parents) if missing.
+    /// The directory `dir`, created (with its parents) if missing. Each directory
+    /// created is made durable in its parent, so that a log (and what it acknowledges)
+    /// cannot vanish with the directory entry after a power loss.
     pub fn new(dir: impl AsRef<Path>) -> io::Result<FsDisk> {
         let dir = dir.as_ref().to_path_buf();
+        let missing: Vec<PathBuf> = dir
+            .ancestors()
+            .take_while(|path| !path.as_os_str().is_empty() && !path.exists())
+            .map(Path::to_path_buf)
+            .collect();
         std::fs::create_dir_all(&dir)?;
+        for created in missing.iter().rev() {
+            let parent = match created.parent() {
+                Some(parent) if !parent.as_os_str().is_empty() => parent,
+                _ => Path::new("."),
+            };
+            File::open(parent)?.sync_all()?;
+        }
         Ok(FsDisk { dir })
     }
 

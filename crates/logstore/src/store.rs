@@ -24,7 +24,7 @@ use crate::error::{Error, Result};
 use crate::format::{
     self, PAYLOAD_BYTES_MAX, RECORD_HEADER_BYTES, RecordHeader, RecordKind, SEGMENT_HEADER_BYTES,
 };
-use crate::index::{DeleteAllEntry, Entry, Index, Painted};
+use crate::index::{CopyItem, DeleteAllEntry, Entry, Index, Painted};
 use crate::scan::{SegmentEnd, is_unwritten_segment, scan_segment};
 use crate::snapshot::{
     self, META_FILE, META_TMP_FILE, SNAPSHOT_FILE, SNAPSHOT_TMP_FILE, Snapshot, SnapshotRecord,
@@ -367,6 +367,9 @@ pub struct LogStore {
     compacting: Mutex<()>,
     counters: Counters,
     recovery: RecoveryReport,
+    /// Segments found damaged at open: never compacted, and no snapshot is written while
+    /// they exist (the next open must find the damage again).
+    damaged: BTreeSet<SegmentId>,
     _lock: Box<dyn Any + Send + Sync>,
 }
 
@@ -442,6 +445,12 @@ impl LogStore {
             unwritten_removed: Vec::new(),
         };
         let mut next_lsn = Lsn(1);
+        if segment_ids.last().is_some_and(|id| id.0 == u64::MAX) {
+            return Err(Error::NotALog {
+                path: where_,
+                reason: format!("{} is past the last segment id", SegmentId(u64::MAX)),
+            });
+        }
         let mut next_segment = SegmentId(segment_ids.last().map_or(1, |id| id.0 + 1));
 
         if !created {
@@ -532,6 +541,7 @@ impl LogStore {
             }),
             compacting: Mutex::new(()),
             counters: Counters::default(),
+            damaged: report.damage.iter().map(|damage| damage.segment).collect(),
             recovery: report,
             _lock: dir_lock,
         })
@@ -732,7 +742,7 @@ impl LogStore {
         }
         writer.unsettled.insert(segment);
         // Compaction copies keep their old LSN: the counter only moves forward.
-        writer.next_lsn = writer.next_lsn.max(Lsn(header.lsn.0 + 1));
+        writer.next_lsn = writer.next_lsn.max(Lsn(header.lsn.0.saturating_add(1)));
         writer.pending.records.push(PendingRecord { header, segment, offset, apply });
         Ok(())
     }
@@ -830,20 +840,39 @@ impl LogStore {
 
     /// Writes and syncs a batch; returns the segment files it created.
     fn flush(&self, batch: &Batch) -> std::result::Result<SegmentFiles, String> {
-        let mut files: Vec<(SegmentId, Arc<dyn DiskFile>)> = Vec::new();
         let mut created = Vec::new();
         let where_ = self.disk.describe();
+        let sync = |segment: SegmentId, file: &Arc<dyn DiskFile>| {
+            let synced = match self.options.sync {
+                SyncMode::Data => file.sync_data(),
+                SyncMode::All => file.sync_all(),
+            };
+            synced.map_err(|error| format!("syncing {where_}/{segment}: {error}"))?;
+            self.counters.syncs.fetch_add(1, Ordering::Relaxed);
+            Ok::<(), String>(())
+        };
+        // A batch that spans a rotation writes the old segment, then the new one. The
+        // old one is synced before the new one is created, so that a crash can only
+        // ever tear the last segment: a bad tail anywhere else is damage.
+        let mut last: Option<(SegmentId, Arc<dyn DiskFile>)> = None;
         for write in &batch.writes {
             let name = segment_file_name(write.segment);
-            let file = if write.create {
+            if let Some((segment, file)) = last.take() {
+                if segment == write.segment {
+                    last = Some((segment, file));
+                } else {
+                    sync(segment, &file)?;
+                }
+            }
+            let file = if let Some((_, file)) = &last {
+                file.clone()
+            } else if write.create {
                 let file = self
                     .disk
                     .create(&name)
                     .map_err(|error| format!("creating {where_}/{name}: {error}"))?;
                 created.push((write.segment, file.clone()));
                 file
-            } else if let Some((_, file)) = files.iter().find(|(s, _)| *s == write.segment) {
-                file.clone()
             } else {
                 // Created by an earlier batch, so in the segment table already.
                 let shared = self.read_shared();
@@ -856,17 +885,10 @@ impl LogStore {
                 file.write_all_at(&write.bytes, write.offset)
                     .map_err(|error| format!("writing {where_}/{name}: {error}"))?;
             }
-            if !files.iter().any(|(s, _)| *s == write.segment) {
-                files.push((write.segment, file));
-            }
+            last = Some((write.segment, file));
         }
-        for (segment, file) in &files {
-            let synced = match self.options.sync {
-                SyncMode::Data => file.sync_data(),
-                SyncMode::All => file.sync_all(),
-            };
-            synced.map_err(|error| format!("syncing {where_}/{segment}: {error}"))?;
-            self.counters.syncs.fetch_add(1, Ordering::Relaxed);
+        if let Some((segment, file)) = &last {
+            sync(*segment, file)?;
         }
         if !created.is_empty() {
             self.disk.sync_dir().map_err(|error| format!("syncing directory {where_}: {error}"))?;
@@ -1072,12 +1094,27 @@ impl LogStore {
         }
     }
 
-    /// One step of garbage collection: picks the sealed segment with the smallest share
-    /// of live bytes (if at most `compact_live_percent_max`), copies its live records
-    /// forward and deletes it. `None` if no segment qualifies.
+    /// One step of garbage collection: among the sealed segments whose live bytes are
+    /// at most `compact_live_percent_max` of their size, the first (fewest live bytes
+    /// first) whose copies would take at most that share too (deletion markers that must
+    /// be kept count) has its records copied forward and is deleted. `None` if none
+    /// qualifies.
     pub fn compact(&self) -> Result<Option<CompactionReport>> {
-        let Some(victim) = self.choose_victim() else { return Ok(None) };
-        self.compact_segment(victim).map(Some)
+        let _one_at_a_time = lock(&self.compacting);
+        for segment in self.candidates() {
+            if !self.is_settled(segment) {
+                continue;
+            }
+            let Some((plan, files, segment_bytes)) = self.plan(segment)? else { continue };
+            let copy_bytes: u64 = plan.iter().map(|item| item.header.encoded_bytes()).sum();
+            if u128::from(copy_bytes) * 100
+                > u128::from(segment_bytes) * u128::from(self.options.compact_live_percent_max)
+            {
+                continue;
+            }
+            return self.run_compaction(segment, plan, files, segment_bytes).map(Some);
+        }
+        Ok(None)
     }
 
     /// Runs compaction steps until no segment qualifies; returns how many ran.
@@ -1089,60 +1126,143 @@ impl LogStore {
         Ok(steps)
     }
 
-    fn choose_victim(&self) -> Option<SegmentId> {
-        let unsettled = {
-            let writer = lock(&self.writer);
-            let mut unsettled = writer.unsettled.clone();
-            unsettled.extend(writer.head.as_ref().map(|head| head.segment));
-            // Damaged segments stay for the operator to inspect (`verify`).
-            unsettled.extend(self.recovery.damage.iter().map(|damage| damage.segment));
-            unsettled
-        };
+    /// The segments worth a look, fewest live bytes (as a share of size) first; the
+    /// damaged ones are kept for the operator (`verify`).
+    fn candidates(&self) -> Vec<SegmentId> {
+        const LOOK_AT_MAX: usize = 8;
         let shared = self.read_shared();
-        shared
+        let mut candidates: Vec<(u128, u128, SegmentId)> = shared
             .segments
             .iter()
-            .filter(|(id, _)| !unsettled.contains(id))
+            .filter(|(id, _)| !self.damaged.contains(id))
             .map(|(&id, segment)| {
-                (
-                    u128::from(shared.index.segment_live_bytes(id)),
-                    u128::from(segment.bytes.max(1)),
-                    id,
-                )
+                let live = u128::from(shared.index.segment_live_bytes(id));
+                (live, u128::from(segment.bytes.max(1)), id)
             })
             .filter(|&(live, bytes, _)| {
-                live == 0 || live * 100 <= bytes * u128::from(self.options.compact_live_percent_max)
+                live * 100 <= bytes * u128::from(self.options.compact_live_percent_max)
             })
-            .min_by(|a, b| (a.0 * b.1, a.2).cmp(&(b.0 * a.1, b.2)))
-            .map(|(_, _, id)| id)
+            .collect();
+        candidates.sort_by(|a, b| (a.0 * b.1, a.2).cmp(&(b.0 * a.1, b.2)));
+        candidates.into_iter().take(LOOK_AT_MAX).map(|(_, _, id)| id).collect()
     }
 
-    /// Copies the live records of `segment` forward and deletes it. The head segment
-    /// and segments with writes in flight are refused.
+    /// Whether `segment` is sealed and no batch writes it: then it never changes again.
+    fn is_settled(&self, segment: SegmentId) -> bool {
+        let writer = lock(&self.writer);
+        !writer.unsettled.contains(&segment)
+            && writer.head.as_ref().is_none_or(|head| head.segment != segment)
+    }
+
+    /// The copies compaction of `segment` needs, its file, its size.
+    #[allow(clippy::type_complexity)]
+    fn plan(
+        &self,
+        segment: SegmentId,
+    ) -> Result<Option<(Vec<CopyItem>, BTreeMap<SegmentId, Arc<dyn DiskFile>>, u64)>> {
+        let shared = self.read_shared();
+        let Some(info) = shared.segments.get(&segment) else { return Ok(None) };
+        let plan = shared.index.plan_compaction(segment);
+        let files = files_of(&shared, std::iter::once(segment))?;
+        Ok(Some((plan, files, info.bytes)))
+    }
+
+    /// Copies the live records of `segment` forward and deletes it, however little it
+    /// frees. The head, segments with writes in flight and damaged ones are refused.
     pub fn compact_segment(&self, segment: SegmentId) -> Result<CompactionReport> {
         let _one_at_a_time = lock(&self.compacting);
-        let started = stopwatch();
-        {
-            let writer = lock(&self.writer);
-            if writer.unsettled.contains(&segment)
-                || writer.head.as_ref().is_some_and(|head| head.segment == segment)
-            {
-                return Err(Error::Invalid(format!("{segment} is being written")));
-            }
+        if self.damaged.contains(&segment) {
+            return Err(Error::Invalid(format!(
+                "{segment} is damaged and kept as found for inspection (somnus logstore verify)"
+            )));
         }
-        let (plan, files, segment_bytes) = {
-            let shared = self.read_shared();
-            let Some(info) = shared.segments.get(&segment) else {
-                return Err(Error::Invalid(format!("no segment {segment}")));
-            };
-            let plan = shared.index.plan_compaction(segment);
-            let files = files_of(&shared, std::iter::once(segment))?;
-            (plan, files, info.bytes)
+        if !self.is_settled(segment) {
+            return Err(Error::Invalid(format!("{segment} is being written")));
+        }
+        let Some((plan, files, segment_bytes)) = self.plan(segment)? else {
+            return Err(Error::Invalid(format!("no segment {segment}")));
         };
-        // Copy in chunks, so that appends never wait behind one huge write.
-        const CHUNK_BYTES: u64 = 4 << 20;
+        self.run_compaction(segment, plan, files, segment_bytes)
+    }
+
+    /// The compaction itself; the caller holds `compacting` and checked the segment.
+    fn run_compaction(
+        &self,
+        segment: SegmentId,
+        plan: Vec<CopyItem>,
+        files: BTreeMap<SegmentId, Arc<dyn DiskFile>>,
+        segment_bytes: u64,
+    ) -> Result<CompactionReport> {
+        let started = stopwatch();
         let mut copied: Vec<(RecordHeader, SegmentId, u64)> = Vec::with_capacity(plan.len());
         let mut bytes_copied = 0;
+        if let Err(error) = self.copy_forward(&plan, &files, &mut copied, &mut bytes_copied) {
+            return Err(self.abandon_compaction(copied, error));
+        }
+        // The copies are durable: swap them in for the segment, then delete it. A log
+        // closed or stopped meanwhile is left as it is (its snapshot or its recovery
+        // must find what it expects).
+        {
+            let writer = lock(&self.writer);
+            if let Some(cause) = &writer.poisoned {
+                let error = Error::Poisoned { cause: cause.clone() };
+                drop(writer);
+                return Err(self.abandon_compaction(copied, error));
+            }
+            if writer.closed {
+                drop(writer);
+                return Err(self.abandon_compaction(copied, Error::Closed));
+            }
+        }
+        {
+            let mut shared = self.write_shared();
+            for (header, at_segment, offset) in &copied {
+                insert_header(&mut shared.index, header, *at_segment, *offset);
+            }
+            shared.index.remove_segment(segment);
+            shared.segments.remove(&segment);
+        }
+        let name = segment_file_name(segment);
+        let where_ = self.disk.describe();
+        // The index has forgotten the segment: if it cannot be deleted, what hides its
+        // records may be collected next and a recovery would bring them back. Stop.
+        let deleted = self
+            .disk
+            .remove(&name)
+            .map_err(|source| Error::io("removing", format!("{where_}/{name}"), source))
+            .and_then(|()| {
+                self.disk.sync_dir().map_err(|source| Error::io("syncing", where_.clone(), source))
+            });
+        let mut writer = lock(&self.writer);
+        if let Err(error) = deleted {
+            writer.poisoned.get_or_insert_with(|| error.to_string());
+            return Err(error);
+        }
+        writer.used_bytes -= segment_bytes;
+        drop(writer);
+        self.counters.dir_syncs.fetch_add(1, Ordering::Relaxed);
+        self.counters.compactions.fetch_add(1, Ordering::Relaxed);
+        self.counters.segments_deleted.fetch_add(1, Ordering::Relaxed);
+        self.counters.bytes_copied.fetch_add(bytes_copied, Ordering::Relaxed);
+        Ok(CompactionReport {
+            segment,
+            segment_bytes,
+            records_copied: copied.len() as u64,
+            bytes_copied,
+            duration: started.elapsed(),
+        })
+    }
+
+    /// Writes the copies of a plan through group commit, in chunks so that appends
+    /// never wait behind one huge write; `copied` gets every copy made durable.
+    fn copy_forward(
+        &self,
+        plan: &[CopyItem],
+        files: &BTreeMap<SegmentId, Arc<dyn DiskFile>>,
+        copied: &mut Vec<(RecordHeader, SegmentId, u64)>,
+        bytes_copied: &mut u64,
+    ) -> Result<()> {
+        const CHUNK_BYTES: u64 = 4 << 20;
         let mut chunk: Vec<(RecordHeader, Vec<u8>)> = Vec::new();
         let mut chunk_bytes = 0;
         for (i, item) in plan.iter().enumerate() {
@@ -1157,62 +1277,65 @@ impl LogStore {
                     segment: item.source_segment,
                     offset: item.source_offset,
                 };
-                let whole = self.read_record(&files, &entry)?;
+                let whole = self.read_record(files, &entry)?;
                 slice_of(&whole, item.source_range, header.range).to_vec()
             } else {
                 Vec::new()
             };
-            chunk_bytes += RECORD_HEADER_BYTES + payload.len() as u64;
-            bytes_copied += payload.len() as u64;
+            chunk_bytes += header.encoded_bytes();
+            *bytes_copied += payload.len() as u64;
             chunk.push((header, payload));
-            if chunk_bytes >= CHUNK_BYTES || i + 1 == plan.len() {
-                let placed = self.commit(|writer| {
-                    let mut placed = Vec::with_capacity(chunk.len());
-                    for (header, payload) in &chunk {
-                        let crc = crc32c::crc32c(payload);
-                        self.enqueue(writer, *header, payload, crc, false, true)?;
-                        if let Some(record) = writer.pending.records.last() {
-                            placed.push((*header, record.segment, record.offset));
-                        }
-                    }
-                    Ok(placed)
-                })?;
-                copied.extend(placed);
-                chunk.clear();
-                chunk_bytes = 0;
+            if chunk_bytes < CHUNK_BYTES && i + 1 < plan.len() {
+                continue;
             }
+            let mut placed = Vec::with_capacity(chunk.len());
+            let committed = self.commit(|writer| {
+                for (header, payload) in &chunk {
+                    let crc = crc32c::crc32c(payload);
+                    self.enqueue(writer, *header, payload, crc, false, true)?;
+                    if let Some(record) = writer.pending.records.last() {
+                        placed.push((*header, record.segment, record.offset));
+                    }
+                }
+                Ok(())
+            });
+            match committed {
+                Ok(()) => copied.append(&mut placed),
+                // The flush failed: the copies may not be on the device.
+                Err(error @ Error::Poisoned { .. }) => return Err(error),
+                // What was queued before the error was flushed: it is on the device.
+                Err(error) => {
+                    copied.append(&mut placed);
+                    return Err(error);
+                }
+            }
+            chunk.clear();
+            chunk_bytes = 0;
         }
-        // The copies are durable: swap them in for the segment, then delete it.
-        {
+        Ok(())
+    }
+
+    /// A compaction that stops part-way keeps its segment; the copies it made durable
+    /// join the index beside their originals (a copy means what its original means), so
+    /// that the index still holds every record on the device and the garbage rules stay
+    /// sound.
+    fn abandon_compaction(
+        &self,
+        copied: Vec<(RecordHeader, SegmentId, u64)>,
+        error: Error,
+    ) -> Error {
+        if !copied.is_empty() {
             let mut shared = self.write_shared();
             for (header, at_segment, offset) in &copied {
                 insert_header(&mut shared.index, header, *at_segment, *offset);
             }
-            shared.index.remove_segment(segment);
-            shared.segments.remove(&segment);
         }
-        let name = segment_file_name(segment);
-        let where_ = self.disk.describe();
-        self.disk
-            .remove(&name)
-            .map_err(|source| Error::io("removing", format!("{where_}/{name}"), source))?;
-        self.disk.sync_dir().map_err(|source| Error::io("syncing", where_, source))?;
-        lock(&self.writer).used_bytes -= segment_bytes;
-        self.counters.dir_syncs.fetch_add(1, Ordering::Relaxed);
-        self.counters.compactions.fetch_add(1, Ordering::Relaxed);
-        self.counters.segments_deleted.fetch_add(1, Ordering::Relaxed);
-        self.counters.bytes_copied.fetch_add(bytes_copied, Ordering::Relaxed);
-        Ok(CompactionReport {
-            segment,
-            segment_bytes,
-            records_copied: copied.len() as u64,
-            bytes_copied,
-            duration: started.elapsed(),
-        })
+        error
     }
 
     /// Stops accepting writes, waits for those under way, and writes the index snapshot
-    /// so that the next open is fast. Calls after this fail with `Closed`.
+    /// so that the next open is fast (unless open found damage: then the next open
+    /// scans and reports it again). Calls after this fail with `Closed`.
     pub fn close(&self) -> Result<()> {
         let next_lsn = {
             let mut writer = lock(&self.writer);
@@ -1229,7 +1352,8 @@ impl LogStore {
             }
             writer.next_lsn
         };
-        if self.options.read_only {
+        if self.options.read_only || !self.damaged.is_empty() {
+            // Without a snapshot the next open scans, and reports the damage again.
             return Ok(());
         }
         // A compaction under way fails its next commit (closed) or finishes its swap.
@@ -1447,9 +1571,32 @@ fn load_snapshot(
         }
         files.push((id, file));
     }
-    let known = |segment: SegmentId| listed.binary_search(&segment).is_ok();
-    if let Some(record) = snapshot.records.iter().find(|record| !known(record.segment)) {
-        return Err(format!("a record in unknown {}", record.segment));
+    // The checksum vouches for the bytes, not for the code that wrote them: check that
+    // every record is one the format allows, inside its segment.
+    for record in &snapshot.records {
+        let header = &record.header;
+        let Ok(at) = snapshot.segments.binary_search_by_key(&record.segment, |(id, _)| *id) else {
+            return Err(format!("a record in unknown {}", record.segment));
+        };
+        let segment_len = snapshot.segments[at].1;
+        let lengths_ok = match header.kind {
+            RecordKind::Data => {
+                !header.range.is_empty() && header.range.size_bytes() <= PAYLOAD_BYTES_MAX
+            }
+            RecordKind::Invalidate => !header.range.is_empty(),
+            RecordKind::DeleteAll => header.range.is_empty(),
+        };
+        let inside = record.offset >= SEGMENT_HEADER_BYTES
+            && record
+                .offset
+                .checked_add(header.encoded_bytes())
+                .is_some_and(|end| end <= segment_len);
+        if !lengths_ok || !inside || header.lsn.0 == 0 || header.lsn >= snapshot.next_lsn {
+            return Err(format!(
+                "an impossible record in {} at byte {}",
+                record.segment, record.offset
+            ));
+        }
     }
     Ok((snapshot, files))
 }
@@ -1465,6 +1612,9 @@ fn scan_segments(
 ) -> Result<Lsn> {
     let where_ = disk.describe();
     let mut lsn_max = Lsn(0);
+    // Only the last segment can hold an interrupted write: a batch syncs a segment
+    // before it starts the next one, and an open never appends to an old one.
+    let last = segment_ids.last().copied();
     for &id in segment_ids {
         let name = segment_file_name(id);
         let path = format!("{where_}/{name}");
@@ -1474,35 +1624,36 @@ fn scan_segments(
         let bytes =
             read_all(file.as_ref()).map_err(|source| Error::io("reading", path.clone(), source))?;
         report.bytes_scanned += bytes.len() as u64;
+        let damage = |offset: u64, reason: String, records_after: u64| SegmentDamage {
+            segment: id,
+            offset,
+            reason,
+            records_after,
+        };
         let scan = match scan_segment(id, Some(log), &bytes) {
             Ok(scan) => scan,
-            Err(problem) => {
-                if is_unwritten_segment(&bytes) {
-                    if !read_only {
-                        disk.remove(&name).map_err(|source| Error::io("removing", path, source))?;
-                        disk.sync_dir()
-                            .map_err(|source| Error::io("syncing", where_.clone(), source))?;
-                    }
-                    report.unwritten_removed.push(id);
-                } else {
-                    // Records the log cannot trust to be its own: keep the file as
-                    // evidence, count its bytes, return none of them.
-                    report.damage.push(SegmentDamage {
-                        segment: id,
-                        offset: 0,
-                        reason: format!("segment header: {problem}"),
-                        records_after: 0,
-                    });
-                    shared.index.add_segment(id);
-                    shared.segments.insert(id, Segment { file, bytes: bytes.len() as u64 });
+            Err(_) if Some(id) == last && is_unwritten_segment(&bytes) => {
+                if !read_only {
+                    disk.remove(&name).map_err(|source| Error::io("removing", path, source))?;
+                    disk.sync_dir()
+                        .map_err(|source| Error::io("syncing", where_.clone(), source))?;
                 }
+                report.unwritten_removed.push(id);
+                continue;
+            }
+            Err(problem) => {
+                // Records the log cannot trust to be its own: keep the file as
+                // evidence, count its bytes, return none of them.
+                report.damage.push(damage(0, format!("segment header: {problem}"), 0));
+                shared.index.add_segment(id);
+                shared.segments.insert(id, Segment { file, bytes: bytes.len() as u64 });
                 continue;
             }
         };
         let mut file_bytes = bytes.len() as u64;
         match &scan.end {
             SegmentEnd::Clean => {}
-            SegmentEnd::Torn { .. } => {
+            SegmentEnd::Torn { .. } if Some(id) == last => {
                 report.torn_tails.push((id, scan.valid_end));
                 if !read_only {
                     file.truncate(scan.valid_end)
@@ -1511,13 +1662,15 @@ fn scan_segments(
                     file_bytes = scan.valid_end;
                 }
             }
+            SegmentEnd::Torn { offset, reason } => report.damage.push(damage(
+                *offset,
+                format!(
+                    "{reason}, at the end of a segment that was sealed (synced) before the next"
+                ),
+                0,
+            )),
             SegmentEnd::Damaged { offset, reason, records_after } => {
-                report.damage.push(SegmentDamage {
-                    segment: id,
-                    offset: *offset,
-                    reason: reason.clone(),
-                    records_after: *records_after,
-                });
+                report.damage.push(damage(*offset, reason.clone(), *records_after));
             }
         }
         shared.index.add_segment(id);
@@ -1527,5 +1680,8 @@ fn scan_segments(
         }
         shared.segments.insert(id, Segment { file, bytes: file_bytes });
     }
-    Ok(Lsn(lsn_max.0 + 1))
+    lsn_max.0.checked_add(1).map(Lsn).ok_or_else(|| Error::NotALog {
+        path: where_,
+        reason: "a record carries the largest possible LSN".into(),
+    })
 }
