@@ -789,12 +789,22 @@ impl LogStore {
     /// return it has been released, or handed to a waiter of the pending batch.
     fn lead<'a>(&'a self, mut writer: MutexGuard<'a, Writer>) {
         let mut led = 0;
+        // The batch flushed last (durable and applied): its waiters are woken once the
+        // next batch's write is issued, so that they compete for the CPU with the
+        // device's sync, not with the leader on its way to the next write.
+        let mut flushed_last: Option<Arc<Ticket>> = None;
         loop {
             let batch = std::mem::take(&mut writer.pending);
             let ticket = std::mem::replace(&mut writer.ticket, Arc::new(Ticket::default()));
             drop(writer);
             let flush_started = stopwatch();
-            let flushed = self.flush(&batch);
+            let mut wake_last = || {
+                if let Some(last) = flushed_last.take() {
+                    last.finish(TicketState::Done);
+                }
+            };
+            let flushed = self.flush(&batch, &mut wake_last);
+            wake_last();
             self.counters
                 .flush_ns
                 .fetch_add(flush_started.elapsed().as_nanos() as u64, Ordering::Relaxed);
@@ -814,7 +824,6 @@ impl LogStore {
                         writer.pending.writes.iter().map(|write| write.segment).collect();
                     let head = writer.head.as_ref().map(|head| head.segment);
                     writer.unsettled.retain(|s| pending.contains(s) || Some(*s) == head);
-                    ticket.finish(TicketState::Done);
                 }
                 Err(cause) => {
                     writer = lock(&self.writer);
@@ -829,17 +838,27 @@ impl LogStore {
             led += 1;
             if writer.pending.records.is_empty() {
                 writer.leader = false;
+                drop(writer);
+                ticket.finish(TicketState::Done);
                 return;
             }
             if led >= LEADER_BATCHES_MAX {
                 writer.ticket.hand_lead();
+                drop(writer);
+                ticket.finish(TicketState::Done);
                 return;
             }
+            flushed_last = Some(ticket);
         }
     }
 
     /// Writes and syncs a batch; returns the segment files it created.
-    fn flush(&self, batch: &Batch) -> std::result::Result<SegmentFiles, String> {
+    /// `written` runs once the last write is issued, before its sync (or on failure).
+    fn flush(
+        &self,
+        batch: &Batch,
+        written: &mut dyn FnMut(),
+    ) -> std::result::Result<SegmentFiles, String> {
         let mut created = Vec::new();
         let where_ = self.disk.describe();
         let sync = |segment: SegmentId, file: &Arc<dyn DiskFile>| {
@@ -887,6 +906,7 @@ impl LogStore {
             }
             last = Some((write.segment, file));
         }
+        written();
         if let Some((segment, file)) = &last {
             sync(*segment, file)?;
         }
