@@ -266,11 +266,8 @@ fn measure_all(args: &BenchArgs, dir: &Path) -> Result<()> {
                 // The same bytes per sync as the log wrote (records with headers),
                 // compared on payload.
                 let batch_bytes = (per_batch * (size + RECORD_HEADER_BYTES) as f64).round() as u64;
-                let same = if appenders == 1 {
-                    reference.mb_per_s()
-                } else {
-                    raw(dir, batch_bytes.max(1), slice, args.sync)?.mb_per_s() * payload_share
-                };
+                let same =
+                    raw(dir, batch_bytes.max(1), slice, args.sync)?.mb_per_s() * payload_share;
                 rounds.appends_per_s.push(m.ops as f64 / m.seconds);
                 rounds.mb_per_s.push(m.mb_per_s());
                 rounds.syncs_per_append.push(run.syncs as f64 / m.ops.max(1) as f64);
