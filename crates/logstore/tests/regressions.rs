@@ -24,7 +24,7 @@ const MIB4: u64 = 4 << 20;
 /// the index never learned of; the garbage rules then dropped the marker that hid them,
 /// and a crash + scan resurrected invalidated data. Now the copies join the index.
 #[test]
-fn orphan_compaction_copies_resurrect_invalidated_data() {
+fn copies_of_an_abandoned_compaction_keep_invalidated_data_hidden() {
     let disk = MemDisk::new();
     let seg = 5 << 20;
     let store = open_with(&disk, seg);
@@ -56,15 +56,13 @@ fn orphan_compaction_copies_resurrect_invalidated_data() {
     assert!(read.pieces.is_empty(), "invalidated v1 came back: {:?}", read.pieces[0].version);
 }
 
-/// Finding 2: A damaged segment was protected from compaction only by the in-memory recovery
-/// report; after a clean close the snapshot forgot the damage and the next open's
-/// compaction deleted the segment with the valid records it still held. Now no
-/// snapshot is written while there is damage: the next open scans and finds it again.
-#[test]
-fn damaged_segment_is_compacted_away_after_a_snapshot_reopen() {
+const REC: u64 = RECORD_HEADER_BYTES + 1000;
+
+/// Four records of 1000 bytes in segments of three (S1 sealed, S2 the last), all
+/// acknowledged, then a crash; returns the device, a record's size and the segment size.
+fn three_records_per_segment_then_a_crash() -> (MemDisk, u64, u64) {
     let disk = MemDisk::new();
-    let rec = RECORD_HEADER_BYTES + 1000;
-    let seg = SEGMENT_HEADER_BYTES + 3 * rec;
+    let seg = SEGMENT_HEADER_BYTES + 3 * REC;
     let store = open_with(&disk, seg);
     for i in 1..=4u64 {
         store
@@ -72,7 +70,16 @@ fn damaged_segment_is_compacted_away_after_a_snapshot_reopen() {
             .unwrap();
     }
     drop(store);
-    let disk = disk.crash(Crash::LoseUnsynced);
+    (disk.crash(Crash::LoseUnsynced), REC, seg)
+}
+
+/// Finding 2: A damaged segment was protected from compaction only by the in-memory recovery
+/// report; after a clean close the snapshot forgot the damage and the next open's
+/// compaction deleted the segment with the valid records it still held. Now no
+/// snapshot is written while there is damage: the next open scans and finds it again.
+#[test]
+fn a_damaged_segment_is_never_compacted_even_after_a_clean_close() {
+    let (disk, rec, seg) = three_records_per_segment_then_a_crash();
     // Rot in record 2 of S1: record 3 (valid, acknowledged) is hidden behind it.
     disk.flip_bit(&segment_file_name(SegmentId(1)), SEGMENT_HEADER_BYTES + rec + 500, 0).unwrap();
     let store = open_with(&disk, seg);
@@ -97,18 +104,8 @@ fn damaged_segment_is_compacted_away_after_a_snapshot_reopen() {
 /// acknowledged record truncated away. Only the last segment can be torn now (a batch
 /// syncs a segment before it starts the next): elsewhere it is damage.
 #[test]
-fn rot_in_last_record_of_a_sealed_segment_truncates_an_acknowledged_record() {
-    let disk = MemDisk::new();
-    let rec = RECORD_HEADER_BYTES + 1000;
-    let seg = SEGMENT_HEADER_BYTES + 3 * rec;
-    let store = open_with(&disk, seg);
-    for i in 1..=4u64 {
-        store
-            .append(O, ObjectId(1), ByteRange::new(1000 * i, 1000), Version(i), &[i as u8; 1000])
-            .unwrap();
-    }
-    drop(store);
-    let disk = disk.crash(Crash::LoseUnsynced);
+fn rot_in_the_last_record_of_a_sealed_segment_is_damage_not_a_torn_tail() {
+    let (disk, rec, seg) = three_records_per_segment_then_a_crash();
     disk.flip_bit(&segment_file_name(SegmentId(1)), SEGMENT_HEADER_BYTES + 2 * rec + 500, 0)
         .unwrap();
     let store = open_with(&disk, seg);
@@ -123,7 +120,7 @@ fn rot_in_last_record_of_a_sealed_segment_truncates_an_acknowledged_record() {
 /// its markers copied to the head, which sealed into another such segment: forever.
 /// Now a segment is compacted only if its copies, markers included, are small.
 #[test]
-fn collect_garbage_never_ends_when_needed_markers_fill_a_segment() {
+fn collect_garbage_ends_when_needed_markers_fill_a_segment() {
     let disk = MemDisk::new();
     let seg = 1200;
     let store = open_with(&disk, seg);
