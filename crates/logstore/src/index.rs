@@ -440,6 +440,16 @@ impl Index {
         self.segments.get(&segment).map_or(0, |entries| entries.refs.len() as u64)
     }
 
+    /// The highest version each owner holds (cheap: no painting).
+    pub(crate) fn owner_versions(&self) -> BTreeMap<OwnerId, Version> {
+        self.owners.iter().map(|(&owner, index)| (owner, index.version_max)).collect()
+    }
+
+    pub(crate) fn owner_count(&self) -> u64 {
+        self.owners.len() as u64
+    }
+
+    /// Per owner, its counts and the age of its oldest live record (paints everything).
     pub(crate) fn owner_summaries(&self) -> Vec<OwnerSummary> {
         let mut summaries = Vec::new();
         for (&owner, owner_index) in &self.owners {

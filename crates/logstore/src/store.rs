@@ -514,8 +514,7 @@ impl LogStore {
             next_segment = next_segment.max(SegmentId(last.0 + 1));
         }
 
-        let summaries = shared.index.owner_summaries();
-        let versions = summaries.iter().map(|s| (s.owner, s.version_max)).collect();
+        let versions = shared.index.owner_versions();
         let used_bytes = shared.segments.values().map(|segment| segment.bytes).sum();
         report.segments = shared.segments.len() as u64;
         report.records = shared.index.records();
@@ -1083,7 +1082,7 @@ impl LogStore {
                 shared.index.live_bytes(),
                 shared.index.records(),
                 shared.segments.len() as u64,
-                shared.index.owner_summaries().len() as u64,
+                shared.index.owner_count(),
             )
         };
         let used_bytes = lock(&self.writer).used_bytes;
