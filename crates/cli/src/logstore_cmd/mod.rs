@@ -24,9 +24,10 @@ pub(crate) enum LogstoreCommand {
     /// Crash campaign: run a writer process against a fresh log in DIR, kill it with
     /// SIGKILL at random moments, reopen, and check that every acknowledged write reads
     /// back exactly and that nothing unacknowledged shows up as newer than it. Run it on
-    /// the device you mean to trust with a logger: it checks that the device honours
-    /// fsync. The last line is `kills=N acknowledged=A lost=L wrong=W`; the exit status
-    /// is 1 unless L and W are 0.
+    /// the file system you mean to trust with a logger. (SIGKILL spares the page cache:
+    /// this tests the engine's crash safety there, not the device's cache flushing, which
+    /// needs a power cut.) The last line is `kills=N acknowledged=A lost=L wrong=W`; the
+    /// exit status is 1 unless L and W are 0.
     Torture(torture::TortureArgs),
     /// Measure append throughput and latency (4 KiB and 64 KiB records, 1, 8 and 64
     /// concurrent appenders) against a raw write+fdatasync loop on the same device,
