@@ -67,33 +67,23 @@ fn acknowledged_appends_survive_sigkill_at_random_moments() {
     std::fs::remove_dir_all(&dir).unwrap();
 }
 
+/// A campaign of `kills` against a writer with the deliberate fault `inject`.
+fn torture_with(dir: &std::path::Path, kills: u64, inject: &str) -> Output {
+    let kills = kills.to_string();
+    somnus(&["logstore", "torture", dir.to_str().unwrap(), "--kills", &kills, "--inject", inject])
+}
+
 #[test]
 fn the_campaign_catches_a_writer_that_acknowledges_too_early_or_writes_wrong_bytes() {
     // Goal: the checker can fail: a writer that acknowledges before writing loses
     // acknowledged appends at some kill, and one that writes bytes other than its
     // version's is caught as wrong; both exit with status 1.
     let dir = scratch("inject");
-    let early = somnus(&[
-        "logstore",
-        "torture",
-        dir.to_str().unwrap(),
-        "--kills",
-        "60",
-        "--inject",
-        "ack-early",
-    ]);
+    let early = torture_with(&dir, 60, "ack-early");
     let [_, _, lost, _] = tally(&early);
     assert!(lost > 0, "early acknowledgements went unnoticed");
     assert_eq!(early.status.code(), Some(1));
-    let wrong_bytes = somnus(&[
-        "logstore",
-        "torture",
-        dir.to_str().unwrap(),
-        "--kills",
-        "10",
-        "--inject",
-        "wrong-bytes",
-    ]);
+    let wrong_bytes = torture_with(&dir, 10, "wrong-bytes");
     let [_, _, _, wrong] = tally(&wrong_bytes);
     assert!(wrong > 0, "wrong bytes went unnoticed");
     assert_eq!(wrong_bytes.status.code(), Some(1));
