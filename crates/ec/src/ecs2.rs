@@ -1,7 +1,7 @@
 //! ECS2's active group (paper 000, section 3.2 and the appendix): while the r parity
 //! nodes sleep, the k data nodes buffer the parity blocks in memory, plus one or two
-//! extra XOR parities so that the group survives `floor((r + 1) / 2)` concurrent node
-//! failures instead of `floor(r / 2)`:
+//! extra XOR parities so that the group survives `floor(r / 2) + 1` concurrent node
+//! failures instead of `floor(r / 2)` (the paper's `ceil((r + 1) / 2)`):
 //!
 //! - r = 3: `Q1 = P1 ^ D[P2]`;
 //! - r = 2: `Q1 = P1 ^ D[P2]` and `Q2 = D[P1] ^ D[P2]`,
@@ -203,14 +203,16 @@ impl Layout {
     /// The lost blocks an available extra parity gives back by XOR: first from its
     /// definition (`Q1 = P1 ^ D4` gives `P1` or `D4` when the other is there), else with
     /// `P1` written out as the XOR of all data (`Q1 = D1 ^ D2 ^ D3 ^ D5 ^ D6` gives
-    /// `D3` when only it is missing). Repeats while it finds any.
+    /// `D3` when only it is missing). An extra parity is one equation, so it gives back
+    /// at most one block; blocks it gave back may let another extra parity give one.
     fn auxiliary(&self, available: &[Block]) -> Vec<(Block, Vec<Block>)> {
         let mut known: BTreeSet<Block> = available.iter().copied().collect();
+        let mut used = BTreeSet::new();
         let mut found = Vec::new();
         loop {
             let mut progress = false;
             for (q, terms) in self.extras.iter().enumerate() {
-                if !known.contains(&Block::Extra(q)) {
+                if !known.contains(&Block::Extra(q)) || used.contains(&q) {
                     continue;
                 }
                 for form in [Some(terms.clone()), self.as_data_xor(terms)].into_iter().flatten() {
@@ -219,6 +221,7 @@ impl Layout {
                         let mut from = vec![Block::Extra(q)];
                         from.extend(form.iter().copied().filter(|&b| b != lost));
                         known.insert(lost);
+                        used.insert(q);
                         found.push((lost, from));
                         progress = true;
                         break;
