@@ -21,6 +21,11 @@ pub(crate) enum BenchCommand {
     /// configuration (open and pre-scan the trace, then replay it), and trace parse
     /// throughput next to `wc -l` on the same file, each the median of `--repeat` runs.
     Offload(BenchOffloadArgs),
+    /// Erasure-coding encode and reconstruct (2 data shards lost) throughput in GB/s of
+    /// data on one core: somnus next to reed-solomon-erasure (C SIMD), reed-solomon-simd
+    /// and a plain XOR of the same data buffers, all in the same run, with each figure's
+    /// ratio to the XOR.
+    Ec(crate::bench_ec::BenchEcArgs),
 }
 
 #[derive(Args)]
@@ -45,6 +50,7 @@ pub(crate) struct BenchOffloadArgs {
 pub(crate) fn run(command: BenchCommand) -> Result<()> {
     match command {
         BenchCommand::Offload(args) => offload(&args),
+        BenchCommand::Ec(args) => crate::bench_ec::run(&args),
     }
 }
 

@@ -2,6 +2,7 @@
 //! its own module; this file is only the command tree.
 
 mod bench_cmd;
+mod bench_ec;
 mod demo;
 mod info_cmd;
 mod logstore_cmd;

@@ -8,8 +8,8 @@
 //!
 //! The loop computes up to [`MAX_GROUP`] outputs at once: each input vector is loaded
 //! once, multiplied by each output's coefficient and XORed into that output's register,
-//! and each output is stored once. A coefficient of 1 (every coefficient of the first
-//! parity row) is a plain XOR, and 0 is skipped.
+//! and each output is stored once. When the first row of coefficients is all ones (the
+//! first parity, P1 = XOR of the data), that output is computed with XORs alone.
 //!
 //! Safety: the entry points are `unsafe` for two reasons the caller in `kernels/mod.rs`
 //! discharges: the CPU must have the features (checked by [`super::Backend`] before a
@@ -37,16 +37,28 @@ trait Lanes {
     unsafe fn xor(a: Self::V, b: Self::V) -> Self::V;
     unsafe fn prepare(v: Self::V) -> Self::P;
     unsafe fn mul(p: Self::P, c: u8) -> Self::V;
+    /// Whether the loop takes inputs two at a time, folding both products into an
+    /// output with one three-way XOR: worth it where that is one instruction
+    /// (AVX-512's `VPTERNLOGQ`) and there are registers for the extra inputs.
+    const PAIRS: bool = false;
+    /// `a ^ b ^ c`.
+    #[inline(always)]
+    unsafe fn xor3(a: Self::V, b: Self::V, c: Self::V) -> Self::V {
+        // SAFETY: the caller's features.
+        unsafe { Self::xor(Self::xor(a, b), c) }
+    }
 }
 
 /// `outputs[j] (^)= sum_i coefs[j * k + i] * inputs[i]` for the first
-/// `len / (2 * WIDTH) * 2 * WIDTH` bytes; returns how many bytes that was.
+/// `len / (UNROLL * WIDTH) * UNROLL * WIDTH` bytes; returns how many bytes that was. With
+/// `FIRST_XOR`, row 0 of `coefs` is all ones (a first parity, or an XOR of slices) and
+/// is computed with XORs alone.
 ///
 /// # Safety
 /// The CPU has `L`'s features; every input and output pointer is valid for `len` bytes;
 /// no output overlaps an input or another output; `coefs.len() == R * inputs.len()`.
 #[inline(always)]
-unsafe fn dot_body<L: Lanes, const R: usize>(
+unsafe fn dot_body<L: Lanes, const R: usize, const U: usize, const FIRST_XOR: bool>(
     coefs: &[u8],
     inputs: &[*const u8],
     outputs: &[*mut u8; R],
@@ -55,42 +67,76 @@ unsafe fn dot_body<L: Lanes, const R: usize>(
 ) -> usize {
     let k = inputs.len();
     debug_assert_eq!(coefs.len(), R * k);
-    let step = 2 * L::WIDTH;
+    let step = U * L::WIDTH;
     let mut offset = 0;
     while offset + step <= len {
         // SAFETY: offset + step <= len, so every access below is in bounds of the
         // caller's slices; the CPU features are the caller's promise.
         unsafe {
-            let mut acc0 = [L::zero(); R];
-            let mut acc1 = [L::zero(); R];
+            // Plain loops, not closures or `array::map`: those are not always inlined
+            // into the `#[target_feature]` function, and every intrinsic would become
+            // a call.
+            let load = |p: *const u8| -> [L::V; U] {
+                let mut vectors = [L::zero(); U];
+                for (u, vector) in vectors.iter_mut().enumerate() {
+                    *vector = L::load(p.add(offset + u * L::WIDTH));
+                }
+                vectors
+            };
+            let prepare = |vectors: &[L::V; U]| -> [L::P; U] {
+                let mut prepared = [L::prepare(vectors[0]); U];
+                for u in 1..U {
+                    prepared[u] = L::prepare(vectors[u]);
+                }
+                prepared
+            };
+            let mut acc = [[L::zero(); U]; R];
             if accumulate {
                 for j in 0..R {
-                    acc0[j] = L::load(outputs[j].add(offset));
-                    acc1[j] = L::load(outputs[j].add(offset + L::WIDTH));
+                    acc[j] = load(outputs[j].cast_const());
                 }
             }
-            for (i, &input) in inputs.iter().enumerate() {
-                let v0 = L::load(input.add(offset));
-                let v1 = L::load(input.add(offset + L::WIDTH));
-                let p0 = L::prepare(v0);
-                let p1 = L::prepare(v1);
+            let mut i = 0;
+            while L::PAIRS && i + 2 <= k {
+                let a = load(*inputs.get_unchecked(i));
+                let b = load(*inputs.get_unchecked(i + 1));
+                let pa = prepare(&a);
+                let pb = prepare(&b);
                 for j in 0..R {
-                    match *coefs.get_unchecked(j * k + i) {
-                        0 => {}
-                        1 => {
-                            acc0[j] = L::xor(acc0[j], v0);
-                            acc1[j] = L::xor(acc1[j], v1);
+                    if FIRST_XOR && j == 0 {
+                        for u in 0..U {
+                            acc[0][u] = L::xor3(acc[0][u], a[u], b[u]);
                         }
-                        c => {
-                            acc0[j] = L::xor(acc0[j], L::mul(p0, c));
-                            acc1[j] = L::xor(acc1[j], L::mul(p1, c));
+                    } else {
+                        let (ca, cb) = (*coefs.get_unchecked(j * k + i), *coefs.get_unchecked(j * k + i + 1));
+                        for u in 0..U {
+                            acc[j][u] = L::xor3(acc[j][u], L::mul(pa[u], ca), L::mul(pb[u], cb));
                         }
                     }
                 }
+                i += 2;
+            }
+            while i < k {
+                let a = load(*inputs.get_unchecked(i));
+                let pa = prepare(&a);
+                for j in 0..R {
+                    if FIRST_XOR && j == 0 {
+                        for u in 0..U {
+                            acc[0][u] = L::xor(acc[0][u], a[u]);
+                        }
+                    } else {
+                        let c = *coefs.get_unchecked(j * k + i);
+                        for u in 0..U {
+                            acc[j][u] = L::xor(acc[j][u], L::mul(pa[u], c));
+                        }
+                    }
+                }
+                i += 1;
             }
             for j in 0..R {
-                L::store(outputs[j].add(offset), acc0[j]);
-                L::store(outputs[j].add(offset + L::WIDTH), acc1[j]);
+                for u in 0..U {
+                    L::store(outputs[j].add(offset + u * L::WIDTH), acc[j][u]);
+                }
             }
         }
         offset += step;
@@ -193,6 +239,12 @@ impl Lanes for Avx512 {
     type V = __m512i;
     type P = (__m512i, __m512i);
     const WIDTH: usize = 64;
+    const PAIRS: bool = true;
+    #[inline(always)]
+    unsafe fn xor3(a: __m512i, b: __m512i, c: __m512i) -> __m512i {
+        // SAFETY: the caller's features (AVX-512F).
+        unsafe { _mm512_ternarylogic_epi64::<0x96>(a, b, c) }
+    }
     #[inline(always)]
     unsafe fn load(p: *const u8) -> __m512i {
         // SAFETY: the caller's bounds and features.
@@ -276,6 +328,12 @@ impl Lanes for Avx512Gfni {
     type V = __m512i;
     type P = __m512i;
     const WIDTH: usize = 64;
+    const PAIRS: bool = true;
+    #[inline(always)]
+    unsafe fn xor3(a: __m512i, b: __m512i, c: __m512i) -> __m512i {
+        // SAFETY: the caller's features (AVX-512F).
+        unsafe { _mm512_ternarylogic_epi64::<0x96>(a, b, c) }
+    }
     #[inline(always)]
     unsafe fn load(p: *const u8) -> __m512i {
         // SAFETY: as for AVX-512.
@@ -313,7 +371,7 @@ impl Lanes for Avx512Gfni {
 pub(crate) type Kernel = unsafe fn(&[u8], &[*const u8], &[*mut u8], usize, bool) -> usize;
 
 macro_rules! entry_points {
-    ($($name:ident: $lanes:ty, $features:literal;)*) => {$(
+    ($($name:ident: $lanes:ty, $unroll:literal, $features:literal;)*) => {$(
         /// # Safety
         /// The CPU has the features named; the pointers are as `dot_body` requires, and
         /// `outputs.len()` is between 1 and `MAX_GROUP`.
@@ -328,16 +386,27 @@ macro_rules! entry_points {
             // SAFETY: forwarded from this function's contract; the group size is
             // matched exactly, so the array conversions cannot fail.
             unsafe {
-                match outputs {
-                    [a] => dot_body::<$lanes, 1>(coefs, inputs, &[*a], len, accumulate),
-                    [a, b] => dot_body::<$lanes, 2>(coefs, inputs, &[*a, *b], len, accumulate),
-                    [a, b, c] => {
-                        dot_body::<$lanes, 3>(coefs, inputs, &[*a, *b, *c], len, accumulate)
+                let k = inputs.len();
+                if coefs.get(..k).is_some_and(|row| row.iter().all(|&c| c == 1)) {
+                    match outputs {
+                        [a] => dot_body::<$lanes, 1, $unroll, true>(coefs, inputs, &[*a], len, accumulate),
+                        [a, b] => dot_body::<$lanes, 2, $unroll, true>(coefs, inputs, &[*a, *b], len, accumulate),
+                        [a, b, c] => dot_body::<$lanes, 3, $unroll, true>(coefs, inputs, &[*a, *b, *c], len, accumulate),
+                        [a, b, c, d] => {
+                            dot_body::<$lanes, 4, $unroll, true>(coefs, inputs, &[*a, *b, *c, *d], len, accumulate)
+                        }
+                        _ => 0,
                     }
-                    [a, b, c, d] => {
-                        dot_body::<$lanes, 4>(coefs, inputs, &[*a, *b, *c, *d], len, accumulate)
+                } else {
+                    match outputs {
+                        [a] => dot_body::<$lanes, 1, $unroll, false>(coefs, inputs, &[*a], len, accumulate),
+                        [a, b] => dot_body::<$lanes, 2, $unroll, false>(coefs, inputs, &[*a, *b], len, accumulate),
+                        [a, b, c] => dot_body::<$lanes, 3, $unroll, false>(coefs, inputs, &[*a, *b, *c], len, accumulate),
+                        [a, b, c, d] => {
+                            dot_body::<$lanes, 4, $unroll, false>(coefs, inputs, &[*a, *b, *c, *d], len, accumulate)
+                        }
+                        _ => 0,
                     }
-                    _ => 0,
                 }
             }
         }
@@ -345,9 +414,9 @@ macro_rules! entry_points {
 }
 
 entry_points! {
-    dot_ssse3: Ssse3, "ssse3";
-    dot_avx2: Avx2, "avx2";
-    dot_avx512: Avx512, "avx512f,avx512bw";
-    dot_avx2_gfni: Avx2Gfni, "avx2,gfni";
-    dot_avx512_gfni: Avx512Gfni, "avx512f,avx512bw,gfni";
+    dot_ssse3: Ssse3, 2, "ssse3";
+    dot_avx2: Avx2, 2, "avx2";
+    dot_avx512: Avx512, 2, "avx512f,avx512bw";
+    dot_avx2_gfni: Avx2Gfni, 2, "avx2,gfni";
+    dot_avx512_gfni: Avx512Gfni, 4, "avx512f,avx512bw,gfni";
 }
