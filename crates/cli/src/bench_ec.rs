@@ -14,7 +14,8 @@ pub(crate) struct BenchEcArgs {
     /// Codes to measure, as DATA+PARITY, comma-separated.
     #[arg(long = "code", value_name = "K+R", value_delimiter = ',', default_value = "6+3,10+4", value_parser = parse_code)]
     codes: Vec<(usize, usize)>,
-    /// Shard sizes, comma-separated, in bytes or with a KiB or MiB suffix.
+    /// Shard sizes, comma-separated, in bytes or with a KiB or MiB suffix
+    /// (reed-solomon-simd takes only even sizes and is left out of the others).
     #[arg(long, value_name = "SIZE", value_delimiter = ',', default_value = "64KiB,1MiB", value_parser = parse_size)]
     shard_bytes: Vec<usize>,
     /// Rounds per figure; each figure is the median of its rounds.
@@ -36,7 +37,9 @@ pub(crate) struct BenchEcArgs {
 }
 
 fn parse_code(text: &str) -> Result<(usize, usize), String> {
-    let parse = |part: &str| part.trim().parse::<usize>().map_err(|_| format!("{text:?} is not K+R (like 6+3)"));
+    let parse = |part: &str| {
+        part.trim().parse::<usize>().map_err(|_| format!("{text:?} is not K+R (like 6+3)"))
+    };
     let (k, r) = text.split_once('+').ok_or_else(|| format!("{text:?} is not K+R (like 6+3)"))?;
     let (k, r) = (parse(k)?, parse(r)?);
     somnus_ec::Code::new(k, r).map_err(|error| error.to_string())?;
@@ -88,7 +91,11 @@ pub(crate) fn run(args: &BenchEcArgs) -> Result<()> {
     let measurements = bench::run(&options, |group| {
         done += 1;
         if let Some(first) = group.first() {
-            eprintln!("[{done}/{groups}] {} with {} shards measured", first.code(), bench::human_bytes(first.shard_bytes));
+            eprintln!(
+                "[{done}/{groups}] {} with {} shards measured",
+                first.code(),
+                bench::human_bytes(first.shard_bytes)
+            );
         }
     });
     if args.json {
@@ -96,7 +103,9 @@ pub(crate) fn run(args: &BenchEcArgs) -> Result<()> {
         println!("{}", serde_json::to_string_pretty(&objects)?);
     } else {
         print!("{}", bench::table(&measurements));
-        println!("GB/s of data (k x shard bytes per operation), median of the rounds; /xor is the median of the ratios to a plain XOR of the same k data buffers run just before in each round.");
+        println!(
+            "GB/s of data (k x shard bytes per operation), median of the rounds; /xor is the median of the ratios to a plain XOR of the same k data buffers run just before in each round."
+        );
     }
     Ok(())
 }

@@ -224,3 +224,50 @@ fn a_converted_trace_replays_exactly_like_its_sources() {
     assert_eq!(ok(&somnus(&from_csv)), ok(&somnus(&from_binary)));
     let _ = std::fs::remove_dir_all(&scratch);
 }
+
+/// `somnus bench ec --json`: one object per measurement with the documented keys, every
+/// implementation for both operations, and the XOR at ratio 1. A tiny run (4 KiB
+/// shards, one round of a millisecond): this checks the output, not the speed.
+#[test]
+fn bench_ec_json_has_the_documented_keys_for_every_implementation() {
+    let out = ok(&somnus(&[
+        "bench",
+        "ec",
+        "--code",
+        "4+2",
+        "--shard-bytes",
+        "4KiB",
+        "--rounds",
+        "1",
+        "--round-ms",
+        "1",
+        "--json",
+    ]));
+    let measurements: Vec<serde_json::Value> = serde_json::from_str(&out).unwrap();
+    let mut seen: Vec<(String, String)> = Vec::new();
+    for m in &measurements {
+        assert_eq!(m["code"], "4+2");
+        assert_eq!(m["shard_bytes"], 4096);
+        assert!(m["gbps"].as_f64().unwrap() > 0.0, "{m}");
+        seen.push((m["impl"].as_str().unwrap().to_owned(), m["op"].as_str().unwrap().to_owned()));
+        if m["impl"] == "xor" {
+            assert_eq!(m["ratio_to_xor"], 1.0);
+        }
+    }
+    for implementation in ["somnus", "reed-solomon-erasure", "reed-solomon-simd"] {
+        for op in ["encode", "reconstruct"] {
+            assert!(
+                seen.contains(&(implementation.to_owned(), op.to_owned())),
+                "{implementation} {op}: {seen:?}"
+            );
+        }
+    }
+    assert!(seen.contains(&("xor".to_owned(), "encode".to_owned())));
+
+    let bad = somnus(&["bench", "ec", "--code", "250+7"]);
+    assert!(!bad.status.success());
+    let message = String::from_utf8_lossy(&bad.stderr);
+    assert!(message.contains("k + r <= 256") && message.contains("250"), "{message}");
+    let bad = somnus(&["bench", "ec", "--shard-bytes", "3GiB"]);
+    assert!(String::from_utf8_lossy(&bad.stderr).contains("unit must be B, KiB or MiB"));
+}

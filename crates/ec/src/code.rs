@@ -97,7 +97,9 @@ impl Code {
     /// The same code computed with another backend, or `None` if this CPU cannot run
     /// it. For tests and benchmarks; [`Code::new`] already picks the fastest.
     pub fn with_backend(&self, backend: Backend) -> Option<Code> {
-        backend.is_available().then(|| Code { backend, ..Code::from_parts(self.k, self.r, self.parity.clone()) })
+        backend
+            .is_available()
+            .then(|| Code { backend, ..Code::from_parts(self.k, self.r, self.parity.clone()) })
     }
 
     /// The backend this code computes with.
@@ -136,8 +138,18 @@ impl Code {
     /// Computes the `r` parity shards of the `k` data shards. Every shard has the
     /// data shards' length, which may be any, zero included.
     pub fn encode(&self, data: &[&[u8]], parity: &mut [&mut [u8]]) -> Result<()> {
-        let len = check_lengths(("data shards", "data shard"), data.iter().map(|d| d.len()), self.k, None)?;
-        check_lengths(("parity shards", "parity shard"), parity.iter().map(|p| p.len()), self.r, Some(len))?;
+        let len = check_lengths(
+            ("data shards", "data shard"),
+            data.iter().map(|d| d.len()),
+            self.k,
+            None,
+        )?;
+        check_lengths(
+            ("parity shards", "parity shard"),
+            parity.iter().map(|p| p.len()),
+            self.r,
+            Some(len),
+        )?;
         kernels::dot(self.backend, &self.parity, data, parity, false);
         Ok(())
     }
@@ -157,11 +169,17 @@ impl Code {
     /// scratch memory however long the shards are.
     pub fn verify<S: AsRef<[u8]>>(&self, shards: &[S]) -> Result<bool> {
         check_count("shards", shards.len(), self.k + self.r)?;
-        let len = check_lengths(("shards", "shard"), shards.iter().map(|s| s.as_ref().len()), self.k + self.r, None)?;
+        let len = check_lengths(
+            ("shards", "shard"),
+            shards.iter().map(|s| s.as_ref().len()),
+            self.k + self.r,
+            None,
+        )?;
         let mut scratch = vec![0u8; self.r * BLOCK.min(len)];
         for start in (0..len).step_by(BLOCK) {
             let end = (start + BLOCK).min(len);
-            let data: Vec<&[u8]> = shards[..self.k].iter().map(|s| &s.as_ref()[start..end]).collect();
+            let data: Vec<&[u8]> =
+                shards[..self.k].iter().map(|s| &s.as_ref()[start..end]).collect();
             let mut computed: Vec<&mut [u8]> =
                 scratch.chunks_mut(BLOCK.min(len)).map(|chunk| &mut chunk[..end - start]).collect();
             kernels::dot(self.backend, &self.parity, &data, &mut computed, false);
@@ -176,13 +194,21 @@ impl Code {
     /// Rebuilds, in place, every shard whose `present` flag is false from the others;
     /// at most `r` may be absent. Absent shards must already have the right length;
     /// their contents are ignored and overwritten.
-    pub fn reconstruct<S: AsRef<[u8]> + AsMut<[u8]>>(&self, shards: &mut [S], present: &[bool]) -> Result<()> {
+    pub fn reconstruct<S: AsRef<[u8]> + AsMut<[u8]>>(
+        &self,
+        shards: &mut [S],
+        present: &[bool],
+    ) -> Result<()> {
         self.rebuild(shards, present, self.k + self.r)
     }
 
     /// Like [`Code::reconstruct`], but rebuilds only absent data shards: absent parity
     /// shards are left as they are.
-    pub fn reconstruct_data<S: AsRef<[u8]> + AsMut<[u8]>>(&self, shards: &mut [S], present: &[bool]) -> Result<()> {
+    pub fn reconstruct_data<S: AsRef<[u8]> + AsMut<[u8]>>(
+        &self,
+        shards: &mut [S],
+        present: &[bool],
+    ) -> Result<()> {
         self.rebuild(shards, present, self.k)
     }
 
@@ -192,7 +218,8 @@ impl Code {
         check_count("shards", shards.len(), self.k + self.r)?;
         let present: Vec<bool> = shards.iter().map(Option::is_some).collect();
         let len = shards.iter().flatten().map(Vec::len).next().unwrap_or(0);
-        let mut full: Vec<Vec<u8>> = shards.iter_mut().map(|s| s.take().unwrap_or_else(|| vec![0; len])).collect();
+        let mut full: Vec<Vec<u8>> =
+            shards.iter_mut().map(|s| s.take().unwrap_or_else(|| vec![0; len])).collect();
         let result = self.reconstruct(&mut full, &present);
         for ((slot, shard), was_present) in shards.iter_mut().zip(full).zip(&present) {
             if result.is_ok() || *was_present {
@@ -202,10 +229,20 @@ impl Code {
         result
     }
 
-    fn rebuild<S: AsRef<[u8]> + AsMut<[u8]>>(&self, shards: &mut [S], present: &[bool], wanted_below: usize) -> Result<()> {
+    fn rebuild<S: AsRef<[u8]> + AsMut<[u8]>>(
+        &self,
+        shards: &mut [S],
+        present: &[bool],
+        wanted_below: usize,
+    ) -> Result<()> {
         check_count("shards", shards.len(), self.k + self.r)?;
         check_count("present flags", present.len(), self.k + self.r)?;
-        check_lengths(("shards", "shard"), shards.iter().map(|s| s.as_ref().len()), self.k + self.r, None)?;
+        check_lengths(
+            ("shards", "shard"),
+            shards.iter().map(|s| s.as_ref().len()),
+            self.k + self.r,
+            None,
+        )?;
         let targets: Vec<usize> = (0..wanted_below).filter(|&index| !present[index]).collect();
         if targets.is_empty() {
             return Ok(());
@@ -223,7 +260,8 @@ impl Code {
             }
         }
         let inputs: Vec<&[u8]> = plan.sources.iter().filter_map(|&index| sources[index]).collect();
-        let mut outputs: Vec<&mut [u8]> = plan.targets.iter().filter_map(|&index| outputs[index].take()).collect();
+        let mut outputs: Vec<&mut [u8]> =
+            plan.targets.iter().filter_map(|&index| outputs[index].take()).collect();
         kernels::dot(self.backend, &plan.coefs, &inputs, &mut outputs, false);
         Ok(())
     }
@@ -239,7 +277,8 @@ impl Code {
         }
         let sources = &available[..self.k];
         let key = (shard_set(sources.iter().copied()), shard_set(targets.iter().copied()));
-        if let Some(plan) = self.plans.lock().unwrap_or_else(|poison| poison.into_inner()).get(&key) {
+        if let Some(plan) = self.plans.lock().unwrap_or_else(|poison| poison.into_inner()).get(&key)
+        {
             return Ok(Arc::clone(plan));
         }
         let generator_row = |index: usize| -> Vec<u8> {
@@ -249,9 +288,17 @@ impl Code {
                 self.parity[(index - self.k) * self.k..(index - self.k + 1) * self.k].to_vec()
             }
         };
-        let sub = Matrix::from_rows(self.k, self.k, sources.iter().flat_map(|&s| generator_row(s)).collect());
+        let sub = Matrix::from_rows(
+            self.k,
+            self.k,
+            sources.iter().flat_map(|&s| generator_row(s)).collect(),
+        );
         let inverse = sub.invert().ok_or(Error::Singular)?;
-        let wanted = Matrix::from_rows(targets.len(), self.k, targets.iter().flat_map(|&t| generator_row(t)).collect());
+        let wanted = Matrix::from_rows(
+            targets.len(),
+            self.k,
+            targets.iter().flat_map(|&t| generator_row(t)).collect(),
+        );
         let plan = Arc::new(Plan {
             sources: sources.to_vec(),
             targets: targets.to_vec(),
@@ -273,17 +320,35 @@ impl Code {
     /// The read-modify-write update of ECS2 3.3.3 and RIMAC's PU-DA policies: data shard
     /// `i` changed from `old` to `new`; every parity becomes
     /// `P_j ^= g[j][i] * (old ^ new)` without reading the other data shards.
-    pub fn update_parity(&self, i: usize, old: &[u8], new: &[u8], parity: &mut [&mut [u8]]) -> Result<()> {
+    pub fn update_parity(
+        &self,
+        i: usize,
+        old: &[u8],
+        new: &[u8],
+        parity: &mut [&mut [u8]],
+    ) -> Result<()> {
         self.check_update(i, old.len(), parity)?;
         if new.len() != old.len() {
-            return Err(Error::ShardLength { what: "new data shard", index: i, expected: old.len(), got: new.len() });
+            return Err(Error::ShardLength {
+                what: "new data shard",
+                index: i,
+                expected: old.len(),
+                got: new.len(),
+            });
         }
         let mut delta = vec![0u8; BLOCK.min(old.len())];
         for start in (0..old.len()).step_by(BLOCK) {
             let end = (start + BLOCK).min(old.len());
             let delta = &mut delta[..end - start];
-            kernels::dot(self.backend, &[1, 1], &[&old[start..end], &new[start..end]], &mut [delta], false);
-            let mut blocks: Vec<&mut [u8]> = parity.iter_mut().map(|p| &mut p[start..end]).collect();
+            kernels::dot(
+                self.backend,
+                &[1, 1],
+                &[&old[start..end], &new[start..end]],
+                &mut [delta],
+                false,
+            );
+            let mut blocks: Vec<&mut [u8]> =
+                parity.iter_mut().map(|p| &mut p[start..end]).collect();
             kernels::dot(self.backend, &self.column(i), &[delta], &mut blocks, true);
         }
         Ok(())
@@ -302,7 +367,13 @@ impl Code {
         if i >= self.k {
             return Err(Error::DataIndex { index: i, k: self.k });
         }
-        check_lengths(("parity shards", "parity shard"), parity.iter().map(|p| p.len()), self.r, Some(len)).map(drop)
+        check_lengths(
+            ("parity shards", "parity shard"),
+            parity.iter().map(|p| p.len()),
+            self.r,
+            Some(len),
+        )
+        .map(drop)
     }
 
     /// Column `i` of the parity matrix: the coefficients of data shard `i`.

@@ -65,9 +65,18 @@ impl Layout {
     /// The layout where data node `i` holds `D{i+1}`, parity `Pj` is buffered on node
     /// `parity_hosts[j]`, and the extra parities ECS2 defines for `r` (none unless r is
     /// 2 or 3) on `extra_hosts`; without extra hosts, no extra parity is kept.
-    pub fn ecs2(k: usize, r: usize, parity_hosts: &[usize], extra_hosts: &[usize]) -> Result<Layout> {
+    pub fn ecs2(
+        k: usize,
+        r: usize,
+        parity_hosts: &[usize],
+        extra_hosts: &[usize],
+    ) -> Result<Layout> {
         if parity_hosts.len() != r {
-            return Err(Error::ShardCount { what: "parity hosts", expected: r, got: parity_hosts.len() });
+            return Err(Error::ShardCount {
+                what: "parity hosts",
+                expected: r,
+                got: parity_hosts.len(),
+            });
         }
         let data_of = |j: usize| Block::Data(parity_hosts[j]);
         let extras = match (r, extra_hosts.len()) {
@@ -80,11 +89,16 @@ impl Layout {
                     3 => 1,
                     _ => 0,
                 };
-                return Err(Error::ShardCount { what: "extra parity hosts", expected, got: extra_hosts.len() });
+                return Err(Error::ShardCount {
+                    what: "extra parity hosts",
+                    expected,
+                    got: extra_hosts.len(),
+                });
             }
         };
         let mut nodes: Vec<Vec<Block>> = (0..k).map(|i| vec![Block::Data(i)]).collect();
-        let hosts = parity_hosts.iter().map(|&h| (h, true)).chain(extra_hosts.iter().map(|&h| (h, false)));
+        let hosts =
+            parity_hosts.iter().map(|&h| (h, true)).chain(extra_hosts.iter().map(|&h| (h, false)));
         let (mut parity, mut extra) = (0, 0);
         for (host, is_parity) in hosts {
             let node = nodes.get_mut(host).ok_or(Error::DataIndex { index: host, k })?;
@@ -121,18 +135,38 @@ impl Layout {
     }
 
     /// Computes the extra parities from the data and parity blocks of a stripe.
-    pub fn encode_extras(&self, data: &[&[u8]], parity: &[&[u8]], extras: &mut [&mut [u8]]) -> Result<()> {
+    pub fn encode_extras(
+        &self,
+        data: &[&[u8]],
+        parity: &[&[u8]],
+        extras: &mut [&mut [u8]],
+    ) -> Result<()> {
         if data.len() != self.k {
-            return Err(Error::ShardCount { what: "data shards", expected: self.k, got: data.len() });
+            return Err(Error::ShardCount {
+                what: "data shards",
+                expected: self.k,
+                got: data.len(),
+            });
         }
         if parity.len() != self.r {
-            return Err(Error::ShardCount { what: "parity shards", expected: self.r, got: parity.len() });
+            return Err(Error::ShardCount {
+                what: "parity shards",
+                expected: self.r,
+                got: parity.len(),
+            });
         }
         if extras.len() != self.extras.len() {
-            return Err(Error::ShardCount { what: "extra parity blocks", expected: self.extras.len(), got: extras.len() });
+            return Err(Error::ShardCount {
+                what: "extra parity blocks",
+                expected: self.extras.len(),
+                got: extras.len(),
+            });
         }
         let len = data.first().map_or(0, |d| d.len());
-        let all = data.iter().map(|d| ("data shard", d.len())).chain(parity.iter().map(|p| ("parity shard", p.len())));
+        let all = data
+            .iter()
+            .map(|d| ("data shard", d.len()))
+            .chain(parity.iter().map(|p| ("parity shard", p.len())));
         for (index, (what, got)) in all.enumerate() {
             if got != len {
                 return Err(Error::ShardLength { what, index, expected: len, got });
@@ -140,7 +174,12 @@ impl Layout {
         }
         for (q, out) in extras.iter_mut().enumerate() {
             if out.len() != len {
-                return Err(Error::ShardLength { what: "extra parity", index: q, expected: len, got: out.len() });
+                return Err(Error::ShardLength {
+                    what: "extra parity",
+                    index: q,
+                    expected: len,
+                    got: out.len(),
+                });
             }
             let terms: Vec<&[u8]> = self.extras[q]
                 .iter()
@@ -161,8 +200,10 @@ impl Layout {
     /// XORs of those for extras) have rank k.
     pub fn survival(&self, code: &Code, failed: &[usize]) -> Survival {
         let failed: BTreeSet<usize> = failed.iter().copied().collect();
-        let mut available: Vec<Block> =
-            (0..self.nodes.len()).filter(|node| !failed.contains(node)).flat_map(|node| self.nodes[node].clone()).collect();
+        let mut available: Vec<Block> = (0..self.nodes.len())
+            .filter(|node| !failed.contains(node))
+            .flat_map(|node| self.nodes[node].clone())
+            .collect();
         available.sort();
         let rows: Vec<u8> = available.iter().flat_map(|&block| self.row(code, block)).collect();
         let survivable = Matrix::from_rows(available.len(), self.k, rows).rank() == self.k;
@@ -187,7 +228,9 @@ impl Layout {
     fn row(&self, code: &Code, block: Block) -> Vec<u8> {
         match block {
             Block::Data(i) => (0..self.k).map(|t| u8::from(t == i)).collect(),
-            Block::Parity(j) => (0..self.k).map(|i| code.parity_coefficient(j, i).unwrap_or(0)).collect(),
+            Block::Parity(j) => {
+                (0..self.k).map(|i| code.parity_coefficient(j, i).unwrap_or(0)).collect()
+            }
             Block::Extra(q) => {
                 let mut row = vec![0u8; self.k];
                 for &term in &self.extras[q] {
@@ -216,7 +259,8 @@ impl Layout {
                     continue;
                 }
                 for form in [Some(terms.clone()), self.as_data_xor(terms)].into_iter().flatten() {
-                    let missing: Vec<Block> = form.iter().copied().filter(|b| !known.contains(b)).collect();
+                    let missing: Vec<Block> =
+                        form.iter().copied().filter(|b| !known.contains(b)).collect();
                     if let [lost] = missing[..] {
                         let mut from = vec![Block::Extra(q)];
                         from.extend(form.iter().copied().filter(|&b| b != lost));

@@ -2,7 +2,9 @@
 /// at fault; no call changes any shard before it has checked its arguments.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum Error {
-    #[error("a code needs k >= 1 data and r >= 1 parity shards with k + r <= 256; got k = {k}, r = {r}")]
+    #[error(
+        "a code needs k >= 1 data and r >= 1 parity shards with k + r <= 256; got k = {k}, r = {r}"
+    )]
     InvalidShape { k: usize, r: usize },
     #[error("the parity matrix of a {k}+{r} code has {expected} entries, not {got}")]
     MatrixSize { k: usize, r: usize, expected: usize, got: usize },
@@ -16,7 +18,9 @@ pub enum Error {
     ParityIndex { index: usize, r: usize },
     #[error("only {present} shards are present; {needed} are needed to reconstruct")]
     TooFewShards { present: usize, needed: usize },
-    #[error("the shards present do not determine the data: their rows of the generator are singular (a parity matrix that is not MDS)")]
+    #[error(
+        "the shards present do not determine the data: their rows of the generator are singular (a parity matrix that is not MDS)"
+    )]
     Singular,
 }
 

@@ -176,7 +176,10 @@ mod tests {
                 assert_eq!(mul(a, b), expected, "{a} * {b}");
                 assert_eq!(MUL[a as usize][b as usize], expected);
                 let nibbles = NIBBLES[a as usize];
-                assert_eq!(nibbles.low[(b & 15) as usize] ^ nibbles.high[(b >> 4) as usize], expected);
+                assert_eq!(
+                    nibbles.low[(b & 15) as usize] ^ nibbles.high[(b >> 4) as usize],
+                    expected
+                );
             }
         }
     }

@@ -39,7 +39,8 @@ fn parity_row_zero_is_all_ones_and_p1_is_the_xor_of_the_data() {
             assert_eq!(code.parity_coefficient(0, i).unwrap(), 1, "{k}+{r}, column {i}");
         }
         let shards = encoded(&code, 5, 333);
-        let xor: Vec<u8> = (0..333).map(|b| shards[..k].iter().fold(0, |acc, s| acc ^ s[b])).collect();
+        let xor: Vec<u8> =
+            (0..333).map(|b| shards[..k].iter().fold(0, |acc, s| acc ^ s[b])).collect();
         assert_eq!(shards[k], xor, "{k}+{r}");
         // Every coefficient is non-zero, as in any Cauchy matrix.
         for j in 0..r {
@@ -81,7 +82,10 @@ fn every_erasure_pattern_of_up_to_r_shards_reconstructs_the_original() {
             let mut shards = original.clone();
             let mut present = vec![true; n];
             present[..=r].iter_mut().for_each(|p| *p = false);
-            assert_eq!(code.reconstruct(&mut shards, &present), Err(Error::TooFewShards { present: k - 1, needed: k }));
+            assert_eq!(
+                code.reconstruct(&mut shards, &present),
+                Err(Error::TooFewShards { present: k - 1, needed: k })
+            );
             assert!(shards == original, "a refused call changes nothing");
         }
     }
@@ -133,7 +137,7 @@ fn bad_arguments_are_named_errors() {
     let code = Code::new(4, 2).unwrap();
     let data = random_shards(1, 4, 100);
     let data_refs: Vec<&[u8]> = data.iter().map(Vec::as_slice).collect();
-    let mut parity = vec![vec![0u8; 100], vec![0u8; 99]];
+    let mut parity = [vec![0u8; 100], vec![0u8; 99]];
     let mut parity_refs: Vec<&mut [u8]> = parity.iter_mut().map(Vec::as_mut_slice).collect();
     assert_eq!(
         code.encode(&data_refs, &mut parity_refs),
@@ -211,7 +215,8 @@ fn encode_and_reconstruct_agree_with_reed_solomon_erasure() {
         assert_eq!(ours, theirs, "{k}+{r} encode");
         for lost in 1..=r {
             for missing in subsets(k + r, lost) {
-                let mut their_shards: Vec<Option<Vec<u8>>> = theirs.iter().cloned().map(Some).collect();
+                let mut their_shards: Vec<Option<Vec<u8>>> =
+                    theirs.iter().cloned().map(Some).collect();
                 let mut our_shards: Vec<Option<Vec<u8>>> = their_shards.clone();
                 for &m in &missing {
                     their_shards[m] = None;

@@ -25,7 +25,10 @@ fn list(text: &str) -> Vec<String> {
 /// One row is corrected: the paper prints "D1, D2, D3, D4, D5, P1" for DN2 and DN6,
 /// but D2 is on the failed DN2 and P2 on the surviving DN4 (as the rows for DN2 with
 /// DN3 and DN2 with DN4 show); the surviving blocks are D1, D3, D4, D5, P1, P2.
-const TABLE_III: &[(usize, usize, &str, Option<(&str, &str)>)] = &[
+/// (first failed node, second failed node, available blocks, auxiliary block and its terms)
+type Row = (usize, usize, &'static str, Option<(&'static str, &'static str)>);
+
+const TABLE_III: &[Row] = &[
     (2, 3, "D1, D4, D5, D6, P2, P3", None),
     (2, 4, "D1, D3, D5, D6, P1, P3", None),
     (2, 6, "D1, D3, D4, D5, P1, P2", None),
@@ -50,8 +53,11 @@ fn fig3_layout_reproduces_table_iii() {
         assert_eq!(names(&survival.available), list(available), "DN{first} and DN{second}");
         let expected: Vec<(String, Vec<String>)> =
             auxiliary.map(|(block, from)| (block.to_owned(), list(from))).into_iter().collect();
-        let got: Vec<(String, Vec<String>)> =
-            survival.auxiliary.iter().map(|(block, from)| (block.to_string(), names(from))).collect();
+        let got: Vec<(String, Vec<String>)> = survival
+            .auxiliary
+            .iter()
+            .map(|(block, from)| (block.to_string(), names(from)))
+            .collect();
         assert_eq!(got, expected, "DN{first} and DN{second}");
         println!("DN{first} DN{second}: {available} | auxiliary {auxiliary:?}");
     }
@@ -61,7 +67,12 @@ fn fig3_layout_reproduces_table_iii() {
     for first in [0, 4] {
         assert_eq!(layout.survival(&code, &[first]).available.len(), 9);
         for second in 0..6 {
-            assert!(layout.survival(&code, &[first, second]).survivable, "DN{} DN{}", first + 1, second + 1);
+            assert!(
+                layout.survival(&code, &[first, second]).survivable,
+                "DN{} DN{}",
+                first + 1,
+                second + 1
+            );
         }
     }
     assert_eq!(layout.fault_tolerance(&code), 2);
@@ -76,16 +87,29 @@ fn extra_parities_raise_the_fault_tolerance_of_the_active_group() {
     for k in 4..=8 {
         let code3 = Code::new(k, 3).unwrap();
         let hosts3: Vec<usize> = (0..3).map(|j| k - 3 + j).collect();
-        assert_eq!(Layout::ecs2(k, 3, &hosts3, &[]).unwrap().fault_tolerance(&code3), 1, "k={k}, r=3 without Q1");
+        assert_eq!(
+            Layout::ecs2(k, 3, &hosts3, &[]).unwrap().fault_tolerance(&code3),
+            1,
+            "k={k}, r=3 without Q1"
+        );
         for extra in 0..k {
             let layout = Layout::ecs2(k, 3, &hosts3, &[extra]).unwrap();
             let alone = !hosts3.contains(&extra);
-            assert_eq!(layout.fault_tolerance(&code3), if alone { 2 } else { 1 }, "k={k}, r=3, Q1 on DN{}", extra + 1);
+            assert_eq!(
+                layout.fault_tolerance(&code3),
+                if alone { 2 } else { 1 },
+                "k={k}, r=3, Q1 on DN{}",
+                extra + 1
+            );
         }
 
         let code2 = Code::new(k, 2).unwrap();
         let hosts2 = [k - 2, k - 1];
-        assert_eq!(Layout::ecs2(k, 2, &hosts2, &[]).unwrap().fault_tolerance(&code2), 1, "k={k}, r=2 without Q");
+        assert_eq!(
+            Layout::ecs2(k, 2, &hosts2, &[]).unwrap().fault_tolerance(&code2),
+            1,
+            "k={k}, r=2 without Q"
+        );
         let layout = Layout::ecs2(k, 2, &hosts2, &[0, 1]).unwrap();
         assert_eq!(layout.fault_tolerance(&code2), 2, "k={k}, r=2 with Q1, Q2");
     }
@@ -100,7 +124,12 @@ fn appendix_matrix_construction_gives_the_same_tolerance() {
         let code = Code::new(k, r + dr).unwrap();
         let hosts: Vec<usize> = (0..r + dr).collect();
         let layout = Layout::ecs2(k, r + dr, &hosts, &[]).unwrap();
-        assert_eq!(layout.fault_tolerance(&code), r / 2 + 1, "({}, {k}) with dr = {dr}", k + r + dr);
+        assert_eq!(
+            layout.fault_tolerance(&code),
+            r / 2 + 1,
+            "({}, {k}) with dr = {dr}",
+            k + r + dr
+        );
     }
 }
 

@@ -11,8 +11,10 @@ use somnus_ec::{Backend, Kernels, gf};
 
 /// Lengths around every boundary a kernel has: vector widths, its two-vector step, and
 /// the 32 KiB block.
-const LENGTHS: &[usize] =
-    &[0, 1, 15, 16, 17, 31, 32, 33, 63, 64, 65, 127, 128, 129, 200, 255, 256, 1000, 4096, 32767, 32768, 32769, 100_003];
+const LENGTHS: &[usize] = &[
+    0, 1, 15, 16, 17, 31, 32, 33, 63, 64, 65, 127, 128, 129, 200, 255, 256, 1000, 4096, 32767,
+    32768, 32769, 100_003,
+];
 
 fn random_bytes(rng: &mut Pcg64, len: usize) -> Vec<u8> {
     let mut bytes = vec![0u8; len];
@@ -21,9 +23,15 @@ fn random_bytes(rng: &mut Pcg64, len: usize) -> Vec<u8> {
 }
 
 fn simd_backends() -> Vec<Kernels> {
-    let backends: Vec<Kernels> =
-        Backend::available().into_iter().filter(|&b| b != Backend::Portable).filter_map(Kernels::new).collect();
-    eprintln!("backends checked: {:?}", backends.iter().map(|k| k.backend().name()).collect::<Vec<_>>());
+    let backends: Vec<Kernels> = Backend::available()
+        .into_iter()
+        .filter(|&b| b != Backend::Portable)
+        .filter_map(Kernels::new)
+        .collect();
+    eprintln!(
+        "backends checked: {:?}",
+        backends.iter().map(|k| k.backend().name()).collect::<Vec<_>>()
+    );
     backends
 }
 
@@ -76,9 +84,24 @@ fn matrix_kernels_match_portable_for_every_length_and_group_size() {
             for accumulate in [false, true] {
                 let mut expected = initial.clone();
                 let mut got = initial.clone();
-                portable.dot(&coefs, &inputs, &mut expected.iter_mut().map(Vec::as_mut_slice).collect::<Vec<_>>(), accumulate);
-                kernels.dot(&coefs, &inputs, &mut got.iter_mut().map(Vec::as_mut_slice).collect::<Vec<_>>(), accumulate);
-                assert_eq!(got, expected, "{:?} k={k} r={r} len={len} accumulate={accumulate}", kernels.backend());
+                portable.dot(
+                    &coefs,
+                    &inputs,
+                    &mut expected.iter_mut().map(Vec::as_mut_slice).collect::<Vec<_>>(),
+                    accumulate,
+                );
+                kernels.dot(
+                    &coefs,
+                    &inputs,
+                    &mut got.iter_mut().map(Vec::as_mut_slice).collect::<Vec<_>>(),
+                    accumulate,
+                );
+                assert_eq!(
+                    got,
+                    expected,
+                    "{:?} k={k} r={r} len={len} accumulate={accumulate}",
+                    kernels.backend()
+                );
             }
         }
     }
@@ -94,7 +117,12 @@ fn xor_slices_is_the_xor_of_its_sources() {
             let mut dst = random_bytes(&mut rng, len);
             kernels.xor_slices(&sources, &mut dst);
             for (index, byte) in dst.iter().enumerate() {
-                assert_eq!(*byte, sources.iter().fold(0, |acc, s| acc ^ s[index]), "{:?} len={len}", kernels.backend());
+                assert_eq!(
+                    *byte,
+                    sources.iter().fold(0, |acc, s| acc ^ s[index]),
+                    "{:?} len={len}",
+                    kernels.backend()
+                );
             }
         }
         // No sources: zero.
@@ -114,7 +142,12 @@ fn more_inputs_than_one_kernel_call_takes_are_folded_in() {
     let mut results = Vec::new();
     for kernels in Backend::available().into_iter().filter_map(Kernels::new) {
         let mut out = vec![vec![0u8; len]; 2];
-        kernels.dot(&coefs, &inputs, &mut out.iter_mut().map(Vec::as_mut_slice).collect::<Vec<_>>(), false);
+        kernels.dot(
+            &coefs,
+            &inputs,
+            &mut out.iter_mut().map(Vec::as_mut_slice).collect::<Vec<_>>(),
+            false,
+        );
         results.push(out);
     }
     let mut expected = vec![vec![0u8; len]; 2];

@@ -96,7 +96,8 @@ impl Backend {
     pub fn detect() -> Backend {
         static DETECTED: OnceLock<Backend> = OnceLock::new();
         *DETECTED.get_or_init(|| {
-            let forced = std::env::var("SOMNUS_EC_BACKEND").ok().and_then(|name| Backend::from_name(&name));
+            let forced =
+                std::env::var("SOMNUS_EC_BACKEND").ok().and_then(|name| Backend::from_name(&name));
             match forced {
                 Some(backend) if backend.is_available() => backend,
                 _ => Backend::available().into_iter().next_back().unwrap_or(Backend::Portable),
@@ -135,7 +136,8 @@ pub(crate) fn dot(
     assert_eq!(coefs.len(), outputs.len() * k, "one coefficient per input and output");
     let Some(len) = outputs.first().map(|output| output.len()) else { return };
     assert!(
-        inputs.iter().all(|input| input.len() == len) && outputs.iter().all(|output| output.len() == len),
+        inputs.iter().all(|input| input.len() == len)
+            && outputs.iter().all(|output| output.len() == len),
         "slices of one length"
     );
     if k > MAX_INPUTS {
@@ -201,7 +203,13 @@ fn simd_block(
         // borrows and the outputs distinct mutable borrows, so no output aliases
         // anything; `group_coefs` has one coefficient per input and output of the group.
         done = unsafe {
-            kernel(group_coefs, &input_pointers[..k], &output_pointers[..group_outputs.len()], len, accumulate)
+            kernel(
+                group_coefs,
+                &input_pointers[..k],
+                &output_pointers[..group_outputs.len()],
+                len,
+                accumulate,
+            )
         };
     }
     done

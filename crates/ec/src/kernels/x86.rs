@@ -16,6 +16,10 @@
 //! backend can be chosen), and every pointer must be valid for `len` bytes (the caller
 //! derives them from slices whose lengths it has checked).
 #![allow(unsafe_code)]
+#![allow(
+    clippy::needless_range_loop,
+    reason = "indexing several register arrays by the same output and vector is the clearest form"
+)]
 
 use std::arch::x86_64::*;
 
@@ -108,7 +112,8 @@ unsafe fn dot_body<L: Lanes, const R: usize, const U: usize, const FIRST_XOR: bo
                             acc[0][u] = L::xor3(acc[0][u], a[u], b[u]);
                         }
                     } else {
-                        let (ca, cb) = (*coefs.get_unchecked(j * k + i), *coefs.get_unchecked(j * k + i + 1));
+                        let (ca, cb) =
+                            (*coefs.get_unchecked(j * k + i), *coefs.get_unchecked(j * k + i + 1));
                         for u in 0..U {
                             acc[j][u] = L::xor3(acc[j][u], L::mul(pa[u], ca), L::mul(pb[u], cb));
                         }
