@@ -267,40 +267,34 @@ impl Code {
     }
 
     /// The plan for rebuilding `targets` from the `present` shards, from the cache or
-    /// computed: the first `k` present shards (data first, so that a lost data shard
-    /// with `P_1` present is rebuilt by XOR alone), the inverse of their rows of the
-    /// generator, and each target's row of the generator times that inverse.
+    /// computed: the first `k` present shards with independent rows (data first, so
+    /// that a lost data shard with `P_1` present is rebuilt by XOR alone), the inverse of
+    /// their rows of the generator, and each target's row of the generator times that
+    /// inverse.
     fn plan(&self, present: &[bool], targets: &[usize]) -> Result<Arc<Plan>> {
         let available: Vec<usize> = (0..self.k + self.r).filter(|&index| present[index]).collect();
         if available.len() < self.k {
             return Err(Error::TooFewShards { present: available.len(), needed: self.k });
         }
-        let sources = &available[..self.k];
-        let key = (shard_set(sources.iter().copied()), shard_set(targets.iter().copied()));
+        let key = (shard_set(available.iter().copied()), shard_set(targets.iter().copied()));
         if let Some(plan) = self.plans.lock().unwrap_or_else(|poison| poison.into_inner()).get(&key)
         {
             return Ok(Arc::clone(plan));
         }
-        let generator_row = |index: usize| -> Vec<u8> {
-            if index < self.k {
-                (0..self.k).map(|i| u8::from(i == index)).collect()
-            } else {
-                self.parity[(index - self.k) * self.k..(index - self.k + 1) * self.k].to_vec()
-            }
-        };
+        let sources = self.independent_rows(&available).ok_or(Error::Singular)?;
         let sub = Matrix::from_rows(
             self.k,
             self.k,
-            sources.iter().flat_map(|&s| generator_row(s)).collect(),
+            sources.iter().flat_map(|&s| self.generator_row(s)).collect(),
         );
         let inverse = sub.invert().ok_or(Error::Singular)?;
         let wanted = Matrix::from_rows(
             targets.len(),
             self.k,
-            targets.iter().flat_map(|&t| generator_row(t)).collect(),
+            targets.iter().flat_map(|&t| self.generator_row(t)).collect(),
         );
         let plan = Arc::new(Plan {
-            sources: sources.to_vec(),
+            sources,
             targets: targets.to_vec(),
             coefs: wanted.mul(&inverse).into_data(),
         });
@@ -310,6 +304,43 @@ impl Code {
         }
         plans.insert(key, Arc::clone(&plan));
         Ok(plan)
+    }
+
+    /// Shard `index`'s row of the generator `[I; g]`.
+    fn generator_row(&self, index: usize) -> Vec<u8> {
+        if index < self.k {
+            (0..self.k).map(|i| u8::from(i == index)).collect()
+        } else {
+            self.parity[(index - self.k) * self.k..(index - self.k + 1) * self.k].to_vec()
+        }
+    }
+
+    /// The first k of `available` whose generator rows are independent, found by
+    /// elimination; `None` if there are not k. With an MDS matrix these are simply the
+    /// first k; with one given to [`Code::with_parity_matrix`] a later shard may
+    /// replace one that adds nothing.
+    fn independent_rows(&self, available: &[usize]) -> Option<Vec<usize>> {
+        // Rows reduced against the earlier ones, each scaled to 1 at its pivot.
+        let mut basis: Vec<(usize, Vec<u8>)> = Vec::with_capacity(self.k);
+        let mut chosen = Vec::with_capacity(self.k);
+        for &index in available {
+            let mut row = self.generator_row(index);
+            for (pivot, reduced) in &basis {
+                let factor = row[*pivot];
+                if factor != 0 {
+                    row.iter_mut().zip(reduced).for_each(|(x, y)| *x ^= gf::mul(factor, *y));
+                }
+            }
+            let Some(pivot) = row.iter().position(|&x| x != 0) else { continue };
+            let scale = gf::inv(row[pivot]).unwrap_or(1);
+            row.iter_mut().for_each(|x| *x = gf::mul(*x, scale));
+            basis.push((pivot, row));
+            chosen.push(index);
+            if chosen.len() == self.k {
+                return Some(chosen);
+            }
+        }
+        None
     }
 
     /// How many decoding plans are cached (for tests and diagnostics).

@@ -64,7 +64,8 @@ pub struct Survival {
 impl Layout {
     /// The layout where data node `i` holds `D{i+1}`, parity `Pj` is buffered on node
     /// `parity_hosts[j]`, and the extra parities ECS2 defines for `r` (none unless r is
-    /// 2 or 3) on `extra_hosts`; without extra hosts, no extra parity is kept.
+    /// 2 or 3) on `extra_hosts`; without extra hosts, no extra parity is kept. Hosts
+    /// may repeat (to study what sharing a node costs); ECS2 gives each block its own.
     pub fn ecs2(
         k: usize,
         r: usize,
@@ -162,25 +163,18 @@ impl Layout {
                 got: extras.len(),
             });
         }
+        // Every length is checked before anything is written.
         let len = data.first().map_or(0, |d| d.len());
-        let all = data
-            .iter()
-            .map(|d| ("data shard", d.len()))
-            .chain(parity.iter().map(|p| ("parity shard", p.len())));
-        for (index, (what, got)) in all.enumerate() {
-            if got != len {
+        let lengths = [("data shard", data.iter().map(|d| d.len()).collect::<Vec<_>>())]
+            .into_iter()
+            .chain([("parity shard", parity.iter().map(|p| p.len()).collect())])
+            .chain([("extra parity", extras.iter().map(|q| q.len()).collect())]);
+        for (what, lengths) in lengths {
+            if let Some((index, &got)) = lengths.iter().enumerate().find(|(_, got)| **got != len) {
                 return Err(Error::ShardLength { what, index, expected: len, got });
             }
         }
         for (q, out) in extras.iter_mut().enumerate() {
-            if out.len() != len {
-                return Err(Error::ShardLength {
-                    what: "extra parity",
-                    index: q,
-                    expected: len,
-                    got: out.len(),
-                });
-            }
             let terms: Vec<&[u8]> = self.extras[q]
                 .iter()
                 .map(|term| match *term {
@@ -198,7 +192,10 @@ impl Layout {
     /// coefficients deciding whether the remaining blocks determine the data: they do
     /// if their rows over the data (unit rows for data, the generator's for parities,
     /// XORs of those for extras) have rank k.
-    pub fn survival(&self, code: &Code, failed: &[usize]) -> Survival {
+    ///
+    /// The code must be the layout's shape ([`Error::LayoutCode`] otherwise).
+    pub fn survival(&self, code: &Code, failed: &[usize]) -> Result<Survival> {
+        self.check_code(code)?;
         let failed: BTreeSet<usize> = failed.iter().copied().collect();
         let mut available: Vec<Block> = (0..self.nodes.len())
             .filter(|node| !failed.contains(node))
@@ -207,21 +204,37 @@ impl Layout {
         available.sort();
         let rows: Vec<u8> = available.iter().flat_map(|&block| self.row(code, block)).collect();
         let survivable = Matrix::from_rows(available.len(), self.k, rows).rank() == self.k;
-        let auxiliary = self.auxiliary(&available);
-        Survival { survivable, available, auxiliary }
+        let p1_is_xor = (0..self.k).all(|i| code.parity_coefficient(0, i) == Ok(1));
+        let auxiliary = self.auxiliary(&available, p1_is_xor);
+        Ok(Survival { survivable, available, auxiliary })
+    }
+
+    fn check_code(&self, code: &Code) -> Result<()> {
+        if (code.data_shards(), code.parity_shards()) != (self.k, self.r) {
+            return Err(Error::LayoutCode {
+                layout_k: self.k,
+                layout_r: self.r,
+                code_k: code.data_shards(),
+                code_r: code.parity_shards(),
+            });
+        }
+        Ok(())
     }
 
     /// The largest f such that every set of f failed data nodes is survivable, found by
     /// trying them all.
-    pub fn fault_tolerance(&self, code: &Code) -> usize {
+    pub fn fault_tolerance(&self, code: &Code) -> Result<usize> {
+        self.check_code(code)?;
         let mut tolerated = 0;
         for f in 1..=self.k {
-            if !subsets(self.k, f).all(|failed| self.survival(code, &failed).survivable) {
-                break;
+            for failed in subsets(self.k, f) {
+                if !self.survival(code, &failed)?.survivable {
+                    return Ok(tolerated);
+                }
             }
             tolerated = f;
         }
-        tolerated
+        Ok(tolerated)
     }
 
     /// A block's coefficients over the k data blocks.
@@ -248,7 +261,7 @@ impl Layout {
     /// `P1` written out as the XOR of all data (`Q1 = D1 ^ D2 ^ D3 ^ D5 ^ D6` gives
     /// `D3` when only it is missing). An extra parity is one equation, so it gives back
     /// at most one block; blocks it gave back may let another extra parity give one.
-    fn auxiliary(&self, available: &[Block]) -> Vec<(Block, Vec<Block>)> {
+    fn auxiliary(&self, available: &[Block], p1_is_xor: bool) -> Vec<(Block, Vec<Block>)> {
         let mut known: BTreeSet<Block> = available.iter().copied().collect();
         let mut used = BTreeSet::new();
         let mut found = Vec::new();
@@ -258,7 +271,10 @@ impl Layout {
                 if !known.contains(&Block::Extra(q)) || used.contains(&q) {
                     continue;
                 }
-                for form in [Some(terms.clone()), self.as_data_xor(terms)].into_iter().flatten() {
+                for form in [Some(terms.clone()), self.as_data_xor(terms).filter(|_| p1_is_xor)]
+                    .into_iter()
+                    .flatten()
+                {
                     let missing: Vec<Block> =
                         form.iter().copied().filter(|b| !known.contains(b)).collect();
                     if let [lost] = missing[..] {
@@ -279,7 +295,8 @@ impl Layout {
     }
 
     /// `terms` with `P1` replaced by the XOR of all data blocks and pairs cancelled, if
-    /// every term is data or `P1` (the only parity that is a plain XOR).
+    /// every term is data or `P1` (the only parity that is a plain XOR, in a code from
+    /// [`Code::new`]; the caller checks).
     fn as_data_xor(&self, terms: &[Block]) -> Option<Vec<Block>> {
         let mut set = BTreeSet::new();
         let mut toggle = |block: Block| {

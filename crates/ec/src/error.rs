@@ -10,7 +10,7 @@ pub enum Error {
     MatrixSize { k: usize, r: usize, expected: usize, got: usize },
     #[error("expected {expected} {what}, got {got}")]
     ShardCount { what: &'static str, expected: usize, got: usize },
-    #[error("{what} {index} is {got} bytes long; the other shards are {expected}")]
+    #[error("{what} {index} is {got} bytes long, not {expected}")]
     ShardLength { what: &'static str, index: usize, expected: usize, got: usize },
     #[error("data shard index {index} is out of range for {k} data shards")]
     DataIndex { index: usize, k: usize },
@@ -19,9 +19,11 @@ pub enum Error {
     #[error("only {present} shards are present; {needed} are needed to reconstruct")]
     TooFewShards { present: usize, needed: usize },
     #[error(
-        "the shards present do not determine the data: their rows of the generator are singular (a parity matrix that is not MDS)"
+        "the shards present do not determine the data: fewer than k of their rows of the generator are independent (a parity matrix that is not MDS)"
     )]
     Singular,
+    #[error("the layout is for a {layout_k}+{layout_r} code, not {code_k}+{code_r}")]
+    LayoutCode { layout_k: usize, layout_r: usize, code_k: usize, code_r: usize },
 }
 
 pub type Result<T> = std::result::Result<T, Error>;

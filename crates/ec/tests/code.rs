@@ -155,6 +155,23 @@ fn bad_arguments_are_named_errors() {
     assert!(matches!(code.reconstruct(&mut shards, &[true; 5]), Err(Error::ShardCount { .. })));
 }
 
+/// With a matrix that is not MDS, reconstruction looks past shards that add nothing:
+/// losing D0 of (D0, D1, P1 = D1, P2 = D0 ^ D1) is decodable from D1 and P2.
+#[test]
+fn a_non_mds_matrix_decodes_whatever_the_present_shards_determine() {
+    let code = Code::with_parity_matrix(2, 2, &[0, 1, 1, 1]).unwrap();
+    let original = encoded(&code, 8, 100);
+    assert_eq!(original[2], original[1]);
+    let mut shards = original.clone();
+    shards[0].fill(0);
+    code.reconstruct(&mut shards, &[false, true, true, true]).unwrap();
+    assert_eq!(shards, original);
+    // D1 and P1 alone are the same row twice: not decodable.
+    let mut shards = original.clone();
+    assert_eq!(code.reconstruct(&mut shards, &[false, true, true, false]), Err(Error::Singular));
+    assert_eq!(shards, original, "a refused call changes nothing");
+}
+
 #[test]
 fn empty_and_one_byte_shards_work() {
     for len in [0, 1] {

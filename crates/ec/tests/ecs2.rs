@@ -48,7 +48,7 @@ fn fig3_layout_reproduces_table_iii() {
     assert_eq!(names(layout.extra_terms(0)), ["P1", "D4"], "Q1 = P1 ^ D[P2] = P1 ^ D4");
 
     for &(first, second, available, auxiliary) in TABLE_III {
-        let survival = layout.survival(&code, &[first - 1, second - 1]);
+        let survival = layout.survival(&code, &[first - 1, second - 1]).unwrap();
         assert!(survival.survivable, "DN{first} and DN{second}");
         assert_eq!(names(&survival.available), list(available), "DN{first} and DN{second}");
         let expected: Vec<(String, Vec<String>)> =
@@ -65,18 +65,18 @@ fn fig3_layout_reproduces_table_iii() {
     // "DN1 or DN5: there are still 9 surviving blocks, so can tolerate one node
     // failure" more: every pair with DN1 or DN5 is survivable too.
     for first in [0, 4] {
-        assert_eq!(layout.survival(&code, &[first]).available.len(), 9);
+        assert_eq!(layout.survival(&code, &[first]).unwrap().available.len(), 9);
         for second in 0..6 {
             assert!(
-                layout.survival(&code, &[first, second]).survivable,
+                layout.survival(&code, &[first, second]).unwrap().survivable,
                 "DN{} DN{}",
                 first + 1,
                 second + 1
             );
         }
     }
-    assert_eq!(layout.fault_tolerance(&code), 2);
-    assert!(!layout.survival(&code, &[1, 2, 3]).survivable, "three failures lose data");
+    assert_eq!(layout.fault_tolerance(&code).unwrap(), 2);
+    assert!(!layout.survival(&code, &[1, 2, 3]).unwrap().survivable, "three failures lose data");
 }
 
 /// Section 3.2: r parities buffered alone give floor(r / 2)-fault tolerance; the extra
@@ -88,7 +88,7 @@ fn extra_parities_raise_the_fault_tolerance_of_the_active_group() {
         let code3 = Code::new(k, 3).unwrap();
         let hosts3: Vec<usize> = (0..3).map(|j| k - 3 + j).collect();
         assert_eq!(
-            Layout::ecs2(k, 3, &hosts3, &[]).unwrap().fault_tolerance(&code3),
+            Layout::ecs2(k, 3, &hosts3, &[]).unwrap().fault_tolerance(&code3).unwrap(),
             1,
             "k={k}, r=3 without Q1"
         );
@@ -96,7 +96,7 @@ fn extra_parities_raise_the_fault_tolerance_of_the_active_group() {
             let layout = Layout::ecs2(k, 3, &hosts3, &[extra]).unwrap();
             let alone = !hosts3.contains(&extra);
             assert_eq!(
-                layout.fault_tolerance(&code3),
+                layout.fault_tolerance(&code3).unwrap(),
                 if alone { 2 } else { 1 },
                 "k={k}, r=3, Q1 on DN{}",
                 extra + 1
@@ -106,12 +106,12 @@ fn extra_parities_raise_the_fault_tolerance_of_the_active_group() {
         let code2 = Code::new(k, 2).unwrap();
         let hosts2 = [k - 2, k - 1];
         assert_eq!(
-            Layout::ecs2(k, 2, &hosts2, &[]).unwrap().fault_tolerance(&code2),
+            Layout::ecs2(k, 2, &hosts2, &[]).unwrap().fault_tolerance(&code2).unwrap(),
             1,
             "k={k}, r=2 without Q"
         );
         let layout = Layout::ecs2(k, 2, &hosts2, &[0, 1]).unwrap();
-        assert_eq!(layout.fault_tolerance(&code2), 2, "k={k}, r=2 with Q1, Q2");
+        assert_eq!(layout.fault_tolerance(&code2).unwrap(), 2, "k={k}, r=2 with Q1, Q2");
     }
 }
 
@@ -125,7 +125,7 @@ fn appendix_matrix_construction_gives_the_same_tolerance() {
         let hosts: Vec<usize> = (0..r + dr).collect();
         let layout = Layout::ecs2(k, r + dr, &hosts, &[]).unwrap();
         assert_eq!(
-            layout.fault_tolerance(&code),
+            layout.fault_tolerance(&code).unwrap(),
             r / 2 + 1,
             "({}, {k}) with dr = {dr}",
             k + r + dr
@@ -159,7 +159,7 @@ fn fig3_double_failures_are_recovered_on_real_bytes() {
     assert_eq!(q1, expected_q1);
 
     for failed in subsets(6, 2) {
-        let survival = layout.survival(&code, &failed);
+        let survival = layout.survival(&code, &failed).unwrap();
         let mut known: Vec<Option<Vec<u8>>> = vec![None; 9];
         for block in &survival.available {
             match *block {
@@ -191,6 +191,30 @@ fn fig3_double_failures_are_recovered_on_real_bytes() {
             assert_eq!(known[i].as_ref(), Some(&shards[i]), "D{} after losing {failed:?}", i + 1);
         }
     }
+}
+
+#[test]
+fn bad_arguments_are_refused_and_change_nothing() {
+    let layout = Layout::ecs2_fig3();
+    assert_eq!(
+        layout.survival(&Code::new(2, 1).unwrap(), &[2, 3]),
+        Err(somnus_ec::Error::LayoutCode { layout_k: 6, layout_r: 3, code_k: 2, code_r: 1 })
+    );
+    // A short extra parity buffer: an error naming it, and no buffer written.
+    let layout = Layout::ecs2(4, 2, &[0, 1], &[2, 3]).unwrap();
+    let data = [[1u8; 8]; 4];
+    let parity = [[2u8; 8]; 2];
+    let (mut q0, mut q1) = ([0xaau8; 8], [0xaau8; 7]);
+    let data_refs: Vec<&[u8]> = data.iter().map(|d| &d[..]).collect();
+    let parity_refs: Vec<&[u8]> = parity.iter().map(|p| &p[..]).collect();
+    let error =
+        layout.encode_extras(&data_refs, &parity_refs, &mut [&mut q0, &mut q1]).unwrap_err();
+    assert_eq!(error.to_string(), "extra parity 1 is 7 bytes long, not 8");
+    assert_eq!((q0, q1), ([0xaa; 8], [0xaa; 7]));
+    let short_parity: Vec<&[u8]> = vec![&parity[0][..7], &parity[1][..]];
+    let error =
+        layout.encode_extras(&data_refs, &short_parity, &mut [&mut q0, &mut q1[..]]).unwrap_err();
+    assert_eq!(error.to_string(), "parity shard 0 is 7 bytes long, not 8");
 }
 
 #[test]

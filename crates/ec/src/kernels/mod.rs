@@ -190,7 +190,7 @@ fn simd_block(
     for (pointer, input) in input_pointers.iter_mut().zip(inputs) {
         *pointer = input[range.clone()].as_ptr();
     }
-    let mut done = 0;
+    let mut done = None;
     for (group, group_outputs) in outputs.chunks_mut(x86::MAX_GROUP).enumerate() {
         let mut output_pointers = [std::ptr::null_mut::<u8>(); x86::MAX_GROUP];
         for (pointer, output) in output_pointers.iter_mut().zip(group_outputs.iter_mut()) {
@@ -202,7 +202,7 @@ fn simd_block(
         // pointer comes from a sub-slice of exactly `len` bytes; the inputs are shared
         // borrows and the outputs distinct mutable borrows, so no output aliases
         // anything; `group_coefs` has one coefficient per input and output of the group.
-        done = unsafe {
+        let group_done = unsafe {
             kernel(
                 group_coefs,
                 &input_pointers[..k],
@@ -211,8 +211,12 @@ fn simd_block(
                 accumulate,
             )
         };
+        // Every group covers the same whole vectors; the caller finishes the tail once
+        // for all outputs, so a group that stopped elsewhere would be a kernel bug.
+        assert!(done.is_none_or(|done| done == group_done), "kernel groups disagree");
+        done = Some(group_done);
     }
-    done
+    done.unwrap_or(0)
 }
 
 /// `dst = c * src`.
