@@ -7,7 +7,7 @@ use std::time::Duration;
 use anyhow::{Result, bail};
 use clap::Args;
 use somnus_ec::Backend;
-use somnus_ec::bench::{self, Measurement, Options};
+use somnus_ec::bench::{self, Layout, Measurement, Options};
 
 #[derive(Args)]
 pub(crate) struct BenchEcArgs {
@@ -30,6 +30,12 @@ pub(crate) struct BenchEcArgs {
     /// `somnus` alone is the backend chosen at run time (or by SOMNUS_EC_BACKEND).
     #[arg(long)]
     backends: bool,
+    /// Where the shards live, for every implementation alike: `staggered` (one buffer
+    /// per stripe with the shards staggered across cache sets, as somnus lays them out)
+    /// or `separate` (one allocation per shard, which puts every shard at the same page
+    /// offset, so that the streams contend for cache sets).
+    #[arg(long, default_value = "staggered", value_parser = ["staggered", "separate"])]
+    layout: String,
     /// Print a JSON array with one object per measurement, keys `code`, `shard_bytes`,
     /// `op`, `impl`, `gbps` (the median), `min_gbps`, `max_gbps` and `ratio_to_xor`.
     #[arg(long)]
@@ -79,13 +85,15 @@ pub(crate) fn run(args: &BenchEcArgs) -> Result<()> {
         rounds: args.rounds,
         round_time: Duration::from_millis(args.round_ms),
         backends,
+        layout: if args.layout == "separate" { Layout::Separate } else { Layout::Staggered },
     };
     let groups = options.shapes.len() * options.shard_bytes.len();
     eprintln!(
-        "somnus bench ec: {groups} groups, {} rounds of {} ms per implementation; one core; backend {}",
+        "somnus bench ec: {groups} groups, {} rounds of {} ms per implementation; one core; backend {}; {} shards",
         args.rounds,
         args.round_ms,
-        Backend::detect().name()
+        Backend::detect().name(),
+        options.layout.name()
     );
     let mut done = 0;
     let measurements = bench::run(&options, |group| {
@@ -99,7 +107,8 @@ pub(crate) fn run(args: &BenchEcArgs) -> Result<()> {
         }
     });
     if args.json {
-        let objects: Vec<serde_json::Value> = measurements.iter().map(json).collect();
+        let objects: Vec<serde_json::Value> =
+            measurements.iter().map(|m| json(m, options.layout.name())).collect();
         println!("{}", serde_json::to_string_pretty(&objects)?);
     } else {
         print!("{}", bench::table(&measurements));
@@ -110,7 +119,7 @@ pub(crate) fn run(args: &BenchEcArgs) -> Result<()> {
     Ok(())
 }
 
-fn json(m: &Measurement) -> serde_json::Value {
+fn json(m: &Measurement, layout: &str) -> serde_json::Value {
     serde_json::json!({
         "code": m.code(),
         "shard_bytes": m.shard_bytes,
@@ -120,5 +129,6 @@ fn json(m: &Measurement) -> serde_json::Value {
         "min_gbps": m.min_gbps,
         "max_gbps": m.max_gbps,
         "ratio_to_xor": m.ratio_to_xor,
+        "layout": layout,
     })
 }

@@ -8,6 +8,9 @@
 //! shard 1 where r or k is 1, rebuilt from the other data shards and the first
 //! parities). An implementation whose first run fails is left out.
 //!
+//! The shards are staggered across cache sets ([`StripeBuffer`]) for every
+//! implementation, or with [`Layout::Separate`] allocated one by one.
+//!
 //! A shared machine has slow phases lasting seconds, so absolute figures wander; the
 //! ratios are paired: in each of `rounds` rounds, every implementation runs for
 //! `round_time` right after the XOR runs for as long, and its ratio for the round is
@@ -17,7 +20,7 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use crate::{Backend, Code};
+use crate::{Backend, Code, StripeBuffer};
 
 /// What a measurement measured.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -60,6 +63,67 @@ impl Measurement {
     }
 }
 
+/// Where the shards of a measurement live.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Layout {
+    /// One [`StripeBuffer`] per implementation's stripe: shards staggered across cache
+    /// sets, as somnus allocates them.
+    Staggered,
+    /// One `Vec<u8>` per shard, as a caller that allocates each shard does; large
+    /// allocations start at the same offset within a page, so the streams alias.
+    Separate,
+}
+
+impl Layout {
+    pub fn name(self) -> &'static str {
+        match self {
+            Layout::Staggered => "staggered",
+            Layout::Separate => "separate",
+        }
+    }
+}
+
+/// Shards in either layout.
+enum Shards {
+    Separate(Vec<Vec<u8>>),
+    Stripe(StripeBuffer),
+}
+
+impl Shards {
+    /// `contents` followed by `zeroed` zeroed shards of the same length.
+    fn new(layout: Layout, contents: &[Vec<u8>], zeroed: usize) -> Shards {
+        let len = contents.first().map_or(0, Vec::len);
+        match layout {
+            Layout::Separate => {
+                let mut shards = contents.to_vec();
+                shards.extend((0..zeroed).map(|_| vec![0u8; len]));
+                Shards::Separate(shards)
+            }
+            Layout::Staggered => {
+                let mut buffer = StripeBuffer::new(contents.len() + zeroed, len);
+                for (shard, content) in buffer.shards_mut().into_iter().zip(contents) {
+                    shard.copy_from_slice(content);
+                }
+                Shards::Stripe(buffer)
+            }
+        }
+    }
+
+    fn slices(&self) -> Vec<&[u8]> {
+        match self {
+            Shards::Separate(shards) => shards.iter().map(Vec::as_slice).collect(),
+            Shards::Stripe(buffer) => buffer.shards(),
+        }
+    }
+
+    fn slices_mut(&mut self) -> Vec<&mut [u8]> {
+        match self {
+            Shards::Separate(shards) => shards.iter_mut().map(Vec::as_mut_slice).collect(),
+            Shards::Stripe(buffer) => buffer.shards_mut(),
+        }
+    }
+}
+
 /// What to measure.
 #[derive(Clone, Debug)]
 pub struct Options {
@@ -69,6 +133,7 @@ pub struct Options {
     pub round_time: Duration,
     /// Also measure this crate with each of these backends (`somnus/<name>`).
     pub backends: Vec<Backend>,
+    pub layout: Layout,
 }
 
 impl Default for Options {
@@ -79,6 +144,7 @@ impl Default for Options {
             rounds: 15,
             round_time: Duration::from_millis(40),
             backends: Vec::new(),
+            layout: Layout::Staggered,
         }
     }
 }
@@ -123,16 +189,22 @@ fn measure_group(options: &Options, k: usize, r: usize, len: usize) -> Vec<Measu
             contenders.extend(somnus_contenders(
                 format!("somnus/{}", backend.name()),
                 Arc::new(code),
+                options.layout,
                 &data,
             ));
         }
     }
-    contenders.extend(somnus_contenders("somnus".to_owned(), Arc::new(code), &data));
-    contenders.extend(rse_contenders(k, r, &data));
-    contenders.extend(simd_contenders(k, r, &data));
+    contenders.extend(somnus_contenders(
+        "somnus".to_owned(),
+        Arc::new(code),
+        options.layout,
+        &data,
+    ));
+    contenders.extend(rse_contenders(k, r, options.layout, &data));
+    contenders.extend(simd_contenders(k, r, options.layout, &data));
 
     let bytes_per_op = (k * len) as f64;
-    let mut xor = xor_contender(&data);
+    let mut xor = xor_contender(options.layout, &data);
     // Warm up (page in, fill caches and plan caches), and leave out what fails.
     (xor.run)();
     contenders.retain_mut(|contender| (contender.run)());
@@ -205,16 +277,18 @@ fn pseudo_random(seed: u64, len: usize) -> Vec<u8> {
         .collect()
 }
 
-fn xor_contender<'a>(data: &[Vec<u8>]) -> Contender<'a> {
-    let data = data.to_vec();
-    let mut out = vec![0u8; data[0].len()];
+fn xor_contender<'a>(layout: Layout, data: &[Vec<u8>]) -> Contender<'a> {
+    let k = data.len();
+    let mut shards = Shards::new(layout, data, 1);
     Contender {
         implementation: "xor".to_owned(),
         op: Op::Encode,
         run: Box::new(move || {
-            let sources: Vec<&[u8]> = data.iter().map(Vec::as_slice).collect();
+            let mut slices = shards.slices_mut();
+            let (sources, out) = slices.split_at_mut(k);
+            let sources: Vec<&[u8]> = sources.iter().map(|s| &**s).collect();
             crate::Kernels::new(Backend::detect())
-                .map(|kernels| kernels.xor_slices(&sources, &mut out))
+                .map(|kernels| kernels.xor_slices(&sources, &mut *out[0]))
                 .is_some()
         }),
         samples: Vec::new(),
@@ -222,18 +296,16 @@ fn xor_contender<'a>(data: &[Vec<u8>]) -> Contender<'a> {
     }
 }
 
-/// Shards of `data` followed by `r` zeroed parity shards.
-fn with_parity(data: &[Vec<u8>], r: usize) -> Vec<Vec<u8>> {
-    let mut shards = data.to_vec();
-    shards.extend((0..r).map(|_| vec![0u8; data[0].len()]));
-    shards
-}
-
-fn somnus_contenders<'a>(name: String, code: Arc<Code>, data: &[Vec<u8>]) -> Vec<Contender<'a>> {
+fn somnus_contenders<'a>(
+    name: String,
+    code: Arc<Code>,
+    layout: Layout,
+    data: &[Vec<u8>],
+) -> Vec<Contender<'a>> {
     let (k, r) = (code.data_shards(), code.parity_shards());
-    let mut encode_shards = with_parity(data, r);
-    let mut lost = with_parity(data, r);
-    let _ = code.encode_shards(&mut lost);
+    let mut encode_shards = Shards::new(layout, data, r);
+    let mut lost = Shards::new(layout, data, r);
+    let _ = code.encode_shards(&mut lost.slices_mut());
     let mut present = vec![true; k + r];
     present[..lost_count(k, r)].iter_mut().for_each(|p| *p = false);
     let encoder = Arc::clone(&code);
@@ -241,33 +313,33 @@ fn somnus_contenders<'a>(name: String, code: Arc<Code>, data: &[Vec<u8>]) -> Vec
         Contender {
             implementation: name.clone(),
             op: Op::Encode,
-            run: Box::new(move || encoder.encode_shards(&mut encode_shards).is_ok()),
+            run: Box::new(move || encoder.encode_shards(&mut encode_shards.slices_mut()).is_ok()),
             samples: Vec::new(),
             ratios: Vec::new(),
         },
         Contender {
             implementation: name,
             op: Op::Reconstruct,
-            run: Box::new(move || code.reconstruct_data(&mut lost, &present).is_ok()),
+            run: Box::new(move || code.reconstruct_data(&mut lost.slices_mut(), &present).is_ok()),
             samples: Vec::new(),
             ratios: Vec::new(),
         },
     ]
 }
 
-fn rse_contenders<'a>(k: usize, r: usize, data: &[Vec<u8>]) -> Vec<Contender<'a>> {
+fn rse_contenders<'a>(k: usize, r: usize, layout: Layout, data: &[Vec<u8>]) -> Vec<Contender<'a>> {
     use reed_solomon_erasure::galois_8::ReedSolomon;
     let (Ok(encoder), Ok(decoder)) = (ReedSolomon::new(k, r), ReedSolomon::new(k, r)) else {
         return Vec::new();
     };
-    let mut encode_shards = with_parity(data, r);
-    let mut lost = with_parity(data, r);
-    let _ = encoder.encode(&mut lost);
+    let mut encode_shards = Shards::new(layout, data, r);
+    let mut lost = Shards::new(layout, data, r);
+    let _ = encoder.encode(&mut lost.slices_mut());
     vec![
         Contender {
             implementation: "reed-solomon-erasure".to_owned(),
             op: Op::Encode,
-            run: Box::new(move || encoder.encode(&mut encode_shards).is_ok()),
+            run: Box::new(move || encoder.encode(&mut encode_shards.slices_mut()).is_ok()),
             samples: Vec::new(),
             ratios: Vec::new(),
         },
@@ -277,9 +349,10 @@ fn rse_contenders<'a>(k: usize, r: usize, data: &[Vec<u8>]) -> Vec<Contender<'a>
             run: Box::new(move || {
                 // The slices are reused in place: (buffer, present?).
                 let mut slices: Vec<(&mut [u8], bool)> = lost
-                    .iter_mut()
+                    .slices_mut()
+                    .into_iter()
                     .enumerate()
-                    .map(|(i, shard)| (shard.as_mut_slice(), i >= lost_count(k, r)))
+                    .map(|(i, shard)| (shard, i >= lost_count(k, r)))
                     .collect();
                 decoder.reconstruct_data(&mut slices).is_ok()
             }),
@@ -289,7 +362,7 @@ fn rse_contenders<'a>(k: usize, r: usize, data: &[Vec<u8>]) -> Vec<Contender<'a>
     ]
 }
 
-fn simd_contenders<'a>(k: usize, r: usize, data: &[Vec<u8>]) -> Vec<Contender<'a>> {
+fn simd_contenders<'a>(k: usize, r: usize, layout: Layout, data: &[Vec<u8>]) -> Vec<Contender<'a>> {
     use reed_solomon_simd::{ReedSolomonDecoder, ReedSolomonEncoder};
     let len = data[0].len();
     let (Ok(mut encoder), Ok(mut decoder)) =
@@ -307,15 +380,15 @@ fn simd_contenders<'a>(k: usize, r: usize, data: &[Vec<u8>]) -> Vec<Contender<'a
             Err(_) => return Vec::new(),
         }
     };
-    let encode_data = data.to_vec();
-    let decode_data = data.to_vec();
+    let encode_data = Shards::new(layout, data, 0);
+    let decode_data = Shards::new(layout, data, 0);
     vec![
         Contender {
             implementation: "reed-solomon-simd".to_owned(),
             op: Op::Encode,
             run: Box::new(move || {
                 let _ = encoder.reset(k, r, len);
-                encode_data.iter().for_each(|shard| {
+                encode_data.slices().into_iter().for_each(|shard| {
                     let _ = encoder.add_original_shard(shard);
                 });
                 // The parities stay in the encoder's buffers, as its API gives them.
@@ -329,7 +402,9 @@ fn simd_contenders<'a>(k: usize, r: usize, data: &[Vec<u8>]) -> Vec<Contender<'a
             op: Op::Reconstruct,
             run: Box::new(move || {
                 let _ = decoder.reset(k, r, len);
-                for (index, shard) in decode_data.iter().enumerate().skip(lost_count(k, r)) {
+                for (index, shard) in
+                    decode_data.slices().into_iter().enumerate().skip(lost_count(k, r))
+                {
                     let _ = decoder.add_original_shard(index, shard);
                 }
                 for (index, shard) in recovery.iter().enumerate().take(lost_count(k, r)) {

@@ -15,7 +15,9 @@
 //!   layout.
 //!
 //! Shards may have any length; long ones are processed in cache-sized blocks.
+//! [`StripeBuffer`] lays shards out so that their streams do not alias in the caches.
 
+mod buffer;
 mod code;
 pub mod ecs2;
 mod error;
@@ -26,6 +28,7 @@ mod matrix;
 #[cfg(feature = "compare")]
 pub mod bench;
 
+pub use buffer::StripeBuffer;
 pub use code::Code;
 pub use error::{Error, Result};
 pub use kernels::{Backend, Kernels, mul_slice, mul_slice_xor, xor_slices};
