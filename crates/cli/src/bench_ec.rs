@@ -30,11 +30,11 @@ pub(crate) struct BenchEcArgs {
     /// `somnus` alone is the backend chosen at run time (or by SOMNUS_EC_BACKEND).
     #[arg(long)]
     backends: bool,
-    /// Where the shards live, for every implementation alike: `staggered` (one buffer
-    /// per stripe with the shards staggered across cache sets, as somnus lays them out)
-    /// or `separate` (one allocation per shard, which puts every shard at the same page
-    /// offset, so that the streams contend for cache sets).
-    #[arg(long, default_value = "staggered", value_parser = ["staggered", "separate"])]
+    /// Where the shards live, for every implementation alike: `separate` (one
+    /// allocation per shard, as most callers do; large allocations all start at the same
+    /// page offset) or `staggered` (one `StripeBuffer` per stripe, the shards staggered
+    /// across cache sets).
+    #[arg(long, default_value = "separate", value_parser = ["separate", "staggered"])]
     layout: String,
     /// Print a JSON array with one object per measurement, keys `code`, `shard_bytes`,
     /// `op`, `impl`, `gbps` (the median), `min_gbps`, `max_gbps` and `ratio_to_xor`.

@@ -8,8 +8,8 @@
 //! shard 1 where r or k is 1, rebuilt from the other data shards and the first
 //! parities). An implementation whose first run fails is left out.
 //!
-//! The shards are staggered across cache sets ([`StripeBuffer`]) for every
-//! implementation, or with [`Layout::Separate`] allocated one by one.
+//! The shards are allocated one by one for every implementation, or with
+//! [`Layout::Staggered`] kept in one [`StripeBuffer`] per stripe.
 //!
 //! A shared machine has slow phases lasting seconds, so absolute figures wander; the
 //! ratios are paired: in each of `rounds` rounds, every implementation runs for
@@ -144,7 +144,7 @@ impl Default for Options {
             rounds: 15,
             round_time: Duration::from_millis(40),
             backends: Vec::new(),
-            layout: Layout::Staggered,
+            layout: Layout::Separate,
         }
     }
 }

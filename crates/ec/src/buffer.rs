@@ -5,8 +5,8 @@
 //! When the shards start at the same address modulo 4 KiB (as separately allocated
 //! large buffers, or shards cut from one buffer at a power-of-two size, do), the lines
 //! of all streams fall into the same cache sets; past the caches' associativity they
-//! evict each other, prefetched lines included. Measured here (one core, `docs/ec.md`):
-//! RS(10,4) with 1 MiB shards encodes at about half the speed in such a layout.
+//! evict each other, prefetched lines included (`docs/ec.md` gives what this measured
+//! to on this machine: a large gain in a standalone loop, none in the benchmark).
 //! [`StripeBuffer`] puts shard `i` at `i * stride` with `stride` a multiple of 4 KiB plus
 //! 64 bytes, so that the same offset of consecutive shards lands in consecutive sets.
 
