@@ -159,6 +159,18 @@ struct Contender<'a> {
     ratios: Vec<f64>,
 }
 
+impl<'a> Contender<'a> {
+    fn new(implementation: &str, op: Op, run: impl FnMut() -> bool + 'a) -> Contender<'a> {
+        Contender {
+            implementation: implementation.to_owned(),
+            op,
+            run: Box::new(run),
+            samples: Vec::new(),
+            ratios: Vec::new(),
+        }
+    }
+}
+
 fn median(mut values: Vec<f64>) -> f64 {
     values.sort_by(f64::total_cmp);
     values.get(values.len() / 2).copied().unwrap_or(f64::NAN)
@@ -280,20 +292,13 @@ fn pseudo_random(seed: u64, len: usize) -> Vec<u8> {
 fn xor_contender<'a>(layout: Layout, data: &[Vec<u8>]) -> Contender<'a> {
     let k = data.len();
     let mut shards = Shards::new(layout, data, 1);
-    Contender {
-        implementation: "xor".to_owned(),
-        op: Op::Encode,
-        run: Box::new(move || {
-            let mut slices = shards.slices_mut();
-            let (sources, out) = slices.split_at_mut(k);
-            let sources: Vec<&[u8]> = sources.iter().map(|s| &**s).collect();
-            crate::Kernels::new(Backend::detect())
-                .map(|kernels| kernels.xor_slices(&sources, &mut *out[0]))
-                .is_some()
-        }),
-        samples: Vec::new(),
-        ratios: Vec::new(),
-    }
+    Contender::new("xor", Op::Encode, move || {
+        let mut slices = shards.slices_mut();
+        let (sources, out) = slices.split_at_mut(k);
+        let sources: Vec<&[u8]> = sources.iter().map(|s| &**s).collect();
+        crate::xor_slices(&sources, &mut *out[0]);
+        true
+    })
 }
 
 fn somnus_contenders<'a>(
@@ -310,20 +315,12 @@ fn somnus_contenders<'a>(
     present[..lost_count(k, r)].iter_mut().for_each(|p| *p = false);
     let encoder = Arc::clone(&code);
     vec![
-        Contender {
-            implementation: name.clone(),
-            op: Op::Encode,
-            run: Box::new(move || encoder.encode_shards(&mut encode_shards.slices_mut()).is_ok()),
-            samples: Vec::new(),
-            ratios: Vec::new(),
-        },
-        Contender {
-            implementation: name,
-            op: Op::Reconstruct,
-            run: Box::new(move || code.reconstruct_data(&mut lost.slices_mut(), &present).is_ok()),
-            samples: Vec::new(),
-            ratios: Vec::new(),
-        },
+        Contender::new(&name, Op::Encode, move || {
+            encoder.encode_shards(&mut encode_shards.slices_mut()).is_ok()
+        }),
+        Contender::new(&name, Op::Reconstruct, move || {
+            code.reconstruct_data(&mut lost.slices_mut(), &present).is_ok()
+        }),
     ]
 }
 
@@ -336,29 +333,19 @@ fn rse_contenders<'a>(k: usize, r: usize, layout: Layout, data: &[Vec<u8>]) -> V
     let mut lost = Shards::new(layout, data, r);
     let _ = encoder.encode(&mut lost.slices_mut());
     vec![
-        Contender {
-            implementation: "reed-solomon-erasure".to_owned(),
-            op: Op::Encode,
-            run: Box::new(move || encoder.encode(&mut encode_shards.slices_mut()).is_ok()),
-            samples: Vec::new(),
-            ratios: Vec::new(),
-        },
-        Contender {
-            implementation: "reed-solomon-erasure".to_owned(),
-            op: Op::Reconstruct,
-            run: Box::new(move || {
-                // The slices are reused in place: (buffer, present?).
-                let mut slices: Vec<(&mut [u8], bool)> = lost
-                    .slices_mut()
-                    .into_iter()
-                    .enumerate()
-                    .map(|(i, shard)| (shard, i >= lost_count(k, r)))
-                    .collect();
-                decoder.reconstruct_data(&mut slices).is_ok()
-            }),
-            samples: Vec::new(),
-            ratios: Vec::new(),
-        },
+        Contender::new("reed-solomon-erasure", Op::Encode, move || {
+            encoder.encode(&mut encode_shards.slices_mut()).is_ok()
+        }),
+        Contender::new("reed-solomon-erasure", Op::Reconstruct, move || {
+            // The slices are reused in place: (buffer, present?).
+            let mut slices: Vec<(&mut [u8], bool)> = lost
+                .slices_mut()
+                .into_iter()
+                .enumerate()
+                .map(|(i, shard)| (shard, i >= lost_count(k, r)))
+                .collect();
+            decoder.reconstruct_data(&mut slices).is_ok()
+        }),
     ]
 }
 
@@ -383,39 +370,27 @@ fn simd_contenders<'a>(k: usize, r: usize, layout: Layout, data: &[Vec<u8>]) -> 
     let encode_data = Shards::new(layout, data, 0);
     let decode_data = Shards::new(layout, data, 0);
     vec![
-        Contender {
-            implementation: "reed-solomon-simd".to_owned(),
-            op: Op::Encode,
-            run: Box::new(move || {
-                let _ = encoder.reset(k, r, len);
-                encode_data.slices().into_iter().for_each(|shard| {
-                    let _ = encoder.add_original_shard(shard);
-                });
-                // The parities stay in the encoder's buffers, as its API gives them.
-                encoder.encode().map(|result| result.recovery_iter().count()).is_ok()
-            }),
-            samples: Vec::new(),
-            ratios: Vec::new(),
-        },
-        Contender {
-            implementation: "reed-solomon-simd".to_owned(),
-            op: Op::Reconstruct,
-            run: Box::new(move || {
-                let _ = decoder.reset(k, r, len);
-                for (index, shard) in
-                    decode_data.slices().into_iter().enumerate().skip(lost_count(k, r))
-                {
-                    let _ = decoder.add_original_shard(index, shard);
-                }
-                for (index, shard) in recovery.iter().enumerate().take(lost_count(k, r)) {
-                    let _ = decoder.add_recovery_shard(index, shard);
-                }
-                // The rebuilt shards stay in the decoder's buffers, as its API gives them.
-                decoder.decode().is_ok_and(|result| result.restored_original(0).is_some())
-            }),
-            samples: Vec::new(),
-            ratios: Vec::new(),
-        },
+        Contender::new("reed-solomon-simd", Op::Encode, move || {
+            let _ = encoder.reset(k, r, len);
+            encode_data.slices().into_iter().for_each(|shard| {
+                let _ = encoder.add_original_shard(shard);
+            });
+            // The parities stay in the encoder's buffers, as its API gives them.
+            encoder.encode().map(|result| result.recovery_iter().count()).is_ok()
+        }),
+        Contender::new("reed-solomon-simd", Op::Reconstruct, move || {
+            let _ = decoder.reset(k, r, len);
+            for (index, shard) in
+                decode_data.slices().into_iter().enumerate().skip(lost_count(k, r))
+            {
+                let _ = decoder.add_original_shard(index, shard);
+            }
+            for (index, shard) in recovery.iter().enumerate().take(lost_count(k, r)) {
+                let _ = decoder.add_recovery_shard(index, shard);
+            }
+            // The rebuilt shards stay in the decoder's buffers, as its API gives them.
+            decoder.decode().is_ok_and(|result| result.restored_original(0).is_some())
+        }),
     ]
 }
 

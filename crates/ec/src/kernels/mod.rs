@@ -224,7 +224,7 @@ fn simd_block(
 /// # Panics
 /// If the slices differ in length.
 pub fn mul_slice(c: u8, src: &[u8], dst: &mut [u8]) {
-    dot(Backend::detect(), &[c], &[src], &mut [dst], false);
+    Kernels::detected().mul_slice(c, src, dst);
 }
 
 /// `dst ^= c * src`.
@@ -232,7 +232,7 @@ pub fn mul_slice(c: u8, src: &[u8], dst: &mut [u8]) {
 /// # Panics
 /// If the slices differ in length.
 pub fn mul_slice_xor(c: u8, src: &[u8], dst: &mut [u8]) {
-    dot(Backend::detect(), &[c], &[src], &mut [dst], true);
+    Kernels::detected().mul_slice_xor(c, src, dst);
 }
 
 /// `dst = srcs[0] ^ srcs[1] ^ ...` (zero for no sources).
@@ -240,7 +240,7 @@ pub fn mul_slice_xor(c: u8, src: &[u8], dst: &mut [u8]) {
 /// # Panics
 /// If the slices differ in length.
 pub fn xor_slices(srcs: &[&[u8]], dst: &mut [u8]) {
-    dot(Backend::detect(), &vec![1; srcs.len()], srcs, &mut [dst], false);
+    Kernels::detected().xor_slices(srcs, dst);
 }
 
 /// The slice kernels with a chosen backend, for tests, fuzzing and benchmarks that
@@ -254,6 +254,11 @@ impl Kernels {
     /// The kernels of `backend`, or `None` if this CPU cannot run it.
     pub fn new(backend: Backend) -> Option<Kernels> {
         backend.is_available().then_some(Kernels { backend })
+    }
+
+    /// The kernels of [`Backend::detect`].
+    pub fn detected() -> Kernels {
+        Kernels { backend: Backend::detect() }
     }
 
     /// The backend.
