@@ -28,23 +28,19 @@ use crate::gf::{AFFINE, NIBBLES};
 /// The most outputs one pass computes; more are done in groups.
 pub(crate) const MAX_GROUP: usize = 4;
 
-/// One instruction set's vector operations. Every method is `#[inline(always)]` so that
-/// it is compiled inside the `#[target_feature]` entry point that calls it.
-trait Lanes {
+/// A vector width's operations. Every method is `#[inline(always)]` so that it is
+/// compiled inside the `#[target_feature]` entry point that calls it.
+trait Vector {
     type V: Copy;
-    /// An input vector made ready for multiplication (its nibbles, for shuffles).
-    type P: Copy;
     const WIDTH: usize;
-    unsafe fn load(p: *const u8) -> Self::V;
-    unsafe fn store(p: *mut u8, v: Self::V);
-    unsafe fn zero() -> Self::V;
-    unsafe fn xor(a: Self::V, b: Self::V) -> Self::V;
-    unsafe fn prepare(v: Self::V) -> Self::P;
-    unsafe fn mul(p: Self::P, c: u8) -> Self::V;
     /// Whether the loop takes inputs two at a time, folding both products into an
     /// output with one three-way XOR: worth it where that is one instruction
     /// (AVX-512's `VPTERNLOGQ`) and there are registers for the extra inputs.
     const PAIRS: bool = false;
+    unsafe fn load(p: *const u8) -> Self::V;
+    unsafe fn store(p: *mut u8, v: Self::V);
+    unsafe fn zero() -> Self::V;
+    unsafe fn xor(a: Self::V, b: Self::V) -> Self::V;
     /// `a ^ b ^ c`.
     #[inline(always)]
     unsafe fn xor3(a: Self::V, b: Self::V, c: Self::V) -> Self::V {
@@ -53,16 +49,30 @@ trait Lanes {
     }
 }
 
+/// A way to multiply vectors of width `W` by a constant.
+trait Multiply<W: Vector> {
+    /// An input vector made ready for multiplication (its nibbles, for shuffles).
+    type P: Copy;
+    unsafe fn prepare(v: W::V) -> Self::P;
+    unsafe fn mul(p: Self::P, c: u8) -> W::V;
+}
+
 /// `outputs[j] (^)= sum_i coefs[j * k + i] * inputs[i]` for the first
 /// `len / (UNROLL * WIDTH) * UNROLL * WIDTH` bytes; returns how many bytes that was. With
 /// `FIRST_XOR`, row 0 of `coefs` is all ones (a first parity, or an XOR of slices) and
 /// is computed with XORs alone.
 ///
 /// # Safety
-/// The CPU has `L`'s features; every input and output pointer is valid for `len` bytes;
+/// The CPU has `W`'s and `M`'s features; every input and output pointer is valid for `len` bytes;
 /// no output overlaps an input or another output; `coefs.len() == R * inputs.len()`.
 #[inline(always)]
-unsafe fn dot_body<L: Lanes, const R: usize, const U: usize, const FIRST_XOR: bool>(
+unsafe fn dot_body<
+    W: Vector,
+    M: Multiply<W>,
+    const R: usize,
+    const U: usize,
+    const FIRST_XOR: bool,
+>(
     coefs: &[u8],
     inputs: &[*const u8],
     outputs: &[*mut u8; R],
@@ -71,7 +81,7 @@ unsafe fn dot_body<L: Lanes, const R: usize, const U: usize, const FIRST_XOR: bo
 ) -> usize {
     let k = inputs.len();
     debug_assert_eq!(coefs.len(), R * k);
-    let step = U * L::WIDTH;
+    let step = U * W::WIDTH;
     let mut offset = 0;
     while offset + step <= len {
         // SAFETY: offset + step <= len, so every access below is in bounds of the
@@ -80,28 +90,28 @@ unsafe fn dot_body<L: Lanes, const R: usize, const U: usize, const FIRST_XOR: bo
             // Plain loops, not closures or `array::map`: those are not always inlined
             // into the `#[target_feature]` function, and every intrinsic would become
             // a call.
-            let load = |p: *const u8| -> [L::V; U] {
-                let mut vectors = [L::zero(); U];
+            let load = |p: *const u8| -> [W::V; U] {
+                let mut vectors = [W::zero(); U];
                 for (u, vector) in vectors.iter_mut().enumerate() {
-                    *vector = L::load(p.add(offset + u * L::WIDTH));
+                    *vector = W::load(p.add(offset + u * W::WIDTH));
                 }
                 vectors
             };
-            let prepare = |vectors: &[L::V; U]| -> [L::P; U] {
-                let mut prepared = [L::prepare(vectors[0]); U];
+            let prepare = |vectors: &[W::V; U]| -> [M::P; U] {
+                let mut prepared = [M::prepare(vectors[0]); U];
                 for u in 1..U {
-                    prepared[u] = L::prepare(vectors[u]);
+                    prepared[u] = M::prepare(vectors[u]);
                 }
                 prepared
             };
-            let mut acc = [[L::zero(); U]; R];
+            let mut acc = [[W::zero(); U]; R];
             if accumulate {
                 for j in 0..R {
                     acc[j] = load(outputs[j].cast_const());
                 }
             }
             let mut i = 0;
-            while L::PAIRS && i + 2 <= k {
+            while W::PAIRS && i + 2 <= k {
                 let a = load(*inputs.get_unchecked(i));
                 let b = load(*inputs.get_unchecked(i + 1));
                 let pa = prepare(&a);
@@ -109,13 +119,13 @@ unsafe fn dot_body<L: Lanes, const R: usize, const U: usize, const FIRST_XOR: bo
                 for j in 0..R {
                     if FIRST_XOR && j == 0 {
                         for u in 0..U {
-                            acc[0][u] = L::xor3(acc[0][u], a[u], b[u]);
+                            acc[0][u] = W::xor3(acc[0][u], a[u], b[u]);
                         }
                     } else {
                         let (ca, cb) =
                             (*coefs.get_unchecked(j * k + i), *coefs.get_unchecked(j * k + i + 1));
                         for u in 0..U {
-                            acc[j][u] = L::xor3(acc[j][u], L::mul(pa[u], ca), L::mul(pb[u], cb));
+                            acc[j][u] = W::xor3(acc[j][u], M::mul(pa[u], ca), M::mul(pb[u], cb));
                         }
                     }
                 }
@@ -127,12 +137,12 @@ unsafe fn dot_body<L: Lanes, const R: usize, const U: usize, const FIRST_XOR: bo
                 for j in 0..R {
                     if FIRST_XOR && j == 0 {
                         for u in 0..U {
-                            acc[0][u] = L::xor(acc[0][u], a[u]);
+                            acc[0][u] = W::xor(acc[0][u], a[u]);
                         }
                     } else {
                         let c = *coefs.get_unchecked(j * k + i);
                         for u in 0..U {
-                            acc[j][u] = L::xor(acc[j][u], L::mul(pa[u], c));
+                            acc[j][u] = W::xor(acc[j][u], M::mul(pa[u], c));
                         }
                     }
                 }
@@ -140,7 +150,7 @@ unsafe fn dot_body<L: Lanes, const R: usize, const U: usize, const FIRST_XOR: bo
             }
             for j in 0..R {
                 for u in 0..U {
-                    L::store(outputs[j].add(offset + u * L::WIDTH), acc[j][u]);
+                    W::store(outputs[j].add(offset + u * W::WIDTH), acc[j][u]);
                 }
             }
         }
@@ -149,10 +159,10 @@ unsafe fn dot_body<L: Lanes, const R: usize, const U: usize, const FIRST_XOR: bo
     offset
 }
 
-struct Ssse3;
-impl Lanes for Ssse3 {
+/// 16-byte vectors (SSE2, part of x86-64).
+struct W128;
+impl Vector for W128 {
     type V = __m128i;
-    type P = (__m128i, __m128i);
     const WIDTH: usize = 16;
     #[inline(always)]
     unsafe fn load(p: *const u8) -> __m128i {
@@ -174,30 +184,12 @@ impl Lanes for Ssse3 {
         // SAFETY: SSE2 is part of x86-64.
         unsafe { _mm_xor_si128(a, b) }
     }
-    #[inline(always)]
-    unsafe fn prepare(v: __m128i) -> (__m128i, __m128i) {
-        // SAFETY: SSE2 is part of x86-64.
-        unsafe {
-            let mask = _mm_set1_epi8(0x0f);
-            (_mm_and_si128(v, mask), _mm_and_si128(_mm_srli_epi16(v, 4), mask))
-        }
-    }
-    #[inline(always)]
-    unsafe fn mul((low, high): (__m128i, __m128i), c: u8) -> __m128i {
-        let tables = &NIBBLES[c as usize];
-        // SAFETY: the tables are 16 bytes each; SSSE3 is the caller's promise.
-        unsafe {
-            let t_low = _mm_loadu_si128(tables.low.as_ptr().cast());
-            let t_high = _mm_loadu_si128(tables.high.as_ptr().cast());
-            _mm_xor_si128(_mm_shuffle_epi8(t_low, low), _mm_shuffle_epi8(t_high, high))
-        }
-    }
 }
 
-struct Avx2;
-impl Lanes for Avx2 {
+/// 32-byte vectors (AVX2).
+struct W256;
+impl Vector for W256 {
     type V = __m256i;
-    type P = (__m256i, __m256i);
     const WIDTH: usize = 32;
     #[inline(always)]
     unsafe fn load(p: *const u8) -> __m256i {
@@ -219,37 +211,14 @@ impl Lanes for Avx2 {
         // SAFETY: the caller's features.
         unsafe { _mm256_xor_si256(a, b) }
     }
-    #[inline(always)]
-    unsafe fn prepare(v: __m256i) -> (__m256i, __m256i) {
-        // SAFETY: the caller's features.
-        unsafe {
-            let mask = _mm256_set1_epi8(0x0f);
-            (_mm256_and_si256(v, mask), _mm256_and_si256(_mm256_srli_epi16(v, 4), mask))
-        }
-    }
-    #[inline(always)]
-    unsafe fn mul((low, high): (__m256i, __m256i), c: u8) -> __m256i {
-        let tables = &NIBBLES[c as usize];
-        // SAFETY: the tables are 16 bytes each; the caller's features.
-        unsafe {
-            let t_low = _mm256_broadcastsi128_si256(_mm_loadu_si128(tables.low.as_ptr().cast()));
-            let t_high = _mm256_broadcastsi128_si256(_mm_loadu_si128(tables.high.as_ptr().cast()));
-            _mm256_xor_si256(_mm256_shuffle_epi8(t_low, low), _mm256_shuffle_epi8(t_high, high))
-        }
-    }
 }
 
-struct Avx512;
-impl Lanes for Avx512 {
+/// 64-byte vectors (AVX-512F), with a one-instruction three-way XOR.
+struct W512;
+impl Vector for W512 {
     type V = __m512i;
-    type P = (__m512i, __m512i);
     const WIDTH: usize = 64;
     const PAIRS: bool = true;
-    #[inline(always)]
-    unsafe fn xor3(a: __m512i, b: __m512i, c: __m512i) -> __m512i {
-        // SAFETY: the caller's features (AVX-512F).
-        unsafe { _mm512_ternarylogic_epi64::<0x96>(a, b, c) }
-    }
     #[inline(always)]
     unsafe fn load(p: *const u8) -> __m512i {
         // SAFETY: the caller's bounds and features.
@@ -271,50 +240,81 @@ impl Lanes for Avx512 {
         unsafe { _mm512_xor_si512(a, b) }
     }
     #[inline(always)]
-    unsafe fn prepare(v: __m512i) -> (__m512i, __m512i) {
+    unsafe fn xor3(a: __m512i, b: __m512i, c: __m512i) -> __m512i {
         // SAFETY: the caller's features.
-        unsafe {
-            let mask = _mm512_set1_epi8(0x0f);
-            (_mm512_and_si512(v, mask), _mm512_and_si512(_mm512_srli_epi16(v, 4), mask))
-        }
-    }
-    #[inline(always)]
-    unsafe fn mul((low, high): (__m512i, __m512i), c: u8) -> __m512i {
-        let tables = &NIBBLES[c as usize];
-        // SAFETY: the tables are 16 bytes each; the caller's features.
-        unsafe {
-            let t_low = _mm512_broadcast_i32x4(_mm_loadu_si128(tables.low.as_ptr().cast()));
-            let t_high = _mm512_broadcast_i32x4(_mm_loadu_si128(tables.high.as_ptr().cast()));
-            _mm512_xor_si512(_mm512_shuffle_epi8(t_low, low), _mm512_shuffle_epi8(t_high, high))
-        }
+        unsafe { _mm512_ternarylogic_epi64::<0x96>(a, b, c) }
     }
 }
 
-struct Avx2Gfni;
-impl Lanes for Avx2Gfni {
-    type V = __m256i;
+/// Nibble-table shuffles: `c * x = low[x & 15] ^ high[x >> 4]`, each table looked up
+/// for a whole vector by one `PSHUFB` (SSSE3, AVX2, AVX-512BW).
+struct Shuffle;
+
+/// The nibble-shuffle multiplication for one width, from its intrinsics: the 16-byte
+/// tables are broadcast to every 128-bit lane by `$lanes`.
+macro_rules! shuffle_multiply {
+    ($width:ty, $v:ty, $set1:ident, $and:ident, $srli:ident, $shuffle:ident, $xor:ident, $lanes:expr) => {
+        impl Multiply<$width> for Shuffle {
+            type P = ($v, $v);
+            #[inline(always)]
+            unsafe fn prepare(v: $v) -> ($v, $v) {
+                // SAFETY: the caller's features.
+                unsafe {
+                    let mask = $set1(0x0f);
+                    ($and(v, mask), $and($srli(v, 4), mask))
+                }
+            }
+            #[inline(always)]
+            unsafe fn mul((low, high): ($v, $v), c: u8) -> $v {
+                let tables = &NIBBLES[c as usize];
+                // SAFETY: the tables are 16 bytes each; the caller's features.
+                unsafe {
+                    let t_low = $lanes(_mm_loadu_si128(tables.low.as_ptr().cast()));
+                    let t_high = $lanes(_mm_loadu_si128(tables.high.as_ptr().cast()));
+                    $xor($shuffle(t_low, low), $shuffle(t_high, high))
+                }
+            }
+        }
+    };
+}
+
+shuffle_multiply!(
+    W128,
+    __m128i,
+    _mm_set1_epi8,
+    _mm_and_si128,
+    _mm_srli_epi16,
+    _mm_shuffle_epi8,
+    _mm_xor_si128,
+    |t| t
+);
+shuffle_multiply!(
+    W256,
+    __m256i,
+    _mm256_set1_epi8,
+    _mm256_and_si256,
+    _mm256_srli_epi16,
+    _mm256_shuffle_epi8,
+    _mm256_xor_si256,
+    |t| _mm256_broadcastsi128_si256(t)
+);
+shuffle_multiply!(
+    W512,
+    __m512i,
+    _mm512_set1_epi8,
+    _mm512_and_si512,
+    _mm512_srli_epi16,
+    _mm512_shuffle_epi8,
+    _mm512_xor_si512,
+    |t| _mm512_broadcast_i32x4(t)
+);
+
+/// GF(2) affine transforms: one `GF2P8AFFINEQB` multiplies a whole vector by the 8x8 bit
+/// matrix of "times c" (GFNI).
+struct Gfni;
+
+impl Multiply<W256> for Gfni {
     type P = __m256i;
-    const WIDTH: usize = 32;
-    #[inline(always)]
-    unsafe fn load(p: *const u8) -> __m256i {
-        // SAFETY: as for AVX2.
-        unsafe { Avx2::load(p) }
-    }
-    #[inline(always)]
-    unsafe fn store(p: *mut u8, v: __m256i) {
-        // SAFETY: as for AVX2.
-        unsafe { Avx2::store(p, v) }
-    }
-    #[inline(always)]
-    unsafe fn zero() -> __m256i {
-        // SAFETY: as for AVX2.
-        unsafe { Avx2::zero() }
-    }
-    #[inline(always)]
-    unsafe fn xor(a: __m256i, b: __m256i) -> __m256i {
-        // SAFETY: as for AVX2.
-        unsafe { Avx2::xor(a, b) }
-    }
     #[inline(always)]
     unsafe fn prepare(v: __m256i) -> __m256i {
         v
@@ -328,37 +328,8 @@ impl Lanes for Avx2Gfni {
     }
 }
 
-struct Avx512Gfni;
-impl Lanes for Avx512Gfni {
-    type V = __m512i;
+impl Multiply<W512> for Gfni {
     type P = __m512i;
-    const WIDTH: usize = 64;
-    const PAIRS: bool = true;
-    #[inline(always)]
-    unsafe fn xor3(a: __m512i, b: __m512i, c: __m512i) -> __m512i {
-        // SAFETY: the caller's features (AVX-512F).
-        unsafe { _mm512_ternarylogic_epi64::<0x96>(a, b, c) }
-    }
-    #[inline(always)]
-    unsafe fn load(p: *const u8) -> __m512i {
-        // SAFETY: as for AVX-512.
-        unsafe { Avx512::load(p) }
-    }
-    #[inline(always)]
-    unsafe fn store(p: *mut u8, v: __m512i) {
-        // SAFETY: as for AVX-512.
-        unsafe { Avx512::store(p, v) }
-    }
-    #[inline(always)]
-    unsafe fn zero() -> __m512i {
-        // SAFETY: as for AVX-512.
-        unsafe { Avx512::zero() }
-    }
-    #[inline(always)]
-    unsafe fn xor(a: __m512i, b: __m512i) -> __m512i {
-        // SAFETY: as for AVX-512.
-        unsafe { Avx512::xor(a, b) }
-    }
     #[inline(always)]
     unsafe fn prepare(v: __m512i) -> __m512i {
         v
@@ -376,7 +347,7 @@ impl Lanes for Avx512Gfni {
 pub(crate) type Kernel = unsafe fn(&[u8], &[*const u8], &[*mut u8], usize, bool) -> usize;
 
 macro_rules! entry_points {
-    ($($name:ident: $lanes:ty, $unroll:literal, $features:literal;)*) => {$(
+    ($($name:ident: $width:ty, $multiply:ty, $unroll:literal, $features:literal;)*) => {$(
         /// # Safety
         /// The CPU has the features named; the pointers are as `dot_body` requires, and
         /// `outputs.len()` is between 1 and `MAX_GROUP`.
@@ -388,40 +359,33 @@ macro_rules! entry_points {
             len: usize,
             accumulate: bool,
         ) -> usize {
-            // SAFETY: forwarded from this function's contract; the group size is
-            // matched exactly, so the array conversions cannot fail.
+            // One instantiation per group size: the outputs' registers are arrays of
+            // constant length.
+            macro_rules! by_group {
+                ($first_xor:literal) => {
+                    match outputs {
+                        [a] => dot_body::<$width, $multiply, 1, $unroll, $first_xor>(coefs, inputs, &[*a], len, accumulate),
+                        [a, b] => dot_body::<$width, $multiply, 2, $unroll, $first_xor>(coefs, inputs, &[*a, *b], len, accumulate),
+                        [a, b, c] => dot_body::<$width, $multiply, 3, $unroll, $first_xor>(coefs, inputs, &[*a, *b, *c], len, accumulate),
+                        [a, b, c, d] => dot_body::<$width, $multiply, 4, $unroll, $first_xor>(coefs, inputs, &[*a, *b, *c, *d], len, accumulate),
+                        _ => 0,
+                    }
+                };
+            }
+            let first_row_is_xor = coefs.get(..inputs.len()).is_some_and(|row| row.iter().all(|&c| c == 1));
+            // SAFETY: forwarded from this function's contract; the group size is matched
+            // exactly.
             unsafe {
-                let k = inputs.len();
-                if coefs.get(..k).is_some_and(|row| row.iter().all(|&c| c == 1)) {
-                    match outputs {
-                        [a] => dot_body::<$lanes, 1, $unroll, true>(coefs, inputs, &[*a], len, accumulate),
-                        [a, b] => dot_body::<$lanes, 2, $unroll, true>(coefs, inputs, &[*a, *b], len, accumulate),
-                        [a, b, c] => dot_body::<$lanes, 3, $unroll, true>(coefs, inputs, &[*a, *b, *c], len, accumulate),
-                        [a, b, c, d] => {
-                            dot_body::<$lanes, 4, $unroll, true>(coefs, inputs, &[*a, *b, *c, *d], len, accumulate)
-                        }
-                        _ => 0,
-                    }
-                } else {
-                    match outputs {
-                        [a] => dot_body::<$lanes, 1, $unroll, false>(coefs, inputs, &[*a], len, accumulate),
-                        [a, b] => dot_body::<$lanes, 2, $unroll, false>(coefs, inputs, &[*a, *b], len, accumulate),
-                        [a, b, c] => dot_body::<$lanes, 3, $unroll, false>(coefs, inputs, &[*a, *b, *c], len, accumulate),
-                        [a, b, c, d] => {
-                            dot_body::<$lanes, 4, $unroll, false>(coefs, inputs, &[*a, *b, *c, *d], len, accumulate)
-                        }
-                        _ => 0,
-                    }
-                }
+                if first_row_is_xor { by_group!(true) } else { by_group!(false) }
             }
         }
     )*};
 }
 
 entry_points! {
-    dot_ssse3: Ssse3, 2, "ssse3";
-    dot_avx2: Avx2, 2, "avx2";
-    dot_avx512: Avx512, 2, "avx512f,avx512bw";
-    dot_avx2_gfni: Avx2Gfni, 2, "avx2,gfni";
-    dot_avx512_gfni: Avx512Gfni, 4, "avx512f,avx512bw,gfni";
+    dot_ssse3: W128, Shuffle, 2, "ssse3";
+    dot_avx2: W256, Shuffle, 2, "avx2";
+    dot_avx512: W512, Shuffle, 2, "avx512f,avx512bw";
+    dot_avx2_gfni: W256, Gfni, 2, "avx2,gfni";
+    dot_avx512_gfni: W512, Gfni, 4, "avx512f,avx512bw,gfni";
 }
