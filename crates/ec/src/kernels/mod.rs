@@ -278,7 +278,12 @@ impl Kernels {
 
     /// `dst = srcs[0] ^ srcs[1] ^ ...`. Panics if the slices differ in length.
     pub fn xor_slices(self, srcs: &[&[u8]], dst: &mut [u8]) {
-        dot(self.backend, &vec![1; srcs.len()], srcs, &mut [dst], false);
+        // The usual few sources take their coefficients from a constant row of ones.
+        const ONES: [u8; MAX_INPUTS] = [1; MAX_INPUTS];
+        match ONES.get(..srcs.len()) {
+            Some(ones) => dot(self.backend, ones, srcs, &mut [dst], false),
+            None => dot(self.backend, &vec![1; srcs.len()], srcs, &mut [dst], false),
+        }
     }
 
     /// `outputs[j] (^)= sum_i coefs[j * k + i] * inputs[i]`, `k = inputs.len()`: a
