@@ -4,6 +4,8 @@ use anyhow::Result;
 use clap::Subcommand;
 use somnus_core::power::{PowerState, builtin_profile, builtin_profile_names};
 use somnus_sim::topology::Topology;
+use somnus_trace::SyntheticConfig;
+use somnus_trace::synthetic::PRESETS;
 
 #[derive(Subcommand)]
 pub(crate) enum ShowCommand {
@@ -15,6 +17,12 @@ pub(crate) enum ShowCommand {
     /// Print the built-in MSR Cambridge topology (004 Table 4) as TOML, a starting
     /// point for `somnus sim offload --topology FILE`.
     Topology,
+    /// List the built-in synthetic trace presets, or print one's knobs as TOML (a
+    /// starting point for `somnus trace generate --config FILE`).
+    Preset {
+        /// The preset to print; without it, all are listed.
+        name: Option<String>,
+    },
 }
 
 pub(crate) fn run(command: ShowCommand) -> Result<()> {
@@ -58,6 +66,17 @@ pub(crate) fn run(command: ShowCommand) -> Result<()> {
             }
         }
         ShowCommand::Topology => print!("{}", Topology::msr_cambridge_text()),
+        ShowCommand::Preset { name: None } => {
+            for (name, description, _) in PRESETS {
+                println!("{name:<12} {description}");
+            }
+        }
+        ShowCommand::Preset { name: Some(name) } => {
+            // Parse first, so an unknown name gets the error listing the presets.
+            SyntheticConfig::preset(&name)?;
+            let text = PRESETS.iter().find(|(n, _, _)| *n == name).map_or("", |(_, _, t)| t);
+            print!("{text}");
+        }
     }
     Ok(())
 }

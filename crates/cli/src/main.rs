@@ -52,7 +52,7 @@ enum Command {
         #[command(subcommand)]
         command: logstore_cmd::LogstoreCommand,
     },
-    /// Show the built-in power profiles and topologies.
+    /// Show the built-in power profiles, topologies and synthetic trace presets.
     Show {
         #[command(subcommand)]
         command: info_cmd::ShowCommand,

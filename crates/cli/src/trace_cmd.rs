@@ -80,8 +80,14 @@ pub(crate) enum TraceCommand {
         /// A TOML file of generator knobs (servers, volumes_per_server, duration_s,
         /// mean_rate_per_s, read_fraction, diurnal_amplitude, ...); missing knobs keep
         /// their defaults and unknown keys are refused.
-        #[arg(long, value_name = "FILE.toml")]
+        #[arg(long, value_name = "FILE.toml", conflicts_with = "preset")]
         config: Option<PathBuf>,
+        /// A built-in generator config instead of --config. msr-fast08: the 36
+        /// volumes on 13 servers traced by Write Off-Loading (FAST'08), a week from
+        /// 2007-02-22 17:00 UTC calibrated to the activity its section 2 reports
+        /// (`somnus show preset msr-fast08` prints its knobs).
+        #[arg(long, value_name = "NAME")]
+        preset: Option<String>,
         /// A load file in the format of load-timeseries/cloudphysics_30min_load.csv;
         /// its request counts per 30-minute window replace the daily cosine as the
         /// rate curve. Needs --workload.
@@ -139,9 +145,13 @@ pub(crate) fn run(command: TraceCommand) -> Result<()> {
             run_stats(&files, &input, json, window_s, day)
         }
         TraceCommand::Convert { files, output, input } => run_convert(&files, &output, &input),
-        TraceCommand::Generate { output, seed, config, load_curve, workload, format } => {
-            let config =
-                load_config(config.as_deref(), load_curve.as_deref(), workload.as_deref())?;
+        TraceCommand::Generate { output, seed, config, preset, load_curve, workload, format } => {
+            let config = load_config(
+                config.as_deref(),
+                preset.as_deref(),
+                load_curve.as_deref(),
+                workload.as_deref(),
+            )?;
             run_generate(&output, seed, &config, format)
         }
     }
@@ -294,17 +304,19 @@ fn write_atomically<T>(
 
 fn load_config(
     path: Option<&Path>,
+    preset: Option<&str>,
     load_curve: Option<&Path>,
     workload: Option<&str>,
 ) -> Result<SyntheticConfig> {
-    let mut config = match path {
-        Some(path) => {
+    let mut config = match (path, preset) {
+        (Some(path), _) => {
             let text = std::fs::read_to_string(path)
                 .with_context(|| format!("reading {}", path.display()))?;
             toml::from_str::<SyntheticConfig>(&text)
                 .with_context(|| format!("parsing {}", path.display()))?
         }
-        None => SyntheticConfig::default(),
+        (None, Some(name)) => SyntheticConfig::preset(name)?,
+        (None, None) => SyntheticConfig::default(),
     };
     if let (Some(load_curve), Some(workload)) = (load_curve, workload) {
         let series = LoadSeries::open(load_curve)?;

@@ -26,6 +26,7 @@ const NANOS_PER_SECOND: f64 = 1e9;
 const SECTOR_BYTES: u64 = 512;
 const HOUR_NS: u64 = 3_600_000_000_000;
 const DAY_NS: u64 = 24 * HOUR_NS;
+const WEEK_NS: u64 = 7 * DAY_NS;
 /// Bounds on the knobs, so that a typo cannot ask for an unbounded run.
 const SERVERS_MAX: u32 = 10_000;
 const DURATION_S_MAX: f64 = 10.0 * 366.0 * 86_400.0;
@@ -34,6 +35,12 @@ const SIZES_MAX: usize = 64;
 const SIZE_BYTES_MAX: u32 = 64 << 20;
 const PREFIX_BYTES_MAX: usize = 32;
 const RATE_CURVE_STEPS_MAX: usize = 1 << 20;
+/// Seeds a volume's read stream apart from its write stream.
+const READ_STREAM_SALT: u64 = 0x5EAD_5EA5_0000_0001;
+/// Seeds the stratified per-volume draws.
+const STRATA_SALT: u64 = 0x57AA_7A00_0000_0002;
+/// The smallest per-volume read session share, so that sessions end.
+const SESSION_SHARE_MIN: f64 = 1e-3;
 
 /// One request size and its relative weight in the size mix.
 #[derive(Clone, Copy, Debug, PartialEq, serde::Deserialize, serde::Serialize)]
@@ -102,6 +109,31 @@ pub struct SyntheticConfig {
     pub idle_volumes: Vec<String>,
     /// Rate multiplier of the mostly idle volumes (default 0.01).
     pub idle_volume_rate_factor: f64,
+    /// Servers named one by one, each with its own number of volumes (default none).
+    /// When given, it replaces `servers`, `volumes_per_server` and `server_prefix`, so a
+    /// trace can have a real data center's layout, e.g. the 13 servers of 004 Table 1.
+    pub named_servers: Vec<NamedServer>,
+    /// Share of time a volume's reads are on (default 1: reads and writes are one
+    /// stream, split by `read_fraction`). Below 1, reads and writes become two
+    /// streams of the same mean rates, and reads arrive only in sessions that cover
+    /// this share of the time: the bursty reads of 004 section 2, where a volume is
+    /// active 60 % of the time but only 21 % counting reads alone.
+    pub read_session_fraction: f64,
+    /// Spread of the per-volume read session share: the sigma of a log-normal factor
+    /// with mean 1 (default 0).
+    pub read_session_spread: f64,
+    /// Mean length of a read session in seconds (default 600).
+    pub read_session_mean_s: f64,
+    /// Rate multiplier on Saturdays and Sundays, UTC (relative time counts from
+    /// 1970-01-01, a Thursday) (default 1: no weekly cycle).
+    pub weekend_factor: f64,
+    /// Draw the per-volume rate factor, read fraction and read session share from
+    /// evenly spaced quantiles of their distributions, dealt to the volumes in a
+    /// seeded order, instead of independently (default false). With a few dozen
+    /// volumes, independent draws let one seed's cluster be much busier than
+    /// another's; stratified draws keep the spread across volumes the same for
+    /// every seed.
+    pub stratify: bool,
     /// A measured load curve replacing the daily cosine (see [`RateCurve`]); built by
     /// the caller, for example from a [`LoadSeries`], never read from TOML.
     #[serde(skip)]
@@ -140,9 +172,50 @@ impl Default for SyntheticConfig {
             idle_gap_mean_s: 1_800.0,
             idle_volumes: Vec::new(),
             idle_volume_rate_factor: 0.01,
+            named_servers: Vec::new(),
+            read_session_fraction: 1.0,
+            read_session_spread: 0.0,
+            read_session_mean_s: 600.0,
+            weekend_factor: 1.0,
+            stratify: false,
             rate_curve: None,
         }
     }
+}
+
+/// The built-in generator configs: name, one-line description, TOML text.
+pub const PRESETS: &[(&str, &str, &str)] = &[(
+    "msr-fast08",
+    "the 36 volumes on 13 servers traced by Write Off-Loading (FAST'08), a week calibrated to its section 2",
+    include_str!("../presets/msr-fast08.toml"),
+)];
+
+impl SyntheticConfig {
+    /// The built-in config named `name` (see [`PRESETS`]).
+    pub fn preset(name: &str) -> Result<SyntheticConfig, SyntheticConfigError> {
+        let (_, _, text) = PRESETS.iter().find(|(n, _, _)| *n == name).ok_or_else(|| {
+            let names: Vec<&str> = PRESETS.iter().map(|(n, _, _)| *n).collect();
+            SyntheticConfigError {
+                key: "preset",
+                message: format!("no preset {name:?}; the presets are {}", names.join(", ")),
+            }
+        })?;
+        let config: SyntheticConfig = toml::from_str(text).map_err(|error| {
+            SyntheticConfigError { key: "preset", message: format!("{name}: {error}") }
+        })?;
+        config.validate()?;
+        Ok(config)
+    }
+}
+
+/// A server of `named_servers`: its name and how many volumes it has.
+#[derive(Clone, Debug, PartialEq, Eq, serde::Deserialize, serde::Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct NamedServer {
+    /// 1 to 32 bytes; its volumes are `{name}_0`, `{name}_1`, ...
+    pub name: String,
+    /// At least 1.
+    pub volumes: u32,
 }
 
 /// A knob out of its range.
@@ -212,7 +285,36 @@ impl SyntheticConfig {
         check_range(self.idle_gap_probability, 0.0, 1.0, "idle_gap_probability")?;
         check_range(self.idle_gap_mean_s, 0.0, DURATION_S_MAX, "idle_gap_mean_s")?;
         check_range(self.idle_volume_rate_factor, 0.0, 1.0, "idle_volume_rate_factor")?;
-        Ok(())
+        check(self.read_session_fraction > 0.0, "read_session_fraction", || {
+            "must be positive".to_owned()
+        })?;
+        check_range(self.read_session_fraction, 0.0, 1.0, "read_session_fraction")?;
+        check_range(self.read_session_spread, 0.0, 4.0, "read_session_spread")?;
+        check_range(self.read_session_mean_s, 0.001, DURATION_S_MAX, "read_session_mean_s")?;
+        check_range(self.weekend_factor, 0.0, 1_000.0, "weekend_factor")?;
+        self.validate_named_servers()
+    }
+
+    fn validate_named_servers(&self) -> Result<(), SyntheticConfigError> {
+        let mut volumes = 0u64;
+        for (index, server) in self.named_servers.iter().enumerate() {
+            let name = &server.name;
+            check(!name.is_empty() && name.len() <= PREFIX_BYTES_MAX, "named_servers", || {
+                format!("server {index}: name {name:?} must have 1 to {PREFIX_BYTES_MAX} bytes")
+            })?;
+            check(
+                !self.named_servers[..index].iter().any(|s| s.name == *name),
+                "named_servers",
+                || format!("server {index}: name {name:?} appears twice"),
+            )?;
+            check(server.volumes >= 1, "named_servers", || {
+                format!("server {index} ({name}): volumes must be at least 1")
+            })?;
+            volumes += u64::from(server.volumes);
+        }
+        check(volumes <= VOLUMES_MAX as u64, "named_servers", || {
+            format!("{volumes} volumes exceed {VOLUMES_MAX}")
+        })
     }
 
     fn validate_sizes(&self) -> Result<(), SyntheticConfigError> {
@@ -247,12 +349,27 @@ impl SyntheticConfig {
         )
     }
 
-    /// The volume names, in id order: `{prefix}{server:02}_{index}`.
-    fn volume_names(&self) -> impl Iterator<Item = String> + '_ {
-        (0..self.servers).flat_map(move |server| {
-            (0..self.volumes_per_server)
-                .map(move |index| format!("{}{server:02}_{index}", self.server_prefix))
-        })
+    /// The volume names, in id order: `{name}_{index}` of each named server, or
+    /// `{prefix}{server:02}_{index}` without named servers.
+    fn volume_names(&self) -> Vec<String> {
+        if !self.named_servers.is_empty() {
+            return self
+                .named_servers
+                .iter()
+                .flat_map(|server| (0..server.volumes).map(move |i| format!("{}_{i}", server.name)))
+                .collect();
+        }
+        (0..self.servers)
+            .flat_map(move |server| {
+                (0..self.volumes_per_server)
+                    .map(move |index| format!("{}{server:02}_{index}", self.server_prefix))
+            })
+            .collect()
+    }
+
+    /// Whether reads and writes are separate streams (reads in sessions).
+    fn split_reads(&self) -> bool {
+        self.read_session_fraction < 1.0
     }
 }
 
@@ -370,12 +487,15 @@ impl Shape {
     }
 }
 
-/// One day of the cosine curve, in steps, aligned so step 0 starts at relative time 0.
+/// One day (a week with a weekend factor) of the cosine curve, in steps, aligned so
+/// step 0 starts at relative time 0.
 fn diurnal_curve(config: &SyntheticConfig, start_ns: u64) -> (u64, Vec<f64>) {
     let step_ns = ((config.rate_step_s * NANOS_PER_SECOND) as u64).max(1);
-    // Whole days of steps only when the step divides a day; else a curve as long as the run.
+    let weekly = config.weekend_factor != 1.0;
+    let period_ns = if weekly { WEEK_NS } else { DAY_NS };
+    // Whole periods of steps only when the step divides a day; else a curve as long as the run.
     let steps = if DAY_NS.is_multiple_of(step_ns) {
-        DAY_NS / step_ns
+        period_ns / step_ns
     } else {
         ((config.duration_s * NANOS_PER_SECOND) as u64 / step_ns + 1)
             .min(RATE_CURVE_STEPS_MAX as u64)
@@ -385,18 +505,36 @@ fn diurnal_curve(config: &SyntheticConfig, start_ns: u64) -> (u64, Vec<f64>) {
             let middle_ns = start_ns.wrapping_add(step * step_ns + step_ns / 2);
             let hour = (middle_ns % DAY_NS) as f64 / HOUR_NS as f64;
             let phase = 2.0 * std::f64::consts::PI * (hour - config.peak_hour) / 24.0;
-            1.0 + config.diurnal_amplitude * phase.cos()
+            // Day 0 of Unix time was a Thursday: days 2 and 3 (mod 7) are the weekend.
+            let weekend = matches!((middle_ns / DAY_NS) % 7, 2 | 3);
+            let week = if weekend { config.weekend_factor } else { 1.0 };
+            (1.0 + config.diurnal_amplitude * phase.cos()) * week
         })
         .collect();
     (step_ns, curve)
 }
 
-/// One volume's arrival process and request shape.
+/// The on/off read sessions of a read stream.
+#[derive(Clone, Copy)]
+struct Sessions {
+    on: bool,
+    switch_ns: u64,
+    on_mean_ns: f64,
+    off_mean_ns: f64,
+    /// Rate multiplier while on, so that the mean rate is kept: 1 / (share of time on).
+    on_multiplier: f64,
+}
+
+/// One volume's arrival process and request shape: all its requests, or with split
+/// reads, its reads or its writes.
 struct VolumeStream {
     rng: Pcg64,
     volume: VolumeId,
     base_rate_per_ns: f64,
     read_fraction: f64,
+    /// `Some` for a stream of one kind only; `None` draws each kind by `read_fraction`.
+    kind: Option<IoKind>,
+    sessions: Option<Sessions>,
     hot_start_bytes: u64,
     last_end_bytes: u64,
     now_ns: u64,
@@ -416,13 +554,20 @@ impl VolumeStream {
         seed: u64,
         volume: VolumeId,
         mostly_idle: bool,
+        strata: Option<&Strata>,
     ) -> VolumeStream {
         let mut rng = Pcg64::seed_from_u64(mix(seed, u64::from(volume.0)));
         let sigma = config.rate_spread;
-        let lognormal = (sigma * standard_normal(&mut rng) - sigma * sigma / 2.0).exp();
+        let mut normal = standard_normal(&mut rng);
+        let mut uniform = rng.random::<f64>();
+        if let Some(strata) = strata {
+            normal = strata.rate_normal[volume.index()];
+            uniform = strata.read_uniform[volume.index()];
+        }
+        let lognormal = (sigma * normal - sigma * sigma / 2.0).exp();
         let idle_factor = if mostly_idle { config.idle_volume_rate_factor } else { 1.0 };
         let base_rate_per_ns = config.mean_rate_per_s * lognormal * idle_factor / NANOS_PER_SECOND;
-        let spread = config.read_fraction_spread * (2.0 * rng.random::<f64>() - 1.0);
+        let spread = config.read_fraction_spread * (2.0 * uniform - 1.0);
         let read_fraction = (config.read_fraction + spread).clamp(0.0, 1.0);
         let hot_slots = (shape.capacity_bytes - shape.hot_region_bytes.min(shape.capacity_bytes))
             / SECTOR_BYTES;
@@ -434,6 +579,8 @@ impl VolumeStream {
             volume,
             base_rate_per_ns,
             read_fraction,
+            kind: None,
+            sessions: None,
             hot_start_bytes,
             last_end_bytes: 0,
             now_ns: 0,
@@ -448,9 +595,74 @@ impl VolumeStream {
         stream
     }
 
-    /// Starts the constant-rate piece at `now_ns`: updates burst and idle states that
-    /// change here, then computes the piece's rate and end.
+    /// Splits a mixed stream into its writes (this stream's random sequence) and its
+    /// reads (a sequence of their own, arriving in sessions), with the same mean
+    /// rates and hot region.
+    fn split(
+        mut self,
+        config: &SyntheticConfig,
+        shape: &Shape,
+        seed: u64,
+        strata: Option<&Strata>,
+    ) -> (VolumeStream, VolumeStream) {
+        let mut rng = Pcg64::seed_from_u64(mix(seed ^ READ_STREAM_SALT, u64::from(self.volume.0)));
+        let sigma = config.read_session_spread;
+        let mut normal = standard_normal(&mut rng);
+        if let Some(strata) = strata {
+            normal = strata.session_normal[self.volume.index()];
+        }
+        let lognormal = (sigma * normal - sigma * sigma / 2.0).exp();
+        let share = (config.read_session_fraction * lognormal).clamp(SESSION_SHARE_MIN, 1.0);
+        let on_mean_ns = config.read_session_mean_s * NANOS_PER_SECOND;
+        let off_mean_ns = on_mean_ns * (1.0 - share) / share;
+        let on = rng.random::<f64>() < share;
+        let switch_ns = exponential(&mut rng, if on { on_mean_ns } else { off_mean_ns });
+        let burst_switch_ns =
+            if shape.bursts { exponential(&mut rng, shape.burst_off_mean_ns) } else { u64::MAX };
+        let mut reads = VolumeStream {
+            rng,
+            volume: self.volume,
+            base_rate_per_ns: self.base_rate_per_ns * self.read_fraction,
+            read_fraction: 1.0,
+            kind: Some(IoKind::Read),
+            sessions: (share < 1.0).then_some(Sessions {
+                on,
+                switch_ns,
+                on_mean_ns,
+                off_mean_ns,
+                on_multiplier: 1.0 / share,
+            }),
+            hot_start_bytes: self.hot_start_bytes,
+            last_end_bytes: 0,
+            now_ns: 0,
+            rate_per_ns: 0.0,
+            piece_end_ns: 0,
+            burst_on: false,
+            burst_switch_ns,
+            idle_until_ns: 0,
+            next_idle_check_ns: HOUR_NS,
+        };
+        reads.start_piece(shape);
+        self.base_rate_per_ns *= 1.0 - self.read_fraction;
+        self.read_fraction = 0.0;
+        self.kind = Some(IoKind::Write);
+        self.start_piece(shape);
+        (self, reads)
+    }
+
+    /// Starts the constant-rate piece at `now_ns`: updates burst, session and idle
+    /// states that change here, then computes the piece's rate and end.
     fn start_piece(&mut self, shape: &Shape) {
+        let mut session = (1.0, u64::MAX);
+        if let Some(sessions) = &mut self.sessions {
+            if self.now_ns >= sessions.switch_ns {
+                sessions.on = !sessions.on;
+                let mean = if sessions.on { sessions.on_mean_ns } else { sessions.off_mean_ns };
+                sessions.switch_ns =
+                    self.now_ns.saturating_add(exponential(&mut self.rng, mean).max(1));
+            }
+            session = (if sessions.on { sessions.on_multiplier } else { 0.0 }, sessions.switch_ns);
+        }
         if self.now_ns >= self.burst_switch_ns {
             self.burst_on = !self.burst_on;
             let mean = if self.burst_on { shape.burst_on_mean_ns } else { shape.burst_off_mean_ns };
@@ -475,10 +687,12 @@ impl VolumeStream {
             shape.burst_off_multiplier
         };
         let idle = self.now_ns < self.idle_until_ns;
-        self.rate_per_ns = if idle { 0.0 } else { self.base_rate_per_ns * curve * burst };
+        self.rate_per_ns =
+            if idle { 0.0 } else { self.base_rate_per_ns * curve * burst * session.0 };
         let idle_end = if idle { self.idle_until_ns } else { u64::MAX };
         self.piece_end_ns = curve_end_ns
             .min(self.burst_switch_ns)
+            .min(session.1)
             .min(self.next_idle_check_ns)
             .min(idle_end)
             .min(shape.duration_ns);
@@ -513,10 +727,10 @@ impl VolumeStream {
     }
 
     fn request(&mut self, shape: &Shape, timestamp_ns: u64) -> Request {
-        let kind = if self.rng.random::<f64>() < self.read_fraction {
-            IoKind::Read
-        } else {
-            IoKind::Write
+        let kind = match self.kind {
+            Some(kind) => kind,
+            None if self.rng.random::<f64>() < self.read_fraction => IoKind::Read,
+            None => IoKind::Write,
         };
         let draw = self.rng.random::<f64>();
         let size_bytes = shape
@@ -558,6 +772,83 @@ impl VolumeStream {
     }
 }
 
+/// Per-volume draws from evenly spaced quantiles (see `SyntheticConfig::stratify`).
+struct Strata {
+    rate_normal: Vec<f64>,
+    read_uniform: Vec<f64>,
+    session_normal: Vec<f64>,
+}
+
+impl Strata {
+    fn new(volumes: usize, seed: u64) -> Strata {
+        let mut rng = Pcg64::seed_from_u64(mix(seed ^ STRATA_SALT, 0));
+        let mut uniforms = || {
+            // Stratum i holds one draw in [i/n, (i+1)/n); a shuffle deals them out.
+            let mut draws: Vec<f64> =
+                (0..volumes).map(|i| (i as f64 + rng.random::<f64>()) / volumes as f64).collect();
+            for i in (1..draws.len()).rev() {
+                let j = rng.random_range(0..=i);
+                draws.swap(i, j);
+            }
+            draws
+        };
+        let rate_normal = uniforms().into_iter().map(normal_quantile).collect();
+        let read_uniform = uniforms();
+        let session_normal = uniforms().into_iter().map(normal_quantile).collect();
+        Strata { rate_normal, read_uniform, session_normal }
+    }
+}
+
+/// The standard normal quantile of `p` in (0, 1): Acklam's rational approximation
+/// (relative error below 1.2e-9), plenty for drawing rates.
+fn normal_quantile(p: f64) -> f64 {
+    const A: [f64; 6] = [
+        -3.969_683_028_665_376e1,
+        2.209_460_984_245_205e2,
+        -2.759_285_104_469_687e2,
+        1.383_577_518_672_69e2,
+        -3.066_479_806_614_716e1,
+        2.506_628_277_459_239,
+    ];
+    const B: [f64; 5] = [
+        -5.447_609_879_822_406e1,
+        1.615_858_368_580_409e2,
+        -1.556_989_798_598_866e2,
+        6.680_131_188_771_972e1,
+        -1.328_068_155_288_572e1,
+    ];
+    const C: [f64; 6] = [
+        -7.784_894_002_430_293e-3,
+        -3.223_964_580_411_365e-1,
+        -2.400_758_277_161_838,
+        -2.549_732_539_343_734,
+        4.374_664_141_464_968,
+        2.938_163_982_698_783,
+    ];
+    const D: [f64; 4] = [
+        7.784_695_709_041_462e-3,
+        3.224_671_290_700_398e-1,
+        2.445_134_137_142_996,
+        3.754_408_661_907_416,
+    ];
+    const LOW: f64 = 0.024_25;
+    let p = p.clamp(1e-300, 1.0 - 1e-16);
+    let tail = |q: f64| {
+        (((((C[0] * q + C[1]) * q + C[2]) * q + C[3]) * q + C[4]) * q + C[5])
+            / ((((D[0] * q + D[1]) * q + D[2]) * q + D[3]) * q + 1.0)
+    };
+    if p < LOW {
+        tail((-2.0 * p.ln()).sqrt())
+    } else if p > 1.0 - LOW {
+        -tail((-2.0 * (1.0 - p).ln()).sqrt())
+    } else {
+        let q = p - 0.5;
+        let r = q * q;
+        (((((A[0] * r + A[1]) * r + A[2]) * r + A[3]) * r + A[4]) * r + A[5]) * q
+            / (((((B[0] * r + B[1]) * r + B[2]) * r + B[3]) * r + B[4]) * r + 1.0)
+    }
+}
+
 /// A 64-bit mix (splitmix64's finalizer) of the run seed and a volume index, so that
 /// each volume's stream is independent of the others and of the volume count.
 fn mix(seed: u64, index: u64) -> u64 {
@@ -586,8 +877,9 @@ pub struct SyntheticTrace {
     volumes: VolumeTable,
     time_base: TimeBase,
     shape: Shape,
+    /// One stream per volume, or with split reads two: writes at `2v`, reads at `2v + 1`.
     streams: Vec<VolumeStream>,
-    /// (next arrival, volume index) of every stream that has one.
+    /// (next arrival, stream index) of every stream that has one.
     heap: BinaryHeap<Reverse<(u64, u32)>>,
 }
 
@@ -617,18 +909,27 @@ impl SyntheticTrace {
             idle[id.index()] = true;
         }
         let shape = Shape::new(config);
-        let mut streams = Vec::with_capacity(volumes.len());
-        let mut heap = BinaryHeap::with_capacity(volumes.len());
+        let strata = config.stratify.then(|| Strata::new(volumes.len(), seed));
+        let mut streams = Vec::with_capacity(volumes.len() * 2);
         for (id, _) in volumes.iter() {
-            let mut stream = VolumeStream::new(config, &shape, seed, id, idle[id.index()]);
-            if let Some(arrival) = stream.next_arrival(&shape) {
-                heap.push(Reverse((arrival, id.0)));
+            let stream =
+                VolumeStream::new(config, &shape, seed, id, idle[id.index()], strata.as_ref());
+            if config.split_reads() {
+                let (writes, reads) = stream.split(config, &shape, seed, strata.as_ref());
+                streams.push(writes);
+                streams.push(reads);
+            } else {
+                streams.push(stream);
             }
-            streams.push(stream);
+        }
+        let mut heap = BinaryHeap::with_capacity(streams.len());
+        for (index, stream) in (0u32..).zip(streams.iter_mut()) {
+            if let Some(arrival) = stream.next_arrival(&shape) {
+                heap.push(Reverse((arrival, index)));
+            }
         }
         let time_base =
             if config.start_unix_s.is_some() { TimeBase::UnixEpoch } else { TimeBase::Relative };
-        assert_eq!(streams.len(), volumes.len());
         Ok(SyntheticTrace { volumes, time_base, shape, streams, heap })
     }
 
@@ -647,12 +948,12 @@ impl Iterator for SyntheticTrace {
     type Item = Request;
 
     fn next(&mut self) -> Option<Request> {
-        let Reverse((arrival_ns, volume)) = self.heap.pop()?;
-        let stream = &mut self.streams[volume as usize];
+        let Reverse((arrival_ns, index)) = self.heap.pop()?;
+        let stream = &mut self.streams[index as usize];
         let request = stream.request(&self.shape, arrival_ns);
         if let Some(next_ns) = stream.next_arrival(&self.shape) {
             debug_assert!(next_ns >= arrival_ns);
-            self.heap.push(Reverse((next_ns, volume)));
+            self.heap.push(Reverse((next_ns, index)));
         }
         Some(request)
     }
@@ -669,6 +970,22 @@ mod tests {
         assert_eq!(trace.volumes().len(), 12);
         assert_eq!(trace.volumes().name(VolumeId(0)), Some("s00_0"));
         assert_eq!(trace.volumes().name(VolumeId(11)), Some("s03_2"));
+    }
+
+    #[test]
+    fn normal_quantile_matches_the_table() {
+        // Goal: the quantile function behind stratified draws is the standard normal's,
+        // checked against published values in the centre and both tails.
+        for (p, z) in [
+            (0.5, 0.0),
+            (0.975, 1.959_963_985),
+            (0.01, -2.326_347_874),
+            (0.001, -3.090_232_306),
+            (0.8413447461, 1.0),
+        ] {
+            assert!((normal_quantile(p) - z).abs() < 1e-6, "p {p}: {}", normal_quantile(p));
+        }
+        assert!(normal_quantile(1e-300).is_finite() && normal_quantile(1.0).is_finite());
     }
 
     #[test]

@@ -1,10 +1,12 @@
 //! The synthetic generator: deterministic for a seed, and its output follows its
-//! knobs (read fraction, daily shape, sizes and alignment, load curves, idle volumes).
+//! knobs (read fraction, daily and weekly shape, sizes and alignment, load curves, idle
+//! volumes, read sessions, named servers, stratified draws, the built-in preset).
 // Test helpers outside #[test] functions may panic: a failure is the test's result.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-use somnus_trace::synthetic::{RateCurve, SizeWeight};
-use somnus_trace::{Request, SyntheticConfig, SyntheticTrace, TimeBase};
+use somnus_trace::stats::{self, StatsOptions, StatsReport, StatsSpan};
+use somnus_trace::synthetic::{NamedServer, RateCurve, SizeWeight};
+use somnus_trace::{Request, SyntheticConfig, SyntheticTrace, TimeBase, TraceTimestamp};
 use somnus_types::IoKind;
 
 const S: u64 = 1_000_000_000;
@@ -174,4 +176,139 @@ fn config_deserializes_with_defaults_and_refuses_unknown_keys() {
     let trace = SyntheticTrace::new(&absolute, 0).unwrap();
     assert_eq!(trace.time_base(), TimeBase::UnixEpoch);
     assert!(trace.take(10).all(|r| r.timestamp.0 >= 1_172_163_600 * S));
+}
+
+fn stats_of(config: &SyntheticConfig, seed: u64) -> StatsReport {
+    let trace = SyntheticTrace::new(config, seed).unwrap();
+    let volumes = trace.volumes().clone();
+    let time_base = trace.time_base();
+    let requests: Vec<Request> = trace.collect();
+    let start = requests.first().unwrap().timestamp;
+    let span = StatsSpan {
+        start,
+        end: TraceTimestamp(start.0 + (config.duration_s * 1e9) as u64 - 1),
+        time_base,
+    };
+    stats::compute(requests, &volumes, span, &StatsOptions::default())
+}
+
+#[test]
+fn read_sessions_keep_the_read_rate_and_shorten_read_activity() {
+    // Goal: read sessions make reads bursty (004 section 2) without changing how many
+    // there are. Method: the same knobs with reads always on and with reads on 10 % of
+    // the time; the read count stays within sampling noise, the share of time active
+    // counting reads only falls to about the session share, while writes keep the
+    // volumes active.
+    let mixed = SyntheticConfig {
+        servers: 4,
+        volumes_per_server: 4,
+        duration_s: 2.0 * 86_400.0,
+        mean_rate_per_s: 0.2,
+        read_fraction: 0.5,
+        ..quiet()
+    };
+    let sessions = SyntheticConfig {
+        read_session_fraction: 0.1,
+        read_session_mean_s: 1_200.0,
+        ..mixed.clone()
+    };
+    let (before, after) = (stats_of(&mixed, 4), stats_of(&sessions, 4));
+    let ratio = after.read_count as f64 / before.read_count as f64;
+    assert!((0.85..1.15).contains(&ratio), "read count ratio {ratio}");
+    assert!(before.read_active_share_mean > 0.9, "{}", before.read_active_share_mean);
+    assert!(
+        (0.05..0.2).contains(&after.read_active_share_mean),
+        "read-only activity {}",
+        after.read_active_share_mean
+    );
+    assert!(after.active_share_mean > 0.9, "writes keep volumes active");
+}
+
+#[test]
+fn named_servers_name_the_volumes_and_bad_ones_are_refused() {
+    // Goal: servers named one by one give `{name}_{index}` volumes in order; a
+    // duplicate name or a server without volumes is refused with the key.
+    let named = |servers: &[(&str, u32)]| SyntheticConfig {
+        named_servers: servers
+            .iter()
+            .map(|&(name, volumes)| NamedServer { name: name.to_owned(), volumes })
+            .collect(),
+        duration_s: 60.0,
+        ..SyntheticConfig::default()
+    };
+    let trace = SyntheticTrace::new(&named(&[("usr", 3), ("ts", 1)]), 0).unwrap();
+    let names: Vec<&str> = trace.volumes().iter().map(|(_, name)| name).collect();
+    assert_eq!(names, ["usr_0", "usr_1", "usr_2", "ts_0"]);
+    let error = named(&[("usr", 3), ("usr", 1)]).validate().unwrap_err();
+    assert_eq!(error.key, "named_servers");
+    assert!(error.message.contains("twice"), "{error}");
+    let error = named(&[("usr", 0)]).validate().unwrap_err();
+    assert!(error.message.contains("at least 1"), "{error}");
+}
+
+#[test]
+fn weekend_factor_lowers_saturday_and_sunday() {
+    // Goal: the weekend factor scales the rate on Saturdays and Sundays (UTC).
+    // Method: a flat week from Thursday 2007-02-22 00:00 UTC at factor 0.25.
+    let config = SyntheticConfig {
+        duration_s: 7.0 * 86_400.0,
+        start_unix_s: Some(1_172_102_400),
+        weekend_factor: 0.25,
+        mean_rate_per_s: 0.5,
+        ..quiet()
+    };
+    let mut per_day = [0_u64; 7];
+    for request in SyntheticTrace::new(&config, 2).unwrap() {
+        per_day[((request.timestamp.0 / S - 1_172_102_400) / 86_400) as usize] += 1;
+    }
+    // Days 2 and 3 are Saturday 24 and Sunday 25 February.
+    let weekday = (per_day[0] + per_day[1] + per_day[4] + per_day[5] + per_day[6]) as f64 / 5.0;
+    let weekend = (per_day[2] + per_day[3]) as f64 / 2.0;
+    let ratio = weekend / weekday;
+    assert!((0.2..0.3).contains(&ratio), "weekend/weekday {ratio}: {per_day:?}");
+}
+
+#[test]
+fn stratified_draws_give_every_seed_the_same_spread() {
+    // Goal: with `stratify`, the volumes' rates cover the log-normal's quantiles
+    // evenly whatever the seed. Method: 64 volumes with a wide rate spread; per seed,
+    // count the volumes busier than the distribution's median rate. Independent draws
+    // scatter that count binomially (sd 4); stratified ones hold it at 32 +- 1.
+    let config = SyntheticConfig {
+        servers: 64,
+        volumes_per_server: 1,
+        duration_s: 600.0,
+        mean_rate_per_s: 20.0,
+        rate_spread: 1.0,
+        stratify: true,
+        ..quiet()
+    };
+    // The median of exp(sigma z - sigma^2 / 2) is exp(-1/2) for sigma 1.
+    let median_count = 20.0 * (-0.5_f64).exp() * 600.0;
+    for seed in 0..6 {
+        let mut counts = [0_u64; 64];
+        for request in SyntheticTrace::new(&config, seed).unwrap() {
+            counts[request.volume.index()] += 1;
+        }
+        let busier = counts.iter().filter(|&&c| c as f64 > median_count).count();
+        assert!((30..=34).contains(&busier), "seed {seed}: {busier} of 64 above the median");
+    }
+}
+
+#[test]
+fn the_msr_fast08_preset_is_the_papers_data_center() {
+    // Goal: the built-in preset has 004 Table 1's 13 servers and 36 volumes and starts
+    // at the traced week's start; an unknown preset names the ones there are.
+    let config = SyntheticConfig::preset("msr-fast08").unwrap();
+    let servers: Vec<(&str, u32)> =
+        config.named_servers.iter().map(|s| (s.name.as_str(), s.volumes)).collect();
+    assert_eq!(servers.len(), 13);
+    assert_eq!(servers.iter().map(|(_, v)| v).sum::<u32>(), 36);
+    for expected in [("proj", 5), ("web", 4), ("ts", 1), ("rsrch", 3)] {
+        assert!(servers.contains(&expected), "{expected:?} in {servers:?}");
+    }
+    assert_eq!(config.start_unix_s, Some(1_172_163_600));
+    assert_eq!(config.duration_s, 7.0 * 86_400.0);
+    let error = SyntheticConfig::preset("msr").unwrap_err();
+    assert!(error.message.contains("msr-fast08"), "{error}");
 }
