@@ -277,3 +277,33 @@ fn bench_ec_json_has_the_documented_keys_for_every_implementation() {
     let bad = somnus(&["bench", "ec", "--shard-bytes", "3GiB"]);
     assert!(String::from_utf8_lossy(&bad.stderr).contains("unit must be B, KiB or MiB"));
 }
+
+#[test]
+fn presets_are_listed_printed_and_generate_the_papers_volumes() {
+    // Goal: `show preset` lists the built-in generator configs and prints one as TOML
+    // that `trace generate --config` takes back (here cut to an hour); the volumes are
+    // 004 Table 1's; an unknown preset, or a preset with --config, is refused clearly.
+    let list = ok(&somnus(&["show", "preset"]));
+    assert!(list.starts_with("msr-fast08 "), "{list}");
+    let text = ok(&somnus(&["show", "preset", "msr-fast08"]));
+    assert!(text.contains("duration_s = 604800.0"), "{text}");
+    let dir = scratch("preset");
+    let config = dir.join("hour.toml");
+    std::fs::write(&config, text.replace("duration_s = 604800.0", "duration_s = 3600.0")).unwrap();
+    let trace = dir.join("hour.bin");
+    let (config, trace) = (config.to_str().unwrap(), trace.to_str().unwrap());
+    ok(&somnus(&["trace", "generate", "--config", config, "--seed", "3", "-o", trace]));
+    let stats = ok(&somnus(&["trace", "stats", trace]));
+    assert!(stats.contains("36 volumes"), "{stats}");
+    for volume in ["usr_2", "proj_4", "ts_0", "wdev_3"] {
+        assert!(stats.lines().any(|line| line.starts_with(volume)), "{volume} in {stats}");
+    }
+    let output = somnus(&["trace", "generate", "--preset", "msr", "-o", trace]);
+    assert!(!output.status.success());
+    assert!(String::from_utf8_lossy(&output.stderr).contains("msr-fast08"));
+    let output =
+        somnus(&["trace", "generate", "--preset", "msr-fast08", "--config", config, "-o", trace]);
+    assert!(!output.status.success());
+    assert!(String::from_utf8_lossy(&output.stderr).contains("--preset"));
+    let _ = std::fs::remove_dir_all(&dir);
+}
