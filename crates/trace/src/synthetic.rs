@@ -6,9 +6,11 @@
 //! periods. Label every result obtained with it as synthetic.
 //!
 //! Each volume is an independent Poisson process whose rate is piecewise constant:
-//! `mean rate x daily curve x burst state`, or zero during an idle gap. Within each
-//! constant piece arrivals are drawn exactly (exponential gaps), so there is no
-//! thinning and no rejected draw. The volumes' streams are merged by time.
+//! `mean rate x daily (or weekly) curve x burst state`, or zero during an idle gap.
+//! With read sessions, a volume is two such processes, its writes and its reads, the
+//! reads also zero outside their sessions; the two share the volume's idle gaps.
+//! Within each constant piece arrivals are drawn exactly (exponential gaps), so there
+//! is no thinning and no rejected draw. The streams are merged by time.
 
 use std::cmp::Reverse;
 use std::collections::BinaryHeap;
@@ -39,6 +41,8 @@ const RATE_CURVE_STEPS_MAX: usize = 1 << 20;
 const READ_STREAM_SALT: u64 = 0x5EAD_5EA5_0000_0001;
 /// Seeds the stratified per-volume draws.
 const STRATA_SALT: u64 = 0x57AA_7A00_0000_0002;
+/// Seeds a volume's idle gaps when its reads and writes are separate streams.
+const IDLE_SALT: u64 = 0x1D1E_0000_0000_0003;
 /// The smallest per-volume read session share, so that sessions end.
 const SESSION_SHARE_MIN: f64 = 1e-3;
 
@@ -68,7 +72,8 @@ pub struct SyntheticConfig {
     /// If set, timestamps are absolute, starting at this Unix time in seconds; if not,
     /// they are relative to 0 (default unset).
     pub start_unix_s: Option<u64>,
-    /// Mean request rate of a volume outside idle gaps, requests/s (default 2.0).
+    /// Mean request rate of a volume outside idle gaps, requests/s, on weekdays
+    /// (default 2.0).
     pub mean_rate_per_s: f64,
     /// Spread of the per-volume mean rates: the sigma of a log-normal factor with mean
     /// 1 (default 1.5: rates differ by orders of magnitude, as in the paper's Fig. 1).
@@ -120,19 +125,20 @@ pub struct SyntheticConfig {
     /// active 60 % of the time but only 21 % counting reads alone.
     pub read_session_fraction: f64,
     /// Spread of the per-volume read session share: the sigma of a log-normal factor
-    /// with mean 1 (default 0).
+    /// with mean 1, the product clamped to [0.001, 1] (default 0).
     pub read_session_spread: f64,
     /// Mean length of a read session in seconds (default 600).
     pub read_session_mean_s: f64,
     /// Rate multiplier on Saturdays and Sundays, UTC (relative time counts from
-    /// 1970-01-01, a Thursday) (default 1: no weekly cycle).
+    /// 1970-01-01, a Thursday) (default 1: no weekly cycle). It shapes the daily
+    /// cosine; a measured `rate_curve` carries its own week.
     pub weekend_factor: f64,
-    /// Draw the per-volume rate factor, read fraction and read session share from
-    /// evenly spaced quantiles of their distributions, dealt to the volumes in a
-    /// seeded order, instead of independently (default false). With a few dozen
-    /// volumes, independent draws let one seed's cluster be much busier than
-    /// another's; stratified draws keep the spread across volumes the same for
-    /// every seed.
+    /// If true, the per-volume rate factor, read fraction and read session share of
+    /// the volumes not in `idle_volumes` are the evenly spaced quantiles
+    /// `(i + 1/2) / n` of their distributions, dealt to the volumes in a seeded order;
+    /// if false (the default), each volume draws them independently. With a few
+    /// dozen volumes, independent draws let one seed's cluster be much busier than
+    /// another's; stratified ones give every seed the same set of values.
     pub stratify: bool,
     /// A measured load curve replacing the daily cosine (see [`RateCurve`]); built by
     /// the caller, for example from a [`LoadSeries`], never read from TOML.
@@ -218,6 +224,16 @@ pub struct NamedServer {
     pub volumes: u32,
 }
 
+const NAME_RULE: &str =
+    "a server name must have 1 to 32 bytes of letters, digits, '-', '.' and '_'";
+
+/// Whether a server name or prefix fits in every output format (an MSR CSV field
+/// holds no comma; the text formats split on whitespace).
+fn name_ok(name: &str) -> bool {
+    (1..=PREFIX_BYTES_MAX).contains(&name.len())
+        && name.bytes().all(|b| b.is_ascii_alphanumeric() || b"-._".contains(&b))
+}
+
 /// A knob out of its range.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
 #[error("synthetic config: {key}: {message}")]
@@ -258,11 +274,9 @@ impl SyntheticConfig {
         check(volumes <= VOLUMES_MAX as u64, "volumes_per_server", || {
             format!("{volumes} volumes exceed {VOLUMES_MAX}")
         })?;
-        check(
-            !self.server_prefix.is_empty() && self.server_prefix.len() <= PREFIX_BYTES_MAX,
-            "server_prefix",
-            || format!("must have 1 to {PREFIX_BYTES_MAX} bytes"),
-        )?;
+        check(name_ok(&self.server_prefix), "server_prefix", || {
+            format!("{:?}: {NAME_RULE}", self.server_prefix)
+        })?;
         check(self.duration_s > 0.0, "duration_s", || "must be positive".to_owned())?;
         check_range(self.duration_s, 0.0, DURATION_S_MAX, "duration_s")?;
         check_range(self.mean_rate_per_s, 0.0, RATE_PER_S_MAX, "mean_rate_per_s")?;
@@ -299,8 +313,8 @@ impl SyntheticConfig {
         let mut volumes = 0u64;
         for (index, server) in self.named_servers.iter().enumerate() {
             let name = &server.name;
-            check(!name.is_empty() && name.len() <= PREFIX_BYTES_MAX, "named_servers", || {
-                format!("server {index}: name {name:?} must have 1 to {PREFIX_BYTES_MAX} bytes")
+            check(name_ok(name), "named_servers", || {
+                format!("server {index}: name {name:?}: {NAME_RULE}")
             })?;
             check(
                 !self.named_servers[..index].iter().any(|s| s.name == *name),
@@ -545,6 +559,9 @@ struct VolumeStream {
     burst_switch_ns: u64,
     idle_until_ns: u64,
     next_idle_check_ns: u64,
+    /// With split reads, idle gaps are drawn from a generator of the volume's own,
+    /// which its two streams replay identically, so that a gap silences both.
+    idle_rng: Option<Pcg64>,
 }
 
 impl VolumeStream {
@@ -561,8 +578,8 @@ impl VolumeStream {
         let mut normal = standard_normal(&mut rng);
         let mut uniform = rng.random::<f64>();
         if let Some(strata) = strata {
-            normal = strata.rate_normal[volume.index()];
-            uniform = strata.read_uniform[volume.index()];
+            normal = strata.rate_normal[volume.index()].unwrap_or(normal);
+            uniform = strata.read_uniform[volume.index()].unwrap_or(uniform);
         }
         let lognormal = (sigma * normal - sigma * sigma / 2.0).exp();
         let idle_factor = if mostly_idle { config.idle_volume_rate_factor } else { 1.0 };
@@ -575,10 +592,26 @@ impl VolumeStream {
         let burst_switch_ns =
             if shape.bursts { exponential(&mut rng, shape.burst_off_mean_ns) } else { u64::MAX };
         let mut stream = VolumeStream {
-            rng,
-            volume,
             base_rate_per_ns,
             read_fraction,
+            ..VolumeStream::at_start(rng, volume, hot_start_bytes, burst_switch_ns)
+        };
+        stream.start_piece(shape);
+        stream
+    }
+
+    /// A stream at time 0 with no rate yet, outside bursts, sessions and idle gaps.
+    fn at_start(
+        rng: Pcg64,
+        volume: VolumeId,
+        hot_start_bytes: u64,
+        burst_switch_ns: u64,
+    ) -> VolumeStream {
+        VolumeStream {
+            rng,
+            volume,
+            base_rate_per_ns: 0.0,
+            read_fraction: 0.0,
             kind: None,
             sessions: None,
             hot_start_bytes,
@@ -590,9 +623,8 @@ impl VolumeStream {
             burst_switch_ns,
             idle_until_ns: 0,
             next_idle_check_ns: HOUR_NS,
-        };
-        stream.start_piece(shape);
-        stream
+            idle_rng: None,
+        }
     }
 
     /// Splits a mixed stream into its writes (this stream's random sequence) and its
@@ -606,10 +638,11 @@ impl VolumeStream {
         strata: Option<&Strata>,
     ) -> (VolumeStream, VolumeStream) {
         let mut rng = Pcg64::seed_from_u64(mix(seed ^ READ_STREAM_SALT, u64::from(self.volume.0)));
+        let idle_rng = Pcg64::seed_from_u64(mix(seed ^ IDLE_SALT, u64::from(self.volume.0)));
         let sigma = config.read_session_spread;
         let mut normal = standard_normal(&mut rng);
         if let Some(strata) = strata {
-            normal = strata.session_normal[self.volume.index()];
+            normal = strata.session_normal[self.volume.index()].unwrap_or(normal);
         }
         let lognormal = (sigma * normal - sigma * sigma / 2.0).exp();
         let share = (config.read_session_fraction * lognormal).clamp(SESSION_SHARE_MIN, 1.0);
@@ -620,8 +653,6 @@ impl VolumeStream {
         let burst_switch_ns =
             if shape.bursts { exponential(&mut rng, shape.burst_off_mean_ns) } else { u64::MAX };
         let mut reads = VolumeStream {
-            rng,
-            volume: self.volume,
             base_rate_per_ns: self.base_rate_per_ns * self.read_fraction,
             read_fraction: 1.0,
             kind: Some(IoKind::Read),
@@ -632,20 +663,16 @@ impl VolumeStream {
                 off_mean_ns,
                 on_multiplier: 1.0 / share,
             }),
-            hot_start_bytes: self.hot_start_bytes,
-            last_end_bytes: 0,
-            now_ns: 0,
-            rate_per_ns: 0.0,
-            piece_end_ns: 0,
-            burst_on: false,
-            burst_switch_ns,
-            idle_until_ns: 0,
-            next_idle_check_ns: HOUR_NS,
+            idle_rng: Some(idle_rng.clone()),
+            ..VolumeStream::at_start(rng, self.volume, self.hot_start_bytes, burst_switch_ns)
         };
         reads.start_piece(shape);
         self.base_rate_per_ns *= 1.0 - self.read_fraction;
         self.read_fraction = 0.0;
         self.kind = Some(IoKind::Write);
+        // No idle gap has been drawn yet (the first check is an hour in).
+        debug_assert_eq!(self.idle_until_ns, 0);
+        self.idle_rng = Some(idle_rng);
         self.start_piece(shape);
         (self, reads)
     }
@@ -671,11 +698,11 @@ impl VolumeStream {
         }
         if self.now_ns >= self.next_idle_check_ns {
             self.next_idle_check_ns = self.next_idle_check_ns.saturating_add(HOUR_NS);
-            if self.now_ns >= self.idle_until_ns
-                && self.rng.random::<f64>() < shape.idle_gap_probability
+            let rng = self.idle_rng.as_mut().unwrap_or(&mut self.rng);
+            if self.now_ns >= self.idle_until_ns && rng.random::<f64>() < shape.idle_gap_probability
             {
                 self.idle_until_ns =
-                    self.now_ns.saturating_add(exponential(&mut self.rng, shape.idle_gap_mean_ns));
+                    self.now_ns.saturating_add(exponential(rng, shape.idle_gap_mean_ns));
             }
         }
         let (curve, curve_end_ns) = shape.curve_at(self.now_ns);
@@ -774,27 +801,31 @@ impl VolumeStream {
 
 /// Per-volume draws from evenly spaced quantiles (see `SyntheticConfig::stratify`).
 struct Strata {
-    rate_normal: Vec<f64>,
-    read_uniform: Vec<f64>,
-    session_normal: Vec<f64>,
+    rate_normal: Vec<Option<f64>>,
+    read_uniform: Vec<Option<f64>>,
+    session_normal: Vec<Option<f64>>,
 }
 
 impl Strata {
-    fn new(volumes: usize, seed: u64) -> Strata {
+    /// Deals the quantiles `(i + 1/2) / n` to the `n` volumes whose `dealt` is true;
+    /// the others keep their own independent draws (`None`).
+    fn new(dealt: &[bool], seed: u64) -> Strata {
         let mut rng = Pcg64::seed_from_u64(mix(seed ^ STRATA_SALT, 0));
-        let mut uniforms = || {
-            // Stratum i holds one draw in [i/n, (i+1)/n); a shuffle deals them out.
-            let mut draws: Vec<f64> =
-                (0..volumes).map(|i| (i as f64 + rng.random::<f64>()) / volumes as f64).collect();
-            for i in (1..draws.len()).rev() {
-                let j = rng.random_range(0..=i);
-                draws.swap(i, j);
+        let n = dealt.iter().filter(|&&d| d).count();
+        let mut quantiles = || {
+            let mut values: Vec<f64> = (0..n).map(|i| (i as f64 + 0.5) / n as f64).collect();
+            for i in (1..values.len()).rev() {
+                values.swap(i, rng.random_range(0..=i));
             }
-            draws
+            let mut values = values.into_iter();
+            dealt.iter().map(|&d| if d { values.next() } else { None }).collect::<Vec<_>>()
         };
-        let rate_normal = uniforms().into_iter().map(normal_quantile).collect();
-        let read_uniform = uniforms();
-        let session_normal = uniforms().into_iter().map(normal_quantile).collect();
+        let normal = |values: Vec<Option<f64>>| -> Vec<Option<f64>> {
+            values.into_iter().map(|q| q.map(normal_quantile)).collect()
+        };
+        let rate_normal = normal(quantiles());
+        let read_uniform = quantiles();
+        let session_normal = normal(quantiles());
         Strata { rate_normal, read_uniform, session_normal }
     }
 }
@@ -891,9 +922,11 @@ impl SyntheticTrace {
     ) -> Result<SyntheticTrace, SyntheticConfigError> {
         config.validate()?;
         let mut volumes = VolumeTable::new();
+        let names_key =
+            if config.named_servers.is_empty() { "server_prefix" } else { "named_servers" };
         for name in config.volume_names() {
             volumes.intern(&name).map_err(|error| SyntheticConfigError {
-                key: "server_prefix",
+                key: names_key,
                 message: error.to_string(),
             })?;
         }
@@ -902,14 +935,15 @@ impl SyntheticTrace {
             let id = volumes.id(name).ok_or_else(|| SyntheticConfigError {
                 key: "idle_volumes",
                 message: format!(
-                    "{name:?} is not a volume of this config (names look like {}00_0)",
-                    config.server_prefix
+                    "{name:?} is not a volume of this config (names look like {})",
+                    volumes.name(VolumeId(0)).unwrap_or("")
                 ),
             })?;
             idle[id.index()] = true;
         }
         let shape = Shape::new(config);
-        let strata = config.stratify.then(|| Strata::new(volumes.len(), seed));
+        let busy: Vec<bool> = idle.iter().map(|&i| !i).collect();
+        let strata = config.stratify.then(|| Strata::new(&busy, seed));
         let mut streams = Vec::with_capacity(volumes.len() * 2);
         for (id, _) in volumes.iter() {
             let stream =
@@ -982,6 +1016,8 @@ mod tests {
             (0.01, -2.326_347_874),
             (0.001, -3.090_232_306),
             (0.8413447461, 1.0),
+            (0.99, 2.326_347_874),
+            (0.999, 3.090_232_306),
         ] {
             assert!((normal_quantile(p) - z).abs() < 1e-6, "p {p}: {}", normal_quantile(p));
         }
@@ -1001,5 +1037,37 @@ mod tests {
         let config =
             SyntheticConfig { idle_volumes: vec!["nope".into()], ..SyntheticConfig::default() };
         assert_eq!(SyntheticTrace::new(&config, 0).err().unwrap().key, "idle_volumes");
+        for (config, key) in [
+            (
+                SyntheticConfig { read_session_fraction: 0.0, ..Default::default() },
+                "read_session_fraction",
+            ),
+            (
+                SyntheticConfig { read_session_fraction: f64::NAN, ..Default::default() },
+                "read_session_fraction",
+            ),
+            (
+                SyntheticConfig { read_session_spread: 5.0, ..Default::default() },
+                "read_session_spread",
+            ),
+            (
+                SyntheticConfig { read_session_mean_s: 0.0, ..Default::default() },
+                "read_session_mean_s",
+            ),
+            (SyntheticConfig { weekend_factor: -1.0, ..Default::default() }, "weekend_factor"),
+            (
+                SyntheticConfig { server_prefix: "a b".into(), ..Default::default() },
+                "server_prefix",
+            ),
+            (
+                SyntheticConfig {
+                    named_servers: vec![NamedServer { name: "a,b".into(), volumes: 1 }],
+                    ..Default::default()
+                },
+                "named_servers",
+            ),
+        ] {
+            assert_eq!(config.validate().unwrap_err().key, key);
+        }
     }
 }

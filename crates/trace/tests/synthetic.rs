@@ -214,7 +214,7 @@ fn read_sessions_keep_the_read_rate_and_shorten_read_activity() {
     };
     let (before, after) = (stats_of(&mixed, 4), stats_of(&sessions, 4));
     let ratio = after.read_count as f64 / before.read_count as f64;
-    assert!((0.85..1.15).contains(&ratio), "read count ratio {ratio}");
+    assert!((0.75..1.25).contains(&ratio), "read count ratio {ratio}");
     assert!(before.read_active_share_mean > 0.9, "{}", before.read_active_share_mean);
     assert!(
         (0.05..0.2).contains(&after.read_active_share_mean),
@@ -248,24 +248,46 @@ fn named_servers_name_the_volumes_and_bad_ones_are_refused() {
 
 #[test]
 fn weekend_factor_lowers_saturday_and_sunday() {
-    // Goal: the weekend factor scales the rate on Saturdays and Sundays (UTC).
-    // Method: a flat week from Thursday 2007-02-22 00:00 UTC at factor 0.25.
+    // Goal: the weekend factor scales the rate on Saturdays and Sundays (UTC), wherever
+    // the trace starts. Method: a flat week from Friday 2007-02-23 12:00 UTC at factor
+    // 0.25; each request is classed by its own UTC weekday (Unix day 0 was a Thursday).
+    let start_s = 1_172_232_000;
     let config = SyntheticConfig {
         duration_s: 7.0 * 86_400.0,
-        start_unix_s: Some(1_172_102_400),
+        start_unix_s: Some(start_s),
         weekend_factor: 0.25,
         mean_rate_per_s: 0.5,
         ..quiet()
     };
-    let mut per_day = [0_u64; 7];
+    let (mut weekend, mut weekday) = (0_u64, 0_u64);
     for request in SyntheticTrace::new(&config, 2).unwrap() {
-        per_day[((request.timestamp.0 / S - 1_172_102_400) / 86_400) as usize] += 1;
+        let day = request.timestamp.0 / S / 86_400;
+        if matches!(day % 7, 2 | 3) { weekend += 1 } else { weekday += 1 }
     }
-    // Days 2 and 3 are Saturday 24 and Sunday 25 February.
-    let weekday = (per_day[0] + per_day[1] + per_day[4] + per_day[5] + per_day[6]) as f64 / 5.0;
-    let weekend = (per_day[2] + per_day[3]) as f64 / 2.0;
-    let ratio = weekend / weekday;
-    assert!((0.2..0.3).contains(&ratio), "weekend/weekday {ratio}: {per_day:?}");
+    // The week holds 2 weekend days and 5 weekdays.
+    let ratio = (weekend as f64 / 2.0) / (weekday as f64 / 5.0);
+    assert!((0.2..0.3).contains(&ratio), "weekend/weekday {ratio}: {weekend} / {weekday}");
+}
+
+#[test]
+fn idle_gaps_silence_reads_and_writes_together() {
+    // Goal: an idle gap is the volume's, not one stream's: with reads and writes split
+    // (read sessions almost always on), the share of time active is that of the same
+    // volumes as one stream. Method: busy volumes (always active outside gaps) with
+    // frequent hour-long gaps; the shares of the two agree within 0.05.
+    let mixed = SyntheticConfig {
+        servers: 4,
+        volumes_per_server: 2,
+        duration_s: 4.0 * 86_400.0,
+        mean_rate_per_s: 1.0,
+        idle_gap_probability: 0.5,
+        idle_gap_mean_s: 7_200.0,
+        ..quiet()
+    };
+    let split = SyntheticConfig { read_session_fraction: 0.9999, ..mixed.clone() };
+    let (one, two) = (stats_of(&mixed, 6).active_share_mean, stats_of(&split, 6).active_share_mean);
+    assert!(one < 0.8, "the gaps leave volumes idle: {one}");
+    assert!((one - two).abs() < 0.05, "one stream {one}, split {two}");
 }
 
 #[test]
