@@ -111,6 +111,26 @@ pub struct DiskOp {
     pub rewrite: bool,
 }
 
+/// What a volume I/O does on its array.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Access {
+    Read,
+    Write,
+    /// A write that the controller's write cache gathers with the writes before it
+    /// into whole stripes, because it continues where the previous write ended: on
+    /// RAID-5 its data units are written without reading anything, and a stripe's
+    /// parity is written once, computed from the cached stripe, with the write that
+    /// reaches the stripe's end. (A run that stops mid-stripe leaves that parity
+    /// unwritten in the model: at most one unit write per run is missing.)
+    GatheredWrite,
+}
+
+impl Access {
+    pub fn is_write(self) -> bool {
+        self != Access::Read
+    }
+}
+
 /// How a volume maps onto its disks.
 #[derive(Clone, Copy, Debug)]
 pub struct ArrayLayout {
@@ -129,18 +149,19 @@ impl ArrayLayout {
     }
 
     /// Plans a volume I/O: the operations of its first phase (reads, or the writes of
-    /// a RAID-1 or full-stripe RAID-5 write) go to `first`, those that must wait for the
-    /// first phase (the writes of a read-modify-write) to `second`. For a RAID-1 read
-    /// `pick_mirror` chooses the disk.
+    /// a RAID-1, full-stripe or gathered RAID-5 write) go to `first`, those that must
+    /// wait for the first phase (the writes of a read-modify-write) to `second`. For a
+    /// RAID-1 read `pick_mirror` chooses the disk.
     pub fn plan(
         &self,
         range: ByteRange,
-        write: bool,
+        access: Access,
         pick_mirror: impl Fn() -> u32,
         first: &mut Vec<DiskOp>,
         second: &mut Vec<DiskOp>,
     ) {
         assert!(!range.is_empty(), "empty volume I/O");
+        let write = access.is_write();
         match self.raid {
             Raid::Raid1 => {
                 let op = |disk| DiskOp {
@@ -156,17 +177,19 @@ impl ArrayLayout {
                     first.push(op(pick_mirror()));
                 }
             }
-            Raid::Raid5 => self.plan_raid5(range, write, first, second),
+            Raid::Raid5 => self.plan_raid5(range, access, first, second),
         }
     }
 
     fn plan_raid5(
         &self,
         range: ByteRange,
-        write: bool,
+        access: Access,
         first: &mut Vec<DiskOp>,
         second: &mut Vec<DiskOp>,
     ) {
+        let write = access.is_write();
+        let gathered = access == Access::GatheredWrite;
         let unit = self.stripe_unit_bytes;
         // The unit is a power of two (the topology checks it): shifts and masks, not
         // divisions, inside the loop.
@@ -184,6 +207,7 @@ impl ArrayLayout {
             );
             let parity = (self.disks - 1) - (stripe % u64::from(self.disks)) as u32;
             let full_stripe = covered.size_bytes() == stripe_bytes;
+            let stripe_end = covered.end == stripe_start + stripe_bytes;
             let (mut low, mut high) = (u64::MAX, 0);
             let mut offset = covered.start;
             while offset < covered.end {
@@ -202,7 +226,7 @@ impl ArrayLayout {
                 let op = DiskOp { disk, position, size_bytes, write: false, rewrite: false };
                 if !write {
                     first.push(op);
-                } else if full_stripe {
+                } else if full_stripe || gathered {
                     first.push(DiskOp { write: true, ..op });
                 } else {
                     first.push(op);
@@ -210,7 +234,19 @@ impl ArrayLayout {
                 }
                 offset += size_bytes;
             }
-            if write {
+            if gathered && !full_stripe {
+                // The parity of a gathered stripe, once, with its last unit.
+                if stripe_end {
+                    let position = stripe * unit;
+                    first.push(DiskOp {
+                        disk: parity,
+                        position,
+                        size_bytes: unit,
+                        write: true,
+                        rewrite: false,
+                    });
+                }
+            } else if write {
                 let parity_op = DiskOp {
                     disk: parity,
                     position: stripe * unit + low,
@@ -279,7 +315,7 @@ mod tests {
         // in one phase; a read touches only the data disks it covers, skipping parity.
         let array = ArrayLayout { raid: Raid::Raid5, disks: 4, stripe_unit_bytes: 65536 };
         let (mut first, mut second) = (Vec::new(), Vec::new());
-        array.plan(ByteRange::new(70_000, 4096), true, || 0, &mut first, &mut second);
+        array.plan(ByteRange::new(70_000, 4096), Access::Write, || 0, &mut first, &mut second);
         assert_eq!(first.len(), 2);
         assert!(first.iter().all(|op| !op.write));
         assert_eq!(second.len(), 2);
@@ -298,24 +334,65 @@ mod tests {
         assert_eq!(first[1].disk, 3);
         first.clear();
         second.clear();
-        array.plan(ByteRange::new(3 * 65536, 3 * 65536), true, || 0, &mut first, &mut second);
+        array.plan(
+            ByteRange::new(3 * 65536, 3 * 65536),
+            Access::Write,
+            || 0,
+            &mut first,
+            &mut second,
+        );
         assert_eq!((first.len(), second.len()), (4, 0));
         assert!(first.iter().all(|op| op.write && op.size_bytes == 65536));
         // Stripe 1 rotates parity to disk 2.
         assert!(first.iter().any(|op| op.disk == 2 && op.position == 65536));
         first.clear();
-        array.plan(ByteRange::new(0, 3 * 65536), false, || 0, &mut first, &mut second);
+        array.plan(ByteRange::new(0, 3 * 65536), Access::Read, || 0, &mut first, &mut second);
         assert_eq!(first.iter().map(|op| op.disk).collect::<Vec<_>>(), vec![0, 1, 2]);
+    }
+
+    #[test]
+    fn gathered_raid5_writes_read_nothing_and_write_parity_once_per_stripe() {
+        // Goal: sequential writes gathered by the write cache cost one write per data
+        // unit and one parity write per stripe, written with the stripe's last unit.
+        // Method: the three 64 KiB units of stripe 0 of a 4-disk RAID-5, one by one.
+        let array = ArrayLayout { raid: Raid::Raid5, disks: 4, stripe_unit_bytes: 65536 };
+        let (mut first, mut second) = (Vec::new(), Vec::new());
+        for unit in 0..3u64 {
+            first.clear();
+            let range = ByteRange::new(unit * 65536, 65536);
+            array.plan(range, Access::GatheredWrite, || 0, &mut first, &mut second);
+            assert!(second.is_empty(), "no read-modify-write");
+            assert!(first.iter().all(|op| op.write && !op.rewrite));
+            let disks: Vec<u32> = first.iter().map(|op| op.disk).collect();
+            // Stripe 0's parity is on disk 3; unit u's data on disk u.
+            let expected = if unit == 2 { vec![2, 3] } else { vec![unit as u32] };
+            assert_eq!(disks, expected, "unit {unit}");
+        }
+        assert_eq!(
+            first[1],
+            DiskOp { disk: 3, position: 0, size_bytes: 65536, write: true, rewrite: false }
+        );
+        // A small gathered write in the middle of a stripe writes only its data.
+        first.clear();
+        array.plan(
+            ByteRange::new(70_000, 4096),
+            Access::GatheredWrite,
+            || 0,
+            &mut first,
+            &mut second,
+        );
+        assert_eq!(first.len(), 1);
+        assert!(first[0].write && first[0].disk == 1);
     }
 
     #[test]
     fn raid1_reads_one_mirror_and_writes_all() {
         let array = ArrayLayout { raid: Raid::Raid1, disks: 2, stripe_unit_bytes: 65536 };
         let (mut first, mut second) = (Vec::new(), Vec::new());
-        array.plan(ByteRange::new(0, 512), false, || 1, &mut first, &mut second);
+        array.plan(ByteRange::new(0, 512), Access::Read, || 1, &mut first, &mut second);
         assert_eq!(first.iter().map(|op| op.disk).collect::<Vec<_>>(), vec![1]);
         first.clear();
-        array.plan(ByteRange::new(0, 512), true, || 1, &mut first, &mut second);
+        array.plan(ByteRange::new(0, 512), Access::Write, || 1, &mut first, &mut second);
         assert_eq!(first.iter().map(|op| op.disk).collect::<Vec<_>>(), vec![0, 1]);
         assert!(second.is_empty());
     }

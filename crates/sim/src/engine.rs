@@ -24,7 +24,7 @@ use somnus_types::{
 };
 
 use crate::cache::BlockCache;
-use crate::disk::{ArrayLayout, Disk, DiskModel, DiskOp};
+use crate::disk::{Access, ArrayLayout, Disk, DiskModel, DiskOp};
 use crate::pending::PendingRanges;
 use crate::topology::Layout;
 
@@ -241,6 +241,9 @@ struct VolumeState {
     /// nearly in order (FCFS disks), and one finishing before an earlier arrival is
     /// released with it: the occupancy errs on the full side, never the empty one.
     destages: VecDeque<(VirtualInstant, u64)>,
+    /// Where the last write to the array ended: a write starting there continues a
+    /// sequential run, which the write cache gathers into whole stripes.
+    last_write_end: u64,
     read_cache: Option<BlockCache>,
     meter: EnergyMeter,
     ios_in_flight: u32,
@@ -354,6 +357,7 @@ impl<'a> Engine<'a> {
                 cache_bytes: volume.write_cache_bytes,
                 cache_used: 0,
                 destages: VecDeque::new(),
+                last_write_end: u64::MAX,
                 read_cache: BlockCache::new(volume.read_cache_bytes),
                 meter,
                 ios_in_flight: 0,
@@ -889,6 +893,18 @@ impl<'a> Engine<'a> {
         let mut second = std::mem::take(&mut self.second_ops);
         first.clear();
         second.clear();
+        let state = &mut self.volumes[vio.target as usize];
+        let size = vio.placement.size_bytes();
+        let access = if !write {
+            Access::Read
+        } else if start == state.last_write_end && size <= state.cache_bytes {
+            Access::GatheredWrite
+        } else {
+            Access::Write
+        };
+        if write {
+            state.last_write_end = end;
+        }
         let state = &self.volumes[vio.target as usize];
         let pick_mirror = || {
             // The mirror free soonest, then the nearer head, then the lower index.
@@ -902,7 +918,7 @@ impl<'a> Engine<'a> {
                 .min_by_key(|&entry| key(entry))
                 .map_or(0, |(i, _)| i as u32)
         };
-        state.array.plan(vio.placement, write, pick_mirror, &mut first, &mut second);
+        state.array.plan(vio.placement, access, pick_mirror, &mut first, &mut second);
         let mut done = self.serve(vio.target, &first, self.now);
         if !second.is_empty() {
             // The write half of a read-modify-write is queued on its disks right behind
