@@ -10,8 +10,12 @@
 //!   RAID-5 read-modify-write) a full rotation;
 //! - transfer is the size over the media rate.
 //!
-//! Because service is FCFS, a disk is just the time it becomes free and where its head
-//! is: an operation issued at `now` starts at `max(now, busy_until)`.
+//! A disk is the time it becomes free and where its head is: an operation issued at
+//! `now` starts at `max(now, busy_until)`, first come first served; except that a
+//! foreground operation (a read, or a write no cache absorbs) passes the queued
+//! destaging of cached writes, as an array controller serves reads first: it waits
+//! only for the foreground work before it and the rest of the operation in service,
+//! and pushes the background work back by its own time and a seek back.
 
 use somnus_core::power::DiskMechanics;
 use somnus_types::{ByteRange, VirtualDuration, VirtualInstant};
@@ -92,10 +96,20 @@ impl DiskModel {
     }
 }
 
-/// One disk's queue: when it is free and where its head is.
+/// One disk's queue: when it is free and where its head is. Foreground work (reads,
+/// and writes no cache absorbs) is served before background work (the destaging of
+/// cached writes), without preempting the operation in service.
 #[derive(Clone, Copy, Debug, Default)]
 pub struct Disk {
+    /// When all queued work, foreground and background, is done.
     pub busy_until: VirtualInstant,
+    /// When the queued foreground work is done.
+    pub foreground_until: VirtualInstant,
+    /// The service time of the last background operation queued: a foreground
+    /// operation arriving while background work runs waits half of it, the expected
+    /// rest of the operation in service.
+    pub background_op: VirtualDuration,
+    /// Where the head is after the last queued operation in queue order.
     pub head: u64,
 }
 

@@ -919,12 +919,16 @@ impl<'a> Engine<'a> {
                 .map_or(0, |(i, _)| i as u32)
         };
         state.array.plan(vio.placement, access, pick_mirror, &mut first, &mut second);
-        let mut done = self.serve(vio.target, &first, self.now);
+        // A cached write's disk work is background; reads and writes that no cache
+        // absorbs are foreground.
+        let state = &self.volumes[vio.target as usize];
+        let foreground = !write || vio.placement.size_bytes() > state.cache_bytes;
+        let mut done = self.serve(vio.target, &first, self.now, foreground);
         if !second.is_empty() {
             // The write half of a read-modify-write is queued on its disks right behind
             // the read half, as a controller holding the stripe lock does: the new
             // parity needs every old block first.
-            done = self.serve(vio.target, &second, done);
+            done = self.serve(vio.target, &second, done, foreground);
         }
         if write {
             done = self.cache_write(vio.target, vio.placement.size_bytes(), done);
@@ -963,19 +967,52 @@ impl<'a> Engine<'a> {
         (room_at + CACHE_HIT_OVERHEAD + transfer).min(destaged.max(now + CACHE_HIT_OVERHEAD))
     }
 
-    /// Serves operations FCFS on their disks, none before `not_before`; returns when
-    /// the last one completes.
-    fn serve(&mut self, volume: u32, ops: &[DiskOp], not_before: VirtualInstant) -> VirtualInstant {
+    /// Serves operations on their disks, none before `not_before`: background ones
+    /// first come first served, foreground ones ahead of queued background work (see
+    /// `disk`); returns when the last one completes.
+    fn serve(
+        &mut self,
+        volume: u32,
+        ops: &[DiskOp],
+        not_before: VirtualInstant,
+        foreground: bool,
+    ) -> VirtualInstant {
         let state = &mut self.volumes[volume as usize];
         let mut done = not_before;
         for op in ops {
             let disk = &mut state.disks[op.disk as usize];
-            let start = not_before.max(disk.busy_until);
             let service = state.model.service_time(disk.head, op);
-            disk.busy_until = start + service;
-            disk.head = state.model.head_after(op);
-            state.meter.add_busy(start, service);
-            done = done.max(disk.busy_until);
+            let ready = not_before.max(disk.foreground_until);
+            let end = if !foreground {
+                let start = not_before.max(disk.busy_until);
+                disk.busy_until = start + service;
+                disk.background_op = service;
+                disk.head = state.model.head_after(op);
+                state.meter.add_busy(start, service);
+                disk.busy_until
+            } else if disk.busy_until <= ready {
+                // No background work in the way: plain first come first served.
+                let start = not_before.max(disk.busy_until);
+                disk.busy_until = start + service;
+                disk.foreground_until = disk.busy_until;
+                disk.head = state.model.head_after(op);
+                state.meter.add_busy(start, service);
+                disk.busy_until
+            } else {
+                // Background work is running at `ready`: wait for the rest of the
+                // operation in service, then push the queued background work back by
+                // this operation and the seek back to where it was.
+                let half = VirtualDuration::from_nanos(disk.background_op.as_nanos() / 2);
+                let rest = (disk.busy_until - ready).min(half);
+                let start = ready + rest;
+                let back = DiskOp { position: disk.head, size_bytes: 0, rewrite: false, ..*op };
+                let seek_back = state.model.service_time(state.model.head_after(op), &back);
+                disk.foreground_until = start + service;
+                disk.busy_until = disk.busy_until + service + seek_back;
+                state.meter.add_busy(start, service + seek_back);
+                disk.foreground_until
+            };
+            done = done.max(end);
         }
         done
     }
