@@ -109,8 +109,34 @@ pub struct Disk {
     /// operation arriving while background work runs waits half of it, the expected
     /// rest of the operation in service.
     pub background_op: VirtualDuration,
-    /// Where the head is after the last queued operation in queue order.
+    /// Where the head is after the last queued operation in queue order (the
+    /// background's position while foreground work passes it).
     pub head: u64,
+    /// Where the head is after the last foreground operation.
+    pub foreground_head: u64,
+}
+
+impl Disk {
+    /// When a foreground operation issued at `not_before` starts: right after the
+    /// queued foreground work if there is some (background work waits behind it);
+    /// else at once if the disk is idle; else, background work running, after half of
+    /// its last operation (the expected rest of the one in service).
+    pub fn foreground_start(&self, not_before: VirtualInstant) -> VirtualInstant {
+        if not_before < self.foreground_until {
+            return self.foreground_until;
+        }
+        if self.busy_until <= not_before {
+            return not_before;
+        }
+        let half = VirtualDuration::from_nanos(self.background_op.as_nanos() / 2);
+        not_before + (self.busy_until - not_before).min(half)
+    }
+
+    /// Whether a foreground operation issued at `not_before` interrupts background
+    /// work (and the background must then seek back to where it was).
+    pub fn interrupts_background(&self, not_before: VirtualInstant) -> bool {
+        not_before >= self.foreground_until && self.busy_until > not_before
+    }
 }
 
 /// One operation on one disk of an array.
@@ -397,6 +423,27 @@ mod tests {
         );
         assert_eq!(first.len(), 1);
         assert!(first[0].write && first[0].disk == 1);
+    }
+
+    #[test]
+    fn foreground_work_passes_background_work() {
+        // Goal: a read on an idle disk starts at once; behind queued foreground work it
+        // starts when that ends; with only destaging running it waits half of the last
+        // background operation (the expected rest of the one in service), not for the
+        // whole backlog.
+        let at = |ms: u64| VirtualInstant::ZERO + VirtualDuration::from_millis(ms);
+        let mut disk = Disk::default();
+        assert_eq!(disk.foreground_start(at(5)), at(5));
+        disk.busy_until = at(1_000);
+        disk.background_op = VirtualDuration::from_millis(8);
+        assert_eq!(disk.foreground_start(at(5)), at(9));
+        assert!(disk.interrupts_background(at(5)));
+        disk.foreground_until = at(20);
+        assert_eq!(disk.foreground_start(at(5)), at(20));
+        assert!(!disk.interrupts_background(at(5)));
+        // Less background left than half an operation: it finishes first.
+        disk.busy_until = at(22);
+        assert_eq!(disk.foreground_start(at(21)), at(22));
     }
 
     #[test]

@@ -905,11 +905,12 @@ impl<'a> Engine<'a> {
         if write {
             state.last_write_end = end;
         }
-        let state = &self.volumes[vio.target as usize];
+        let (now, state) = (self.now, &self.volumes[vio.target as usize]);
         let pick_mirror = || {
-            // The mirror free soonest, then the nearer head, then the lower index.
+            // The mirror that can start the read soonest, then the nearer head, then
+            // the lower index.
             let key = |(i, disk): (usize, &Disk)| {
-                (disk.busy_until, disk.head.abs_diff(vio.placement.start), i)
+                (disk.foreground_start(now), disk.head.abs_diff(vio.placement.start), i)
             };
             state
                 .disks
@@ -981,8 +982,13 @@ impl<'a> Engine<'a> {
         let mut done = not_before;
         for op in ops {
             let disk = &mut state.disks[op.disk as usize];
-            let service = state.model.service_time(disk.head, op);
-            let ready = not_before.max(disk.foreground_until);
+            // Behind queued foreground work the head comes from the last of it.
+            let head = if foreground && not_before < disk.foreground_until {
+                disk.foreground_head
+            } else {
+                disk.head
+            };
+            let service = state.model.service_time(head, op);
             let end = if !foreground {
                 let start = not_before.max(disk.busy_until);
                 disk.busy_until = start + service;
@@ -990,27 +996,28 @@ impl<'a> Engine<'a> {
                 disk.head = state.model.head_after(op);
                 state.meter.add_busy(start, service);
                 disk.busy_until
-            } else if disk.busy_until <= ready {
-                // No background work in the way: plain first come first served.
-                let start = not_before.max(disk.busy_until);
-                disk.busy_until = start + service;
-                disk.foreground_until = disk.busy_until;
-                disk.head = state.model.head_after(op);
-                state.meter.add_busy(start, service);
-                disk.busy_until
             } else {
-                // Background work is running at `ready`: wait for the rest of the
-                // operation in service, then push the queued background work back by
-                // this operation and the seek back to where it was.
-                let half = VirtualDuration::from_nanos(disk.background_op.as_nanos() / 2);
-                let rest = (disk.busy_until - ready).min(half);
-                let start = ready + rest;
-                let back = DiskOp { position: disk.head, size_bytes: 0, rewrite: false, ..*op };
-                let seek_back = state.model.service_time(state.model.head_after(op), &back);
-                disk.foreground_until = start + service;
-                disk.busy_until = disk.busy_until + service + seek_back;
-                state.meter.add_busy(start, service + seek_back);
-                disk.foreground_until
+                let start = disk.foreground_start(not_before);
+                let end = start + service;
+                if disk.busy_until > start {
+                    // Background work is queued behind: it waits for this operation,
+                    // and if this one interrupted it, for the seek back too.
+                    let mut extra = VirtualDuration::ZERO;
+                    if disk.interrupts_background(not_before) {
+                        let back =
+                            DiskOp { position: disk.head, size_bytes: 0, rewrite: false, ..*op };
+                        extra = state.model.service_time(state.model.head_after(op), &back);
+                    }
+                    disk.busy_until = disk.busy_until + service + extra;
+                    state.meter.add_busy(start, service + extra);
+                } else {
+                    disk.busy_until = end;
+                    disk.head = state.model.head_after(op);
+                    state.meter.add_busy(start, service);
+                }
+                disk.foreground_until = end;
+                disk.foreground_head = state.model.head_after(op);
+                end
             };
             done = done.max(end);
         }
