@@ -894,13 +894,14 @@ impl<'a> Engine<'a> {
         first.clear();
         second.clear();
         let state = &mut self.volumes[vio.target as usize];
-        let size = vio.placement.size_bytes();
-        let access = if !write {
-            Access::Read
-        } else if start == state.last_write_end && size <= state.cache_bytes {
-            Access::GatheredWrite
-        } else {
-            Access::Write
+        // A write the cache takes is background work for the disks, gathered into
+        // whole stripes if it continues the previous write; reads and writes no cache
+        // takes are foreground.
+        let cached = write && vio.placement.size_bytes() <= state.cache_bytes;
+        let access = match (write, cached && start == state.last_write_end) {
+            (false, _) => Access::Read,
+            (true, true) => Access::GatheredWrite,
+            (true, false) => Access::Write,
         };
         if write {
             state.last_write_end = end;
@@ -920,10 +921,7 @@ impl<'a> Engine<'a> {
                 .map_or(0, |(i, _)| i as u32)
         };
         state.array.plan(vio.placement, access, pick_mirror, &mut first, &mut second);
-        // A cached write's disk work is background; reads and writes that no cache
-        // absorbs are foreground.
-        let state = &self.volumes[vio.target as usize];
-        let foreground = !write || vio.placement.size_bytes() > state.cache_bytes;
+        let foreground = !cached;
         let mut done = self.serve(vio.target, &first, self.now, foreground);
         if !second.is_empty() {
             // The write half of a read-modify-write is queued on its disks right behind
