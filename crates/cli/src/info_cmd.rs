@@ -72,10 +72,7 @@ pub(crate) fn run(command: ShowCommand) -> Result<()> {
             }
         }
         ShowCommand::Preset { name: Some(name) } => {
-            // Parse first, so an unknown name gets the error listing the presets.
-            SyntheticConfig::preset(&name)?;
-            let text = PRESETS.iter().find(|(n, _, _)| *n == name).map_or("", |(_, _, t)| t);
-            print!("{text}");
+            print!("{}", SyntheticConfig::preset_text(&name)?);
         }
     }
     Ok(())

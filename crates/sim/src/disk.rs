@@ -134,9 +134,59 @@ impl Disk {
 
     /// Whether a foreground operation issued at `not_before` interrupts background
     /// work (and the background must then seek back to where it was).
-    pub fn interrupts_background(&self, not_before: VirtualInstant) -> bool {
+    fn interrupts_background(&self, not_before: VirtualInstant) -> bool {
         not_before >= self.foreground_until && self.busy_until > not_before
     }
+
+    /// Queues `op`, issued at `not_before`, as foreground or background work; returns
+    /// when it starts, the busy time to charge for it and when it completes.
+    pub fn queue(
+        &mut self,
+        model: &DiskModel,
+        op: &DiskOp,
+        not_before: VirtualInstant,
+        foreground: bool,
+    ) -> Queued {
+        if !foreground {
+            let service = model.service_time(self.head, op);
+            let start = not_before.max(self.busy_until);
+            self.busy_until = start + service;
+            self.background_op = service;
+            self.head = model.head_after(op);
+            return Queued { start, busy: service, end: self.busy_until };
+        }
+        // Behind queued foreground work the head comes from the last of it.
+        let head =
+            if not_before < self.foreground_until { self.foreground_head } else { self.head };
+        let service = model.service_time(head, op);
+        let start = self.foreground_start(not_before);
+        let end = start + service;
+        let mut busy = service;
+        if self.busy_until > start {
+            // Background work is queued behind: it waits for this operation, and if
+            // this one interrupted it, for the seek back too.
+            if self.interrupts_background(not_before) {
+                let back = DiskOp { position: self.head, size_bytes: 0, rewrite: false, ..*op };
+                busy += model.service_time(model.head_after(op), &back);
+            }
+            self.busy_until += busy;
+        } else {
+            self.busy_until = end;
+            self.head = model.head_after(op);
+        }
+        self.foreground_until = end;
+        self.foreground_head = model.head_after(op);
+        Queued { start, busy, end }
+    }
+}
+
+/// Where [`Disk::queue`] put an operation.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Queued {
+    pub start: VirtualInstant,
+    /// The disk time it costs, the seek back to interrupted background work included.
+    pub busy: VirtualDuration,
+    pub end: VirtualInstant,
 }
 
 /// One operation on one disk of an array.

@@ -979,45 +979,10 @@ impl<'a> Engine<'a> {
         let state = &mut self.volumes[volume as usize];
         let mut done = not_before;
         for op in ops {
-            let disk = &mut state.disks[op.disk as usize];
-            // Behind queued foreground work the head comes from the last of it.
-            let head = if foreground && not_before < disk.foreground_until {
-                disk.foreground_head
-            } else {
-                disk.head
-            };
-            let service = state.model.service_time(head, op);
-            let end = if !foreground {
-                let start = not_before.max(disk.busy_until);
-                disk.busy_until = start + service;
-                disk.background_op = service;
-                disk.head = state.model.head_after(op);
-                state.meter.add_busy(start, service);
-                disk.busy_until
-            } else {
-                let start = disk.foreground_start(not_before);
-                let end = start + service;
-                if disk.busy_until > start {
-                    // Background work is queued behind: it waits for this operation,
-                    // and if this one interrupted it, for the seek back too.
-                    let mut extra = VirtualDuration::ZERO;
-                    if disk.interrupts_background(not_before) {
-                        let back =
-                            DiskOp { position: disk.head, size_bytes: 0, rewrite: false, ..*op };
-                        extra = state.model.service_time(state.model.head_after(op), &back);
-                    }
-                    disk.busy_until = disk.busy_until + service + extra;
-                    state.meter.add_busy(start, service + extra);
-                } else {
-                    disk.busy_until = end;
-                    disk.head = state.model.head_after(op);
-                    state.meter.add_busy(start, service);
-                }
-                disk.foreground_until = end;
-                disk.foreground_head = state.model.head_after(op);
-                end
-            };
-            done = done.max(end);
+            let queued =
+                state.disks[op.disk as usize].queue(&state.model, op, not_before, foreground);
+            state.meter.add_busy(queued.start, queued.busy);
+            done = done.max(queued.end);
         }
         done
     }

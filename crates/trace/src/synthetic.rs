@@ -197,8 +197,8 @@ pub const PRESETS: &[(&str, &str, &str)] = &[(
 )];
 
 impl SyntheticConfig {
-    /// The built-in config named `name` (see [`PRESETS`]).
-    pub fn preset(name: &str) -> Result<SyntheticConfig, SyntheticConfigError> {
+    /// The TOML text of the built-in config named `name` (see [`PRESETS`]).
+    pub fn preset_text(name: &str) -> Result<&'static str, SyntheticConfigError> {
         let (_, _, text) = PRESETS.iter().find(|(n, _, _)| *n == name).ok_or_else(|| {
             let names: Vec<&str> = PRESETS.iter().map(|(n, _, _)| *n).collect();
             SyntheticConfigError {
@@ -206,6 +206,12 @@ impl SyntheticConfig {
                 message: format!("no preset {name:?}; the presets are {}", names.join(", ")),
             }
         })?;
+        Ok(text)
+    }
+
+    /// The built-in config named `name` (see [`PRESETS`]).
+    pub fn preset(name: &str) -> Result<SyntheticConfig, SyntheticConfigError> {
+        let text = SyntheticConfig::preset_text(name)?;
         let config: SyntheticConfig = toml::from_str(text).map_err(|error| {
             SyntheticConfigError { key: "preset", message: format!("{name}: {error}") }
         })?;
