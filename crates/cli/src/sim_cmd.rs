@@ -160,7 +160,16 @@ fn offload(args: &OffloadArgs) -> Result<()> {
     let set = TraceSet::open(&args.traces, &args.input.options())?;
     let summary = set.summary();
     let window = match args.day {
-        Some(day) => Window::day(summary, day)?,
+        Some(day) => {
+            let window = Window::day(summary, day)?;
+            if window.span().as_nanos() < somnus_trace::day::DAY_NS && !args.quiet {
+                eprintln!(
+                    "day {day} is covered by the trace only in part: measuring the {:.2} h it covers",
+                    window.span().as_secs_f64() / 3600.0
+                );
+            }
+            window
+        }
         None => match Window::whole(summary) {
             Some(window) => window,
             None => bail!("the trace set has no requests"),
