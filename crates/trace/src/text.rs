@@ -105,7 +105,7 @@ fn msr_line(
 /// this path can only make parsing faster, never different (a property test checks
 /// that it agrees with the validating parser).
 fn parse_msr_fast(line: &[u8]) -> Option<ParsedLine<'_>> {
-    let (ticks, rest) = leading_number(line)?;
+    let (ticks, rest) = filetime_field(line)?;
     let comma = rest.iter().position(|&b| b == b',')?;
     let (host, rest) = (&rest[..comma], &rest[comma + 1..]);
     if host.is_empty()
@@ -131,6 +131,24 @@ fn parse_msr_fast(line: &[u8]) -> Option<ParsedLine<'_>> {
     u32::try_from(number).ok()?;
     let timestamp_ns = filetime_to_unix_ns(ticks).ok()?;
     Some(msr_line(timestamp_ns, host, number, offset_bytes, size_bytes, kind))
+}
+
+/// The leading timestamp field: an MSR FILETIME has 18 digits from 1973 to 2318, so
+/// that common width is read sixteen digits at a time; any other goes digit by digit.
+fn filetime_field(line: &[u8]) -> Option<(u64, &[u8])> {
+    if let Some((digits, rest)) = line.split_at_checked(18)
+        && let Some(rest) = rest.strip_prefix(b",")
+    {
+        let high = eight_digits(&digits[..8])?;
+        let middle = eight_digits(&digits[8..16])?;
+        let (tens, ones) = (digits[16].wrapping_sub(b'0'), digits[17].wrapping_sub(b'0'));
+        if tens > 9 || ones > 9 {
+            return None;
+        }
+        let low = u64::from(tens) * 10 + u64::from(ones);
+        return Some(((high * 100_000_000 + middle) * 100 + low, rest));
+    }
+    leading_number(line)
 }
 
 /// A decimal field of 1 to 19 digits followed by a comma: its value and what follows.
@@ -632,6 +650,27 @@ mod tests {
         assert_eq!(filetime_to_unix_ns(128_166_372_000_000_000), Ok(1_172_163_600_000_000_000));
         assert!(filetime_to_unix_ns(5).is_err());
         assert!(filetime_to_unix_ns(u64::MAX).is_err());
+    }
+
+    #[test]
+    fn the_eighteen_digit_timestamp_path_refuses_every_bad_digit() {
+        // Goal: a non-digit in any of the 18 positions the timestamp fast path reads
+        // sixteen at a time sends the line to the validating parser, which names the
+        // field; a good line gives the same value either way. Method: each position.
+        let good = b"128166386783630075,hm,0,Write,3164164096,40960,2896";
+        assert_eq!(filetime_field(good).unwrap().0, 128_166_386_783_630_075);
+        assert_eq!(filetime_field(good), leading_number(good));
+        for position in 0..18 {
+            for bad in [b'/', b':', b' ', 0xFA] {
+                let mut line = *good;
+                line[position] = bad;
+                assert!(filetime_field(&line).is_none(), "position {position} byte {bad}");
+                assert_eq!(parse_line(Format::Msr, &line).unwrap_err().field, "Timestamp");
+            }
+        }
+        // Other widths take the digit-by-digit path.
+        assert_eq!(filetime_field(b"1281663867836300751,hm").unwrap().0, 1_281_663_867_836_300_751);
+        assert_eq!(filetime_field(b"12816638678363007,hm").unwrap().0, 12_816_638_678_363_007);
     }
 
     #[test]
