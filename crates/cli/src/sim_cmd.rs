@@ -74,12 +74,14 @@ pub(crate) struct OffloadArgs {
     config: Vec<ConfigChoice>,
     /// Replay one calendar day: N (the Nth day from the UTC midnight at or before the
     /// first request; from time 0 for traces without absolute time) or YYYY-MM-DD.
-    /// Without it the whole trace is replayed, from its first request to its last.
+    /// A day the trace covers only in part is measured over that part. Without it the
+    /// whole trace is replayed, from its first request to its last.
     #[arg(long, value_name = "N|YYYY-MM-DD")]
     day: Option<DaySpec>,
     /// Seconds of trace before the window replayed first but not measured, so that
-    /// the window starts with its disks as the preceding hour left them. Default:
-    /// 3600 with --day, 0 for the whole trace (nothing precedes it).
+    /// the window starts with its disks as the preceding hour left them; never before
+    /// the first request, where every disk spins. Default: 3600 with --day, 0 for the
+    /// whole trace (nothing precedes it).
     #[arg(long, value_name = "SECONDS")]
     warmup_s: Option<u64>,
     /// Print one JSON object per configuration (a JSON array) instead of tables.

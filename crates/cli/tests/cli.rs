@@ -307,3 +307,25 @@ fn presets_are_listed_printed_and_generate_the_papers_volumes() {
     assert!(String::from_utf8_lossy(&output.stderr).contains("--preset"));
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+#[test]
+fn a_day_the_trace_covers_in_part_is_measured_over_that_part() {
+    // Goal: `--day` on the first day of a trace that starts at 17:00 measures from the
+    // first request, says so on stderr, and shows the cut window in the heading.
+    let dir = scratch("partial-day");
+    let trace = dir.join("evening.csv");
+    // 2007-02-22 17:00:00 and 17:06:00 UTC.
+    std::fs::write(
+        &trace,
+        "128166372000000000,hm,0,Write,0,4096,1\n128166375600000000,hm,0,Read,0,4096,1\n",
+    )
+    .unwrap();
+    let output = somnus(&["sim", "offload", "--trace", trace.to_str().unwrap(), "--day", "0"]);
+    let (stdout, stderr) = (ok(&output), String::from_utf8_lossy(&output.stderr));
+    assert!(stderr.contains("covered by the trace only in part"), "{stderr}");
+    assert!(
+        stdout.contains("2007-02-22 17:00:00 UTC .. 2007-02-22 17:06:00 UTC (0.10 h)"),
+        "{stdout}"
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+}
