@@ -13,10 +13,33 @@ const BLOCKS_PER_REQUEST_MAX: u64 = 256;
 
 #[derive(Clone, Debug)]
 pub(crate) struct BlockCache {
-    sets: usize,
-    tags: Vec<u64>,
-    stamps: Vec<u64>,
+    sets: Vec<Set>,
     clock: u64,
+}
+
+/// One set: its ways' blocks and when each was last used (0 for never), side by side
+/// so that a lookup touches one place.
+#[derive(Clone, Copy, Debug)]
+struct Set {
+    tags: [u64; WAYS],
+    stamps: [u64; WAYS],
+}
+
+impl Set {
+    fn way_of(&self, block: u64) -> Option<usize> {
+        self.tags.iter().position(|tag| *tag == block)
+    }
+
+    /// The least recently used way; the first of equals (an empty way before another).
+    fn victim(&self) -> usize {
+        let mut victim = 0;
+        for way in 1..WAYS {
+            if self.stamps[way] < self.stamps[victim] {
+                victim = way;
+            }
+        }
+        victim
+    }
 }
 
 impl BlockCache {
@@ -24,17 +47,14 @@ impl BlockCache {
     /// capacity to hold one set.
     pub(crate) fn new(capacity_bytes: u64) -> Option<BlockCache> {
         let sets = (capacity_bytes / BLOCK_BYTES / WAYS as u64) as usize;
-        (sets > 0).then(|| BlockCache {
-            sets,
-            tags: vec![EMPTY; sets * WAYS],
-            stamps: vec![0; sets * WAYS],
-            clock: 0,
-        })
+        let empty = Set { tags: [EMPTY; WAYS], stamps: [0; WAYS] };
+        (sets > 0).then(|| BlockCache { sets: vec![empty; sets], clock: 0 })
     }
 
-    fn set_of(&self, block: u64) -> usize {
+    fn set_of(&mut self, block: u64) -> &mut Set {
         // Fibonacci hashing spreads neighbouring blocks over the sets.
-        (block.wrapping_mul(0x9E37_79B9_7F4A_7C15) >> 16) as usize % self.sets
+        let index = (block.wrapping_mul(0x9E37_79B9_7F4A_7C15) >> 16) as usize % self.sets.len();
+        &mut self.sets[index]
     }
 
     fn blocks(start: u64, end: u64) -> std::ops::Range<u64> {
@@ -48,13 +68,11 @@ impl BlockCache {
             return false;
         }
         for block in blocks {
-            let base = self.set_of(block) * WAYS;
-            let Some(way) = self.tags[base..base + WAYS].iter().position(|tag| *tag == block)
-            else {
-                return false;
-            };
-            self.clock += 1;
-            self.stamps[base + way] = self.clock;
+            let clock = self.clock + 1;
+            let set = self.set_of(block);
+            let Some(way) = set.way_of(block) else { return false };
+            set.stamps[way] = clock;
+            self.clock = clock;
         }
         true
     }
@@ -65,15 +83,12 @@ impl BlockCache {
         let blocks = Self::blocks(start, end);
         let last = blocks.end.min(blocks.start + BLOCKS_PER_REQUEST_MAX);
         for block in blocks.start..last {
-            let base = self.set_of(block) * WAYS;
-            let ways = &self.tags[base..base + WAYS];
-            let way = match ways.iter().position(|tag| *tag == block) {
-                Some(way) => way,
-                None => (0..WAYS).min_by_key(|&way| self.stamps[base + way]).unwrap_or(0),
-            };
-            self.clock += 1;
-            self.tags[base + way] = block;
-            self.stamps[base + way] = self.clock;
+            let clock = self.clock + 1;
+            self.clock = clock;
+            let set = self.set_of(block);
+            let way = set.way_of(block).unwrap_or_else(|| set.victim());
+            set.tags[way] = block;
+            set.stamps[way] = clock;
         }
     }
 }
