@@ -63,11 +63,11 @@ impl BlockCache {
     /// Whether every block of `[start, end)` is cached; refreshes those that are, up
     /// to the first that is not.
     pub(crate) fn hit(&mut self, start: u64, end: u64) -> bool {
-        let blocks = Self::blocks(start, end);
+        let mut blocks = Self::blocks(start, end);
         if blocks.end - blocks.start > BLOCKS_PER_REQUEST_MAX {
             return false;
         }
-        blocks.into_iter().all(|block| self.set_of(block).touch(block))
+        blocks.all(|block| self.set_of(block).touch(block))
     }
 
     /// Remembers the blocks of `[start, end)`, evicting the least recently used block
