@@ -83,6 +83,9 @@ impl BlockCache {
 
 #[cfg(test)]
 mod tests {
+    use rand::{RngCore, SeedableRng};
+    use rand_pcg::Pcg64;
+
     use super::*;
 
     #[test]
@@ -118,13 +121,8 @@ mod tests {
         let sets = cache.sets.len();
         let mut model: Vec<Vec<(u64, u64)>> = vec![Vec::new(); sets];
         let mut clock = 0_u64;
-        let mut seed = 0x2545_F491_4F6C_DD1D_u64;
-        let mut next = move || {
-            seed ^= seed << 13;
-            seed ^= seed >> 7;
-            seed ^= seed << 17;
-            seed
-        };
+        let mut rng = Pcg64::seed_from_u64(7);
+        let mut next = move || rng.next_u64();
         let set_index =
             |block: u64| (block.wrapping_mul(0x9E37_79B9_7F4A_7C15) >> 16) as usize % sets;
         let (mut hits, mut misses) = (0, 0);
