@@ -202,10 +202,7 @@ fn the_demo_prints_all_four_configurations() {
 fn a_converted_trace_replays_exactly_like_its_sources() {
     // Goal: `trace convert` loses nothing the simulator uses: the MSR set replayed from
     // its binary conversion gives the same JSON, byte for byte, as from the CSV files.
-    let Some(dir) = std::env::var_os("SOMNUS_TRACES").map(PathBuf::from) else {
-        eprintln!("skipped: SOMNUS_TRACES is unset");
-        return;
-    };
+    let Some(dir) = somnus_testkit::traces_dir() else { return };
     let scratch = scratch("convert");
     let sources: Vec<String> =
         ["rsrch_1.csv", "hm_0.excerpt7016.csv", "hm_1.writes-excerpt13069.csv"]

@@ -582,14 +582,7 @@ fn run(seed: u64) -> (u64, u64) {
 
 #[test]
 fn reads_return_the_latest_acknowledged_write_under_faults() {
-    let seeds: Vec<u64> = match std::env::var("OFFLOAD_SEED") {
-        Ok(seed) => vec![seed.parse().expect("OFFLOAD_SEED is a number")],
-        Err(_) => {
-            let count =
-                std::env::var("OFFLOAD_SEEDS").ok().and_then(|s| s.parse().ok()).unwrap_or(256);
-            (0..count).collect()
-        }
-    };
+    let seeds = somnus_testkit::seeds("OFFLOAD_SEED", "OFFLOAD_SEEDS", 256);
     let (mut replies, mut reads) = (0, 0);
     for seed in seeds {
         let outcome = std::panic::catch_unwind(|| run(seed));

@@ -8,8 +8,8 @@
 //! the baseline's; vanilla's reads and writes show the spin-up tail. Method: the MSR
 //! volumes over their whole span and on each day, and each other trace set, all
 //! four configurations through the library, the arrays sized for load by the built-in
-//! topology. The traces are found through SOMNUS_TRACES; without it the test says it
-//! was skipped.
+//! topology. The traces are found beside the workspace (`../shared/traces`) or
+//! through SOMNUS_TRACES; without them the test says it was skipped.
 
 #![allow(clippy::unwrap_used, clippy::expect_used)] // Test helpers may panic.
 
@@ -22,15 +22,7 @@ use somnus_sim::topology::Topology;
 use somnus_trace::{DaySpec, ReadOptions, TraceSet};
 use somnus_types::VirtualDuration;
 
-fn traces() -> Option<PathBuf> {
-    match std::env::var_os("SOMNUS_TRACES") {
-        Some(dir) => Some(PathBuf::from(dir)),
-        None => {
-            eprintln!("skipped: SOMNUS_TRACES is unset");
-            None
-        }
-    }
-}
+use somnus_testkit::traces_dir as traces;
 
 fn run(set: &TraceSet, window: Window) -> OffloadResult {
     let names: Vec<String> = set.volumes().iter().map(|(_, n)| n.to_string()).collect();

@@ -1,6 +1,6 @@
-//! Tests against the real trace files of the shared developer set. They find the set
-//! through `SOMNUS_TRACES` (e.g. `SOMNUS_TRACES=/work/shared/traces`) and skip,
-//! saying so, when it is unset, so the crate's tests pass on a machine without it.
+//! Tests against the real trace files of the shared developer set. They find it
+//! beside the workspace (`../shared/traces`) or through `SOMNUS_TRACES`, and skip,
+//! saying so, when there is none, so the crate's tests pass on a machine without it.
 // Test helpers outside #[test] functions may panic: a failure is the test's result.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
@@ -8,15 +8,7 @@ use std::path::PathBuf;
 
 use somnus_trace::{Format, ReadOptions, Request, TimeBase, TraceReader, TraceSet};
 
-fn traces_dir() -> Option<PathBuf> {
-    match std::env::var_os("SOMNUS_TRACES") {
-        Some(dir) => Some(PathBuf::from(dir)),
-        None => {
-            println!("skipped: SOMNUS_TRACES is unset");
-            None
-        }
-    }
-}
+use somnus_testkit::traces_dir;
 
 /// Each shipped file, its detected format and its record count from the README.
 const FILES: [(&str, Format, u64); 8] = [

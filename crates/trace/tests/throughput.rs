@@ -1,5 +1,5 @@
 //! Throughput measurements, ignored by default because they time real work:
-//! `SOMNUS_TRACES=/work/shared/traces cargo test -p somnus-trace --release --test throughput -- --ignored --nocapture`.
+//! `cargo test -p somnus-trace --release --test throughput -- --ignored --nocapture`.
 //! They print lines (requests) per second; they assert only that the counts are right.
 // Test helpers outside #[test] functions may panic: a failure is the test's result.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
@@ -18,10 +18,7 @@ use somnus_trace::{
 const COPIES: u64 = 100;
 
 fn looped_msr_file() -> Option<(PathBuf, u64)> {
-    let Some(dir) = std::env::var_os("SOMNUS_TRACES") else {
-        println!("skipped: SOMNUS_TRACES is unset");
-        return None;
-    };
+    let dir = somnus_testkit::traces_dir()?;
     let text = std::fs::read_to_string(PathBuf::from(dir).join("msr-csv/rsrch_1.csv")).unwrap();
     let lines: Vec<&str> = text.lines().collect();
     let first: u64 = lines[0].split(',').next().unwrap().parse().unwrap();
