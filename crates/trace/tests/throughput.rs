@@ -19,7 +19,7 @@ const COPIES: u64 = 100;
 
 fn looped_msr_file() -> Option<(PathBuf, u64)> {
     let dir = somnus_testkit::traces_dir()?;
-    let text = std::fs::read_to_string(PathBuf::from(dir).join("msr-csv/rsrch_1.csv")).unwrap();
+    let text = std::fs::read_to_string(dir.join("msr-csv/rsrch_1.csv")).unwrap();
     let lines: Vec<&str> = text.lines().collect();
     let first: u64 = lines[0].split(',').next().unwrap().parse().unwrap();
     let last: u64 = lines[lines.len() - 1].split(',').next().unwrap().parse().unwrap();
