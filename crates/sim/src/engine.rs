@@ -137,8 +137,8 @@ pub struct RunMeasurements {
     pub reads_logged: u64,
     pub reads_remote: u64,
     pub network_bytes: u64,
-    /// The busiest power window's network traffic, in bytes.
-    pub network_bytes_peak_window: u64,
+    /// Network traffic per power window (the windows of `timeline`), in bytes.
+    pub network_bytes_per_window: Vec<u64>,
     /// Requests still in flight when the engine gave up, an hour after the window.
     pub requests_unfinished: u64,
     pub requests_refused: u64,
@@ -319,7 +319,6 @@ pub struct Engine<'a> {
     start_snapshot: Option<Vec<(MeterReading, ManagerCounters)>>,
     /// Meter readings, power timelines and counters at the end of the window.
     snapshot: Option<Vec<(MeterReading, Option<PowerTimeline>, ManagerCounters)>>,
-    network_window: (u64, u64),
     requests_done: u64,
 }
 
@@ -396,7 +395,7 @@ impl<'a> Engine<'a> {
             reads_logged: 0,
             reads_remote: 0,
             network_bytes: 0,
-            network_bytes_peak_window: 0,
+            network_bytes_per_window: Vec::new(),
             requests_unfinished: 0,
             requests_refused: 0,
         };
@@ -425,7 +424,6 @@ impl<'a> Engine<'a> {
             measured,
             start_snapshot: None,
             snapshot: None,
-            network_window: (0, 0),
             requests_done: 0,
         }
     }
@@ -1045,15 +1043,12 @@ impl<'a> Engine<'a> {
             return end + VirtualDuration::from_nanos(network.round_trip.as_nanos() / 2);
         }
         self.measured.network_bytes += bytes;
-        // Windows aligned with the power timeline's.
-        let since = self.now.duration_since(self.measure_from).as_nanos();
-        let window = since / self.layout.policy.power_window.as_nanos();
-        if window != self.network_window.0 {
-            self.network_window = (window, 0);
+        // Counted in the power timeline's windows, for the peak rate.
+        if let Some(window) = self.measured.timeline.window_index(self.now) {
+            let per_window = &mut self.measured.network_bytes_per_window;
+            per_window.resize(self.measured.timeline.windows().len(), 0);
+            per_window[window] += bytes;
         }
-        self.network_window.1 += bytes;
-        self.measured.network_bytes_peak_window =
-            self.measured.network_bytes_peak_window.max(self.network_window.1);
         end + VirtualDuration::from_nanos(network.round_trip.as_nanos() / 2)
     }
 
@@ -1185,7 +1180,7 @@ impl<'a> Engine<'a> {
         self.requests_done += 1;
         self.requests_free.push(slot);
         self.volumes[volume].pending.remove(range, request.0);
-        self.release_dependents(slot);
+        self.release_dependents(slot, spin_delayed);
     }
 
     /// Counts a finished request of the measured window.
@@ -1219,11 +1214,14 @@ impl<'a> Engine<'a> {
         }
     }
 
-    /// Dispatches the requests that waited only for `slot`.
-    fn release_dependents(&mut self, slot: u32) {
+    /// Dispatches the requests that waited only for `slot`. A request held behind one
+    /// that a spin-up delayed was delayed by that spin-up too: it counts as such.
+    fn release_dependents(&mut self, slot: u32, spin_delayed: bool) {
         let dependents = std::mem::take(&mut self.requests[slot as usize].dependents);
         for &dependent in &dependents {
-            let waiting = &mut self.requests[dependent as usize].waiting_on;
+            let client = &mut self.requests[dependent as usize];
+            client.spin_delayed |= spin_delayed;
+            let waiting = &mut client.waiting_on;
             assert!(*waiting > 0, "request slot {dependent} released twice");
             *waiting -= 1;
             if *waiting == 0 {

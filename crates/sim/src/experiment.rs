@@ -196,7 +196,6 @@ fn config_report(
     let energy =
         |r: &RunMeasurements| r.volumes.iter().map(|v| v.reading.energy.as_joules()).sum::<f64>();
     let (energy_j, baseline_j) = (energy(run), energy(baseline));
-    let window = layout.policy.power_window;
     let mean_power_w = energy_j / span.as_secs_f64().max(f64::MIN_POSITIVE);
     let baseline_mean_w = baseline_j / span.as_secs_f64().max(f64::MIN_POSITIVE);
     let peak_power_w = run.timeline.peak_watts();
@@ -231,7 +230,14 @@ fn config_report(
             }
         })
         .collect();
-    let network_peak_mbps = run.network_bytes_peak_window as f64 * 8.0 / window.as_secs_f64() / 1e6;
+    let network_peak_mbps = run
+        .network_bytes_per_window
+        .iter()
+        .enumerate()
+        .map(|(index, bytes)| {
+            *bytes as f64 * 8.0 / run.timeline.window_length(index).as_secs_f64() / 1e6
+        })
+        .fold(0.0, f64::max);
     ConfigReport {
         config: run.kind,
         energy_pct: percent(energy_j, baseline_j),

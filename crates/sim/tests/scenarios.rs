@@ -468,3 +468,62 @@ fn reads_pass_the_destaging_of_cached_writes() {
     let max = ms(uncached.read_latency_ns.value_at_quantile(0.5));
     assert!(max > 1_000.0, "without a cache, reads queue behind the writes: p50 {max} ms");
 }
+
+#[test]
+fn a_request_held_behind_a_spin_up_counts_as_delayed() {
+    // Goal: a request served after an overlapping one that waited for a spin-up waited
+    // for that spin-up too, and counts as delayed. Method: vanilla, one volume; a write
+    // at 0 s, then (the volume asleep from about 60 s) writes to the same block at 100
+    // and 100.5 s: the second waits for the spin-up, the third waits behind the
+    // second. Both are late by about the spin-up, and both count.
+    let layout = layout(&["a_1"]);
+    let requests = [
+        request(0.0, 0, 0, IoKind::Write),
+        request(100.0, 0, 0, IoKind::Write),
+        request(100.5, 0, 0, IoKind::Write),
+    ];
+    let measured = run(&layout, 300, ConfigKind::Vanilla, &requests);
+    assert_eq!(measured.write_latency_ns.len(), 3);
+    let late =
+        measured.write_latency_ns.iter_recorded().filter(|v| ms(v.value_iterated_to()) > 10_000.0);
+    assert_eq!(late.map(|v| v.count_at_value()).sum::<u64>(), 2, "two writes waited");
+    assert_eq!(measured.writes_spin_delayed, 2, "both late writes count");
+}
+
+#[test]
+fn a_write_held_behind_a_read_that_waits_for_a_spin_up_counts_as_delayed() {
+    // Goal: under machine-level off-load a write is never sent home to a sleeping
+    // volume, but one held (overlapping requests are served in order) behind a read
+    // that waits for the home volume's spin-up waits as long, and counts as delayed.
+    // Method: a_2 is read every 5 s (its logger stays awake); a_1, written once at 1 s,
+    // sleeps from about 61 s. At 100 s a read of a block of a_1 wakes it; a write to the
+    // same block at 100.5 s is held behind the read.
+    let layout = layout(&["a_1", "a_2"]);
+    let mut requests: Vec<_> =
+        (0..60).map(|i| request(i as f64 * 5.0 + 0.5, 1, (i % 8) * 65536, IoKind::Read)).collect();
+    requests.push(request(1.0, 0, 1 << 20, IoKind::Write));
+    requests.push(request(100.0, 0, 0, IoKind::Read));
+    requests.push(request(100.5, 0, 0, IoKind::Write));
+    requests.sort_by_key(|r| r.arrival);
+    let measured = run(&layout, 300, ConfigKind::Machine, &requests);
+    assert_eq!(measured.volumes[0].reading.spin_ups, 1, "the read wakes a_1");
+    assert!(ms(measured.write_latency_ns.max()) > 10_000.0, "the held write waits the spin-up");
+    assert_eq!(measured.reads_spin_delayed, 1);
+    assert_eq!(measured.writes_spin_delayed, 1, "the held write counts");
+}
+
+#[test]
+fn a_replay_shorter_than_the_power_window_peaks_at_its_mean() {
+    // Goal: peak power is the mean power of the busiest window over that window's own
+    // length: a 30 s baseline replay of one 4-disk array (48 W all along) peaks at
+    // 48 W, not 24 W (30 s of energy divided by a whole minute).
+    let layout = layout(&["a_1"]);
+    let measured = run(&layout, 30, ConfigKind::Baseline, &[request(1.0, 0, 0, IoKind::Write)]);
+    let mean = measured.timeline.total().as_joules() / 30.0;
+    assert!((mean - 48.0).abs() < 1e-9, "mean {mean} W");
+    assert!(
+        (measured.timeline.peak_watts() - 48.0).abs() < 1e-9,
+        "{}",
+        measured.timeline.peak_watts()
+    );
+}

@@ -61,10 +61,17 @@ impl MeterReading {
     }
 }
 
-/// Energy per fixed-length window of time, for mean and peak power.
+/// Energy per window of time, for mean and peak power.
+///
+/// The span is cut into windows of `window`, from its start; the last window also takes
+/// the rest of the span, so every window lasts at least `window` (a span shorter than
+/// one window is a single window of the span's length). Peak power is the highest mean
+/// power over a window's own length, so it is never below the span's mean power and a
+/// partial minute is never divided by a whole one.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct PowerTimeline {
     origin: VirtualInstant,
+    span: VirtualDuration,
     window: VirtualDuration,
     windows: Vec<Energy>,
 }
@@ -77,9 +84,10 @@ impl PowerTimeline {
         window: VirtualDuration,
     ) -> PowerTimeline {
         assert!(window.as_nanos() > 0, "window must be positive");
-        let count = span.as_nanos().div_ceil(window.as_nanos()).max(1);
+        assert!(span.as_nanos() > 0, "a timeline must cover some time");
+        let count = (span.as_nanos() / window.as_nanos()).max(1);
         assert!(count <= TIMELINE_WINDOWS_MAX, "timeline of {count} windows exceeds the bound");
-        PowerTimeline { origin, window, windows: vec![Energy::ZERO; count as usize] }
+        PowerTimeline { origin, span, window, windows: vec![Energy::ZERO; count as usize] }
     }
 
     pub fn window(&self) -> VirtualDuration {
@@ -90,25 +98,49 @@ impl PowerTimeline {
         &self.windows
     }
 
+    /// The window holding `at`, or `None` outside the span.
+    pub fn window_index(&self, at: VirtualInstant) -> Option<usize> {
+        let since = at.as_nanos().checked_sub(self.origin.as_nanos())?;
+        if since >= self.span.as_nanos() {
+            return None;
+        }
+        let index = (since / self.window.as_nanos()) as usize;
+        Some(index.min(self.windows.len() - 1))
+    }
+
+    /// The length of window `index` (the last one takes the rest of the span).
+    pub fn window_length(&self, index: usize) -> VirtualDuration {
+        assert!(index < self.windows.len(), "window {index} of {}", self.windows.len());
+        let (start, end) = self.window_bounds(index);
+        VirtualDuration::from_nanos(end - start)
+    }
+
+    /// Window `index` as nanoseconds since the origin: `[start, end)`.
+    fn window_bounds(&self, index: usize) -> (u64, u64) {
+        let start = index as u64 * self.window.as_nanos();
+        let last = index + 1 == self.windows.len();
+        let end = if last { self.span.as_nanos() } else { start + self.window.as_nanos() };
+        (start, end)
+    }
+
     /// Adds `energy` spread evenly over `[start, end)`. The parts of the interval
     /// outside the timeline's span are dropped (a warm-up before it, a drain after),
     /// so the timeline holds exactly the energy of its span.
     pub fn add(&mut self, start: VirtualInstant, end: VirtualInstant, energy: Energy) {
         assert!(start <= end, "interval ends before it starts");
-        let window = self.window.as_nanos();
-        let span_start = self.origin.as_nanos();
-        let span_end = span_start + window * self.windows.len() as u64;
-        let (start, end) = (start.as_nanos(), end.as_nanos());
         if energy == Energy::ZERO {
             return;
         }
         if start == end {
-            if (span_start..span_end).contains(&start) {
-                self.windows[((start - span_start) / window) as usize] += energy;
+            if let Some(index) = self.window_index(start) {
+                self.windows[index] += energy;
             }
             return;
         }
-        let (inside_start, inside_end) = (start.max(span_start), end.min(span_end));
+        let origin = self.origin.as_nanos();
+        let span_end = origin + self.span.as_nanos();
+        let (start, end) = (start.as_nanos(), end.as_nanos());
+        let (inside_start, inside_end) = (start.max(origin), end.min(span_end));
         if inside_start >= inside_end {
             return;
         }
@@ -120,35 +152,40 @@ impl PowerTimeline {
             Energy(per_nano * u128::from(nanos) + remainder * u128::from(nanos) / total_nanos)
         };
         let inside = share_of(inside_end - inside_start);
-        let first = ((inside_start - span_start) / window) as usize;
-        let last = ((inside_end - 1 - span_start) / window) as usize;
+        let index_of = |at: u64| {
+            let index = ((at - origin) / self.window.as_nanos()) as usize;
+            index.min(self.windows.len() - 1)
+        };
+        let (first, last) = (index_of(inside_start), index_of(inside_end - 1));
         let mut credited = Energy::ZERO;
         for index in first..last {
-            let window_end = span_start + (index as u64 + 1) * window;
-            let overlap = window_end - inside_start.max(span_start + index as u64 * window);
+            let (window_start, window_end) = self.window_bounds(index);
+            let overlap = origin + window_end - inside_start.max(origin + window_start);
             let share = share_of(overlap);
             self.windows[index] += share;
             credited += share;
         }
         // The last window takes the rounding remainder, so a wholly inside interval
         // adds exactly its energy.
-        let remainder = if start >= span_start && end <= span_end { energy } else { inside };
+        let remainder = if start >= origin && end <= span_end { energy } else { inside };
         self.windows[last] += remainder - credited;
     }
 
     /// Adds another timeline of the same shape window by window.
     pub fn accumulate(&mut self, other: &PowerTimeline) {
         assert_eq!(self.window, other.window, "timelines differ in window");
-        assert_eq!(self.windows.len(), other.windows.len(), "timelines differ in span");
+        assert_eq!(self.span, other.span, "timelines differ in span");
+        assert_eq!(self.windows.len(), other.windows.len(), "timelines differ in windows");
         for (mine, theirs) in self.windows.iter_mut().zip(&other.windows) {
             *mine += *theirs;
         }
     }
 
-    /// The mean power of the busiest window, in watts.
+    /// The highest mean power of a window, each over its own length, in watts.
     pub fn peak_watts(&self) -> f64 {
-        let peak = self.windows.iter().copied().max().unwrap_or(Energy::ZERO);
-        peak.mean_power_watts(self.window)
+        (0..self.windows.len())
+            .map(|index| self.windows[index].mean_power_watts(self.window_length(index)))
+            .fold(0.0, f64::max)
     }
 
     pub fn total(&self) -> Energy {
@@ -427,6 +464,33 @@ mod tests {
         timeline.add(at(0), at(0) + month, energy);
         assert_eq!(timeline.total(), energy);
         assert_eq!(timeline.windows()[17], joules(3_600_000));
+    }
+
+    #[test]
+    fn a_span_shorter_than_a_window_peaks_at_its_own_mean() {
+        // Goal: a 30 s span at a steady 48 W reports a peak of 48 W, not 24 W (its energy
+        // divided by a whole minute); a trailing part-minute joins the last window, so
+        // every window lasts at least a minute and the peak is never below the mean.
+        let watts = Power::try_from_watts(48.0).unwrap();
+        let half_minute = VirtualDuration::from_secs(30);
+        let mut short = PowerTimeline::new(at(0), half_minute, VirtualDuration::from_secs(60));
+        short.add(at(0), at(30), watts.over(half_minute));
+        assert_eq!(short.windows().len(), 1);
+        assert!((short.peak_watts() - 48.0).abs() < 1e-9, "{}", short.peak_watts());
+        // 150 s: windows of 60 s and 90 s; 10 W then 40 W from 120 s on.
+        let span = VirtualDuration::from_secs(150);
+        let mut long = PowerTimeline::new(at(0), span, VirtualDuration::from_secs(60));
+        long.add(at(0), at(120), Power::try_from_watts(10.0).unwrap().over(at(120) - at(0)));
+        long.add(at(120), at(150), Power::try_from_watts(40.0).unwrap().over(half_minute));
+        long.add(at(150), at(200), joules(1000));
+        assert_eq!(long.windows().len(), 2);
+        assert_eq!(long.window_length(1), VirtualDuration::from_secs(90));
+        assert_eq!(long.total(), joules(1200 + 1200));
+        let mean = 2400.0 / 150.0;
+        assert!((long.peak_watts() - 1800.0 / 90.0).abs() < 1e-9, "{}", long.peak_watts());
+        assert!(long.peak_watts() >= mean);
+        assert_eq!(long.window_index(at(149)), Some(1));
+        assert_eq!(long.window_index(at(150)), None);
     }
 
     #[test]
