@@ -204,30 +204,30 @@ fn measure(args: &BenchOffloadArgs, path: &Path, copies: u64) -> Result<()> {
             "rack_end_to_end_requests_per_s": e2e_wall,
             "rack_end_to_end_requests_per_cpu_s": e2e_cpu,
         });
-        println!("{}", serde_json::to_string_pretty(&figures)?);
+        outln!("{}", serde_json::to_string_pretty(&figures)?)?;
         return Ok(());
     }
     let cpu = |rate: Option<f64>| rate.map_or_else(|| "n/a".to_string(), |r| format!("{r:.0}"));
-    println!(
+    outln!(
         "trace {} looped {copies} times into one file of {} records; median of {} runs, one core",
         args.trace.display(),
         records,
         args.repeat
-    );
-    println!("{:<28} {:>14} {:>14}", "", "per wall s", "per CPU s");
-    println!("{:<28} {:>14.0} {:>14}   (lines)", "wc -l", wc_lines_per_s, "");
-    println!(
+    )?;
+    outln!("{:<28} {:>14} {:>14}", "", "per wall s", "per CPU s")?;
+    outln!("{:<28} {:>14.0} {:>14}   (lines)", "wc -l", wc_lines_per_s, "")?;
+    outln!(
         "{:<28} {:>14.0} {:>14}   (records; {:.2}x wc -l)",
         "parse",
         parse_wall,
         cpu(parse_cpu),
         parse_wall / wc_lines_per_s
-    );
-    println!(
+    )?;
+    outln!(
         "{:<28} {:>14.0} {:>14}   (requests; target >= 2,000,000)",
         "rack off-load, end to end",
         e2e_wall,
         cpu(e2e_cpu)
-    );
+    )?;
     Ok(())
 }

@@ -88,7 +88,7 @@ pub(crate) fn run(args: &BenchEcArgs) -> Result<()> {
         layout: if args.layout == "separate" { Layout::Separate } else { Layout::Staggered },
     };
     let groups = options.shapes.len() * options.shard_bytes.len();
-    eprintln!(
+    noteln!(
         "somnus bench ec: {groups} groups, {} rounds of {} ms per implementation; one core; backend {}; {} shards",
         args.rounds,
         args.round_ms,
@@ -99,7 +99,7 @@ pub(crate) fn run(args: &BenchEcArgs) -> Result<()> {
     let measurements = bench::run(&options, |group| {
         done += 1;
         if let Some(first) = group.first() {
-            eprintln!(
+            noteln!(
                 "[{done}/{groups}] {} with {} shards measured",
                 first.code(),
                 bench::human_bytes(first.shard_bytes)
@@ -109,12 +109,12 @@ pub(crate) fn run(args: &BenchEcArgs) -> Result<()> {
     if args.json {
         let objects: Vec<serde_json::Value> =
             measurements.iter().map(|m| json(m, options.layout.name())).collect();
-        println!("{}", serde_json::to_string_pretty(&objects)?);
+        outln!("{}", serde_json::to_string_pretty(&objects)?)?;
     } else {
-        print!("{}", bench::table(&measurements));
-        println!(
+        out!("{}", bench::table(&measurements))?;
+        outln!(
             "GB/s of data (k x shard bytes per operation), median of the rounds; /xor is the median of the ratios to a plain XOR of the same k data buffers run just before in each round."
-        );
+        )?;
     }
     Ok(())
 }

@@ -90,7 +90,7 @@ pub(crate) fn run(args: &DemoArgs) -> Result<()> {
     let loads = peak_loads(counted, names.len(), LOAD_WINDOW)?;
     let layout = Topology::demo().layout_for_load(&names, &loads)?;
     if !args.quiet {
-        eprintln!(
+        noteln!(
             "simulating {} synthetic requests (seed {}) on {} volumes, four configurations...",
             somnus_trace::stats::thousands(requests),
             args.seed,

@@ -28,13 +28,18 @@ pub(crate) enum ShowCommand {
 pub(crate) fn run(command: ShowCommand) -> Result<()> {
     match command {
         ShowCommand::Profile { name: None } => {
-            println!(
+            outln!(
                 "{:<28} {:>8} {:>8} {:>8} {:>10} {:>10}",
-                "profile", "active W", "idle W", "standby W", "wake s", "kind"
-            );
+                "profile",
+                "active W",
+                "idle W",
+                "standby W",
+                "wake s",
+                "kind"
+            )?;
             for name in builtin_profile_names() {
                 let profile = builtin_profile(name)?;
-                println!(
+                outln!(
                     "{:<28} {:>8.1} {:>8.1} {:>9.1} {:>10.1} {:>10}",
                     name,
                     profile.watts(PowerState::Active).as_watts(),
@@ -42,37 +47,37 @@ pub(crate) fn run(command: ShowCommand) -> Result<()> {
                     profile.watts(PowerState::Standby).as_watts(),
                     profile.wake_duration().as_secs_f64(),
                     format!("{:?}", profile.kind).to_lowercase(),
-                );
+                )?;
             }
         }
         ShowCommand::Profile { name: Some(name) } => {
             let profile = builtin_profile(&name)?;
-            println!("{name}: {}", profile.source);
+            outln!("{name}: {}", profile.source)?;
             for state in PowerState::ALL {
-                println!("  {:<8} {:>7.2} W", state.name(), profile.watts(state).as_watts());
+                outln!("  {:<8} {:>7.2} W", state.name(), profile.watts(state).as_watts())?;
             }
             for (from, to) in
                 [(PowerState::Idle, PowerState::Standby), (PowerState::Standby, PowerState::Idle)]
             {
                 if let Some(transition) = profile.transition(from, to) {
-                    println!(
+                    outln!(
                         "  {} -> {}: {:.1} s, {:.1} J",
                         from.name(),
                         to.name(),
                         transition.duration.as_secs_f64(),
                         transition.energy.as_joules()
-                    );
+                    )?;
                 }
             }
         }
-        ShowCommand::Topology => print!("{}", Topology::msr_cambridge_text()),
+        ShowCommand::Topology => out!("{}", Topology::msr_cambridge_text())?,
         ShowCommand::Preset { name: None } => {
             for (name, description, _) in PRESETS {
-                println!("{name:<12} {description}");
+                outln!("{name:<12} {description}")?;
             }
         }
         ShowCommand::Preset { name: Some(name) } => {
-            print!("{}", SyntheticConfig::preset_text(&name)?);
+            out!("{}", SyntheticConfig::preset_text(&name)?)?;
         }
     }
     Ok(())

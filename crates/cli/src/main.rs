@@ -1,6 +1,10 @@
 //! `somnus`: the command-line front end of every somnus tool. Each subcommand lives in
 //! its own module; this file is only the command tree.
 
+// First: its macros are used by every module below.
+#[macro_use]
+mod output;
+
 mod bench_cmd;
 mod bench_ec;
 mod demo;
@@ -10,6 +14,8 @@ mod progress;
 mod report;
 mod sim_cmd;
 mod trace_cmd;
+
+use std::process::ExitCode;
 
 use anyhow::Result;
 use clap::{Parser, Subcommand};
@@ -59,9 +65,23 @@ enum Command {
     },
 }
 
-fn main() -> Result<()> {
+fn main() -> ExitCode {
     let cli = Cli::parse();
-    match cli.command {
+    match run(cli.command) {
+        Ok(()) => ExitCode::SUCCESS,
+        // The reader of our output went away (`somnus demo | head`): nothing is wrong.
+        Err(error) if error.chain().any(|cause| cause.is::<output::StdoutClosed>()) => {
+            ExitCode::SUCCESS
+        }
+        Err(error) => {
+            output::note(format_args!("error: {}", output::error_message(&error)));
+            ExitCode::FAILURE
+        }
+    }
+}
+
+fn run(command: Command) -> Result<()> {
+    match command {
         Command::Demo(args) => demo::run(&args),
         Command::Trace { command } => trace_cmd::run(command),
         Command::Sim { command } => sim_cmd::run(command),

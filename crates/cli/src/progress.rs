@@ -24,7 +24,7 @@ impl ProgressLine {
         self.last = now();
         let span = progress.span.as_secs_f64().max(f64::MIN_POSITIVE);
         let share = 100.0 * (progress.virtual_now.as_secs_f64() / span).min(1.0);
-        eprintln!(
+        noteln!(
             "  {}: {:.0}% of the trace's time, {} requests done",
             progress.kind.name(),
             share,

@@ -157,7 +157,7 @@ fn offload(args: &OffloadArgs) -> Result<()> {
         None => {}
     }
     if !args.quiet {
-        eprintln!("reading {} trace file(s)...", args.traces.len());
+        noteln!("reading {} trace file(s)...", args.traces.len());
     }
     let set = TraceSet::open(&args.traces, &args.input.options())?;
     let summary = set.summary();
@@ -165,7 +165,7 @@ fn offload(args: &OffloadArgs) -> Result<()> {
         Some(day) => {
             let window = Window::day(summary, day)?;
             if window.span().as_nanos() < somnus_trace::day::DAY_NS && !args.quiet {
-                eprintln!(
+                noteln!(
                     "day {day} is covered by the trace only in part: measuring the {:.2} h it covers",
                     window.span().as_secs_f64() / 3600.0
                 );
@@ -187,7 +187,7 @@ fn offload(args: &OffloadArgs) -> Result<()> {
     let layout = topology.layout_for_load(&names, &loads)?;
     let in_window = count_in_window(&set, window)?;
     if !args.quiet {
-        eprintln!(
+        noteln!(
             "replaying {} requests of {} volumes over {:.1} h in {} configuration(s)...",
             somnus_trace::stats::thousands(in_window),
             names.len(),
@@ -215,15 +215,15 @@ pub(crate) fn emit(
     report_dir: Option<&Path>,
 ) -> Result<()> {
     if json {
-        println!("{}", serde_json::to_string_pretty(&result.configs)?);
+        outln!("{}", serde_json::to_string_pretty(&result.configs)?)?;
     } else {
-        print!("{heading}");
-        print!("{}", report::tables(result));
+        out!("{heading}")?;
+        out!("{}", report::tables(result))?;
     }
     if let Some(dir) = report_dir {
         report::write_dir(dir, result, heading)?;
         if !json {
-            println!("\nreport written to {}", dir.display());
+            outln!("\nreport written to {}", dir.display())?;
         }
     }
     Ok(())

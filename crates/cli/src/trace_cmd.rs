@@ -177,20 +177,19 @@ fn run_stats(
     let set = open_set(files, input)?;
     let report = compute_set(&set, day, &StatsOptions { window_ns })
         .context("computing the trace statistics")?;
-    let stdout = std::io::stdout();
-    let mut out = stdout.lock();
-    if json {
-        serde_json::to_writer_pretty(&mut out, &report).context("writing JSON")?;
-        writeln!(out)?;
-    } else {
-        print_files(&mut out, set.summary())?;
-        writeln!(out)?;
-        write!(out, "{report}")?;
-    }
-    Ok(())
+    crate::output::write_with(|out| {
+        if json {
+            serde_json::to_writer_pretty(&mut *out, &report)?;
+            writeln!(out)
+        } else {
+            print_files(out, set.summary())?;
+            writeln!(out)?;
+            write!(out, "{report}")
+        }
+    })
 }
 
-fn print_files(out: &mut impl Write, summary: &TraceSummary) -> Result<()> {
+fn print_files(out: &mut impl Write, summary: &TraceSummary) -> std::io::Result<()> {
     for file in &summary.files {
         writeln!(
             out,
@@ -228,7 +227,7 @@ fn run_convert(files: &[PathBuf], output: &Path, input: &InputArgs) -> Result<()
         Ok(counts)
     })?;
     let bytes_in: u64 = summary.files.iter().map(|file| file.size_bytes).sum();
-    eprintln!(
+    noteln!(
         "converted {} requests of {} volumes from {} files: {} bytes in, {} bytes out; {} records skipped",
         thousands(written),
         thousands(summary.volume_count),
@@ -264,7 +263,7 @@ impl Progress {
         }
         self.last_print = now;
         let percent = if self.total == 0 { 100.0 } else { 100.0 * done as f64 / self.total as f64 };
-        eprintln!("converted {} requests ({percent:.0}%)", thousands(done));
+        noteln!("converted {} requests ({percent:.0}%)", thousands(done));
     }
 }
 
@@ -347,7 +346,7 @@ fn run_generate(
         }
         OutputFormat::Msr => write_msr(sink, &volumes, trace),
     })?;
-    eprintln!(
+    noteln!(
         "generated {} requests of {} volumes (seed {seed}, {:?} time): {} bytes in {}",
         thousands(count),
         volumes.len(),

@@ -326,3 +326,81 @@ fn a_day_the_trace_covers_in_part_is_measured_over_that_part() {
     );
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// Runs `somnus ARGS`, reads `keep` bytes of its stdout and closes the pipe, as
+/// `somnus ARGS | head -c KEEP` does; returns the exit status and stderr.
+fn with_stdout_closed_after(args: &[&str], keep: usize) -> (std::process::ExitStatus, String) {
+    use std::io::Read;
+    let mut child = Command::new(env!("CARGO_BIN_EXE_somnus"))
+        .args(args)
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut stdout = child.stdout.take().unwrap();
+    let mut head = vec![0u8; keep];
+    stdout.read_exact(&mut head).unwrap();
+    drop(stdout);
+    let mut stderr = String::new();
+    child.stderr.take().unwrap().read_to_string(&mut stderr).unwrap();
+    (child.wait().unwrap(), stderr)
+}
+
+#[test]
+fn a_closed_stdout_ends_a_command_quietly() {
+    // Goal: `somnus … | head` ends with status 0 and says nothing on stderr, as `cat`
+    // does, instead of panicking ("failed printing to stdout") or failing. Method: each
+    // command's stdout is read for a few bytes and closed before the command is done.
+    let dir = scratch("pipe");
+    let trace = dir.join("t.csv");
+    ok(&somnus(&["trace", "generate", "--format", "msr", "-o", trace.to_str().unwrap()]));
+    let trace = trace.to_str().unwrap();
+    for args in [
+        &["demo", "--quiet", "--hours", "2"][..],
+        &["sim", "offload", "--quiet", "--trace", trace],
+        &["trace", "stats", trace],
+        &["trace", "stats", "--json", trace],
+        &["show", "topology"],
+    ] {
+        let (status, stderr) = with_stdout_closed_after(args, 8);
+        assert!(status.success(), "{args:?}: {status}, stderr: {stderr}");
+        assert!(!stderr.contains("panicked"), "{args:?} panicked: {stderr}");
+        assert!(!stderr.contains("error"), "{args:?} failed: {stderr}");
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn a_user_error_prints_one_line_and_no_backtrace() {
+    // Goal: with RUST_BACKTRACE=1 (common on developer machines) an ordinary error is
+    // still one clear line: no stack backtrace, no "Caused by" list, no cause printed
+    // twice. Method: an unknown profile name, and a topology file with a TOML error.
+    let dir = scratch("user-error");
+    let topology = dir.join("bad.toml");
+    std::fs::write(&topology, "[defaults]\nstripe_unit_kib = \"x\"\n").unwrap();
+    let run = |args: &[&str]| {
+        Command::new(env!("CARGO_BIN_EXE_somnus"))
+            .args(args)
+            .env("RUST_BACKTRACE", "1")
+            .env("RUST_LIB_BACKTRACE", "1")
+            .output()
+            .unwrap()
+    };
+    for (args, cause) in [
+        (&["show", "profile", "nosuch"][..], "no built-in power profile named"),
+        (
+            &["sim", "offload", "--trace", "x.csv", "--topology", topology.to_str().unwrap()],
+            "TOML parse error",
+        ),
+    ] {
+        let output = run(args);
+        assert_eq!(output.status.code(), Some(1), "{args:?}");
+        let stderr = String::from_utf8_lossy(&output.stderr);
+        assert!(stderr.starts_with("error: "), "{args:?}: {stderr}");
+        assert_eq!(stderr.matches(cause).count(), 1, "{args:?}: cause not once:\n{stderr}");
+        for noise in ["backtrace", "Caused by", "panicked", "  0: "] {
+            assert!(!stderr.contains(noise), "{args:?} printed {noise:?}:\n{stderr}");
+        }
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+}
