@@ -82,6 +82,9 @@ pub(crate) fn run(args: &DemoArgs) -> Result<()> {
         }
         None => demo_config(args.hours),
     };
+    if let Some(dir) = &args.report {
+        crate::report::prepare_dir(dir)?;
+    }
     let trace = SyntheticTrace::new(&config, args.seed)?;
     let names: Vec<String> = trace.volumes().iter().map(|(_, name)| name.to_string()).collect();
     let span = VirtualDuration::from_nanos((args.hours * 3600e9) as u64);

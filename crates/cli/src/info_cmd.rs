@@ -46,7 +46,7 @@ pub(crate) fn run(command: ShowCommand) -> Result<()> {
                     profile.watts(PowerState::Idle).as_watts(),
                     profile.watts(PowerState::Standby).as_watts(),
                     profile.wake_duration().as_secs_f64(),
-                    format!("{:?}", profile.kind).to_lowercase(),
+                    profile.kind.name(),
                 )?;
             }
         }

@@ -99,7 +99,7 @@ pub(crate) fn tables(result: &OffloadResult) -> String {
     let _ = writeln!(out);
     if let Some(first) = result.configs.first() {
         for (index, volume) in first.volumes.iter().enumerate() {
-            let array = format!("{:?} x{}", volume.raid, volume.disks).to_lowercase();
+            let array = format!("{} x{}", volume.raid.name(), volume.disks);
             let _ = write!(
                 out,
                 "{:<24} {:>6} {:>11} {:>9} {:>9}",
@@ -121,10 +121,20 @@ pub(crate) fn tables(result: &OffloadResult) -> String {
     out
 }
 
-/// Writes the report directory.
-pub(crate) fn write_dir(dir: &Path, result: &OffloadResult, heading: &str) -> Result<()> {
+/// Makes sure the report directory exists and takes files, before any long run: a
+/// report that cannot be written fails at once, not after the replay.
+pub(crate) fn prepare_dir(dir: &Path) -> Result<()> {
     fs::create_dir_all(dir)
         .with_context(|| format!("creating report directory {}", dir.display()))?;
+    let probe = dir.join(".somnus-write-test");
+    fs::write(&probe, b"")
+        .with_context(|| format!("report directory {} is not writable", dir.display()))?;
+    fs::remove_file(&probe).with_context(|| format!("removing {}", probe.display()))
+}
+
+/// Writes the report directory.
+pub(crate) fn write_dir(dir: &Path, result: &OffloadResult, heading: &str) -> Result<()> {
+    prepare_dir(dir)?;
     let write = |name: &str, text: String| -> Result<()> {
         let path = dir.join(name);
         fs::write(&path, text).with_context(|| format!("writing {}", path.display()))
@@ -238,12 +248,12 @@ fn volumes_csv(result: &OffloadResult) -> String {
         for v in &c.volumes {
             let _ = writeln!(
                 out,
-                "{},{},{},{},{:?},{},{},{},{:.3},{:.4},{:.4},{},{},{},{}",
+                "{},{},{},{},{},{},{},{},{:.3},{:.4},{:.4},{},{},{},{}",
                 c.config.name(),
                 v.name,
                 v.server,
                 v.rack,
-                v.raid,
+                v.raid.name(),
                 v.disks,
                 v.reads,
                 v.writes,

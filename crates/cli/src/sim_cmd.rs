@@ -150,6 +150,9 @@ pub(crate) fn load_topology(path: Option<&Path>, profiles: &[PathBuf]) -> Result
 
 fn offload(args: &OffloadArgs) -> Result<()> {
     let kinds = kinds(&args.config);
+    if let Some(dir) = &args.report {
+        report::prepare_dir(dir)?;
+    }
     let mut topology = load_topology(args.topology.as_deref(), &args.profiles)?;
     match args.logger_host {
         Some(LoggerHostChoice::Any) => topology.set_logger_host(LoggerHost::Any),
@@ -172,10 +175,7 @@ fn offload(args: &OffloadArgs) -> Result<()> {
             }
             window
         }
-        None => match Window::whole(summary) {
-            Some(window) => window,
-            None => bail!("the trace set has no requests"),
-        },
+        None => Window::whole(summary).ok_or(somnus_trace::DayError::EmptySet)?,
     };
     let warmup_s = args.warmup_s.unwrap_or(if args.day.is_some() { DAY_WARMUP_S } else { 0 });
     if warmup_s > WARMUP_S_MAX {
@@ -185,6 +185,15 @@ fn offload(args: &OffloadArgs) -> Result<()> {
     let names: Vec<String> = set.volumes().iter().map(|(_, name)| name.to_string()).collect();
     let loads = peak_loads(set.requests(), names.len(), LOAD_WINDOW)?;
     let layout = topology.layout_for_load(&names, &loads)?;
+    if let Some(path) = &args.topology {
+        for (rack, server) in topology.rack_servers_unused(&layout) {
+            noteln!(
+                "warning: {}: rack {rack:?} names server {server:?}, which no volume of the \
+                 trace set is on (a misspelt name?)",
+                path.display()
+            );
+        }
+    }
     let in_window = count_in_window(&set, window)?;
     if !args.quiet {
         noteln!(

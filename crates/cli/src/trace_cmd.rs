@@ -222,9 +222,9 @@ fn run_convert(files: &[PathBuf], output: &Path, input: &InputArgs) -> Result<()
             writer.write(&request?)?;
             progress.tick(writer.record_count());
         }
-        let counts = (writer.record_count(), writer.bytes_written());
+        let count = writer.record_count();
         writer.finish()?;
-        Ok(counts)
+        Ok(count)
     })?;
     let bytes_in: u64 = summary.files.iter().map(|file| file.size_bytes).sum();
     noteln!(
@@ -269,28 +269,28 @@ impl Progress {
 
 /// Writes `path` through a temporary file in the same directory: the data is synced,
 /// renamed into place and the directory synced, so a crash never leaves a half file
-/// under the final name (STYLE.md rule 6).
+/// under the final name (STYLE.md rule 6). Whatever fails, the temporary file is
+/// removed. Returns what `write` returned and the size of the file written.
 fn write_atomically<T>(
     path: &Path,
     write: impl FnOnce(&mut BufWriter<File>) -> Result<T>,
-) -> Result<T> {
+) -> Result<(T, u64)> {
+    if path.is_dir() {
+        bail!("{} is a directory; name the file to write", path.display());
+    }
     let mut partial = path.as_os_str().to_owned();
     partial.push(".partial");
-    let partial = PathBuf::from(partial);
-    let file = File::create(&partial).with_context(|| format!("creating {}", partial.display()))?;
+    let partial = RemoveOnDrop(PathBuf::from(partial));
+    let file =
+        File::create(&partial.0).with_context(|| format!("creating {}", partial.0.display()))?;
     let mut sink = BufWriter::new(file);
-    let result = write(&mut sink).with_context(|| format!("writing {}", path.display()));
-    let value = match result {
-        Ok(value) => value,
-        Err(error) => {
-            let _ = std::fs::remove_file(&partial);
-            return Err(error);
-        }
-    };
+    let value = write(&mut sink).with_context(|| format!("writing {}", path.display()))?;
     let file = sink.into_inner().map_err(|e| e.into_error()).context("flushing the output")?;
-    file.sync_all().with_context(|| format!("syncing {}", partial.display()))?;
-    std::fs::rename(&partial, path)
-        .with_context(|| format!("renaming {} to {}", partial.display(), path.display()))?;
+    file.sync_all().with_context(|| format!("syncing {}", partial.0.display()))?;
+    let size_bytes =
+        file.metadata().with_context(|| format!("sizing {}", partial.0.display()))?.len();
+    std::fs::rename(&partial.0, path)
+        .with_context(|| format!("renaming {} to {}", partial.0.display(), path.display()))?;
     let directory = match path.parent() {
         Some(parent) if !parent.as_os_str().is_empty() => parent,
         _ => Path::new("."),
@@ -298,7 +298,17 @@ fn write_atomically<T>(
     File::open(directory)
         .and_then(|dir| dir.sync_all())
         .with_context(|| format!("syncing directory {}", directory.display()))?;
-    Ok(value)
+    Ok((value, size_bytes))
+}
+
+/// A temporary file removed when it goes out of scope; after a successful rename there
+/// is nothing left to remove.
+struct RemoveOnDrop(PathBuf);
+
+impl Drop for RemoveOnDrop {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_file(&self.0);
+    }
 }
 
 fn load_config(
@@ -340,17 +350,20 @@ fn run_generate(
             for request in trace {
                 writer.write(&request)?;
             }
-            let counts = (writer.record_count(), writer.bytes_written());
+            let count = writer.record_count();
             writer.finish()?;
-            Ok(counts)
+            Ok(count)
         }
         OutputFormat::Msr => write_msr(sink, &volumes, trace),
     })?;
+    let time = match time_base {
+        somnus_trace::TimeBase::UnixEpoch => "absolute time",
+        somnus_trace::TimeBase::Relative => "relative time",
+    };
     noteln!(
-        "generated {} requests of {} volumes (seed {seed}, {:?} time): {} bytes in {}",
+        "generated {} requests of {} volumes (seed {seed}, {time}): {} bytes in {}",
         thousands(count),
         volumes.len(),
-        time_base,
         thousands(bytes),
         output.display()
     );
@@ -363,11 +376,10 @@ fn write_msr(
     sink: &mut impl Write,
     volumes: &VolumeTable,
     requests: impl Iterator<Item = Request>,
-) -> Result<(u64, u64)> {
+) -> Result<u64> {
     let names: Vec<(String, u32)> =
         volumes.iter().map(|(_, name)| split_volume_name(name)).collect();
     let mut count = 0_u64;
-    let mut bytes = 0_u64;
     let mut line = String::new();
     for request in requests {
         let (host, disk) = &names[request.volume.index()];
@@ -382,9 +394,8 @@ fn write_msr(
         );
         sink.write_all(line.as_bytes())?;
         count += 1;
-        bytes += line.len() as u64;
     }
-    Ok((count, bytes))
+    Ok(count)
 }
 
 /// Splits `host_disk` at its last underscore when a number follows it, else keeps the

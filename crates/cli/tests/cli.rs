@@ -404,3 +404,144 @@ fn a_user_error_prints_one_line_and_no_backtrace() {
     }
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// The number before `label` in `text` ("1,234 bytes out" gives 1234).
+fn count_before(text: &str, label: &str) -> u64 {
+    let before = &text[..text.find(label).unwrap_or_else(|| panic!("no {label:?} in {text}"))];
+    let number = before.trim_end().rsplit(' ').next().unwrap();
+    number
+        .replace(',', "")
+        .parse()
+        .unwrap_or_else(|_| panic!("not a number before {label:?}: {text}"))
+}
+
+#[test]
+fn convert_and_generate_report_the_bytes_they_wrote() {
+    // Goal: the "bytes out" of `trace convert` and the bytes of `trace generate` are
+    // the sizes of the files written, trailer included; and `-o` naming a directory
+    // is refused up front, leaving nothing behind (no `DIR.partial`).
+    let dir = scratch("bytes-out");
+    for format in ["somnus", "msr"] {
+        let out = dir.join(format!("g.{format}"));
+        let output =
+            somnus(&["trace", "generate", "--format", format, "-o", out.to_str().unwrap()]);
+        ok(&output);
+        let stderr = String::from_utf8_lossy(&output.stderr);
+        let size = std::fs::metadata(&out).unwrap().len();
+        assert_eq!(count_before(&stderr, "bytes in"), size, "{format}: {stderr}");
+    }
+    let source = dir.join("g.msr");
+    let converted = dir.join("c.somnus");
+    let output =
+        somnus(&["trace", "convert", source.to_str().unwrap(), "-o", converted.to_str().unwrap()]);
+    ok(&output);
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert_eq!(count_before(&stderr, "bytes out"), std::fs::metadata(&converted).unwrap().len());
+    let target = dir.join("existing");
+    std::fs::create_dir(&target).unwrap();
+    let output =
+        somnus(&["trace", "convert", source.to_str().unwrap(), "-o", target.to_str().unwrap()]);
+    assert_eq!(output.status.code(), Some(1));
+    assert!(String::from_utf8_lossy(&output.stderr).contains("is a directory"));
+    assert!(!dir.join("existing.partial").exists(), "a .partial file was left behind");
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn an_unwritable_report_directory_fails_before_the_replay() {
+    // Goal: `--report` naming a place that cannot be written fails at once with an
+    // error naming it, before any simulation (no progress line on stderr), for `demo`
+    // and `sim offload` alike. Method: a report path below a regular file.
+    let dir = scratch("report-dir");
+    let file = dir.join("plain-file");
+    std::fs::write(&file, "x").unwrap();
+    let report = file.join("report");
+    let trace = dir.join("t.csv");
+    ok(&somnus(&["trace", "generate", "--format", "msr", "-o", trace.to_str().unwrap()]));
+    for args in [
+        &["demo", "--report", report.to_str().unwrap()][..],
+        &[
+            "sim",
+            "offload",
+            "--trace",
+            trace.to_str().unwrap(),
+            "--report",
+            report.to_str().unwrap(),
+        ],
+    ] {
+        let output = somnus(args);
+        assert_eq!(output.status.code(), Some(1), "{args:?}");
+        let stderr = String::from_utf8_lossy(&output.stderr);
+        assert!(stderr.contains("report directory"), "{args:?}: {stderr}");
+        assert!(!stderr.contains("simulating") && !stderr.contains("replaying"), "{stderr}");
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn small_input_defects_get_clear_messages() {
+    // Goal: an empty trace set is the same clear error in `trace stats` and in `sim
+    // offload`; a topology whose rack names a server no volume is on is warned about;
+    // a negative round trip is quoted as written, in its own unit; reports use the
+    // documented lowercase names (raid1, not Raid1).
+    let dir = scratch("small-defects");
+    let empty = dir.join("empty.trace");
+    std::fs::write(&empty, "").unwrap();
+    let empty = empty.to_str().unwrap();
+    for args in [
+        &["trace", "stats", "--format", "replayer", empty][..],
+        &["sim", "offload", "--format", "replayer", "--trace", empty],
+    ] {
+        let output = somnus(args);
+        assert_eq!(output.status.code(), Some(1), "{args:?}");
+        let stderr = String::from_utf8_lossy(&output.stderr);
+        assert!(stderr.contains("the trace set holds no requests"), "{args:?}: {stderr}");
+    }
+    let trace = dir.join("t.csv");
+    let config = dir.join("g.toml");
+    std::fs::write(&config, "servers = 1\nvolumes_per_server = 2\nduration_s = 600.0\n").unwrap();
+    ok(&somnus(&[
+        "trace",
+        "generate",
+        "--config",
+        config.to_str().unwrap(),
+        "--format",
+        "msr",
+        "-o",
+        trace.to_str().unwrap(),
+    ]));
+    let topology_text = String::from_utf8(ok(&somnus(&["show", "topology"])).into_bytes()).unwrap();
+    let topology = dir.join("topology.toml");
+    std::fs::write(&topology, topology_text.replace("\"hm\"", "\"s00\", \"hmm\"")).unwrap();
+    let report = dir.join("report");
+    let output = somnus(&[
+        "sim",
+        "offload",
+        "--quiet",
+        "--trace",
+        trace.to_str().unwrap(),
+        "--topology",
+        topology.to_str().unwrap(),
+        "--report",
+        report.to_str().unwrap(),
+    ]);
+    ok(&output);
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(stderr.contains("names server \"hmm\", which no volume"), "{stderr}");
+    assert!(!stderr.contains("\"s00\""), "s00 has volumes: {stderr}");
+    let volumes = std::fs::read_to_string(report.join("volumes.csv")).unwrap();
+    assert!(volumes.contains(",raid1,") && !volumes.contains("Raid"), "{volumes}");
+    let bad_rtt = dir.join("rtt.toml");
+    std::fs::write(&bad_rtt, topology_text.replace("rtt_ms = 0.2", "rtt_ms = -0.2")).unwrap();
+    let output = somnus(&[
+        "sim",
+        "offload",
+        "--trace",
+        trace.to_str().unwrap(),
+        "--topology",
+        bad_rtt.to_str().unwrap(),
+    ]);
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(stderr.contains("network.rtt_ms: must be a finite number >= 0, not -0.2"), "{stderr}");
+    let _ = std::fs::remove_dir_all(&dir);
+}

@@ -35,6 +35,16 @@ pub enum Raid {
     Raid5,
 }
 
+impl Raid {
+    /// The name topology files and reports use.
+    pub fn name(self) -> &'static str {
+        match self {
+            Raid::Raid1 => "raid1",
+            Raid::Raid5 => "raid5",
+        }
+    }
+}
+
 #[derive(Clone, Debug, PartialEq, serde::Deserialize)]
 #[serde(deny_unknown_fields)]
 struct ArrayFile {
@@ -309,24 +319,39 @@ impl Topology {
             Raid::Raid5 => 3,
         };
         if disks < least || disks > DISKS_PER_ARRAY_MAX {
-            let message =
-                format!("{raid:?} needs {least} to {DISKS_PER_ARRAY_MAX} disks, not {disks}");
+            let message = format!(
+                "{} needs {least} to {DISKS_PER_ARRAY_MAX} disks, not {disks}",
+                raid.name()
+            );
             return Err(self.invalid(key, message));
         }
         Ok(())
     }
 
+    /// A duration given in seconds under `key`.
     fn seconds(&self, key: &str, value: f64) -> Result<VirtualDuration, TopologyError> {
-        VirtualDuration::try_from_secs_f64(value).ok_or_else(|| {
-            self.invalid(key, format!("{value} is not a finite number of seconds >= 0"))
-        })
+        self.duration(key, value, 1.0)
+    }
+
+    /// A duration given under `key` in units of `unit_s` seconds (1e-3 for `_ms` keys);
+    /// the error quotes the value as the file wrote it.
+    fn duration(
+        &self,
+        key: &str,
+        value: f64,
+        unit_s: f64,
+    ) -> Result<VirtualDuration, TopologyError> {
+        VirtualDuration::try_from_secs_f64(value * unit_s)
+            .filter(|_| value.is_finite() && value >= 0.0)
+            .ok_or_else(|| self.invalid(key, format!("must be a finite number >= 0, not {value}")))
     }
 
     fn network_params(&self) -> Result<NetworkParams, TopologyError> {
         let network = &self.file.network;
-        let round_trip = self.seconds("network.rtt_ms", network.rtt_ms / 1000.0)?;
+        let round_trip = self.duration("network.rtt_ms", network.rtt_ms, 1e-3)?;
         if !(network.link_gbps.is_finite() && network.link_gbps > 0.0) {
-            return Err(self.invalid("network.link_gbps", "must be a number > 0"));
+            let message = format!("must be a finite number > 0, not {}", network.link_gbps);
+            return Err(self.invalid("network.link_gbps", message));
         }
         Ok(NetworkParams { round_trip, link_bytes_per_second: network.link_gbps * 1e9 / 8.0 })
     }
@@ -339,15 +364,19 @@ impl Topology {
         }
         let limit = policy.offload_limit_gib * (1u64 << 30) as f64;
         if !(limit.is_finite() && limit >= 1.0 && limit < u64::MAX as f64) {
-            return Err(self.invalid("policy.offload_limit_gib", "must be a number > 0"));
+            let message = format!("must be a finite number > 0, not {}", policy.offload_limit_gib);
+            return Err(self.invalid("policy.offload_limit_gib", message));
         }
         Ok(PolicyParams {
             vanilla_idle: self.seconds("policy.vanilla_idle_s", policy.vanilla_idle_s)?,
             read_idle: self.seconds("policy.read_idle_s", policy.read_idle_s)?,
             write_idle: self.seconds("policy.write_idle_s", policy.write_idle_s)?,
             offload_limit_bytes: limit as u64,
-            reclaim_after_idle: self
-                .seconds("policy.reclaim_after_idle_ms", policy.reclaim_after_idle_ms / 1000.0)?,
+            reclaim_after_idle: self.duration(
+                "policy.reclaim_after_idle_ms",
+                policy.reclaim_after_idle_ms,
+                1e-3,
+            )?,
             power_window,
             logger_host: match policy.logger_host {
                 LoggerHostFile::Any => somnus_core::offload::LoggerHost::Any,
@@ -471,6 +500,19 @@ impl Topology {
             });
         }
         Ok(layout)
+    }
+
+    /// The servers the racks name that no volume of `layout` lives on: in a topology
+    /// written for these volumes, a misspelt server name (the built-in topologies name
+    /// every server of their data center, so there it is normal).
+    pub fn rack_servers_unused(&self, layout: &Layout) -> Vec<(String, String)> {
+        self.file
+            .rack
+            .iter()
+            .flat_map(|rack| rack.servers.iter().map(move |server| (rack, server)))
+            .filter(|(_, server)| !layout.servers.contains(server))
+            .map(|(rack, server)| (rack.name.clone(), server.clone()))
+            .collect()
     }
 
     fn rack_of(&self, server: &str) -> String {
@@ -604,6 +646,12 @@ mod tests {
         let cases = [
             (base.replace("disks = 4", "disks = 2"), "defaults.data_array"),
             (base.replace("link_gbps = 1.0", "link_gbps = 0.0"), "network.link_gbps"),
+            (base.replace("link_gbps = 1.0", "link_gbps = inf"), "finite number > 0, not inf"),
+            (
+                base.replace("rtt_ms = 0.2", "rtt_ms = -0.2"),
+                "network.rtt_ms: must be a finite number >= 0, not -0.2",
+            ),
+            (base.replace("disks = 4", "disks = 2"), "raid5 needs 3 to 64 disks"),
             (base.replace("write_idle_s = 10.0", "write_idle_s = -1.0"), "policy.write_idle_s"),
             (
                 base.replace("stripe_unit_kib = 64", "stripe_unit_kib = 48"),

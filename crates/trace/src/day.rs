@@ -27,7 +27,7 @@ pub enum DayError {
     Syntax(String),
     #[error("{0} is not a valid calendar date")]
     InvalidDate(String),
-    #[error("the trace set is empty, so it has no days")]
+    #[error("the trace set holds no requests")]
     EmptySet,
     #[error("a date needs a trace set with absolute time; this set is relative: use a day index")]
     DateNeedsAbsoluteTime,

@@ -54,6 +54,12 @@ pub enum TraceError {
         .path.display()
     )]
     OutOfOrder { path: PathBuf, location: Location, timestamp_ns: u64, previous_ns: u64 },
+    /// The same file was named twice in one trace set: its requests would count twice.
+    #[error("{}: named twice in one trace set (its requests would count twice)", .path.display())]
+    DuplicateFile { path: PathBuf },
+    /// More files than a trace set holds.
+    #[error("{}: a trace set holds at most {files_max} files", .path.display())]
+    TooManyFiles { path: PathBuf, files_max: usize },
 }
 
 impl TraceError {

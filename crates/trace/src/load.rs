@@ -25,6 +25,9 @@ pub struct LoadWindow {
     pub write_request_count: u64,
 }
 
+/// How many workload names an error lists before "...".
+const KNOWN_SHOWN_MAX: usize = 8;
+
 /// Why a load file could not be read.
 #[derive(Debug, thiserror::Error)]
 pub enum LoadSeriesError {
@@ -123,11 +126,11 @@ impl LoadSeries {
     pub fn rate_curve(&self, workload: &str) -> Result<RateCurve, LoadSeriesError> {
         let windows = self.windows(workload).ok_or_else(|| LoadSeriesError::UnknownWorkload {
             name: workload.to_owned(),
-            known: format!(
-                "{} workloads: {}",
-                self.workloads.len(),
-                self.workloads().take(8).collect::<Vec<_>>().join(", ")
-            ),
+            known: {
+                let shown: Vec<&str> = self.workloads().take(KNOWN_SHOWN_MAX).collect();
+                let more = if self.workloads.len() > shown.len() { ", ..." } else { "" };
+                format!("{} workloads: {}{more}", self.workloads.len(), shown.join(", "))
+            },
         })?;
         let loads: Vec<f64> = windows.iter().map(|window| window.request_count as f64).collect();
         Ok(RateCurve::new(LoadSeries::WINDOW_S, &loads)?)
@@ -198,5 +201,21 @@ mod tests {
                 .to_string()
                 .contains("window_index")
         );
+    }
+
+    #[test]
+    fn an_unknown_workload_lists_some_names_and_says_there_are_more() {
+        // Goal: the error names the count, the first names and an ellipsis when it
+        // does not list them all, and no ellipsis when it does.
+        let rows: String = (1..=10).map(|w| format!("w{w:02},0,1800000000,1,1,0,5\n")).collect();
+        let many = format!("{HEADER_PREFIX},io_request_size_sum\n{rows}");
+        let series = LoadSeries::parse(many.as_bytes(), Path::new("l")).unwrap();
+        let error = series.rate_curve("w99").unwrap_err().to_string();
+        assert!(error.contains("10 workloads: w01, w02"), "{error}");
+        assert!(error.ends_with("w08, ...)"), "{error}");
+        let one = format!("{HEADER_PREFIX},io_request_size_sum\nw01,0,1800000000,1,1,0,5\n");
+        let series = LoadSeries::parse(one.as_bytes(), Path::new("l")).unwrap();
+        let error = series.rate_curve("w99").unwrap_err().to_string();
+        assert!(error.ends_with("1 workloads: w01)"), "{error}");
     }
 }

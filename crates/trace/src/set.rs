@@ -96,8 +96,16 @@ impl TraceSet {
     pub fn open(paths: &[PathBuf], options: &ReadOptions) -> Result<TraceSet, TraceError> {
         if paths.len() > FILES_MAX {
             let path = paths[FILES_MAX].clone();
-            let message = format!("a trace set holds at most {FILES_MAX} files");
-            return Err(TraceError::Io { path, source: std::io::Error::other(message) });
+            return Err(TraceError::TooManyFiles { path, files_max: FILES_MAX });
+        }
+        let mut seen = std::collections::BTreeSet::new();
+        for path in paths {
+            // Two spellings of one file are one file; a path that cannot be resolved
+            // fails to open below, with its own error.
+            let resolved = path.canonicalize().unwrap_or_else(|_| path.clone());
+            if !seen.insert(resolved) {
+                return Err(TraceError::DuplicateFile { path: path.clone() });
+            }
         }
         let mut volumes = VolumeTable::new();
         let mut files = Vec::with_capacity(paths.len());

@@ -144,7 +144,9 @@ pub fn compute_set(
     options: &StatsOptions,
 ) -> Result<StatsReport, StatsError> {
     let summary = set.summary();
-    let (first, last) = summary.span().unwrap_or_default();
+    // An empty set has no span to analyse: say so, as `sim offload` does, rather than
+    // report on 1970-01-01.
+    let (first, last) = summary.span().ok_or(DayError::EmptySet)?;
     let (start, end) = match day {
         Some(day) => {
             let (day_start, day_end) = day_window(summary, day)?;

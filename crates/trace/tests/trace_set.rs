@@ -149,3 +149,24 @@ fn stats_of_a_set_and_of_one_day() {
     let json = serde_json::to_string(&day).unwrap();
     assert!(json.contains("\"active_share\""), "{json}");
 }
+
+#[test]
+fn a_file_named_twice_is_refused_and_an_empty_set_has_no_statistics() {
+    // Goal: naming one file twice (even spelt two ways) is an error that names it,
+    // since its requests would count twice; and the statistics of a set with no
+    // requests are a clear error, not a report on 1970-01-01.
+    let dir = common::scratch_dir("twice");
+    let a = common::write_file(&dir, "a.trace", b"1 0 0 512 1\n");
+    let also_a = dir.join(".").join("a.trace");
+    let Err(error) = TraceSet::open(&[a.clone(), also_a], &ReadOptions::default()) else {
+        panic!("a file named twice was accepted");
+    };
+    assert!(matches!(&error, somnus_trace::TraceError::DuplicateFile { .. }), "{error}");
+    assert!(error.to_string().contains("a.trace: named twice"), "{error}");
+    let empty = common::write_file(&dir, "empty.trace", b"");
+    let options =
+        ReadOptions { format: Some(somnus_trace::Format::Replayer), ..ReadOptions::default() };
+    let set = TraceSet::open(&[empty], &options).unwrap();
+    let error = compute_set(&set, None, &StatsOptions { window_ns: 60 * S }).unwrap_err();
+    assert_eq!(error.to_string(), "the trace set holds no requests");
+}

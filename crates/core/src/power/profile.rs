@@ -46,6 +46,16 @@ pub enum UnitKind {
     Server,
 }
 
+impl UnitKind {
+    /// The name profile files use.
+    pub fn name(self) -> &'static str {
+        match self {
+            UnitKind::Disk => "disk",
+            UnitKind::Server => "server",
+        }
+    }
+}
+
 /// A transition between two steady states: how long it takes and the total energy the
 /// unit draws while it happens.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
