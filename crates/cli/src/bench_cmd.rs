@@ -204,7 +204,8 @@ fn measure(args: &BenchOffloadArgs, path: &Path, copies: u64) -> Result<()> {
             "rack_end_to_end_requests_per_s": e2e_wall,
             "rack_end_to_end_requests_per_cpu_s": e2e_cpu,
         });
-        outln!("{}", serde_json::to_string_pretty(&figures)?)?;
+        let document = crate::provenance::Document::new("somnus-bench-offload", figures);
+        outln!("{}", document.to_json()?)?;
         return Ok(());
     }
     let cpu = |rate: Option<f64>| rate.map_or_else(|| "n/a".to_string(), |r| format!("{r:.0}"));

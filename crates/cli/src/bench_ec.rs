@@ -109,7 +109,9 @@ pub(crate) fn run(args: &BenchEcArgs) -> Result<()> {
     if args.json {
         let objects: Vec<serde_json::Value> =
             measurements.iter().map(|m| json(m, options.layout.name())).collect();
-        outln!("{}", serde_json::to_string_pretty(&objects)?)?;
+        let body = serde_json::json!({ "measurements": objects });
+        let document = crate::provenance::Document::new("somnus-bench-ec", body);
+        outln!("{}", document.to_json()?)?;
     } else {
         out!("{}", bench::table(&measurements))?;
         outln!(

@@ -13,6 +13,7 @@ use somnus_trace::{SyntheticConfig, SyntheticTrace};
 use somnus_types::{ByteRange, VirtualDuration, VirtualInstant};
 
 use crate::progress::ProgressLine;
+use crate::provenance::{Header, Input, OffloadProvenance, Synthetic, TopologyInfo, WindowInfo};
 use crate::sim_cmd::{LOAD_WINDOW, emit};
 
 #[derive(Args)]
@@ -119,5 +120,26 @@ pub(crate) fn run(args: &DemoArgs) -> Result<()> {
         layout.servers.len(),
         layout.racks.len()
     );
-    emit(&result, &heading, args.json, args.report.as_deref())
+    let synthetic = Synthetic {
+        generator: args
+            .generator
+            .as_ref()
+            .map_or_else(|| "demo".to_string(), |p| p.display().to_string()),
+        seed: args.seed,
+        hours: args.hours,
+    };
+    let provenance = OffloadProvenance {
+        header: Header::new(crate::report::OFFLOAD_SCHEMA),
+        input: Input { trace_files: Vec::new(), synthetic: Some(synthetic) },
+        window: WindowInfo {
+            day: None,
+            start: format!("{:.3} s", 0.0),
+            end: format!("{:.3} s", span.as_secs_f64()),
+            span_s: span.as_secs_f64(),
+            warmup_s: 0.0,
+            requests,
+        },
+        topology: TopologyInfo::new("built-in demo", &layout),
+    };
+    emit(&result, &provenance, &heading, args.json, args.report.as_deref())
 }

@@ -11,6 +11,7 @@ mod demo;
 mod info_cmd;
 mod logstore_cmd;
 mod progress;
+mod provenance;
 mod report;
 mod sim_cmd;
 mod trace_cmd;

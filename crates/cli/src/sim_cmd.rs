@@ -21,6 +21,7 @@ use somnus_sim::topology::{Layout, Topology};
 use somnus_trace::{DaySpec, TraceSet};
 
 use crate::progress::ProgressLine;
+use crate::provenance::{Header, Input, OffloadProvenance, TopologyInfo, WindowInfo, trace_files};
 use crate::report;
 use crate::trace_cmd::InputArgs;
 
@@ -213,29 +214,53 @@ fn offload(args: &OffloadArgs) -> Result<()> {
         &mut |p| progress.simulation(p),
     )?;
     let heading = heading(&set, window, &layout, in_window);
-    emit(&result, &heading, args.json, args.report.as_deref())
+    let provenance = OffloadProvenance {
+        header: Header::new(report::OFFLOAD_SCHEMA),
+        input: Input { trace_files: trace_files(summary), synthetic: None },
+        window: window_info(summary.time_base, window, args.day, in_window),
+        topology: TopologyInfo::new(topology.origin(), &layout),
+    };
+    emit(&result, &provenance, &heading, args.json, args.report.as_deref())
 }
 
 /// Prints the result and writes the report directory.
 pub(crate) fn emit(
     result: &OffloadResult,
+    provenance: &OffloadProvenance,
     heading: &str,
     json: bool,
     report_dir: Option<&Path>,
 ) -> Result<()> {
     if json {
-        outln!("{}", serde_json::to_string_pretty(&result.configs)?)?;
+        outln!("{}", report::json(result, provenance)?)?;
     } else {
         out!("{heading}")?;
         out!("{}", report::tables(result))?;
     }
     if let Some(dir) = report_dir {
-        report::write_dir(dir, result, heading)?;
+        report::write_dir(dir, result, provenance, heading)?;
         if !json {
             outln!("\nreport written to {}", dir.display())?;
         }
     }
     Ok(())
+}
+
+/// The measured window, for the provenance of a result.
+fn window_info(
+    time_base: somnus_trace::TimeBase,
+    window: Window,
+    day: Option<DaySpec>,
+    requests: u64,
+) -> WindowInfo {
+    WindowInfo {
+        day: day.map(|day| day.to_string()),
+        start: somnus_trace::stats::format_timestamp(time_base, window.start),
+        end: somnus_trace::stats::format_timestamp(time_base, window.end),
+        span_s: window.span().as_secs_f64(),
+        warmup_s: window.warmup.as_secs_f64(),
+        requests,
+    }
 }
 
 fn count_in_window(set: &TraceSet, window: Window) -> Result<u64> {

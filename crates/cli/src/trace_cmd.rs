@@ -179,7 +179,21 @@ fn run_stats(
         .context("computing the trace statistics")?;
     crate::output::write_with(|out| {
         if json {
-            serde_json::to_writer_pretty(&mut *out, &report)?;
+            #[derive(serde::Serialize)]
+            struct Body<'a> {
+                trace_files: Vec<crate::provenance::TraceFile>,
+                /// `--day` as given, or null.
+                day: Option<String>,
+                #[serde(flatten)]
+                report: &'a somnus_trace::stats::StatsReport,
+            }
+            let body = Body {
+                trace_files: crate::provenance::trace_files(set.summary()),
+                day: day.map(|day| day.to_string()),
+                report: &report,
+            };
+            let document = crate::provenance::Document::new("somnus-trace-stats", body);
+            serde_json::to_writer_pretty(&mut *out, &document)?;
             writeln!(out)
         } else {
             print_files(out, set.summary())?;

@@ -91,8 +91,18 @@ fn sim_offload_json_has_one_object_per_configuration_with_the_documented_keys() 
     ]));
     let stdout =
         ok(&somnus(&["sim", "offload", "--trace", trace.to_str().unwrap(), "--json", "--quiet"]));
-    let configs: serde_json::Value = serde_json::from_str(&stdout).unwrap();
-    let configs = configs.as_array().unwrap();
+    let document: serde_json::Value = serde_json::from_str(&stdout).unwrap();
+    assert_eq!(document["schema"], "somnus-offload");
+    assert_eq!(document["schema_version"], 1);
+    assert_eq!(document["somnus_version"], env!("CARGO_PKG_VERSION"));
+    let file = &document["input"]["trace_files"][0];
+    assert_eq!(file["path"], trace.to_str().unwrap());
+    assert_eq!(file["size_bytes"], std::fs::metadata(&trace).unwrap().len());
+    assert_eq!(file["format"], "msr");
+    assert_eq!(document["window"]["warmup_s"], 0.0);
+    assert_eq!(document["topology"]["source"], "built-in msr-cambridge");
+    assert_eq!(document["topology"]["logger_host"], "any");
+    let configs = document["configs"].as_array().unwrap();
     let names: Vec<&str> = configs.iter().map(|c| c["config"].as_str().unwrap()).collect();
     assert_eq!(names, ["baseline", "vanilla", "machine", "rack"]);
     for config in configs {
@@ -126,8 +136,8 @@ fn sim_offload_json_has_one_object_per_configuration_with_the_documented_keys() 
         "rack",
     ]));
     let only_rack: serde_json::Value = serde_json::from_str(&only_rack).unwrap();
-    assert_eq!(only_rack.as_array().unwrap().len(), 1);
-    assert_eq!(only_rack[0], configs[3], "rack alone equals rack among all");
+    assert_eq!(only_rack["configs"].as_array().unwrap().len(), 1);
+    assert_eq!(only_rack["configs"][0], configs[3], "rack alone equals rack among all");
     let _ = std::fs::remove_dir_all(&dir);
 }
 
@@ -218,7 +228,11 @@ fn a_converted_trace_replays_exactly_like_its_sources() {
     from_csv.extend(sources.iter().map(String::as_str));
     let from_binary =
         ["sim", "offload", "--json", "--quiet", "--trace", converted.to_str().unwrap()];
-    assert_eq!(ok(&somnus(&from_csv)), ok(&somnus(&from_binary)));
+    let results = |args: &[&str]| -> serde_json::Value {
+        let document: serde_json::Value = serde_json::from_str(&ok(&somnus(args))).unwrap();
+        serde_json::json!({"window": document["window"], "configs": document["configs"]})
+    };
+    assert_eq!(results(&from_csv), results(&from_binary));
     let _ = std::fs::remove_dir_all(&scratch);
 }
 
@@ -240,7 +254,10 @@ fn bench_ec_json_has_the_documented_keys_for_every_implementation() {
         "1",
         "--json",
     ]));
-    let measurements: Vec<serde_json::Value> = serde_json::from_str(&out).unwrap();
+    let document: serde_json::Value = serde_json::from_str(&out).unwrap();
+    assert_eq!(document["schema"], "somnus-bench-ec");
+    let measurements: Vec<serde_json::Value> =
+        serde_json::from_value(document["measurements"].clone()).unwrap();
     let mut seen: Vec<(String, String)> = Vec::new();
     for m in measurements.iter().filter(|m| m["code"] == "3+1") {
         // r = 1: one data shard lost, a real reconstruction (not an error timed).

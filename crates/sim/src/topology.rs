@@ -248,6 +248,11 @@ impl Topology {
         Ok(topology)
     }
 
+    /// Where the topology came from: a file's path, or `built-in NAME`.
+    pub fn origin(&self) -> &str {
+        &self.origin
+    }
+
     /// Overrides the topology's `policy.logger_host`.
     pub fn set_logger_host(&mut self, host: somnus_core::offload::LoggerHost) {
         self.file.policy.logger_host = match host {
