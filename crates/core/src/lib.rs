@@ -12,12 +12,15 @@
 //!   energy meter.
 //! - [`extent`]: a map from non-overlapping byte ranges to values, the shape of every
 //!   redirect cache and log index.
-//! - [`logger`]: the model of a logger (004 section 3.1): versioned records per
-//!   manager, capacity, invalidation, reclaim, recovery listing.
+//! - [`logger`]: the model of a logger's log (004 section 3.1, docs/format/log.md):
+//!   versioned records, deletion markers, segments, capacity and garbage collection.
 //! - [`offload`]: the write off-loading volume manager (004 section 3.1-3.2).
+//! - [`node`]: one server's managers, loggers and power units as one state machine,
+//!   and the plan of a cluster's nodes.
 
 pub mod extent;
 pub mod logger;
+pub mod node;
 pub mod offload;
 pub mod power;
 mod slab;

@@ -1,14 +1,17 @@
-//! The serialization of overlapping requests of one volume: requests that access
-//! overlapping block ranges are served one after the other, in arrival order, as the
-//! Write Off-Loading testbed replayed its traces (004 section 4.1).
+//! Admission of a volume's requests: requests that access overlapping block ranges are
+//! served one after the other, in arrival order, as the Write Off-Loading testbed
+//! replayed its traces (004 section 4.1). Two overlapping writes are never in service
+//! at once, so their completions cannot come back in the wrong order and leave an
+//! older version mapped over a newer one (O5).
 //!
 //! A new request waits for the pending requests it overlaps. While few requests are
 //! pending (the common case) they sit in a small vector scanned linearly; past
 //! [`FEW_MAX`] they move to an extent map of the latest pending request touching each
 //! byte, so a burst of thousands queued behind a spin-up costs O(log n) per request.
 
-use somnus_core::extent::ExtentMap;
 use somnus_types::ByteRange;
+
+use crate::extent::ExtentMap;
 
 /// Pending requests held in the linear vector before switching to the extent map.
 const FEW_MAX: usize = 128;

@@ -1,0 +1,694 @@
+//! The model of a logger's log (Write Off-Loading 3.1; the engine is `somnus-logstore`):
+//! the records a log holds and what they mean, following docs/format/log.md exactly —
+//! record and segment header sizes, rotation to a new segment, the painting that
+//! decides what a read sees (an invalidation hides its version and every older one),
+//! capacity as the sum of segment sizes, and space that comes back only when a
+//! segment is collected (its live records copied forward, the segment deleted).
+//!
+//! This is a log's metadata and geometry, not its bytes: the simulator charges the I/O
+//! to the disks of the volume that hosts the log partition, and the real log is the
+//! `logstore` crate's job. A test drives this model and the engine with the same
+//! operations and checks that they agree on every read and on live bytes.
+
+mod paint;
+
+use std::collections::BTreeMap;
+
+use somnus_types::{ByteRange, LoggerId, Lsn, ObjectId, OwnerId, Version};
+
+use paint::{Candidate, paint};
+
+/// Bytes of a record header (docs/format/log.md, "Record").
+pub const RECORD_HEADER_BYTES: u64 = 88;
+/// Bytes of a segment header (docs/format/log.md, "Segment header").
+pub const SEGMENT_HEADER_BYTES: u64 = 64;
+/// The largest payload of one record.
+pub const PAYLOAD_BYTES_MAX: u64 = 16 << 20;
+
+/// A segment of the model, numbered as the engine numbers its files (from 1, growing).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct SegmentNo(pub u64);
+
+/// A record's identity in the model, in insertion order (ties go to the older).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub(crate) struct RecordId(pub(crate) u64);
+
+/// The shape of a log: how big it may grow and how it is cut.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct LogGeometry {
+    /// The sum of segment sizes may not exceed it (invalidations and compaction copies
+    /// may go one segment past, so a full log can always be emptied).
+    pub capacity_bytes: u64,
+    pub segment_bytes: u64,
+    /// Collection takes a sealed segment whose live share, and whose copies' share, are
+    /// at most this percentage of its size.
+    pub compact_live_percent_max: u8,
+}
+
+impl LogGeometry {
+    /// The engine's defaults (64 MiB segments, 50 %) for a log of `capacity_bytes`.
+    pub fn with_capacity(capacity_bytes: u64) -> LogGeometry {
+        LogGeometry { capacity_bytes, segment_bytes: 64 << 20, compact_live_percent_max: 50 }
+    }
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum LoggerError {
+    #[error("logger {logger} is full: {needed_bytes} bytes needed, {free_bytes} free")]
+    Full { logger: LoggerId, needed_bytes: u64, free_bytes: u64 },
+    #[error("a record of {size_bytes} bytes is larger than a record may be ({max_bytes})")]
+    TooLarge { size_bytes: u64, max_bytes: u64 },
+    #[error("{owner} appends {version:?}, not above its newest {newest:?}")]
+    VersionNotGrowing { owner: OwnerId, version: Version, newest: Version },
+    #[error("{owner} invalidates {version:?}, above its newest {newest:?}")]
+    VersionAboveNewest { owner: OwnerId, version: Version, newest: Version },
+    #[error("an empty range")]
+    EmptyRange,
+}
+
+/// Where a record landed: what the host's disks write.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Placement {
+    pub segment: SegmentNo,
+    /// Offset of the record's header in its segment.
+    pub offset_bytes: u64,
+    /// Header plus payload.
+    pub record_bytes: u64,
+    /// A new segment was started for it (its header written too).
+    pub new_segment: bool,
+}
+
+/// What one collection did: what the disks read and wrote, and the space it freed.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Collection {
+    pub segment: SegmentNo,
+    pub records_copied: u64,
+    /// Bytes of the copies written at the head (headers included).
+    pub bytes_copied: u64,
+    /// The collected segment's size, freed.
+    pub bytes_freed: u64,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Kind {
+    Data,
+    Marker,
+    DeleteAll,
+}
+
+#[derive(Clone, Copy, Debug)]
+struct Record {
+    kind: Kind,
+    owner: OwnerId,
+    object: ObjectId,
+    range: ByteRange,
+    version: Version,
+    lsn: Lsn,
+    segment: SegmentNo,
+}
+
+impl Record {
+    fn bytes(&self) -> u64 {
+        let payload = if self.kind == Kind::Data { self.range.size_bytes() } else { 0 };
+        RECORD_HEADER_BYTES + payload
+    }
+
+    fn candidate(&self, id: RecordId) -> Candidate {
+        Candidate {
+            id,
+            marker: self.kind == Kind::Marker,
+            range: self.range,
+            version: self.version,
+            segment: self.segment,
+        }
+    }
+}
+
+/// The records of one object, by start, to find those touching a range.
+#[derive(Clone, Debug, Default)]
+struct ObjectRecords {
+    by_start: BTreeMap<(u64, RecordId), ()>,
+    length_max: u64,
+}
+
+/// A logger's log, modelled.
+#[derive(Clone, Debug)]
+pub struct Logger {
+    id: LoggerId,
+    geometry: LogGeometry,
+    used_bytes: u64,
+    head: Option<(SegmentNo, u64)>,
+    next_segment: u64,
+    next_lsn: u64,
+    next_record: u64,
+    records: BTreeMap<RecordId, Record>,
+    /// Record ids per segment, in the order they were written, and the segment's size.
+    segments: BTreeMap<SegmentNo, (u64, Vec<RecordId>)>,
+    objects: BTreeMap<(OwnerId, ObjectId), ObjectRecords>,
+    /// Per owner, the LSN of its latest delete-all: records below it are hidden.
+    hidden_below: BTreeMap<OwnerId, Lsn>,
+    /// Per owner, the newest version it ever appended (appends must grow).
+    versions: BTreeMap<OwnerId, Version>,
+}
+
+impl Logger {
+    pub fn new(id: LoggerId, geometry: LogGeometry) -> Logger {
+        assert!(
+            geometry.segment_bytes > SEGMENT_HEADER_BYTES + RECORD_HEADER_BYTES,
+            "logger {id}: a segment must hold a record"
+        );
+        assert!(
+            geometry.capacity_bytes >= geometry.segment_bytes,
+            "logger {id}: capacity below a segment"
+        );
+        assert!(geometry.compact_live_percent_max <= 100, "a share is a percentage");
+        Logger {
+            id,
+            geometry,
+            used_bytes: 0,
+            head: None,
+            next_segment: 1,
+            next_lsn: 1,
+            next_record: 0,
+            records: BTreeMap::new(),
+            segments: BTreeMap::new(),
+            objects: BTreeMap::new(),
+            hidden_below: BTreeMap::new(),
+            versions: BTreeMap::new(),
+        }
+    }
+
+    pub fn id(&self) -> LoggerId {
+        self.id
+    }
+
+    pub fn geometry(&self) -> LogGeometry {
+        self.geometry
+    }
+
+    /// The sum of the segments' sizes.
+    pub fn used_bytes(&self) -> u64 {
+        self.used_bytes
+    }
+
+    /// Room for new records before the capacity.
+    pub fn free_bytes(&self) -> u64 {
+        self.geometry.capacity_bytes.saturating_sub(self.used_bytes)
+    }
+
+    /// The segment new records go to, and its size so far.
+    pub fn head(&self) -> Option<(SegmentNo, u64)> {
+        self.head
+    }
+
+    pub fn record_count(&self) -> usize {
+        self.records.len()
+    }
+
+    /// The largest payload one record may carry.
+    pub fn payload_limit(&self) -> u64 {
+        PAYLOAD_BYTES_MAX
+            .min(self.geometry.segment_bytes - SEGMENT_HEADER_BYTES - RECORD_HEADER_BYTES)
+    }
+
+    /// Whether a data record of `size_bytes` fits now.
+    pub fn fits(&self, size_bytes: u64) -> bool {
+        size_bytes <= self.payload_limit()
+            && self.needed_bytes(RECORD_HEADER_BYTES + size_bytes) <= self.free_bytes()
+    }
+
+    /// The bytes a record of `record_bytes` takes at the head now, with the header of
+    /// the new segment it starts if it does not fit in the head segment.
+    fn needed_bytes(&self, record_bytes: u64) -> u64 {
+        record_bytes + if self.rotates(record_bytes) { SEGMENT_HEADER_BYTES } else { 0 }
+    }
+
+    fn rotates(&self, record_bytes: u64) -> bool {
+        self.head.is_none_or(|(_, bytes)| bytes + record_bytes > self.geometry.segment_bytes)
+    }
+
+    /// Appends data: durable and visible when it returns (in the model, at once). The
+    /// version must be above any the owner appended.
+    pub fn append(
+        &mut self,
+        owner: OwnerId,
+        object: ObjectId,
+        range: ByteRange,
+        version: Version,
+    ) -> Result<Placement, LoggerError> {
+        if range.is_empty() {
+            return Err(LoggerError::EmptyRange);
+        }
+        if range.size_bytes() > self.payload_limit() {
+            return Err(LoggerError::TooLarge {
+                size_bytes: range.size_bytes(),
+                max_bytes: self.payload_limit(),
+            });
+        }
+        let newest = self.versions.get(&owner).copied().unwrap_or(Version(0));
+        if version <= newest {
+            return Err(LoggerError::VersionNotGrowing { owner, version, newest });
+        }
+        let lsn = Lsn(self.next_lsn);
+        let record =
+            Record { kind: Kind::Data, owner, object, range, version, lsn, segment: SegmentNo(0) };
+        let placement = self.enqueue(record, false)?;
+        self.versions.insert(owner, version);
+        Ok(placement)
+    }
+
+    /// Appends a deletion marker: `version` and every older version of `range` are no
+    /// longer read. The version may not be above the owner's newest.
+    pub fn invalidate(
+        &mut self,
+        owner: OwnerId,
+        object: ObjectId,
+        range: ByteRange,
+        version: Version,
+    ) -> Result<Placement, LoggerError> {
+        if range.is_empty() {
+            return Err(LoggerError::EmptyRange);
+        }
+        let newest = self.versions.get(&owner).copied().unwrap_or(Version(0));
+        if version > newest {
+            return Err(LoggerError::VersionAboveNewest { owner, version, newest });
+        }
+        let lsn = Lsn(self.next_lsn);
+        let record = Record {
+            kind: Kind::Marker,
+            owner,
+            object,
+            range,
+            version,
+            lsn,
+            segment: SegmentNo(0),
+        };
+        self.enqueue(record, true)
+    }
+
+    /// Appends a delete-all: every earlier record of `owner` is hidden.
+    pub fn delete_all(&mut self, owner: OwnerId) -> Result<Placement, LoggerError> {
+        let lsn = Lsn(self.next_lsn);
+        let record = Record {
+            kind: Kind::DeleteAll,
+            owner,
+            object: ObjectId(0),
+            range: ByteRange::new(0, 0),
+            version: Version(0),
+            lsn,
+            segment: SegmentNo(0),
+        };
+        self.enqueue(record, true)
+    }
+
+    /// Writes `record` at the head (a new segment if it does not fit), or refuses it
+    /// whole when the capacity (plus a segment of `headroom`) would be passed.
+    fn enqueue(&mut self, mut record: Record, headroom: bool) -> Result<Placement, LoggerError> {
+        let record_bytes = record.bytes();
+        let new_segment = self.rotates(record_bytes);
+        let needed_bytes = self.needed_bytes(record_bytes);
+        let capacity =
+            self.geometry.capacity_bytes + if headroom { self.geometry.segment_bytes } else { 0 };
+        if self.used_bytes + needed_bytes > capacity {
+            return Err(LoggerError::Full {
+                logger: self.id,
+                needed_bytes,
+                free_bytes: self.free_bytes(),
+            });
+        }
+        if new_segment {
+            let segment = SegmentNo(self.next_segment);
+            self.next_segment += 1;
+            self.segments.insert(segment, (SEGMENT_HEADER_BYTES, Vec::new()));
+            self.used_bytes += SEGMENT_HEADER_BYTES;
+            self.head = Some((segment, SEGMENT_HEADER_BYTES));
+        }
+        let Some((segment, offset_bytes)) = self.head else { unreachable!("a head was just made") };
+        assert!(
+            offset_bytes + record_bytes <= self.geometry.segment_bytes,
+            "a record past its segment"
+        );
+        self.head = Some((segment, offset_bytes + record_bytes));
+        self.used_bytes += record_bytes;
+        self.next_lsn = self.next_lsn.max(record.lsn.0 + 1);
+        record.segment = segment;
+        self.insert(record);
+        Ok(Placement { segment, offset_bytes, record_bytes, new_segment })
+    }
+
+    fn insert(&mut self, record: Record) {
+        let id = RecordId(self.next_record);
+        self.next_record += 1;
+        let Some((size, ids)) = self.segments.get_mut(&record.segment) else {
+            unreachable!("a record in a segment the model does not hold")
+        };
+        *size += record.bytes();
+        ids.push(id);
+        if record.kind == Kind::DeleteAll {
+            let hidden = self.hidden_below.entry(record.owner).or_insert(Lsn(0));
+            *hidden = (*hidden).max(record.lsn);
+        } else {
+            let object = self.objects.entry((record.owner, record.object)).or_default();
+            object.by_start.insert((record.range.start, id), ());
+            object.length_max = object.length_max.max(record.range.size_bytes());
+        }
+        self.records.insert(id, record);
+    }
+}
+
+impl Logger {
+    /// The records of an object that touch `range` and no delete-all hides.
+    fn candidates(&self, owner: OwnerId, object: ObjectId, range: ByteRange) -> Vec<Candidate> {
+        let Some(records) = self.objects.get(&(owner, object)) else { return Vec::new() };
+        let hidden_below = self.hidden_below.get(&owner).copied().unwrap_or(Lsn(0));
+        let low = range.start.saturating_sub(records.length_max);
+        records
+            .by_start
+            .range((low, RecordId(0))..(range.end, RecordId(0)))
+            .filter_map(|(&(_, id), ())| {
+                let record = self.records.get(&id)?;
+                (record.range.end > range.start && record.lsn >= hidden_below)
+                    .then(|| record.candidate(id))
+            })
+            .collect()
+    }
+
+    /// What a read of `range` sees: the data pieces and their versions in order, and
+    /// the bytes the log does not hold.
+    pub fn read(
+        &self,
+        owner: OwnerId,
+        object: ObjectId,
+        range: ByteRange,
+    ) -> (Vec<(ByteRange, Version)>, Vec<ByteRange>) {
+        let candidates = self.candidates(owner, object, range);
+        let (won, mut missing) = paint(&candidates, range, None);
+        let mut data = Vec::with_capacity(won.len());
+        for piece in won {
+            if piece.winner.marker {
+                missing.push(piece.range);
+            } else {
+                data.push((piece.range, piece.winner.version));
+            }
+        }
+        missing.sort_by_key(|range| range.start);
+        (data, join_touching(missing))
+    }
+
+    /// Whether every byte of `range` reads as `version`.
+    pub fn holds(
+        &self,
+        owner: OwnerId,
+        object: ObjectId,
+        range: ByteRange,
+        version: Version,
+    ) -> bool {
+        let (data, missing) = self.read(owner, object, range);
+        missing.is_empty() && data.iter().all(|&(_, v)| v == version)
+    }
+
+    /// Every data piece a read of `owner` would see, by object: what a manager
+    /// rebuilding its redirect cache after a crash asks for (004 3.2).
+    pub fn extents(&self, owner: OwnerId) -> Vec<(ObjectId, ByteRange, Version)> {
+        let mut extents = Vec::new();
+        let objects = self.objects.range((owner, ObjectId(0))..=(owner, ObjectId(u64::MAX)));
+        for (&(_, object), _) in objects {
+            let Some(span) = self.data_span(owner, object) else { continue };
+            for (range, version) in self.read(owner, object, span).0 {
+                extents.push((object, range, version));
+            }
+        }
+        extents
+    }
+
+    /// The smallest range covering every record of an object.
+    fn data_span(&self, owner: OwnerId, object: ObjectId) -> Option<ByteRange> {
+        let records = self.objects.get(&(owner, object))?;
+        let start = records.by_start.keys().next()?.0;
+        let end = records
+            .by_start
+            .keys()
+            .filter_map(|(_, id)| self.records.get(id))
+            .map(|r| r.range.end)
+            .max()?;
+        Some(ByteRange::from_bounds(start, end))
+    }
+
+    /// Visible data bytes per segment (ties to the older record), as the engine counts
+    /// them for collection.
+    fn live_bytes_by_segment(&self) -> BTreeMap<SegmentNo, u64> {
+        let mut live: BTreeMap<SegmentNo, u64> = BTreeMap::new();
+        for &(owner, object) in self.objects.keys() {
+            let Some(span) = self.data_span(owner, object) else { continue };
+            let (won, _) = paint(&self.candidates(owner, object, span), span, None);
+            for piece in won.iter().filter(|piece| !piece.winner.marker) {
+                *live.entry(piece.winner.segment).or_insert(0) += piece.range.size_bytes();
+            }
+        }
+        live
+    }
+
+    /// The data bytes a read would see, across owners.
+    pub fn live_bytes(&self) -> u64 {
+        self.live_bytes_by_segment().values().sum()
+    }
+
+    /// Every segment: its number, size and live data bytes.
+    pub fn segments(&self) -> Vec<(SegmentNo, u64, u64)> {
+        let live = self.live_bytes_by_segment();
+        self.segments
+            .iter()
+            .map(|(&segment, &(bytes, _))| {
+                (segment, bytes, live.get(&segment).copied().unwrap_or(0))
+            })
+            .collect()
+    }
+}
+
+/// Joins ranges (sorted by start) that touch into one.
+fn join_touching(ranges: Vec<ByteRange>) -> Vec<ByteRange> {
+    let mut joined: Vec<ByteRange> = Vec::with_capacity(ranges.len());
+    for range in ranges {
+        match joined.last_mut() {
+            Some(last) if last.end == range.start => last.end = range.end,
+            _ => joined.push(range),
+        }
+    }
+    joined
+}
+
+impl Logger {
+    /// The records of `segment` that must outlive it (docs/format/log.md, "Garbage
+    /// collection"), in the segment's order: the bytes of data it holds that win the
+    /// painting; a marker while data of its version or older remains elsewhere; an
+    /// owner's latest delete-all while records below it remain elsewhere.
+    fn plan_collection(&self, segment: SegmentNo) -> Vec<Record> {
+        let Some((_, ids)) = self.segments.get(&segment) else { return Vec::new() };
+        let mut copies = Vec::new();
+        for id in ids {
+            let Some(&record) = self.records.get(id) else { continue };
+            let hidden_below = self.hidden_below.get(&record.owner).copied().unwrap_or(Lsn(0));
+            if record.lsn < hidden_below {
+                continue;
+            }
+            match record.kind {
+                Kind::Data => {
+                    let candidates = self.candidates(record.owner, record.object, record.range);
+                    let (won, _) = paint(&candidates, record.range, Some(segment));
+                    let mine = won.into_iter().filter(|piece| piece.winner.id == *id);
+                    let pieces = join_touching(mine.map(|piece| piece.range).collect());
+                    copies.extend(pieces.into_iter().map(|range| Record { range, ..record }));
+                }
+                Kind::Marker => {
+                    let candidates = self.candidates(record.owner, record.object, record.range);
+                    let older_elsewhere = candidates
+                        .iter()
+                        .any(|c| !c.marker && c.segment != segment && c.version <= record.version);
+                    if older_elsewhere {
+                        copies.push(record);
+                    }
+                }
+                Kind::DeleteAll => {
+                    if self.delete_all_needed_elsewhere(record, segment) {
+                        copies.push(record);
+                    }
+                }
+            }
+        }
+        copies
+    }
+
+    /// Whether a delete-all of `segment` must be kept: no copy of it lives elsewhere,
+    /// and records of its owner below it do.
+    fn delete_all_needed_elsewhere(&self, record: Record, segment: SegmentNo) -> bool {
+        let elsewhere = |other: &&Record| other.owner == record.owner && other.segment != segment;
+        let copy_elsewhere = self
+            .records
+            .values()
+            .filter(elsewhere)
+            .any(|other| other.kind == Kind::DeleteAll && other.lsn == record.lsn);
+        let older_elsewhere = self
+            .records
+            .values()
+            .filter(elsewhere)
+            .any(|other| other.kind != Kind::DeleteAll && other.lsn < record.lsn);
+        !copy_elsewhere && older_elsewhere
+    }
+
+    /// Collects `segment` however little it frees: its records that must outlive it are
+    /// copied to the head (with their LSN and version), then it is deleted. `None` for
+    /// the head segment or one the log does not hold.
+    pub fn compact_segment(&mut self, segment: SegmentNo) -> Option<Collection> {
+        if self.head.is_some_and(|(head, _)| head == segment)
+            || !self.segments.contains_key(&segment)
+        {
+            return None;
+        }
+        let copies = self.plan_collection(segment);
+        Some(self.collect(segment, copies))
+    }
+
+    /// One step of garbage collection, as the engine's `compact`: among the sealed
+    /// segments whose live share is at most `compact_live_percent_max`, fewest live first
+    /// (eight at most are looked at), the first whose copies take at most that share too.
+    pub fn compact(&mut self) -> Option<Collection> {
+        const LOOK_AT_MAX: usize = 8;
+        let percent = u128::from(self.geometry.compact_live_percent_max);
+        let head = self.head.map(|(segment, _)| segment);
+        let mut candidates: Vec<(u128, u128, SegmentNo)> = self
+            .segments()
+            .into_iter()
+            .filter(|&(segment, _, _)| Some(segment) != head)
+            .map(|(segment, bytes, live)| (u128::from(live), u128::from(bytes.max(1)), segment))
+            .filter(|&(live, bytes, _)| live * 100 <= bytes * percent)
+            .collect();
+        candidates.sort_by(|a, b| (a.0 * b.1, a.2).cmp(&(b.0 * a.1, b.2)));
+        for (_, bytes, segment) in candidates.into_iter().take(LOOK_AT_MAX) {
+            let copies = self.plan_collection(segment);
+            let copy_bytes: u64 = copies.iter().map(Record::bytes).sum();
+            if u128::from(copy_bytes) * 100 <= bytes * percent {
+                return Some(self.collect(segment, copies));
+            }
+        }
+        None
+    }
+
+    fn collect(&mut self, segment: SegmentNo, copies: Vec<Record>) -> Collection {
+        let mut bytes_copied = 0;
+        let records_copied = copies.len() as u64;
+        for copy in copies {
+            // Copies may go one segment past the capacity, so a full log can empty.
+            match self.enqueue(copy, true) {
+                Ok(placement) => bytes_copied += placement.record_bytes,
+                Err(error) => panic!("logger {}: a collection copy did not fit: {error}", self.id),
+            }
+        }
+        let Some((bytes_freed, ids)) = self.segments.remove(&segment) else {
+            unreachable!("collect of a segment the model does not hold")
+        };
+        for id in ids {
+            self.remove_record(id);
+        }
+        self.used_bytes -= bytes_freed;
+        Collection { segment, records_copied, bytes_copied, bytes_freed }
+    }
+
+    fn remove_record(&mut self, id: RecordId) {
+        let Some(record) = self.records.remove(&id) else { return };
+        if record.kind == Kind::DeleteAll {
+            let latest = self
+                .records
+                .values()
+                .filter(|other| other.owner == record.owner && other.kind == Kind::DeleteAll)
+                .map(|other| other.lsn)
+                .max();
+            match latest {
+                Some(lsn) => self.hidden_below.insert(record.owner, lsn),
+                None => self.hidden_below.remove(&record.owner),
+            };
+            return;
+        }
+        let key = (record.owner, record.object);
+        if let Some(object) = self.objects.get_mut(&key) {
+            object.by_start.remove(&(record.range.start, id));
+            if object.by_start.is_empty() {
+                self.objects.remove(&key);
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn r(start: u64, end: u64) -> ByteRange {
+        ByteRange::from_bounds(start, end)
+    }
+
+    const OWNER: OwnerId = OwnerId(3);
+    const OBJECT: ObjectId = ObjectId(0);
+
+    #[test]
+    fn an_invalidation_hides_its_version_and_older_never_newer() {
+        // Goal: the meaning of docs/format/log.md: the highest version covering a byte
+        // wins, a marker hides its version and older ones, a delete-all hides every
+        // earlier record of its owner; space comes from segment and record headers.
+        let mut log = Logger::new(LoggerId(0), LogGeometry::with_capacity(1 << 30));
+        log.append(OWNER, OBJECT, r(0, 8192), Version(1)).unwrap();
+        log.append(OWNER, OBJECT, r(4096, 12288), Version(2)).unwrap();
+        assert_eq!(log.used_bytes(), SEGMENT_HEADER_BYTES + 2 * RECORD_HEADER_BYTES + 8192 + 8192);
+        assert!(log.holds(OWNER, OBJECT, r(0, 4096), Version(1)));
+        assert!(log.holds(OWNER, OBJECT, r(4096, 12288), Version(2)));
+        log.invalidate(OWNER, OBJECT, r(0, 12288), Version(1)).unwrap();
+        assert!(!log.holds(OWNER, OBJECT, r(0, 4096), Version(1)), "v1 hidden");
+        assert!(log.holds(OWNER, OBJECT, r(4096, 12288), Version(2)), "v2 not hidden");
+        assert_eq!(log.extents(OWNER), vec![(OBJECT, r(4096, 12288), Version(2))]);
+        assert_eq!(log.live_bytes(), 8192);
+        let error = log.append(OWNER, OBJECT, r(0, 512), Version(2)).unwrap_err();
+        assert!(matches!(error, LoggerError::VersionNotGrowing { .. }), "{error}");
+        let error = log.invalidate(OWNER, OBJECT, r(0, 512), Version(9)).unwrap_err();
+        assert!(matches!(error, LoggerError::VersionAboveNewest { .. }), "{error}");
+        log.delete_all(OWNER).unwrap();
+        assert_eq!(log.extents(OWNER), vec![]);
+        assert_eq!(log.live_bytes(), 0);
+    }
+
+    #[test]
+    fn space_comes_back_only_when_a_segment_is_collected() {
+        // Goal: invalidated records keep their space until their segment is collected;
+        // a full log refuses a write whole; collection copies what is still live and
+        // frees the segment; invalidations may use a segment of headroom.
+        let geometry = LogGeometry {
+            capacity_bytes: 3 * 4096,
+            segment_bytes: 4096,
+            compact_live_percent_max: 50,
+        };
+        let mut log = Logger::new(LoggerId(7), geometry);
+        let record = 4096 - SEGMENT_HEADER_BYTES - RECORD_HEADER_BYTES;
+        for version in 1..=3 {
+            log.append(OWNER, OBJECT, r(0, record), Version(version)).unwrap();
+        }
+        assert_eq!(log.used_bytes(), 3 * 4096);
+        let error = log.append(OWNER, OBJECT, r(0, 512), Version(4)).unwrap_err();
+        assert!(matches!(error, LoggerError::Full { logger: LoggerId(7), .. }), "{error}");
+        assert_eq!(log.record_count(), 3, "nothing written");
+        log.invalidate(OWNER, OBJECT, r(0, record), Version(3)).unwrap();
+        assert_eq!(
+            log.used_bytes(),
+            4 * 4096 - (4096 - SEGMENT_HEADER_BYTES - RECORD_HEADER_BYTES),
+            "headroom"
+        );
+        assert_eq!(log.free_bytes(), 0, "invalidated space is not free yet");
+        let collected = log.compact().unwrap();
+        assert_eq!((collected.segment, collected.records_copied), (SegmentNo(1), 0));
+        assert_eq!(collected.bytes_freed, 4096);
+        assert_eq!(log.live_bytes(), 0);
+        // The marker is kept while older data remains elsewhere.
+        let before = log.used_bytes();
+        log.compact_segment(SegmentNo(2)).unwrap();
+        log.compact_segment(SegmentNo(3)).unwrap();
+        assert!(log.used_bytes() < before);
+        assert!(log.fits(512));
+    }
+}

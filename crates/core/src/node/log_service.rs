@@ -1,0 +1,292 @@
+//! The logger side of a node: a manager's request becomes a change to the log model
+//! and a disk I/O at the right place in the log partition, then a reply that carries
+//! the logger's status; room is set aside for managers going to sleep (reservations);
+//! watchers hear when the logger's availability changes; garbage is collected while
+//! the disks spin. A logger wakes its disks for a client's write or read, never for
+//! background work: an invalidation to a sleeping logger is refused (`Asleep`), and
+//! the manager sends it again once the logger reports itself awake.
+
+use std::collections::BTreeMap;
+
+use somnus_types::{
+    ByteRange, IoId, LoggerId, ObjectId, OwnerId, VirtualDuration, VirtualInstant, VolumeId,
+};
+
+use super::{DiskOp, DiskPurpose, Message, Node, NodeAction};
+use crate::Version;
+use crate::logger::{Logger, LoggerError, Placement, SEGMENT_HEADER_BYTES, SegmentNo};
+use crate::offload::{LogFailure, LoggerAvailability, LoggerReply, LoggerStatus, ManagerEvent};
+
+use super::LogOp;
+
+/// The object every volume manager logs its volume under: one object per owner.
+const VOLUME_OBJECT: ObjectId = ObjectId(0);
+
+/// One logger: its log model, where its partition sits, its watchers and the room it
+/// set aside.
+#[derive(Clone, Debug)]
+pub(super) struct LogService {
+    model: Logger,
+    offset_bytes: u64,
+    watchers: Vec<VolumeId>,
+    lease: VirtualDuration,
+    /// Per manager, the room set aside for it and until when.
+    reservations: BTreeMap<VolumeId, (u64, VirtualInstant)>,
+}
+
+impl LogService {
+    pub(super) fn new(
+        model: Logger,
+        offset_bytes: u64,
+        watchers: Vec<VolumeId>,
+        lease: VirtualDuration,
+    ) -> LogService {
+        LogService { model, offset_bytes, watchers, lease, reservations: BTreeMap::new() }
+    }
+
+    pub(super) fn model(&self) -> &Logger {
+        &self.model
+    }
+
+    /// Room set aside at `now` for managers other than `owner` (all, without one).
+    fn reserved(&self, owner: Option<VolumeId>, now: VirtualInstant) -> u64 {
+        self.reservations
+            .iter()
+            .filter(|&(&holder, &(_, until))| Some(holder) != owner && until > now)
+            .map(|(_, &(bytes, _))| bytes)
+            .sum()
+    }
+
+    /// Room for `owner`'s records: free space less what others hold.
+    fn free_for(&self, owner: VolumeId, now: VirtualInstant) -> u64 {
+        self.model.free_bytes().saturating_sub(self.reserved(Some(owner), now))
+    }
+
+    /// Sets `bytes` aside for `owner` for a lease, if there is room.
+    fn reserve(&mut self, owner: VolumeId, bytes: u64, now: VirtualInstant) -> bool {
+        self.reservations.retain(|_, &mut (_, until)| until > now);
+        if self.free_for(owner, now) < bytes {
+            return false;
+        }
+        self.reservations.insert(owner, (bytes, now + self.lease));
+        true
+    }
+
+    /// `owner` wrote `bytes`: they come out of its reservation first.
+    fn consume(&mut self, owner: VolumeId, bytes: u64) {
+        if let Some((held, _)) = self.reservations.get_mut(&owner) {
+            *held = held.saturating_sub(bytes);
+        }
+    }
+
+    /// Where a record lands in the volume: its segment's slot in the partition (the
+    /// partition a ring of segment-sized slots), at its offset; a new segment's header
+    /// is written with its first record.
+    fn placement(&self, placement: Placement) -> ByteRange {
+        let segment_bytes = self.model.geometry().segment_bytes;
+        let slots = (self.model.geometry().capacity_bytes / segment_bytes).max(1);
+        let base =
+            self.offset_bytes + (placement.segment.0.saturating_sub(1) % slots) * segment_bytes;
+        if placement.new_segment {
+            let start = base + placement.offset_bytes - SEGMENT_HEADER_BYTES;
+            return ByteRange::new(start, placement.record_bytes + SEGMENT_HEADER_BYTES);
+        }
+        ByteRange::new(base + placement.offset_bytes, placement.record_bytes)
+    }
+
+    /// Where a read of `owner`'s `version` goes. Record positions are not tracked: a
+    /// fixed hash of the record's identity places it, which is what a seek model needs.
+    fn read_placement(&self, owner: VolumeId, version: Version, size_bytes: u64) -> ByteRange {
+        let spread = (u64::from(owner.0) << 40 ^ version.0).wrapping_mul(0x9E37_79B9_7F4A_7C15);
+        let partition = self.model.geometry().capacity_bytes.max(1);
+        ByteRange::new(self.offset_bytes + spread % partition, size_bytes)
+    }
+
+    /// Where a collection's copies are read (the collected segment's slot) and written
+    /// (the head).
+    fn segment_placement(&self, segment: SegmentNo, bytes: u64) -> ByteRange {
+        let geometry = self.model.geometry();
+        let slots = (geometry.capacity_bytes / geometry.segment_bytes).max(1);
+        let base =
+            self.offset_bytes + (segment.0.saturating_sub(1) % slots) * geometry.segment_bytes;
+        ByteRange::new(base, bytes.min(geometry.segment_bytes))
+    }
+}
+
+impl Node {
+    /// The status a logger reports of itself.
+    pub(super) fn status(&self, slot: usize) -> LoggerStatus {
+        let slot = &self.slots[slot];
+        let availability = if slot.unit.is_awake() {
+            LoggerAvailability::Awake
+        } else {
+            LoggerAvailability::Asleep
+        };
+        let queue =
+            slot.unit.ios_in_flight() + u32::try_from(slot.parked.len()).unwrap_or(u32::MAX);
+        LoggerStatus {
+            availability,
+            queue_length: queue,
+            free_bytes: slot
+                .log
+                .model
+                .free_bytes()
+                .saturating_sub(slot.log.reserved(None, self.now)),
+        }
+    }
+
+    /// A manager's request reached the logger of `slot`.
+    pub(super) fn log_request(&mut self, owner: VolumeId, slot: usize, io: IoId, op: LogOp) {
+        let now = self.now;
+        let owner_id = OwnerId(u64::from(owner.0));
+        let result = match op {
+            LogOp::Probe => Ok(()),
+            LogOp::Reserve { bytes } => {
+                let granted = self.slots[slot].unit.is_awake()
+                    && self.slots[slot].log.reserve(owner, bytes, now);
+                if granted { Ok(()) } else { Err(LogFailure::Refused) }
+            }
+            LogOp::Write { range, version } => {
+                let log = &mut self.slots[slot].log;
+                let needed = range.size_bytes() + crate::logger::RECORD_HEADER_BYTES;
+                if log.free_for(owner, now) < needed {
+                    Err(LogFailure::Full)
+                } else {
+                    match log.model.append(owner_id, VOLUME_OBJECT, range, version) {
+                        Ok(placement) => {
+                            log.consume(owner, placement.record_bytes);
+                            let at = log.placement(placement);
+                            let purpose = DiskPurpose::Log { owner, io, payload_bytes: 0 };
+                            return self.issue_disk(slot, DiskOp::Write, at, purpose);
+                        }
+                        Err(error) => Err(refusal(error)),
+                    }
+                }
+            }
+            LogOp::Read { range, version } => {
+                let log = &self.slots[slot].log;
+                if log.model.holds(owner_id, VOLUME_OBJECT, range, version) {
+                    let at = log.read_placement(owner, version, range.size_bytes());
+                    let purpose = DiskPurpose::Log { owner, io, payload_bytes: range.size_bytes() };
+                    return self.issue_disk(slot, DiskOp::Read, at, purpose);
+                }
+                Err(LogFailure::Missing)
+            }
+            LogOp::Invalidate { range, version } => {
+                if !self.slots[slot].unit.serves_io() {
+                    // Background work never wakes a sleeping disk (DESIGN.md).
+                    Err(LogFailure::Asleep)
+                } else {
+                    let log = &mut self.slots[slot].log;
+                    match log.model.invalidate(owner_id, VOLUME_OBJECT, range, version) {
+                        Ok(placement) => {
+                            let at = log.placement(placement);
+                            let purpose = DiskPurpose::Log { owner, io, payload_bytes: 0 };
+                            return self.issue_disk(slot, DiskOp::Write, at, purpose);
+                        }
+                        Err(error) => Err(refusal(error)),
+                    }
+                }
+            }
+        };
+        let reply = LoggerReply { result, status: self.status(slot), waited_for_spin_up: false };
+        self.reply_to(owner, io, reply, 0);
+        self.observe_load(slot);
+    }
+
+    /// A logger's disk I/O for a request finished: the reply goes out.
+    pub(super) fn log_io_done(
+        &mut self,
+        slot: usize,
+        owner: VolumeId,
+        io: IoId,
+        payload_bytes: u64,
+        ok: bool,
+        waited_for_spin_up: bool,
+    ) {
+        // A failed log device may or may not hold the record: "unavailable".
+        let result = if ok { Ok(()) } else { Err(LogFailure::Unavailable) };
+        let reply = LoggerReply { result, status: self.status(slot), waited_for_spin_up };
+        self.reply_to(owner, io, reply, if ok { payload_bytes } else { 0 });
+        self.collect_garbage(slot);
+    }
+
+    /// Collects one segment of a logger's log when it is full enough and its disks spin
+    /// (never waking them): the live records are read and written again at the head.
+    fn collect_garbage(&mut self, slot: usize) {
+        let log = &self.slots[slot].log;
+        let geometry = log.model.geometry();
+        let full_enough = u128::from(log.model.used_bytes()) * 100
+            >= u128::from(geometry.capacity_bytes) * u128::from(self.collect_at_percent);
+        if !full_enough || !self.slots[slot].unit.is_awake() {
+            return;
+        }
+        let Some(collection) = self.slots[slot].log.model.compact() else { return };
+        self.counters.log_collections += 1;
+        self.counters.log_bytes_copied += collection.bytes_copied;
+        if collection.bytes_copied == 0 {
+            return;
+        }
+        let log = &self.slots[slot].log;
+        let read = log.segment_placement(collection.segment, collection.bytes_copied);
+        let head = log.model.head().map_or(collection.segment, |(segment, _)| segment);
+        let write = log.segment_placement(head, collection.bytes_copied);
+        self.issue_disk(slot, DiskOp::Read, read, DiskPurpose::Collection);
+        self.issue_disk(slot, DiskOp::Write, write, DiskPurpose::Collection);
+    }
+
+    /// Refreshes the load every local manager sees of this logger (no decision is taken
+    /// on it now; the next one uses it).
+    pub(super) fn observe_load(&mut self, slot: usize) {
+        let status = self.status(slot);
+        let logger = LoggerId(self.slots[slot].volume.0);
+        for index in 0..self.slots[slot].local_watchers.len() {
+            let watcher = self.slots[slot].local_watchers[index];
+            self.slots[watcher].manager.observe_logger_load(
+                logger,
+                status.queue_length,
+                status.free_bytes,
+            );
+        }
+    }
+
+    /// Tells the watchers when the logger's availability changed.
+    pub(super) fn report_if_changed(&mut self, slot: usize) {
+        if self.status(slot).availability != self.slots[slot].reported {
+            self.report_to_watchers(slot);
+        }
+    }
+
+    /// Pushes the logger's status to every manager whose view holds it.
+    pub(super) fn report_to_watchers(&mut self, slot: usize) {
+        let status = self.status(slot);
+        self.slots[slot].reported = status.availability;
+        let logger = LoggerId(self.slots[slot].volume.0);
+        for index in 0..self.slots[slot].log.watchers.len() {
+            let watcher = self.slots[slot].log.watchers[index];
+            match self.slot_of.get(&watcher) {
+                Some(&local) => self
+                    .deferred
+                    .push_back((local, ManagerEvent::LoggerReported { logger, status })),
+                None => {
+                    let Some(&to) = self.servers.get(&watcher) else {
+                        panic!("node {}: no server known for watcher {watcher}", self.server);
+                    };
+                    let message = Message::LoggerReport { watcher, logger, status };
+                    self.actions.push_back(NodeAction::Send { to, message });
+                }
+            }
+        }
+    }
+}
+
+/// What a refused log change tells the manager.
+fn refusal(error: LoggerError) -> LogFailure {
+    match error {
+        LoggerError::Full { .. } => LogFailure::Full,
+        LoggerError::TooLarge { .. }
+        | LoggerError::VersionNotGrowing { .. }
+        | LoggerError::VersionAboveNewest { .. }
+        | LoggerError::EmptyRange => LogFailure::Refused,
+    }
+}
