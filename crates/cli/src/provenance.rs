@@ -146,7 +146,7 @@ impl TopologyInfo {
             write_idle_s: policy.write_idle.as_secs_f64(),
             offload_limit_gib: policy.offload_limit_bytes as f64 / f64::from(1u32 << 30),
             reclaim_after_idle_ms: policy.reclaim_after_idle.as_secs_f64() * 1e3,
-            power_window_s: policy.power_window.as_secs_f64(),
+            power_window_s: layout.power_window.as_secs_f64(),
             logger_host: match policy.logger_host {
                 somnus_core::offload::LoggerHost::Any => "any",
                 somnus_core::offload::LoggerHost::Cheapest => "cheapest",

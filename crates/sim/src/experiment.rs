@@ -177,7 +177,7 @@ fn compare(
     }
     OffloadResult {
         span_s: span.as_secs_f64(),
-        power_window_s: layout.policy.power_window.as_secs_f64(),
+        power_window_s: layout.power_window.as_secs_f64(),
         configs,
         curves,
     }

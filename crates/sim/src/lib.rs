@@ -3,13 +3,15 @@
 //! FCFS queues, RAID-1 and RAID-5, spin-up delays), loggers, a network and power.
 //!
 //! It is one of the core's two shells: every policy decision is made by `somnus-core`
-//! state machines; this crate supplies time, I/O and power, and measures.
+//! state machines (one `Node` per server); this crate supplies time, I/O, power and
+//! the network, and measures.
 //!
 //! Modules:
 //! - [`topology`]: the cluster layout (racks, servers, arrays, network, thresholds)
 //!   from TOML, with the MSR Cambridge data center of 004 Table 4 built in.
 //! - [`disk`]: disk service times and RAID mapping.
-//! - [`engine`]: the event loop that replays a trace for one configuration.
+//! - [`engine`]: the event loop that replays a trace for one configuration: the
+//!   physical volumes (disks, caches, power), the network, and the measurements.
 //! - [`experiment`]: the write off-loading experiment (004 section 4) and its report.
 //! - [`replay`]: turning a trace into the engine's requests, windows and days.
 
@@ -17,6 +19,5 @@ mod cache;
 pub mod disk;
 pub mod engine;
 pub mod experiment;
-mod pending;
 pub mod replay;
 pub mod topology;

@@ -5,6 +5,7 @@
 
 use std::collections::BTreeMap;
 
+use somnus_core::offload::PolicyParams;
 use somnus_core::power::{PowerProfile, builtin_profile, builtin_profile_names};
 use somnus_types::{RackId, ServerId, VirtualDuration};
 
@@ -156,17 +157,6 @@ pub struct NetworkParams {
     pub link_bytes_per_second: f64,
 }
 
-/// Policy thresholds shared by every volume (004 section 4.1).
-#[derive(Clone, Copy, Debug, PartialEq)]
-pub struct PolicyParams {
-    pub vanilla_idle: VirtualDuration,
-    pub read_idle: VirtualDuration,
-    pub write_idle: VirtualDuration,
-    pub offload_limit_bytes: u64,
-    pub reclaim_after_idle: VirtualDuration,
-    pub power_window: VirtualDuration,
-    pub logger_host: somnus_core::offload::LoggerHost,
-}
 
 /// One volume as laid out on the cluster.
 #[derive(Clone, Debug)]
@@ -198,7 +188,10 @@ pub struct Layout {
     pub racks: Vec<String>,
     pub profiles: Vec<PowerProfile>,
     pub network: NetworkParams,
+    /// The thresholds of every manager (the core's type: the policy is the core's).
     pub policy: PolicyParams,
+    /// The window of the peak power figure (a measurement, not a policy).
+    pub power_window: VirtualDuration,
 }
 
 /// A validated topology file.
@@ -315,6 +308,7 @@ impl Topology {
         }
         self.network_params()?;
         self.policy_params()?;
+        self.power_window()?;
         Ok(())
     }
 
@@ -361,12 +355,16 @@ impl Topology {
         Ok(NetworkParams { round_trip, link_bytes_per_second: network.link_gbps * 1e9 / 8.0 })
     }
 
-    fn policy_params(&self) -> Result<PolicyParams, TopologyError> {
-        let policy = &self.file.policy;
-        let power_window = self.seconds("policy.power_window_s", policy.power_window_s)?;
+    fn power_window(&self) -> Result<VirtualDuration, TopologyError> {
+        let power_window = self.seconds("policy.power_window_s", self.file.policy.power_window_s)?;
         if power_window < VirtualDuration::from_secs(1) {
             return Err(self.invalid("policy.power_window_s", "must be at least 1 s"));
         }
+        Ok(power_window)
+    }
+
+    fn policy_params(&self) -> Result<PolicyParams, TopologyError> {
+        let policy = &self.file.policy;
         let limit = policy.offload_limit_gib * (1u64 << 30) as f64;
         if !(limit.is_finite() && limit >= 1.0 && limit < u64::MAX as f64) {
             let message = format!("must be a finite number > 0, not {}", policy.offload_limit_gib);
@@ -382,7 +380,6 @@ impl Topology {
                 policy.reclaim_after_idle_ms,
                 1e-3,
             )?,
-            power_window,
             logger_host: match policy.logger_host {
                 LoggerHostFile::Any => somnus_core::offload::LoggerHost::Any,
                 LoggerHostFile::Cheapest => somnus_core::offload::LoggerHost::Cheapest,
@@ -421,6 +418,7 @@ impl Topology {
             profiles: Vec::new(),
             network: self.network_params()?,
             policy: self.policy_params()?,
+            power_window: self.power_window()?,
         };
         let mut server_ids: BTreeMap<String, ServerId> = BTreeMap::new();
         let mut rack_ids: BTreeMap<String, RackId> = BTreeMap::new();
