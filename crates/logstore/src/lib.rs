@@ -40,27 +40,14 @@ pub use store::{
 };
 pub use verify::{SegmentCheck, SegmentState, VerifyReport, verify};
 
-/// Identifies one log (one directory): every segment header and record carries it, so
-/// that a segment copied in from another log is never taken for one of this log's.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
-pub struct LogId(pub u64);
+/// The ids of the log live in `somnus_types` beside the cluster's; re-exported here so
+/// that users of the engine need not name both crates.
+pub use somnus_types::{LogId, Lsn, ObjectId, OwnerId};
 
-/// A segment file of the log; ids only grow.
+/// A segment file of the log; ids only grow. The engine's own: no other crate sees
+/// segments.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub struct SegmentId(pub u64);
-
-/// The log sequence number of a record, assigned at append and kept by compaction
-/// copies. It orders records only for `delete_all`; versions order data.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, PartialOrd, Ord, Hash)]
-pub struct Lsn(pub u64);
-
-/// A writer of the log: one volume manager or DVL, whose versions are monotonic.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
-pub struct OwnerId(pub u64);
-
-/// An object (a volume, a chunk) of an owner, addressed by byte ranges.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
-pub struct ObjectId(pub u64);
 
 impl std::fmt::Display for SegmentId {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {

@@ -9,7 +9,9 @@ mod range;
 mod time;
 mod units;
 
-pub use ids::{DiskId, IoId, LoggerId, RackId, RequestId, ServerId, VolumeId};
+pub use ids::{
+    DiskId, IoId, LogId, LoggerId, Lsn, ObjectId, OwnerId, RackId, RequestId, ServerId, VolumeId,
+};
 pub use range::ByteRange;
 pub use time::{VirtualDuration, VirtualInstant};
 pub use units::{Energy, Power};
