@@ -154,3 +154,38 @@ fn verify_fails_on_a_flipped_bit_and_inspect_refuses_what_is_not_a_log() {
     std::fs::remove_dir_all(&dir).unwrap();
     std::fs::remove_dir_all(&empty).unwrap();
 }
+
+/// The segment files of a log directory, in id order.
+fn segment_files(dir: &std::path::Path) -> Vec<PathBuf> {
+    let mut files: Vec<PathBuf> = std::fs::read_dir(dir)
+        .unwrap()
+        .map(|entry| entry.unwrap().path())
+        .filter(|path| path.file_name().unwrap().to_str().unwrap().starts_with("seg-"))
+        .collect();
+    files.sort();
+    files
+}
+
+#[test]
+fn verify_calls_a_sealed_segment_cut_short_damaged() {
+    // Goal: the sequence: a kept torture log whose first sealed segment is cut
+    // to 100 bytes has lost records it once wrote whole; only the last segment can be
+    // torn, so verify must say DAMAGED and exit 1, as inspect reports damage.
+    let dir = scratch("cut-sealed");
+    let output = somnus(&["logstore", "torture", dir.to_str().unwrap(), "--kills", "5", "--keep"]);
+    assert!(output.status.success(), "{}", String::from_utf8_lossy(&output.stderr));
+    let log = std::fs::read_dir(&dir).unwrap().next().unwrap().unwrap().path();
+    let segments = segment_files(&log);
+    assert!(segments.len() >= 2, "the campaign left {} segments", segments.len());
+    let file = std::fs::OpenOptions::new().write(true).open(&segments[0]).unwrap();
+    file.set_len(100).unwrap();
+    let verify = somnus(&["logstore", "verify", log.to_str().unwrap()]);
+    let text = String::from_utf8(verify.stdout).unwrap();
+    assert_eq!(verify.status.code(), Some(1), "{text}");
+    assert!(text.lines().next_back().unwrap().starts_with("DAMAGED"), "{text}");
+    let first = text.lines().nth(1).unwrap();
+    assert!(first.contains("DAMAGED at byte 64") && !first.contains("torn"), "{first}");
+    let inspect = somnus(&["logstore", "inspect", log.to_str().unwrap()]);
+    assert!(String::from_utf8(inspect.stdout).unwrap().contains("DAMAGE"));
+    std::fs::remove_dir_all(&dir).unwrap();
+}

@@ -3,24 +3,9 @@
 
 use crate::disk::{Disk, read_all};
 use crate::error::{Error, Result};
-use crate::scan::{SegmentEnd, is_unwritten_segment, scan_segment};
+use crate::scan::{SegmentState, judge_segment};
 use crate::snapshot::{META_FILE, SNAPSHOT_FILE, decode_meta, decode_snapshot};
 use crate::{LogId, SegmentId, parse_segment_file_name, segment_file_name};
-
-/// What the scan found in one segment file.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub enum SegmentState {
-    /// Every byte belongs to a valid record.
-    Clean,
-    /// Ends in an interrupted, unacknowledged write (cut away at the next open).
-    Torn { offset: u64, reason: String },
-    /// Valid records follow bad bytes: data the log once wrote whole was damaged.
-    Damaged { offset: u64, reason: String, records_after: u64 },
-    /// A crash interrupted its creation before anything was written to it.
-    Unwritten,
-    /// Its header is bad: none of its records can be trusted to be this log's.
-    BadHeader(String),
-}
 
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct SegmentCheck {
@@ -93,21 +78,13 @@ pub fn verify(disk: &dyn Disk) -> Result<VerifyReport> {
             payload_bytes: 0,
             state: SegmentState::Clean,
         };
-        match scan_segment(*id, report.log, &bytes) {
-            Ok(scan) => {
-                check.records = scan.records.len() as u64;
-                check.payload_bytes = scan.records.iter().map(|r| r.header.payload_bytes()).sum();
-                check.state = match scan.end {
-                    SegmentEnd::Clean => SegmentState::Clean,
-                    SegmentEnd::Torn { offset, reason } => SegmentState::Torn { offset, reason },
-                    SegmentEnd::Damaged { offset, reason, records_after } => {
-                        SegmentState::Damaged { offset, reason, records_after }
-                    }
-                };
-            }
-            Err(_) if is_unwritten_segment(&bytes) => check.state = SegmentState::Unwritten,
-            Err(problem) => check.state = SegmentState::BadHeader(problem.to_string()),
+        let last = Some(id) == ids.last();
+        let (state, scan) = judge_segment(*id, report.log, &bytes, last);
+        if let Some(scan) = scan {
+            check.records = scan.records.len() as u64;
+            check.payload_bytes = scan.records.iter().map(|r| r.header.payload_bytes()).sum();
         }
+        check.state = state;
         report.segments.push(check);
     }
     if names.iter().any(|name| name == SNAPSHOT_FILE) {

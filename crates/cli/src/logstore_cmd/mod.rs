@@ -18,8 +18,9 @@ pub(crate) enum LogstoreCommand {
     /// in another process is refused.
     Inspect(InspectArgs),
     /// Scan every segment of a log in full and check every record's checksum. Exits
-    /// with status 1 if anything the log once wrote whole is damaged (a torn tail, the
-    /// trace of a crash during an unacknowledged write, is not damage).
+    /// with status 1 if anything the log once wrote whole is damaged. A torn tail (the
+    /// trace of a crash during an unacknowledged write) or an unwritten segment is not
+    /// damage in the last segment, and is damage in any other, as at open.
     Verify(VerifyArgs),
     /// Crash campaign: run a writer process against a fresh log in DIR, kill it with
     /// SIGKILL at random moments, reopen, and check that every acknowledged write reads

@@ -7,7 +7,7 @@ use super::{RecoveryMode, RecoveryReport, Segment, SegmentDamage, SegmentFiles, 
 use crate::disk::{Disk, read_all};
 use crate::error::{Error, Result};
 use crate::format::{PAYLOAD_BYTES_MAX, RecordKind, SEGMENT_HEADER_BYTES};
-use crate::scan::{SegmentEnd, is_unwritten_segment, scan_segment};
+use crate::scan::{SegmentState, judge_segment};
 use crate::snapshot::{self, META_TMP_FILE, SNAPSHOT_FILE, SNAPSHOT_TMP_FILE, Snapshot};
 use crate::{LogId, Lsn, SegmentId, segment_file_name};
 
@@ -142,78 +142,84 @@ fn scan_segments(
     shared: &mut Shared,
     report: &mut RecoveryReport,
 ) -> Result<Lsn> {
-    let where_ = disk.describe();
     let mut lsn_max = Lsn(0);
-    // Only the last segment can hold an interrupted write: a batch syncs a segment
-    // before it starts the next one, and an open never appends to an old one.
-    let last = segment_ids.last().copied();
     for &id in segment_ids {
-        let name = segment_file_name(id);
-        let path = format!("{where_}/{name}");
-        let file = disk
-            .open(&name, !read_only)
-            .map_err(|source| Error::io("opening", path.clone(), source))?;
-        let bytes =
-            read_all(file.as_ref()).map_err(|source| Error::io("reading", path.clone(), source))?;
-        report.bytes_scanned += bytes.len() as u64;
-        let damage = |offset: u64, reason: String, records_after: u64| SegmentDamage {
-            segment: id,
-            offset,
-            reason,
-            records_after,
-        };
-        let scan = match scan_segment(id, Some(log), &bytes) {
-            Ok(scan) => scan,
-            Err(_) if Some(id) == last && is_unwritten_segment(&bytes) => {
-                if !read_only {
-                    disk.remove(&name).map_err(|source| Error::io("removing", path, source))?;
-                    disk.sync_dir()
-                        .map_err(|source| Error::io("syncing", where_.clone(), source))?;
-                }
-                report.unwritten_removed.push(id);
-                continue;
-            }
-            Err(problem) => {
-                // Records the log cannot trust to be its own: keep the file as
-                // evidence, count its bytes, return none of them.
-                report.damage.push(damage(0, format!("segment header: {problem}"), 0));
-                shared.index.add_segment(id);
-                shared.segments.insert(id, Segment { file, bytes: bytes.len() as u64 });
-                continue;
-            }
-        };
-        let mut file_bytes = bytes.len() as u64;
-        match &scan.end {
-            SegmentEnd::Clean => {}
-            SegmentEnd::Torn { .. } if Some(id) == last => {
-                report.torn_tails.push((id, scan.valid_end));
-                if !read_only {
-                    file.truncate(scan.valid_end)
-                        .and_then(|()| file.sync_all())
-                        .map_err(|source| Error::io("truncating", path.clone(), source))?;
-                    file_bytes = scan.valid_end;
-                }
-            }
-            SegmentEnd::Torn { offset, reason } => report.damage.push(damage(
-                *offset,
-                format!(
-                    "{reason}, at the end of a segment that was sealed (synced) before the next"
-                ),
-                0,
-            )),
-            SegmentEnd::Damaged { offset, reason, records_after } => {
-                report.damage.push(damage(*offset, reason.clone(), *records_after));
-            }
+        let last = Some(&id) == segment_ids.last();
+        if let Some(lsn) = recover_segment(disk, log, id, last, read_only, shared, report)? {
+            lsn_max = lsn_max.max(lsn);
         }
-        shared.index.add_segment(id);
-        for record in &scan.records {
-            lsn_max = lsn_max.max(record.header.lsn);
-            insert_header(&mut shared.index, &record.header, id, record.offset);
-        }
-        shared.segments.insert(id, Segment { file, bytes: file_bytes });
     }
     lsn_max.0.checked_add(1).map(Lsn).ok_or_else(|| Error::NotALog {
-        path: where_,
+        path: disk.describe(),
         reason: "a record carries the largest possible LSN".into(),
     })
+}
+
+/// Scans one segment into the index, applying the rule `judge_segment` states: the last
+/// segment's torn tail is cut away and its interrupted creation removed (unless
+/// `read_only`); damage is reported and the file kept as found. Returns the highest LSN
+/// found.
+#[allow(clippy::too_many_arguments)]
+fn recover_segment(
+    disk: &dyn Disk,
+    log: LogId,
+    id: SegmentId,
+    last: bool,
+    read_only: bool,
+    shared: &mut Shared,
+    report: &mut RecoveryReport,
+) -> Result<Option<Lsn>> {
+    let name = segment_file_name(id);
+    let path = format!("{}/{name}", disk.describe());
+    let file = disk
+        .open(&name, !read_only)
+        .map_err(|source| Error::io("opening", path.clone(), source))?;
+    let bytes =
+        read_all(file.as_ref()).map_err(|source| Error::io("reading", path.clone(), source))?;
+    report.bytes_scanned += bytes.len() as u64;
+    let damage = |offset: u64, reason: String, records_after: u64| SegmentDamage {
+        segment: id,
+        offset,
+        reason,
+        records_after,
+    };
+    let mut file_bytes = bytes.len() as u64;
+    let (state, scan) = judge_segment(id, Some(log), &bytes, last);
+    match state {
+        SegmentState::Clean => {}
+        SegmentState::Unwritten => {
+            if !read_only {
+                disk.remove(&name).map_err(|source| Error::io("removing", path, source))?;
+                disk.sync_dir().map_err(|source| Error::io("syncing", disk.describe(), source))?;
+            }
+            report.unwritten_removed.push(id);
+            return Ok(None);
+        }
+        // Records the log cannot trust to be its own: the file is kept as evidence and
+        // its bytes counted, but none of its records is returned.
+        SegmentState::BadHeader(problem) => {
+            report.damage.push(damage(0, format!("segment header: {problem}"), 0));
+        }
+        SegmentState::Torn { .. } => {
+            let valid_end = scan.as_ref().map_or(file_bytes, |scan| scan.valid_end);
+            report.torn_tails.push((id, valid_end));
+            if !read_only {
+                file.truncate(valid_end)
+                    .and_then(|()| file.sync_all())
+                    .map_err(|source| Error::io("truncating", path.clone(), source))?;
+                file_bytes = valid_end;
+            }
+        }
+        SegmentState::Damaged { offset, reason, records_after } => {
+            report.damage.push(damage(offset, reason, records_after));
+        }
+    }
+    shared.index.add_segment(id);
+    let mut lsn_max = None;
+    for record in scan.iter().flat_map(|scan| &scan.records) {
+        lsn_max = lsn_max.max(Some(record.header.lsn));
+        insert_header(&mut shared.index, &record.header, id, record.offset);
+    }
+    shared.segments.insert(id, Segment { file, bytes: file_bytes });
+    Ok(lsn_max)
 }
