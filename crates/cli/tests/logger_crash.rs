@@ -189,3 +189,21 @@ fn verify_calls_a_sealed_segment_cut_short_damaged() {
     assert!(String::from_utf8(inspect.stdout).unwrap().contains("DAMAGE"));
     std::fs::remove_dir_all(&dir).unwrap();
 }
+
+#[test]
+fn errors_of_the_logstore_commands_print_their_cause_once() {
+    // Goal: an I/O error reaches the operator with its cause once (the variant's message
+    // holds it, so it is not also the error's source, which the chain would print
+    // again): here `verify` and `inspect` of a log another process holds open.
+    let dir = scratch("locked");
+    let store = LogStore::open(Arc::new(FsDisk::new(&dir).unwrap()), Options::default()).unwrap();
+    for command in ["verify", "inspect"] {
+        let output = somnus(&["logstore", command, dir.to_str().unwrap()]);
+        assert_eq!(output.status.code(), Some(1), "{command}");
+        let stderr = String::from_utf8(output.stderr).unwrap();
+        assert_eq!(stderr.matches("LOCK is held").count(), 1, "{command}: {stderr}");
+        assert!(stderr.contains(dir.to_str().unwrap()), "{command}: {stderr}");
+    }
+    drop(store);
+    std::fs::remove_dir_all(&dir).unwrap();
+}

@@ -32,7 +32,7 @@ mod store;
 mod verify;
 
 pub use disk::{Disk, DiskFile, FsDisk};
-pub use error::{Error, Result};
+pub use error::{Error, Request, Result};
 pub use memdisk::{Crash, MemDisk};
 pub use scan::SegmentState;
 pub use store::{

@@ -12,7 +12,7 @@ use super::{
     BATCH_BUCKETS, LogStore, Segment, SegmentFiles, SyncMode, insert_header, lock, stopwatch,
 };
 use crate::disk::DiskFile;
-use crate::error::{Error, Result};
+use crate::error::{Error, Request, Result};
 use crate::format::{
     self, PAYLOAD_BYTES_MAX, RECORD_HEADER_BYTES, RecordHeader, RecordKind, SEGMENT_HEADER_BYTES,
 };
@@ -97,6 +97,7 @@ pub(super) struct Batch {
 }
 
 /// The log head: the segment new records go to.
+#[derive(Clone, Copy)]
 pub(super) struct Head {
     pub(super) segment: SegmentId,
     /// Bytes of the segment, the pending ones included.
@@ -167,31 +168,21 @@ impl LogStore {
         bytes: &[u8],
     ) -> Result<()> {
         if bytes.len() as u64 != range.size_bytes() {
-            return Err(Error::Invalid(format!(
-                "{} bytes given for range {range} of {} bytes",
-                bytes.len(),
-                range.size_bytes()
-            )));
+            return Err(Error::PayloadMismatch { given_bytes: bytes.len() as u64, range });
         }
         if range.is_empty() {
-            return Err(Error::Invalid("an append of no bytes".into()));
+            return Err(Error::EmptyRange { request: Request::Append });
         }
         let limit = self.payload_limit();
         if range.size_bytes() > limit {
-            return Err(Error::Invalid(format!(
-                "an append of {} bytes is over the largest record ({limit} bytes); split it",
-                range.size_bytes()
-            )));
+            return Err(Error::RecordTooLarge { bytes: range.size_bytes(), limit });
         }
         // The checksum of the payload is the bulk of the work: done before the lock.
         let payload_crc = crc32c::crc32c(bytes);
         self.commit(|writer| {
-            let last = writer.versions.get(&owner).copied().unwrap_or(Version(0));
-            if version <= last {
-                return Err(Error::Invalid(format!(
-                    "owner {} appended version {} but already holds version {}: versions must grow",
-                    owner.0, version.0, last.0
-                )));
+            let newest = writer.versions.get(&owner).copied().unwrap_or(Version(0));
+            if version <= newest {
+                return Err(Error::VersionNotGrowing { owner, version, newest });
             }
             let header = self.new_header(writer, RecordKind::Data, owner, object, range, version);
             self.enqueue(writer, header, bytes, payload_crc, true, false)?;
@@ -212,15 +203,12 @@ impl LogStore {
         version: Version,
     ) -> Result<()> {
         if range.is_empty() {
-            return Err(Error::Invalid("an invalidation of no bytes".into()));
+            return Err(Error::EmptyRange { request: Request::Invalidate });
         }
         self.commit(|writer| {
-            let last = writer.versions.get(&owner).copied().unwrap_or(Version(0));
-            if version > last {
-                return Err(Error::Invalid(format!(
-                    "owner {} invalidated version {} but its newest version is {}",
-                    owner.0, version.0, last.0
-                )));
+            let newest = writer.versions.get(&owner).copied().unwrap_or(Version(0));
+            if version > newest {
+                return Err(Error::VersionAboveNewest { owner, version, newest });
             }
             let kind = RecordKind::Invalidate;
             let header = self.new_header(writer, kind, owner, object, range, version);
@@ -283,10 +271,8 @@ impl LogStore {
         headroom: bool,
     ) -> Result<()> {
         let record_bytes = header.encoded_bytes();
-        let rotate = match &writer.head {
-            None => true,
-            Some(head) => head.bytes + record_bytes > self.options.segment_bytes,
-        };
+        let rotate =
+            writer.head.is_none_or(|head| head.bytes + record_bytes > self.options.segment_bytes);
         let needed = record_bytes + if rotate { SEGMENT_HEADER_BYTES } else { 0 };
         let capacity =
             self.options.capacity_bytes + if headroom { self.options.segment_bytes } else { 0 };
@@ -297,21 +283,12 @@ impl LogStore {
                 capacity: self.options.capacity_bytes,
             });
         }
-        if rotate {
-            let segment = writer.next_segment;
-            writer.next_segment = SegmentId(segment.0 + 1);
-            writer.head = Some(Head { segment, bytes: SEGMENT_HEADER_BYTES });
-            let mut bytes = writer.spare.pop().unwrap_or_default();
-            bytes.extend_from_slice(&format::encode_segment_header(self.log, segment));
-            writer.pending.writes.push(SegmentWrite { segment, create: true, offset: 0, bytes });
-            writer.used_bytes += SEGMENT_HEADER_BYTES;
-        }
-        let Some(head) = writer.head.as_mut() else {
-            return Err(Error::Invalid("no log head".into()));
+        let head = match writer.head {
+            Some(head) if !rotate => head,
+            _ => self.start_segment(writer),
         };
-        let offset = head.bytes;
-        let segment = head.segment;
-        head.bytes += record_bytes;
+        let (segment, offset) = (head.segment, head.bytes);
+        writer.head = Some(Head { segment, bytes: offset + record_bytes });
         writer.used_bytes += record_bytes;
         if writer.pending.writes.last().is_none_or(|write| write.segment != segment) {
             let bytes = writer.spare.pop().unwrap_or_default();
@@ -332,6 +309,18 @@ impl LogStore {
         writer.next_lsn = writer.next_lsn.max(Lsn(header.lsn.0.saturating_add(1)));
         writer.pending.records.push(PendingRecord { header, segment, offset, apply });
         Ok(())
+    }
+
+    /// Starts a new head segment in the batch being filled: its file is created, with
+    /// its header, when the batch is flushed.
+    fn start_segment(&self, writer: &mut Writer) -> Head {
+        let segment = writer.next_segment;
+        writer.next_segment = SegmentId(segment.0 + 1);
+        let mut bytes = writer.spare.pop().unwrap_or_default();
+        bytes.extend_from_slice(&format::encode_segment_header(self.log, segment));
+        writer.pending.writes.push(SegmentWrite { segment, create: true, offset: 0, bytes });
+        writer.used_bytes += SEGMENT_HEADER_BYTES;
+        Head { segment, bytes: SEGMENT_HEADER_BYTES }
     }
 
     /// Runs `enqueue` under the writer lock, then waits until the batch holding what it

@@ -94,15 +94,13 @@ impl LogStore {
     pub fn compact_segment(&self, segment: SegmentId) -> Result<CompactionReport> {
         let _one_at_a_time = lock(&self.compacting);
         if self.damaged.contains(&segment) {
-            return Err(Error::Invalid(format!(
-                "{segment} is damaged and kept as found for inspection (somnus logstore verify)"
-            )));
+            return Err(Error::SegmentDamaged { segment });
         }
         if !self.is_settled(segment) {
-            return Err(Error::Invalid(format!("{segment} is being written")));
+            return Err(Error::SegmentBusy { segment });
         }
         let Some((plan, files, segment_bytes)) = self.plan(segment)? else {
-            return Err(Error::Invalid(format!("no segment {segment}")));
+            return Err(Error::NoSuchSegment { segment });
         };
         self.run_compaction(segment, plan, files, segment_bytes)
     }

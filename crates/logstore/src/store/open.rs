@@ -22,11 +22,9 @@ impl LogStore {
     /// recovering its index: from the snapshot of a clean close, else by scanning every
     /// segment up to its first bad record.
     pub fn open(disk: Arc<dyn Disk>, options: Options) -> Result<LogStore> {
-        if options.segment_bytes < SEGMENT_HEADER_BYTES + RECORD_HEADER_BYTES + 1 {
-            return Err(Error::Invalid(format!(
-                "segment_bytes {} cannot hold a record",
-                options.segment_bytes
-            )));
+        let minimum = SEGMENT_HEADER_BYTES + RECORD_HEADER_BYTES + 1;
+        if options.segment_bytes < minimum {
+            return Err(Error::SegmentTooSmall { segment_bytes: options.segment_bytes, minimum });
         }
         let started = stopwatch();
         let where_ = disk.describe();
@@ -117,7 +115,7 @@ fn create_log(disk: &dyn Disk, options: &Options, segment_ids: &[SegmentId]) -> 
         });
     }
     if options.read_only {
-        return Err(Error::NotALog { path: where_, reason: "no meta file".into() });
+        return Err(Error::NoLog { path: where_ });
     }
     let log = options.new_log_id.unwrap_or_else(|| {
         LogId(system_clock_ms().rotate_left(20) ^ u64::from(std::process::id()))

@@ -69,7 +69,8 @@ fn remove_leftovers(disk: &dyn Disk, has: &dyn Fn(&str) -> bool) -> Result<()> {
     let mut removed = false;
     for name in [SNAPSHOT_FILE, SNAPSHOT_TMP_FILE, META_TMP_FILE] {
         if has(name) {
-            disk.remove(name).map_err(|source| Error::io("removing", name.to_string(), source))?;
+            let path = format!("{}/{name}", disk.describe());
+            disk.remove(name).map_err(|source| Error::io("removing", path, source))?;
             removed = true;
         }
     }
