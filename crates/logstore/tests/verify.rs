@@ -127,7 +127,7 @@ fn verify_and_open_agree_on_damage_at_every_cut_of_every_segment() {
             assert_eq!(verified, open_finds_damage(&disk), "segment {segment} cut to {cut}");
             let cut = cut.min(before);
             let on_boundary =
-                cut >= SEGMENT_HEADER_BYTES && (cut - SEGMENT_HEADER_BYTES) % RECORD == 0;
+                cut >= SEGMENT_HEADER_BYTES && (cut - SEGMENT_HEADER_BYTES).is_multiple_of(RECORD);
             assert_eq!(verified, segment < 3 && !on_boundary, "segment {segment} cut to {cut}");
         }
     }
