@@ -291,7 +291,8 @@ fn bad_requests_are_refused_with_their_reason_and_write_nothing() {
     append(&store, 2).unwrap();
     let writes = disk.write_count();
     // Each refusal is a typed variant a caller can match on, with its reason in words.
-    let cases: Vec<(Result<(), Error>, &str, fn(&Error) -> bool)> = vec![
+    type Case<'a> = (Result<(), Error>, &'a str, fn(&Error) -> bool);
+    let cases: Vec<Case> = vec![
         (
             store.append(OWNER, OBJECT, ByteRange::new(0, 10), Version(9), &[0; 9]),
             "9 bytes given",
