@@ -157,6 +157,43 @@ pub enum SegmentState {
     BadHeader(String),
 }
 
+impl SegmentState {
+    /// The state's name in JSON output (documented in the README): `clean`, `torn`,
+    /// `damaged`, `unwritten` or `bad_header`.
+    pub fn name(&self) -> &'static str {
+        match self {
+            SegmentState::Clean => "clean",
+            SegmentState::Torn { .. } => "torn",
+            SegmentState::Damaged { .. } => "damaged",
+            SegmentState::Unwritten => "unwritten",
+            SegmentState::BadHeader(_) => "bad_header",
+        }
+    }
+
+    /// Whether the state means bytes the log once wrote whole are lost.
+    pub fn is_damage(&self) -> bool {
+        matches!(self, SegmentState::Damaged { .. } | SegmentState::BadHeader(_))
+    }
+}
+
+/// The state in words, for operators.
+impl std::fmt::Display for SegmentState {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            SegmentState::Clean => write!(f, "clean"),
+            SegmentState::Torn { offset, reason } => {
+                write!(f, "torn tail at byte {offset} ({reason}): an interrupted write")
+            }
+            SegmentState::Damaged { offset, reason, records_after } => write!(
+                f,
+                "DAMAGED at byte {offset}: {reason}; {records_after} valid records after it"
+            ),
+            SegmentState::Unwritten => write!(f, "never written (interrupted creation)"),
+            SegmentState::BadHeader(reason) => write!(f, "DAMAGED header: {reason}"),
+        }
+    }
+}
+
 /// Judges one segment file: whether it is the log's `last` decides whether a torn tail
 /// or an unwritten header is a crash's legitimate trace or damage. Returns the scan of
 /// its records too, unless its header is unusable (then none of them count).

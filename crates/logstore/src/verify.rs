@@ -29,10 +29,7 @@ pub struct VerifyReport {
 impl VerifyReport {
     /// Whether anything the log once wrote whole is damaged.
     pub fn is_damaged(&self) -> bool {
-        !self.problems.is_empty()
-            || self.segments.iter().any(|check| {
-                matches!(check.state, SegmentState::Damaged { .. } | SegmentState::BadHeader(_))
-            })
+        !self.problems.is_empty() || self.segments.iter().any(|check| check.state.is_damage())
     }
 
     pub fn records(&self) -> u64 {
@@ -66,26 +63,8 @@ pub fn verify(disk: &dyn Disk) -> Result<VerifyReport> {
     let mut ids: Vec<SegmentId> = names.iter().filter_map(|n| parse_segment_file_name(n)).collect();
     ids.sort();
     for id in &ids {
-        let name = segment_file_name(*id);
-        let path = format!("{where_}/{name}");
-        let file =
-            disk.open(&name, false).map_err(|source| Error::io("opening", path.clone(), source))?;
-        let bytes = read_all(file.as_ref()).map_err(|source| Error::io("reading", path, source))?;
-        let mut check = SegmentCheck {
-            segment: *id,
-            bytes: bytes.len() as u64,
-            records: 0,
-            payload_bytes: 0,
-            state: SegmentState::Clean,
-        };
         let last = Some(id) == ids.last();
-        let (state, scan) = judge_segment(*id, report.log, &bytes, last);
-        if let Some(scan) = scan {
-            check.records = scan.records.len() as u64;
-            check.payload_bytes = scan.records.iter().map(|r| r.header.payload_bytes()).sum();
-        }
-        check.state = state;
-        report.segments.push(check);
+        report.segments.push(check_segment(disk, *id, report.log, last)?);
     }
     if names.iter().any(|name| name == SNAPSHOT_FILE) {
         let snapshot = disk
@@ -113,4 +92,27 @@ pub fn verify(disk: &dyn Disk) -> Result<VerifyReport> {
         }
     }
     Ok(report)
+}
+
+/// Reads one segment file whole and judges it by the rules recovery applies.
+fn check_segment(
+    disk: &dyn Disk,
+    id: SegmentId,
+    log: Option<LogId>,
+    last: bool,
+) -> Result<SegmentCheck> {
+    let name = segment_file_name(id);
+    let path = format!("{}/{name}", disk.describe());
+    let file =
+        disk.open(&name, false).map_err(|source| Error::io("opening", path.clone(), source))?;
+    let bytes = read_all(file.as_ref()).map_err(|source| Error::io("reading", path, source))?;
+    let (state, scan) = judge_segment(id, log, &bytes, last);
+    let records = scan.as_ref().map_or(&[][..], |scan| &scan.records[..]);
+    Ok(SegmentCheck {
+        segment: id,
+        bytes: bytes.len() as u64,
+        records: records.len() as u64,
+        payload_bytes: records.iter().map(|record| record.header.payload_bytes()).sum(),
+        state,
+    })
 }

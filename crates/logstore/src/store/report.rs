@@ -18,6 +18,18 @@ pub enum RecoveryMode {
     Scan { snapshot_refused: Option<String> },
 }
 
+impl RecoveryMode {
+    /// The mode's name in JSON output (documented in the README): `created`,
+    /// `snapshot` or `scan`.
+    pub fn name(&self) -> &'static str {
+        match self {
+            RecoveryMode::Created => "created",
+            RecoveryMode::Snapshot => "snapshot",
+            RecoveryMode::Scan { .. } => "scan",
+        }
+    }
+}
+
 /// A segment whose valid records end before bytes that were once written whole.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct SegmentDamage {
@@ -26,6 +38,17 @@ pub struct SegmentDamage {
     pub reason: String,
     /// Valid records found after the damage, which are not returned.
     pub records_after: u64,
+}
+
+/// The damage in words, for operators.
+impl std::fmt::Display for SegmentDamage {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "{} at byte {}: {} ({} valid records after it are not returned)",
+            self.segment, self.offset, self.reason, self.records_after
+        )
+    }
 }
 
 /// What opening the log found and did.
