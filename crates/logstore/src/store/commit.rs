@@ -126,6 +126,21 @@ pub(super) struct Writer {
 }
 
 impl Writer {
+    /// After a batch is durable and applied: keeps a few of its buffers for reuse, and
+    /// marks settled the segments no pending batch writes (the head stays unsettled).
+    fn settle(&mut self, buffers: Vec<Vec<u8>>) {
+        const SPARE_BUFFERS_MAX: usize = 4;
+        for buffer in buffers {
+            if self.spare.len() < SPARE_BUFFERS_MAX {
+                self.spare.push(buffer);
+            }
+        }
+        let pending: BTreeSet<SegmentId> =
+            self.pending.writes.iter().map(|write| write.segment).collect();
+        let head = self.head.as_ref().map(|head| head.segment);
+        self.unsettled.retain(|s| pending.contains(s) || Some(*s) == head);
+    }
+
     /// The writer of a log just opened: the head is a new segment (an open never appends
     /// to an existing one), created with the first record.
     pub(super) fn new(
@@ -186,7 +201,8 @@ impl LogStore {
             }
             let header = self.new_header(writer, RecordKind::Data, owner, object, range, version);
             self.enqueue(writer, header, bytes, payload_crc, true, false)?;
-            writer.versions.insert(owner, version);
+            let previous = writer.versions.insert(owner, version);
+            assert!(previous < Some(version), "L3: owner {} versions must grow", owner.0);
             Ok(())
         })?;
         self.counters.appends.fetch_add(1, Ordering::Relaxed);
@@ -270,6 +286,11 @@ impl LogStore {
         apply: bool,
         headroom: bool,
     ) -> Result<()> {
+        if apply {
+            assert_eq!(header.lsn, writer.next_lsn, "L2: a new record takes the next LSN");
+        } else {
+            assert!(header.lsn < writer.next_lsn, "L2: a copy keeps its original's LSN");
+        }
         let record_bytes = header.encoded_bytes();
         let rotate =
             writer.head.is_none_or(|head| head.bytes + record_bytes > self.options.segment_bytes);
@@ -290,6 +311,7 @@ impl LogStore {
         let (segment, offset) = (head.segment, head.bytes);
         writer.head = Some(Head { segment, bytes: offset + record_bytes });
         writer.used_bytes += record_bytes;
+        assert!(writer.used_bytes <= capacity, "L5: Full is checked before anything is queued");
         if writer.pending.writes.last().is_none_or(|write| write.segment != segment) {
             let bytes = writer.spare.pop().unwrap_or_default();
             writer.pending.writes.push(SegmentWrite { segment, create: false, offset, bytes });
@@ -370,6 +392,16 @@ impl LogStore {
         // device's sync, not with the leader on its way to the next write.
         let mut flushed_last: Option<Arc<Ticket>> = None;
         loop {
+            if let Some(cause) = writer.poisoned.clone() {
+                // A compaction that could not delete its segment stopped the log while
+                // this leader flushed: what is queued is never written (L5).
+                if let Some(last) = flushed_last.take() {
+                    last.finish(TicketState::Done);
+                }
+                writer.ticket.finish(TicketState::Failed(cause));
+                writer.leader = false;
+                return;
+            }
             let batch = std::mem::take(&mut writer.pending);
             let ticket = std::mem::replace(&mut writer.ticket, Arc::new(Ticket::default()));
             drop(writer);
@@ -390,16 +422,7 @@ impl LogStore {
                 Ok(created) => {
                     let buffers = self.apply_batch(batch, created);
                     writer = lock(&self.writer);
-                    for buffer in buffers {
-                        if writer.spare.len() < 4 {
-                            writer.spare.push(buffer);
-                        }
-                    }
-                    // Segments no pending batch writes are settled (the head stays).
-                    let pending: BTreeSet<SegmentId> =
-                        writer.pending.writes.iter().map(|write| write.segment).collect();
-                    let head = writer.head.as_ref().map(|head| head.segment);
-                    writer.unsettled.retain(|s| pending.contains(s) || Some(*s) == head);
+                    writer.settle(buffers);
                 }
                 Err(cause) => {
                     writer = lock(&self.writer);
@@ -500,7 +523,8 @@ impl LogStore {
         let mut shared = self.write_shared();
         for (segment, file) in created {
             shared.index.add_segment(segment);
-            shared.segments.insert(segment, Segment { file, bytes: 0 });
+            let replaced = shared.segments.insert(segment, Segment { file, bytes: 0 });
+            assert!(replaced.is_none(), "L1: {segment} created twice");
         }
         for write in &batch.writes {
             if let Some(segment) = shared.segments.get_mut(&write.segment) {
@@ -508,6 +532,10 @@ impl LogStore {
             }
         }
         for record in batch.records.iter().filter(|record| record.apply) {
+            // The index learns only of records inside bytes the flush synced.
+            let durable = shared.segments.get(&record.segment).map_or(0, |s| s.bytes);
+            let end = record.offset + record.header.encoded_bytes();
+            assert!(end <= durable, "L1: a record past the synced end of {}", record.segment);
             insert_header(&mut shared.index, &record.header, record.segment, record.offset);
         }
         drop(shared);

@@ -134,14 +134,7 @@ impl LogStore {
                 return Err(self.abandon_compaction(copied, Error::Closed));
             }
         }
-        {
-            let mut shared = self.write_shared();
-            for (header, at_segment, offset) in &copied {
-                insert_header(&mut shared.index, header, *at_segment, *offset);
-            }
-            shared.index.remove_segment(segment);
-            shared.segments.remove(&segment);
-        }
+        self.swap_in(segment, &copied);
         let name = segment_file_name(segment);
         let where_ = self.disk.describe();
         // The index has forgotten the segment: if it cannot be deleted, what hides its
@@ -173,6 +166,19 @@ impl LogStore {
         })
     }
 
+    /// Replaces `segment` in the index by its durable copies.
+    fn swap_in(&self, segment: SegmentId, copied: &[(RecordHeader, SegmentId, u64)]) {
+        assert!(!self.damaged.contains(&segment), "L3: {segment} is damaged and kept");
+        assert!(self.is_settled(segment), "L3: {segment} is still written");
+        let mut shared = self.write_shared();
+        for (header, at_segment, offset) in copied {
+            assert_ne!(*at_segment, segment, "L2: a copy lands in the segment it replaces");
+            insert_header(&mut shared.index, header, *at_segment, *offset);
+        }
+        shared.index.remove_segment(segment);
+        shared.segments.remove(&segment);
+    }
+
     /// Writes the copies of a plan through group commit, in chunks so that appends
     /// never wait behind one huge write; `copied` gets every copy made durable.
     fn copy_forward(
@@ -187,6 +193,9 @@ impl LogStore {
         let mut chunk_bytes = 0;
         for (i, item) in plan.iter().enumerate() {
             let header = item.header;
+            let source = item.source_range;
+            let inside = header.range.start >= source.start && header.range.end <= source.end;
+            assert!(inside, "L2: a copy holds only bytes of its original");
             let payload = if header.kind == RecordKind::Data {
                 let entry = Entry {
                     marker: false,

@@ -65,13 +65,18 @@ impl LogStore {
                 last = Some((key, payload));
             }
             if let Some((_, payload)) = &last {
-                pieces.push(Piece {
-                    range: piece.range,
-                    version: piece.entry.version,
-                    bytes: slice_of(payload, piece.entry.range, piece.range).to_vec(),
-                });
+                let bytes = slice_of(payload, piece.entry.range, piece.range).to_vec();
+                assert_eq!(bytes.len() as u64, piece.range.size_bytes(), "L4: a piece is whole");
+                pieces.push(Piece { range: piece.range, version: piece.entry.version, bytes });
             }
         }
+        // What is returned lies in the range asked for, in order, without overlaps.
+        let mut end = range.start;
+        for piece in &pieces {
+            assert!(piece.range.start >= end, "L4: pieces out of order or overlapping");
+            end = piece.range.end;
+        }
+        assert!(end <= range.end, "L4: a piece past the range read");
         Ok(ReadResult { pieces, missing })
     }
 

@@ -6,7 +6,7 @@ use super::insert_header;
 use super::{RecoveryMode, RecoveryReport, Segment, SegmentDamage, SegmentFiles, Shared};
 use crate::disk::{Disk, read_all};
 use crate::error::{Error, Result};
-use crate::format::{PAYLOAD_BYTES_MAX, RecordKind, SEGMENT_HEADER_BYTES};
+use crate::format::SEGMENT_HEADER_BYTES;
 use crate::scan::{SegmentState, judge_segment};
 use crate::snapshot::{self, META_TMP_FILE, SNAPSHOT_FILE, SNAPSHOT_TMP_FILE, Snapshot};
 use crate::{LogId, Lsn, SegmentId, segment_file_name};
@@ -112,19 +112,12 @@ fn load_snapshot(
             return Err(format!("a record in unknown {}", record.segment));
         };
         let segment_len = snapshot.segments[at].1;
-        let lengths_ok = match header.kind {
-            RecordKind::Data => {
-                !header.range.is_empty() && header.range.size_bytes() <= PAYLOAD_BYTES_MAX
-            }
-            RecordKind::Invalidate => !header.range.is_empty(),
-            RecordKind::DeleteAll => header.range.is_empty(),
-        };
         let inside = record.offset >= SEGMENT_HEADER_BYTES
             && record
                 .offset
                 .checked_add(header.encoded_bytes())
                 .is_some_and(|end| end <= segment_len);
-        if !lengths_ok || !inside || header.lsn.0 == 0 || header.lsn >= snapshot.next_lsn {
+        if header.check().is_err() || !inside || header.lsn >= snapshot.next_lsn {
             return Err(format!(
                 "an impossible record in {} at byte {}",
                 record.segment, record.offset
@@ -217,7 +210,10 @@ fn recover_segment(
     }
     shared.index.add_segment(id);
     let mut lsn_max = None;
+    let valid_end = scan.as_ref().map_or(0, |scan| scan.valid_end);
     for record in scan.iter().flat_map(|scan| &scan.records) {
+        let end = record.offset + record.header.encoded_bytes();
+        assert!(end <= valid_end, "L4: {id}: a record past the segment's first bad byte");
         lsn_max = lsn_max.max(Some(record.header.lsn));
         insert_header(&mut shared.index, &record.header, id, record.offset);
     }
