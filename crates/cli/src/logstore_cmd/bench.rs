@@ -55,8 +55,8 @@ enum Sync {
 
 #[derive(Args)]
 pub(crate) struct BenchArgs {
-    /// A directory on the device to measure. The benchmark works in a new subdirectory
-    /// of it, removed at the end.
+    /// An existing directory on the device to measure. The benchmark works in a new
+    /// subdirectory of it, removed at the end.
     dir: PathBuf,
     /// Seconds per configuration and per reference, split over the rounds (more than 0,
     /// at most 3600).

@@ -22,9 +22,10 @@ pub(crate) enum LogstoreCommand {
     /// trace of a crash during an unacknowledged write) or an unwritten segment is not
     /// damage in the last segment, and is damage in any other, as at open.
     Verify(VerifyArgs),
-    /// Crash campaign: run a writer process against a fresh log in DIR, kill it with
-    /// SIGKILL at random moments, reopen, and check that every acknowledged write reads
-    /// back exactly and that nothing unacknowledged shows up as newer than it. Run it on
+    /// Crash campaign: run a writer process against a fresh log in a new subdirectory
+    /// of DIR (which must exist), kill it with SIGKILL at random moments, reopen, and
+    /// check that every acknowledged write reads back exactly and that nothing
+    /// unacknowledged shows up as newer than it. Run it on
     /// the file system you mean to trust with a logger. (SIGKILL spares the page cache:
     /// this tests the engine's crash safety there, not the device's cache flushing, which
     /// needs a power cut.) The last line is `kills=N acknowledged=A lost=L wrong=W`; the

@@ -58,8 +58,9 @@ fn parse_kills(text: &str) -> Result<u64, String> {
 
 #[derive(Args)]
 pub(crate) struct TortureArgs {
-    /// A directory on the device to test. The campaign works in a new subdirectory of
-    /// it, removed at the end unless --keep.
+    /// An existing directory on the device to test. The campaign works in a new
+    /// subdirectory of it, removed at the end (whether the campaign passes, fails or
+    /// stops on an error) unless --keep.
     dir: PathBuf,
     /// How many times to kill the writer with SIGKILL (at least 1).
     #[arg(long, default_value_t = 200, value_parser = parse_kills)]
