@@ -248,11 +248,11 @@ struct Rounds {
 fn measure_all(args: &BenchArgs, dir: &Path) -> Result<()> {
     let slice = args.seconds / args.rounds as f64;
     if !args.json {
-        print_header(args, slice);
+        print_header(args, slice)?;
     }
     for &size in &args.sizes {
         for &appenders in &args.appenders {
-            eprintln!("  {appenders} appenders of {size}-byte records…");
+            noteln!("  {appenders} appenders of {size}-byte records…");
             let rounds = measure(args, dir, size, appenders, slice)?;
             print_row(args, size, appenders, rounds)?;
         }
@@ -261,17 +261,17 @@ fn measure_all(args: &BenchArgs, dir: &Path) -> Result<()> {
         recovery(args, dir)?;
     }
     if !args.json {
-        println!(
+        outln!(
             "MB/s: payload. busy: share of the time a write+sync of the log was under way. raw: one writer, record-sized writes (dd oflag=dsync bs=record). \
              raw=: one writer, writes of the log's bytes per sync, payload share. ratio: \
              median over rounds of log/raw in the same round"
-        );
+        )?;
     }
     Ok(())
 }
 
-fn print_header(args: &BenchArgs, slice: f64) {
-    println!(
+fn print_header(args: &BenchArgs, slice: f64) -> anyhow::Result<()> {
+    outln!(
         "log appends vs raw write+{} on {}: medians of {} rounds of {:.2} s, each round \
          measuring the log and its raw references back to back",
         match args.sync {
@@ -281,8 +281,8 @@ fn print_header(args: &BenchArgs, slice: f64) {
         args.dir.display(),
         args.rounds,
         slice
-    );
-    println!(
+    )?;
+    outln!(
         "{:>7} {:>9} {:>10} {:>8} {:>7} {:>7} {:>10} {:>9} {:>6} {:>8} {:>6} {:>9} {:>6}",
         "record",
         "appenders",
@@ -297,7 +297,8 @@ fn print_header(args: &BenchArgs, slice: f64) {
         "ratio",
         "raw= MB/s",
         "ratio"
-    );
+    )?;
+    Ok(())
 }
 
 /// One configuration over all rounds: the log, then its raw references, back to back.
@@ -338,9 +339,9 @@ fn print_row(args: &BenchArgs, size: u64, appenders: u64, mut rounds: Rounds) ->
     };
     let ms = |q: f64| latency.value_at_quantile(q) as f64 / 1e6;
     if args.json {
-        println!(
+        outln!(
             "{}",
-            serde_json::json!({
+            json_line(serde_json::json!({
                 "record_bytes": size,
                 "appenders": appenders,
                 "rounds": args.rounds,
@@ -356,10 +357,10 @@ fn print_row(args: &BenchArgs, size: u64, appenders: u64, mut rounds: Rounds) ->
                 "ratio_to_raw": median(rounds.ratio_raw),
                 "raw_same_bytes_per_sync_mb_per_s": median(rounds.same_mb_per_s),
                 "ratio_to_raw_same_bytes_per_sync": median(rounds.ratio_same),
-            })
-        );
+            }))?
+        )?;
     } else {
-        println!(
+        outln!(
             "{:>7} {:>9} {:>10.0} {:>8.1} {:>7.2} {:>7.2} {:>10.3} {:>9.1} {:>5.0}% {:>8.1} {:>6.2} {:>9.1} {:>6.2}",
             size,
             appenders,
@@ -374,7 +375,7 @@ fn print_row(args: &BenchArgs, size: u64, appenders: u64, mut rounds: Rounds) ->
             median(rounds.ratio_raw),
             median(rounds.same_mb_per_s),
             median(rounds.ratio_same)
-        );
+        )?;
     }
     Ok(())
 }
@@ -387,7 +388,7 @@ fn recovery(args: &BenchArgs, dir: &Path) -> Result<()> {
     let log_dir = dir.join("recovery");
     let options = Options { capacity_bytes: 1 << 40, ..Options::default() };
     let records = (args.recovery_mib << 20) / RECORD;
-    eprintln!("  writing {records} records of {RECORD} bytes for the recovery measurement…");
+    noteln!("  writing {records} records of {RECORD} bytes for the recovery measurement…");
     {
         let store = LogStore::open(Arc::new(FsDisk::new(&log_dir)?), options.clone())?;
         let payload = vec![7u8; RECORD as usize];
@@ -426,19 +427,19 @@ fn recovery(args: &BenchArgs, dir: &Path) -> Result<()> {
     drop(store);
     std::fs::remove_dir_all(&log_dir)?;
     if args.json {
-        println!(
+        outln!(
             "{}",
-            serde_json::json!({
+            json_line(serde_json::json!({
                 "recovery_records": report.records,
                 "recovery_bytes": report.bytes_scanned,
                 "scan_ms": scan.as_secs_f64() * 1e3,
                 "scan_reported_ms": report.duration.as_secs_f64() * 1e3,
                 "snapshot_ms": snapshot.as_secs_f64() * 1e3,
                 "snapshot_reported_ms": snapshot_report.duration.as_secs_f64() * 1e3,
-            })
-        );
+            }))?
+        )?;
     } else {
-        println!(
+        outln!(
             "recovery of {} records ({:.0} MB): after a crash, scan {:.0} ms ({:.0} MB/s); \
              after a clean close, snapshot {:.0} ms",
             report.records,
@@ -446,7 +447,12 @@ fn recovery(args: &BenchArgs, dir: &Path) -> Result<()> {
             scan.as_secs_f64() * 1e3,
             report.bytes_scanned as f64 / 1e6 / scan.as_secs_f64(),
             snapshot.as_secs_f64() * 1e3
-        );
+        )?;
     }
     Ok(())
+}
+
+/// One measurement as a line of JSON, with the document header (schema, versions).
+fn json_line(body: serde_json::Value) -> serde_json::Result<String> {
+    serde_json::to_string(&crate::provenance::Document::new("somnus-logstore-bench", body))
 }

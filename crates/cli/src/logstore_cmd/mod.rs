@@ -107,9 +107,11 @@ fn inspect(args: &InspectArgs) -> Result<()> {
     let store = LogStore::open(disk, options)
         .with_context(|| format!("opening the log in {}", args.dir.display()))?;
     if args.json {
-        println!("{}", serde_json::to_string_pretty(&inspect_json(&store))?);
+        let document =
+            crate::provenance::Document::new("somnus-logstore-inspect", inspect_json(&store));
+        outln!("{}", document.to_json()?)?;
     } else {
-        inspect_text(&store, args);
+        inspect_text(&store, args)?;
     }
     Ok(())
 }
@@ -163,10 +165,10 @@ fn inspect_json(store: &LogStore) -> serde_json::Value {
 
 /// What `inspect` prints: a summary of the recovery, the owners, and (with
 /// `--segments`) the segments.
-fn inspect_text(store: &LogStore, args: &InspectArgs) {
+fn inspect_text(store: &LogStore, args: &InspectArgs) -> anyhow::Result<()> {
     let stats = store.stats();
     let recovery = store.recovery();
-    println!("log {} in {}", store.log_id(), args.dir.display());
+    outln!("log {} in {}", store.log_id(), args.dir.display())?;
     let mode = match &recovery.mode {
         RecoveryMode::Created => "created".to_string(),
         RecoveryMode::Snapshot => "index loaded from the clean close's snapshot".to_string(),
@@ -177,40 +179,46 @@ fn inspect_text(store: &LogStore, args: &InspectArgs) {
             format!("index rebuilt by a scan (snapshot refused: {reason})")
         }
     };
-    println!("  {mode}, in {:.1} ms", recovery.duration.as_secs_f64() * 1e3);
-    println!(
+    outln!("  {mode}, in {:.1} ms", recovery.duration.as_secs_f64() * 1e3)?;
+    outln!(
         "  {} segments, {} bytes: {} live, {} obsolete; {} records",
         stats.segments,
         thousands(stats.used_bytes),
         thousands(stats.live_bytes),
         thousands(stats.obsolete_bytes),
         thousands(stats.records)
-    );
+    )?;
     for (segment, offset) in &recovery.torn_tails {
-        println!("  torn tail: {segment} ends at byte {offset} (an interrupted write)");
+        outln!("  torn tail: {segment} ends at byte {offset} (an interrupted write)")?;
     }
     for damage in &recovery.damage {
-        println!("  DAMAGE: {damage}");
+        outln!("  DAMAGE: {damage}")?;
     }
-    println!();
-    print_owners(store);
+    outln!()?;
+    print_owners(store)?;
     if args.segments {
-        println!();
-        print_segments(store);
+        outln!()?;
+        print_segments(store)?;
     }
+    Ok(())
 }
 
-fn print_owners(store: &LogStore) {
+fn print_owners(store: &LogStore) -> anyhow::Result<()> {
     let now_ms = somnus_logstore::system_clock_ms();
     let owners = store.owners();
-    println!(
+    outln!(
         "{:>20} {:>8} {:>10} {:>16} {:>20} {:>12}",
-        "owner", "objects", "records", "live bytes", "newest version", "oldest live"
-    );
+        "owner",
+        "objects",
+        "records",
+        "live bytes",
+        "newest version",
+        "oldest live"
+    )?;
     for owner in &owners {
         let oldest =
             owner.oldest_live_ms.map_or("-".to_string(), |ms| age(now_ms.saturating_sub(ms)));
-        println!(
+        outln!(
             "{:>20} {:>8} {:>10} {:>16} {:>20} {:>12}",
             owner.owner.0,
             owner.objects,
@@ -218,28 +226,34 @@ fn print_owners(store: &LogStore) {
             thousands(owner.live_bytes),
             owner.version_max.0,
             oldest
-        );
+        )?;
     }
     if owners.is_empty() {
-        println!("{:>20}", "(none)");
+        outln!("{:>20}", "(none)")?;
     }
+    Ok(())
 }
 
-fn print_segments(store: &LogStore) {
-    println!(
+fn print_segments(store: &LogStore) -> anyhow::Result<()> {
+    outln!(
         "{:>24} {:>14} {:>10} {:>14} {:>6}",
-        "segment", "bytes", "records", "live bytes", "live"
-    );
+        "segment",
+        "bytes",
+        "records",
+        "live bytes",
+        "live"
+    )?;
     for (id, bytes, records, live) in store.segments() {
-        println!(
+        outln!(
             "{:>24} {:>14} {:>10} {:>14} {:>5.0}%",
             id.to_string(),
             thousands(bytes),
             thousands(records),
             thousands(live),
             100.0 * live as f64 / bytes.max(1) as f64
-        );
+        )?;
     }
+    Ok(())
 }
 
 fn verify(args: &VerifyArgs) -> Result<()> {
@@ -247,9 +261,11 @@ fn verify(args: &VerifyArgs) -> Result<()> {
     let report = somnus_logstore::verify(disk.as_ref())
         .with_context(|| format!("verifying the log in {}", args.dir.display()))?;
     if args.json {
-        println!("{}", serde_json::to_string_pretty(&verify_json(&report))?);
+        let document =
+            crate::provenance::Document::new("somnus-logstore-verify", verify_json(&report));
+        outln!("{}", document.to_json()?)?;
     } else {
-        verify_text(&report, &args.dir);
+        verify_text(&report, &args.dir)?;
     }
     if report.is_damaged() {
         std::process::exit(1);
@@ -296,10 +312,10 @@ fn verify_json(report: &VerifyReport) -> serde_json::Value {
 }
 
 /// What `verify` prints: a line per segment, the problems and notes, and the verdict.
-fn verify_text(report: &VerifyReport, dir: &Path) {
+fn verify_text(report: &VerifyReport, dir: &Path) -> anyhow::Result<()> {
     match report.log {
-        Some(log) => println!("log {log} in {}", dir.display()),
-        None => println!("log in {}", dir.display()),
+        Some(log) => outln!("log {log} in {}", dir.display())?,
+        None => outln!("log in {}", dir.display())?,
     }
     for check in &report.segments {
         let state = match &check.state {
@@ -307,23 +323,24 @@ fn verify_text(report: &VerifyReport, dir: &Path) {
             state if state.is_damage() => state.to_string(),
             legitimate => format!("ok, {legitimate}"),
         };
-        println!(
+        outln!(
             "  {}: {} bytes, {} records: {state}",
             check.segment,
             thousands(check.bytes),
             thousands(check.records)
-        );
+        )?;
     }
     for problem in &report.problems {
-        println!("  DAMAGED: {problem}");
+        outln!("  DAMAGED: {problem}")?;
     }
     for note in &report.notes {
-        println!("  note: {note}");
+        outln!("  note: {note}")?;
     }
-    println!(
+    outln!(
         "{}: {} segments, {} records checked",
         if report.is_damaged() { "DAMAGED" } else { "ok" },
         report.segments.len(),
         thousands(report.records())
-    );
+    )?;
+    Ok(())
 }

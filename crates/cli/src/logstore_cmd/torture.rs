@@ -469,7 +469,7 @@ fn check_round(
         Err(Error::NoLog { .. }) => {
             let lost = model.visible_blocks();
             if lost > 0 {
-                eprintln!("torture: the log is gone, with {lost} acknowledged blocks");
+                noteln!("torture: the log is gone, with {lost} acknowledged blocks");
                 tally.lost += lost;
                 *model = Model::default();
             } else {
@@ -480,7 +480,7 @@ fn check_round(
         Err(error) => return Err(error).with_context(|| format!("reopening {}", dir.display())),
     };
     for damage in &store.recovery().damage {
-        eprintln!("torture: damage at open: {damage}");
+        noteln!("torture: damage at open: {damage}");
         tally.wrong += 1;
     }
     for owner in 1..=owners {
@@ -524,7 +524,7 @@ fn check_owner(
             continue;
         }
         let (object, block) = (i as u64 / BLOCKS, i as u64 % BLOCKS);
-        eprintln!(
+        noteln!(
             "torture: owner {owner} object {object} block {block}: read {}, the acknowledged \
              state says {} (in flight: {in_flight_words})",
             version_words(*seen),
@@ -579,14 +579,17 @@ pub(crate) fn run(args: &TortureArgs) -> Result<()> {
         let removing = anyhow!(error).context(format!("removing {}", dir.display()));
         match outcome {
             Ok(_) => return Err(removing),
-            Err(_) => eprintln!("torture: {removing:#}"),
+            Err(_) => noteln!("torture: {removing:#}"),
         }
     }
     let tally = outcome?;
-    println!(
+    outln!(
         "kills={} acknowledged={} lost={} wrong={}",
-        tally.kills, tally.acknowledged, tally.lost, tally.wrong
-    );
+        tally.kills,
+        tally.acknowledged,
+        tally.lost,
+        tally.wrong
+    )?;
     if tally.lost > 0 || tally.wrong > 0 {
         std::process::exit(1);
     }
@@ -603,7 +606,7 @@ fn campaign(args: &TortureArgs, dir: &Path) -> Result<Tally> {
     let mut version_base = 1;
     let mut log_seen = false;
     let started = now();
-    eprintln!(
+    noteln!(
         "torture: {} kills of a writer with {} appenders in {}",
         args.kills,
         args.appenders,
@@ -617,7 +620,7 @@ fn campaign(args: &TortureArgs, dir: &Path) -> Result<Tally> {
         let in_flight = apply_lines(&lines, &mut model, &mut tally, &mut version_base)?;
         log_seen |= check_round(dir, &mut model, &in_flight, args.appenders, &mut tally)?;
         if round.is_multiple_of(20) {
-            eprintln!(
+            noteln!(
                 "torture: {} kills, {} clean closes, {} acknowledged, lost {}, wrong {} ({:.0} s)",
                 tally.kills,
                 tally.clean_closes,
@@ -757,10 +760,10 @@ fn verify_at_end(dir: &Path, tally: &mut Tally) -> Result<()> {
     if verify.is_damaged() {
         tally.wrong += 1;
         for problem in &verify.problems {
-            eprintln!("torture: verify found damage: {problem}");
+            noteln!("torture: verify found damage: {problem}");
         }
         for check in verify.segments.iter().filter(|check| check.state.is_damage()) {
-            eprintln!("torture: verify found damage: {}: {}", check.segment, check.state);
+            noteln!("torture: verify found damage: {}: {}", check.segment, check.state);
         }
     }
     Ok(())
@@ -770,7 +773,7 @@ fn print_summary(tally: &mut Tally, seconds: f64) {
     tally.recovery_us.sort_unstable();
     let median = tally.recovery_us.get(tally.recovery_us.len() / 2).copied().unwrap_or(0);
     let max = tally.recovery_us.last().copied().unwrap_or(0);
-    eprintln!(
+    noteln!(
         "torture: {} clean closes; {} kills before the log existed; in-flight operations \
          found applied {} times, absent {}; recovery at open median {:.1} ms, max {:.1} ms; \
          {seconds:.0} s",
