@@ -372,12 +372,20 @@ fn a_closed_stdout_ends_a_command_quietly() {
     let trace = dir.join("t.csv");
     ok(&somnus(&["trace", "generate", "--format", "msr", "-o", trace.to_str().unwrap()]));
     let trace = trace.to_str().unwrap();
+    let torture = dir.join("torture");
+    std::fs::create_dir(&torture).unwrap();
+    ok(&somnus(&["logstore", "torture", torture.to_str().unwrap(), "--kills", "2", "--keep"]));
+    let log_dir = std::fs::read_dir(&torture).unwrap().next().unwrap().unwrap().path();
+    let log = log_dir.to_str().unwrap();
     for args in [
         &["demo", "--quiet", "--hours", "2"][..],
         &["sim", "offload", "--quiet", "--trace", trace],
         &["trace", "stats", trace],
         &["trace", "stats", "--json", trace],
         &["show", "topology"],
+        &["logstore", "inspect", "--segments", log],
+        &["logstore", "verify", log],
+        &["logstore", "verify", "--json", log],
     ] {
         let (status, stderr) = with_stdout_closed_after(args, 8);
         assert!(status.success(), "{args:?}: {status}, stderr: {stderr}");

@@ -110,12 +110,20 @@ impl FsDisk {
     }
 
     /// The directory, if it exists already (for read-only use: nothing is created).
+    /// The error says what is there instead: nothing, or a file.
     pub fn existing(dir: impl AsRef<Path>) -> io::Result<FsDisk> {
         let dir = dir.as_ref().to_path_buf();
-        if !dir.is_dir() {
-            return Err(io::Error::new(io::ErrorKind::NotFound, "no such directory"));
+        match std::fs::metadata(&dir) {
+            Ok(metadata) if metadata.is_dir() => Ok(FsDisk { dir }),
+            Ok(metadata) if metadata.is_file() => {
+                Err(io::Error::new(io::ErrorKind::NotADirectory, "is a file, not a log directory"))
+            }
+            Ok(_) => Err(io::Error::new(io::ErrorKind::NotADirectory, "is not a directory")),
+            Err(error) if error.kind() == io::ErrorKind::NotFound => {
+                Err(io::Error::new(io::ErrorKind::NotFound, "no such directory"))
+            }
+            Err(error) => Err(error),
         }
-        Ok(FsDisk { dir })
     }
 
     pub fn path(&self) -> &Path {

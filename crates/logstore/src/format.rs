@@ -74,6 +74,25 @@ impl RecordHeader {
     pub fn encoded_bytes(&self) -> u64 {
         RECORD_HEADER_BYTES + self.payload_bytes()
     }
+
+    /// The structural rules every record obeys (docs/format/log.md, "Record"): its
+    /// range by kind (data: 1 byte to the largest payload; an invalidation: not empty; a
+    /// delete-all: empty, with object and version zero) and an LSN that is not 0. The
+    /// encoder asserts them of what it writes; the decoder refuses bytes that break them.
+    pub fn check(&self) -> Result<(), Invalid> {
+        let range_bytes = self.range.size_bytes();
+        let lengths_ok = match self.kind {
+            RecordKind::Data => range_bytes > 0 && range_bytes <= PAYLOAD_BYTES_MAX,
+            RecordKind::Invalidate => range_bytes > 0,
+            RecordKind::DeleteAll => {
+                range_bytes == 0 && self.object == ObjectId(0) && self.version == Version(0)
+            }
+        };
+        if !lengths_ok || self.lsn == Lsn(0) {
+            return Err(Invalid::Lengths);
+        }
+        Ok(())
+    }
 }
 
 fn put_u64(buffer: &mut [u8], offset: usize, value: u64) {
@@ -115,14 +134,37 @@ pub fn encode_record_with_crc(
     payload_crc: u32,
     out: &mut Vec<u8>,
 ) {
+    // Pair assertions, before: the record obeys the rules the decoder checks.
+    assert_eq!(header.check(), Ok(()), "a record the format forbids: {header:?}");
     assert_eq!(payload.len() as u64, header.payload_bytes(), "payload does not match the header");
-    assert!(header.payload_bytes() <= PAYLOAD_BYTES_MAX, "payload over the format's bound");
     let start = out.len();
     out.resize(start + RECORD_HEADER_BYTES as usize, 0);
-    let bytes = &mut out[start..];
+    write_header_fields(log, segment, header, &mut out[start..]);
+    let crc = crc32c::crc32c_append(payload_crc, &out[start..]);
+    out[start + 12..start + 16].copy_from_slice(&crc.to_le_bytes());
+    out.extend_from_slice(payload);
+    // And after (O(payload), so in debug builds): the bytes decode to this very record,
+    // of this log and segment, with a matching checksum.
+    #[cfg(debug_assertions)]
+    {
+        let written = &out[start..];
+        let header_bytes = &written[..RECORD_HEADER_BYTES as usize];
+        let decoded = decode_header(log, segment, header_bytes);
+        assert_eq!(decoded.map(|(h, _)| h), Ok(*header), "a record does not decode as encoded");
+        let crc = decoded.map_or(0, |(_, crc)| crc);
+        let payload_written = &written[RECORD_HEADER_BYTES as usize..];
+        assert!(checksum_matches(header_bytes, payload_written, crc), "checksum does not match");
+    }
+}
+
+/// Writes every header field but the checksum (left zero) into `bytes`.
+fn write_header_fields(log: LogId, segment: SegmentId, header: &RecordHeader, bytes: &mut [u8]) {
+    assert_eq!(bytes.len() as u64, RECORD_HEADER_BYTES, "a header is {RECORD_HEADER_BYTES} bytes");
+    bytes.fill(0);
     bytes[0..4].copy_from_slice(&RECORD_MAGIC.to_le_bytes());
     bytes[4] = header.kind.code();
-    bytes[8..12].copy_from_slice(&(payload.len() as u32).to_le_bytes());
+    // The payload is at most PAYLOAD_BYTES_MAX (16 MiB, `check`), so it fits the u32.
+    bytes[8..12].copy_from_slice(&(header.payload_bytes() as u32).to_le_bytes());
     put_u64(bytes, 16, log.0);
     put_u64(bytes, 24, segment.0);
     put_u64(bytes, 32, header.lsn.0);
@@ -132,9 +174,6 @@ pub fn encode_record_with_crc(
     put_u64(bytes, 64, header.range.size_bytes());
     put_u64(bytes, 72, header.version.0);
     put_u64(bytes, 80, header.written_ms);
-    let crc = crc32c::crc32c_append(payload_crc, &out[start..]);
-    out[start + 12..start + 16].copy_from_slice(&crc.to_le_bytes());
-    out.extend_from_slice(payload);
 }
 
 /// Why bytes at some place are not a valid record.
@@ -178,15 +217,19 @@ pub fn decode_header(
         version: Version(get_u64(bytes, 72)),
         written_ms: get_u64(bytes, 80),
     };
-    let lengths_ok = match kind {
-        RecordKind::Data => {
-            range_len > 0 && payload_bytes == range_len && range_len <= PAYLOAD_BYTES_MAX
-        }
-        RecordKind::Invalidate => range_len > 0 && payload_bytes == 0,
-        RecordKind::DeleteAll => range_len == 0 && payload_bytes == 0,
-    };
-    if !lengths_ok || header.lsn.0 == 0 {
+    // Bytes from a device: a broken rule is a Result, never a panic.
+    header.check()?;
+    if payload_bytes != header.payload_bytes() {
         return Err(Invalid::Lengths);
+    }
+    // Pair assertion, after (debug builds): the decoder read every field the encoder
+    // writes, so the header encodes back to the very bytes it came from.
+    #[cfg(debug_assertions)]
+    {
+        let mut again = [0u8; RECORD_HEADER_BYTES as usize];
+        write_header_fields(log, segment, &header, &mut again);
+        again[12..16].copy_from_slice(&bytes[12..16]);
+        assert_eq!(&again[..], bytes, "a header decoded to other fields than it holds");
     }
     Ok((header, get_u32(bytes, 12)))
 }
@@ -307,6 +350,54 @@ mod tests {
         }
         assert_eq!(decode_header(LogId(1), SegmentId(3), &out[..88]), Err(Invalid::Misplaced));
         assert_eq!(decode_header(LogId(4), SegmentId(2), &out[..88]), Err(Invalid::Misplaced));
+    }
+
+    #[test]
+    fn the_encoder_asserts_the_rules_the_decoder_checks() {
+        // Goal: pair assertions: a record the code builds against the format's rules is
+        // a bug and panics at encode; the same breach read from a device is an error.
+        let forbidden = [
+            RecordHeader { lsn: Lsn(0), ..data_header() },
+            RecordHeader { range: ByteRange::new(0, 0), ..data_header() },
+            RecordHeader {
+                kind: RecordKind::Invalidate,
+                range: ByteRange::new(0, 0),
+                ..data_header()
+            },
+            RecordHeader {
+                kind: RecordKind::DeleteAll,
+                range: ByteRange::new(0, 0),
+                ..data_header()
+            },
+        ];
+        for header in forbidden {
+            assert_eq!(header.check(), Err(Invalid::Lengths), "{header:?}");
+            let payload = vec![0; header.payload_bytes() as usize];
+            let encoded = std::panic::catch_unwind(|| {
+                encode_record(LogId(1), SegmentId(2), &header, &payload, &mut Vec::new())
+            });
+            assert!(encoded.is_err(), "{header:?} was encoded");
+        }
+        // A delete-all naming an object (or a version), as a device might hold it: the
+        // decoder refuses it with a Result.
+        let delete_all = RecordHeader {
+            kind: RecordKind::DeleteAll,
+            object: ObjectId(0),
+            range: ByteRange::new(0, 0),
+            version: Version(0),
+            ..data_header()
+        };
+        let mut out = Vec::new();
+        encode_record(LogId(1), SegmentId(2), &delete_all, &[], &mut out);
+        assert_eq!(
+            decode_header(LogId(1), SegmentId(2), &out[..88]).map(|(h, _)| h),
+            Ok(delete_all)
+        );
+        for field in [48, 72] {
+            let mut other = out.clone();
+            other[field] = 1;
+            assert_eq!(decode_header(LogId(1), SegmentId(2), &other[..88]), Err(Invalid::Lengths));
+        }
     }
 
     #[test]

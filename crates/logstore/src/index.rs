@@ -512,88 +512,107 @@ impl Index {
         for entry_ref in &entries.refs {
             match *entry_ref {
                 EntryRef::Object { owner, object, marker, start, id } => {
-                    let Some(entry) = self.entry(owner, object, marker, start, id) else {
-                        continue;
-                    };
-                    let Some(owner_index) = self.owners.get(&owner) else { continue };
-                    let Some(object_index) = owner_index.objects.get(&object) else { continue };
-                    if entry.lsn < owner_index.hidden_below {
-                        continue;
-                    }
-                    let mut candidates = Vec::new();
-                    object_index.overlapping(
-                        entry.range,
-                        owner_index.hidden_below,
-                        &mut candidates,
-                    );
-                    let kind = if marker { RecordKind::Invalidate } else { RecordKind::Data };
-                    let copy = |range| CopyItem {
-                        header: RecordHeader {
-                            kind,
-                            owner,
-                            object,
-                            range,
-                            version: entry.version,
-                            lsn: entry.lsn,
-                            written_ms: entry.written_ms,
-                        },
-                        source_segment: segment,
-                        source_offset: entry.offset,
-                        source_range: entry.range,
-                    };
-                    if marker {
-                        let older_data_elsewhere = candidates.iter().any(|(_, other)| {
-                            !other.marker
-                                && other.segment != segment
-                                && other.version <= entry.version
-                        });
-                        if older_data_elsewhere {
-                            copies.push(copy(entry.range));
-                        }
-                    } else {
-                        let (painted, _) = paint(candidates, entry.range, Some(segment));
-                        let mine = painted.into_iter().filter(|piece| piece.id == id);
-                        let ranges = merge_adjacent(mine.map(|piece| piece.range).collect());
-                        copies.extend(ranges.into_iter().map(copy));
-                    }
+                    let at = (owner, object, marker, start, id);
+                    self.plan_object_entry(segment, at, &mut copies);
                 }
                 EntryRef::DeleteAll { owner, lsn, id } => {
-                    let Some(owner_index) = self.owners.get(&owner) else { continue };
-                    let Some(entry) = owner_index.delete_alls.get(&(lsn, id)) else { continue };
-                    if lsn < owner_index.hidden_below {
-                        continue;
-                    }
-                    let copy_elsewhere =
-                        owner_index.delete_alls.iter().any(|(&(other, _), other_entry)| {
-                            other == lsn && other_entry.segment != segment
-                        });
-                    let older_elsewhere = owner_index.objects.values().any(|object_index| {
-                        object_index
-                            .data
-                            .values()
-                            .chain(object_index.markers.values())
-                            .any(|other| other.lsn < lsn && other.segment != segment)
-                    });
-                    if !copy_elsewhere && older_elsewhere {
-                        copies.push(CopyItem {
-                            header: RecordHeader {
-                                kind: RecordKind::DeleteAll,
-                                owner,
-                                object: ObjectId(0),
-                                range: ByteRange::new(0, 0),
-                                version: Version(0),
-                                lsn,
-                                written_ms: entry.written_ms,
-                            },
-                            source_segment: segment,
-                            source_offset: entry.offset,
-                            source_range: ByteRange::new(0, 0),
-                        });
-                    }
+                    copies.extend(self.plan_delete_all(segment, owner, lsn, id));
                 }
             }
         }
         copies
+    }
+
+    /// The copies a data record or marker of `segment` needs: the bytes of data that
+    /// win the painting; a marker whole while data of its version or older, not hidden
+    /// by a delete-all, overlaps it in another segment.
+    fn plan_object_entry(
+        &self,
+        segment: SegmentId,
+        (owner, object, marker, start, id): (OwnerId, ObjectId, bool, u64, EntryId),
+        copies: &mut Vec<CopyItem>,
+    ) {
+        let Some(entry) = self.entry(owner, object, marker, start, id) else { return };
+        let Some(owner_index) = self.owners.get(&owner) else { return };
+        let Some(object_index) = owner_index.objects.get(&object) else { return };
+        if entry.lsn < owner_index.hidden_below {
+            return;
+        }
+        let mut candidates = Vec::new();
+        object_index.overlapping(entry.range, owner_index.hidden_below, &mut candidates);
+        let kind = if marker { RecordKind::Invalidate } else { RecordKind::Data };
+        let copy = |range| CopyItem {
+            header: RecordHeader {
+                kind,
+                owner,
+                object,
+                range,
+                version: entry.version,
+                lsn: entry.lsn,
+                written_ms: entry.written_ms,
+            },
+            source_segment: segment,
+            source_offset: entry.offset,
+            source_range: entry.range,
+        };
+        if marker {
+            let older_data_elsewhere = candidates.iter().any(|(_, other)| {
+                !other.marker && other.segment != segment && other.version <= entry.version
+            });
+            if older_data_elsewhere {
+                copies.push(copy(entry.range));
+            }
+        } else {
+            let (painted, _) = paint(candidates, entry.range, Some(segment));
+            let mine = painted.into_iter().filter(|piece| piece.id == id);
+            let ranges = merge_adjacent(mine.map(|piece| piece.range).collect());
+            copies.extend(ranges.into_iter().map(copy));
+        }
+    }
+
+    /// The copy a delete-all of `segment` needs: one while it is its owner's latest, no
+    /// copy of it is elsewhere, and records of the owner with lower LSNs remain in other
+    /// segments.
+    fn plan_delete_all(
+        &self,
+        segment: SegmentId,
+        owner: OwnerId,
+        lsn: Lsn,
+        id: EntryId,
+    ) -> Option<CopyItem> {
+        let owner_index = self.owners.get(&owner)?;
+        let entry = owner_index.delete_alls.get(&(lsn, id))?;
+        if lsn < owner_index.hidden_below {
+            return None;
+        }
+        let copy_elsewhere = owner_index
+            .delete_alls
+            .iter()
+            .any(|(&(other, _), other_entry)| other == lsn && other_entry.segment != segment);
+        let older_elsewhere = owner_index.objects.values().any(|object_index| {
+            object_index
+                .data
+                .values()
+                .chain(object_index.markers.values())
+                .any(|other| other.lsn < lsn && other.segment != segment)
+        });
+        if copy_elsewhere || !older_elsewhere {
+            return None;
+        }
+        Some(CopyItem {
+            header: RecordHeader {
+                kind: RecordKind::DeleteAll,
+                owner,
+                object: ObjectId(0),
+                range: ByteRange::new(0, 0),
+                version: Version(0),
+                lsn,
+                written_ms: entry.written_ms,
+            },
+            source_segment: segment,
+            source_offset: entry.offset,
+            source_range: ByteRange::new(0, 0),
+        })
     }
 }
 

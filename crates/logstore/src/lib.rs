@@ -32,13 +32,14 @@ mod store;
 mod verify;
 
 pub use disk::{Disk, DiskFile, FsDisk};
-pub use error::{Error, Result};
+pub use error::{Error, Request, Result};
 pub use memdisk::{Crash, MemDisk};
+pub use scan::SegmentState;
 pub use store::{
     CompactionReport, Compactor, Extent, LogStore, Options, OwnerUsage, Piece, ReadResult, Reclaim,
     ReclaimedExtent, RecoveryMode, RecoveryReport, SegmentDamage, Stats, SyncMode, system_clock_ms,
 };
-pub use verify::{SegmentCheck, SegmentState, VerifyReport, verify};
+pub use verify::{SegmentCheck, VerifyReport, verify};
 
 /// The ids of the log live in `somnus_types` beside the cluster's; re-exported here so
 /// that users of the engine need not name both crates.

@@ -6,6 +6,10 @@
 //! valid records past that point: if there are none the segment has a *torn tail* (a
 //! crash during an unacknowledged write); if there are some, bytes the log had once
 //! written whole were damaged, which `verify` reports as damage.
+//!
+//! [`judge_segment`] adds the rule that open and `verify` share: a torn tail or an
+//! interrupted creation is legitimate only in the last segment (docs/format/log.md,
+//! "Recovery"); anywhere else it is damage.
 
 use crate::format::{
     self, BadSegmentHeader, Invalid, RECORD_HEADER_BYTES, RECORD_MAGIC, RecordHeader,
@@ -131,6 +135,104 @@ pub fn scan_segment(
         }
     };
     Ok(SegmentScan { log, records, valid_end: at as u64, end })
+}
+
+/// What a segment file holds, judged by the rule recovery applies (docs/format/log.md,
+/// "Recovery"). Its names in JSON output are [`SegmentState::name`].
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum SegmentState {
+    /// Every byte belongs to a valid record.
+    Clean,
+    /// The last segment ends in an interrupted, unacknowledged write (cut away at the
+    /// next open). Only the last segment can be torn.
+    Torn { offset: u64, reason: String },
+    /// Bytes the log once wrote whole are lost: valid records follow bad bytes, or a
+    /// sealed segment (synced before the next was created) ends in bad bytes.
+    Damaged { offset: u64, reason: String, records_after: u64 },
+    /// The last segment's creation was interrupted before anything was written to it
+    /// (removed at the next open).
+    Unwritten,
+    /// Its header is bad (or gone, in a sealed segment): none of its records can be
+    /// trusted to be this log's.
+    BadHeader(String),
+}
+
+impl SegmentState {
+    /// The state's name in JSON output (documented in the README): `clean`, `torn`,
+    /// `damaged`, `unwritten` or `bad_header`.
+    pub fn name(&self) -> &'static str {
+        match self {
+            SegmentState::Clean => "clean",
+            SegmentState::Torn { .. } => "torn",
+            SegmentState::Damaged { .. } => "damaged",
+            SegmentState::Unwritten => "unwritten",
+            SegmentState::BadHeader(_) => "bad_header",
+        }
+    }
+
+    /// Whether the state means bytes the log once wrote whole are lost.
+    pub fn is_damage(&self) -> bool {
+        matches!(self, SegmentState::Damaged { .. } | SegmentState::BadHeader(_))
+    }
+}
+
+/// The state in words, for operators.
+impl std::fmt::Display for SegmentState {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            SegmentState::Clean => write!(f, "clean"),
+            SegmentState::Torn { offset, reason } => {
+                write!(f, "torn tail at byte {offset} ({reason}): an interrupted write")
+            }
+            SegmentState::Damaged { offset, reason, records_after } => write!(
+                f,
+                "DAMAGED at byte {offset}: {reason}; {records_after} valid records after it"
+            ),
+            SegmentState::Unwritten => write!(f, "never written (interrupted creation)"),
+            SegmentState::BadHeader(reason) => write!(f, "DAMAGED header: {reason}"),
+        }
+    }
+}
+
+/// Judges one segment file: whether it is the log's `last` decides whether a torn tail
+/// or an unwritten header is a crash's legitimate trace or damage. Returns the scan of
+/// its records too, unless its header is unusable (then none of them count).
+pub fn judge_segment(
+    segment: SegmentId,
+    log: Option<LogId>,
+    bytes: &[u8],
+    last: bool,
+) -> (SegmentState, Option<SegmentScan>) {
+    let scan = match scan_segment(segment, log, bytes) {
+        Ok(scan) => scan,
+        Err(_) if last && is_unwritten_segment(bytes) => return (SegmentState::Unwritten, None),
+        Err(problem) if is_unwritten_segment(bytes) => {
+            let reason = format!("{problem}; only the last segment can be an unwritten one");
+            return (SegmentState::BadHeader(reason), None);
+        }
+        Err(problem) => return (SegmentState::BadHeader(problem.to_string()), None),
+    };
+    let state = match &scan.end {
+        SegmentEnd::Clean => SegmentState::Clean,
+        SegmentEnd::Torn { offset, reason } if last => {
+            SegmentState::Torn { offset: *offset, reason: reason.clone() }
+        }
+        // A batch syncs a segment before it creates the next, and an open never appends
+        // to an old one: only the last segment can hold an interrupted write.
+        SegmentEnd::Torn { offset, reason } => SegmentState::Damaged {
+            offset: *offset,
+            reason: format!(
+                "{reason}, at the end of a segment that was sealed (synced) before the next"
+            ),
+            records_after: 0,
+        },
+        SegmentEnd::Damaged { offset, reason, records_after } => SegmentState::Damaged {
+            offset: *offset,
+            reason: reason.clone(),
+            records_after: *records_after,
+        },
+    };
+    (state, Some(scan))
 }
 
 /// Whether a segment file that failed its header check is just an interrupted

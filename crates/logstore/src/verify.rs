@@ -3,24 +3,9 @@
 
 use crate::disk::{Disk, read_all};
 use crate::error::{Error, Result};
-use crate::scan::{SegmentEnd, is_unwritten_segment, scan_segment};
+use crate::scan::{SegmentState, judge_segment};
 use crate::snapshot::{META_FILE, SNAPSHOT_FILE, decode_meta, decode_snapshot};
 use crate::{LogId, SegmentId, parse_segment_file_name, segment_file_name};
-
-/// What the scan found in one segment file.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub enum SegmentState {
-    /// Every byte belongs to a valid record.
-    Clean,
-    /// Ends in an interrupted, unacknowledged write (cut away at the next open).
-    Torn { offset: u64, reason: String },
-    /// Valid records follow bad bytes: data the log once wrote whole was damaged.
-    Damaged { offset: u64, reason: String, records_after: u64 },
-    /// A crash interrupted its creation before anything was written to it.
-    Unwritten,
-    /// Its header is bad: none of its records can be trusted to be this log's.
-    BadHeader(String),
-}
 
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct SegmentCheck {
@@ -44,10 +29,7 @@ pub struct VerifyReport {
 impl VerifyReport {
     /// Whether anything the log once wrote whole is damaged.
     pub fn is_damaged(&self) -> bool {
-        !self.problems.is_empty()
-            || self.segments.iter().any(|check| {
-                matches!(check.state, SegmentState::Damaged { .. } | SegmentState::BadHeader(_))
-            })
+        !self.problems.is_empty() || self.segments.iter().any(|check| check.state.is_damage())
     }
 
     pub fn records(&self) -> u64 {
@@ -81,34 +63,8 @@ pub fn verify(disk: &dyn Disk) -> Result<VerifyReport> {
     let mut ids: Vec<SegmentId> = names.iter().filter_map(|n| parse_segment_file_name(n)).collect();
     ids.sort();
     for id in &ids {
-        let name = segment_file_name(*id);
-        let path = format!("{where_}/{name}");
-        let file =
-            disk.open(&name, false).map_err(|source| Error::io("opening", path.clone(), source))?;
-        let bytes = read_all(file.as_ref()).map_err(|source| Error::io("reading", path, source))?;
-        let mut check = SegmentCheck {
-            segment: *id,
-            bytes: bytes.len() as u64,
-            records: 0,
-            payload_bytes: 0,
-            state: SegmentState::Clean,
-        };
-        match scan_segment(*id, report.log, &bytes) {
-            Ok(scan) => {
-                check.records = scan.records.len() as u64;
-                check.payload_bytes = scan.records.iter().map(|r| r.header.payload_bytes()).sum();
-                check.state = match scan.end {
-                    SegmentEnd::Clean => SegmentState::Clean,
-                    SegmentEnd::Torn { offset, reason } => SegmentState::Torn { offset, reason },
-                    SegmentEnd::Damaged { offset, reason, records_after } => {
-                        SegmentState::Damaged { offset, reason, records_after }
-                    }
-                };
-            }
-            Err(_) if is_unwritten_segment(&bytes) => check.state = SegmentState::Unwritten,
-            Err(problem) => check.state = SegmentState::BadHeader(problem.to_string()),
-        }
-        report.segments.push(check);
+        let last = Some(id) == ids.last();
+        report.segments.push(check_segment(disk, *id, report.log, last)?);
     }
     if names.iter().any(|name| name == SNAPSHOT_FILE) {
         let snapshot = disk
@@ -136,4 +92,27 @@ pub fn verify(disk: &dyn Disk) -> Result<VerifyReport> {
         }
     }
     Ok(report)
+}
+
+/// Reads one segment file whole and judges it by the rules recovery applies.
+fn check_segment(
+    disk: &dyn Disk,
+    id: SegmentId,
+    log: Option<LogId>,
+    last: bool,
+) -> Result<SegmentCheck> {
+    let name = segment_file_name(id);
+    let path = format!("{}/{name}", disk.describe());
+    let file =
+        disk.open(&name, false).map_err(|source| Error::io("opening", path.clone(), source))?;
+    let bytes = read_all(file.as_ref()).map_err(|source| Error::io("reading", path, source))?;
+    let (state, scan) = judge_segment(id, log, &bytes, last);
+    let records = scan.as_ref().map_or(&[][..], |scan| &scan.records[..]);
+    Ok(SegmentCheck {
+        segment: id,
+        bytes: bytes.len() as u64,
+        records: records.len() as u64,
+        payload_bytes: records.iter().map(|record| record.header.payload_bytes()).sum(),
+        state,
+    })
 }

@@ -8,8 +8,8 @@ use std::sync::Arc;
 
 use somnus_logstore::format::{RECORD_HEADER_BYTES, SEGMENT_HEADER_BYTES};
 use somnus_logstore::{
-    Crash, Disk, Error, LogStore, MemDisk, ObjectId, Options, OwnerId, RecoveryMode, SegmentId,
-    segment_file_name,
+    Crash, Disk, Error, LogStore, MemDisk, ObjectId, Options, OwnerId, RecoveryMode, Request,
+    SegmentId, segment_file_name,
 };
 use somnus_types::{ByteRange, Version};
 
@@ -290,13 +290,50 @@ fn bad_requests_are_refused_with_their_reason_and_write_nothing() {
     let store = open(&disk);
     append(&store, 2).unwrap();
     let writes = disk.write_count();
-    let cases: Vec<(Result<(), Error>, &str)> = vec![
-        (store.append(OWNER, OBJECT, ByteRange::new(0, 10), Version(9), &[0; 9]), "9 bytes given"),
-        (store.append(OWNER, OBJECT, ByteRange::new(0, 0), Version(9), &[]), "no bytes"),
-        (store.append(OWNER, OBJECT, ByteRange::new(0, 1), Version(2), &[0]), "versions must grow"),
-        (store.append(OWNER, OBJECT, ByteRange::new(0, 1), Version(1), &[0]), "versions must grow"),
-        (store.invalidate(OWNER, OBJECT, ByteRange::new(0, 1), Version(3)), "newest version is 2"),
-        (store.invalidate(OWNER, OBJECT, ByteRange::new(0, 0), Version(2)), "no bytes"),
+    // Each refusal is a typed variant a caller can match on, with its reason in words.
+    type Case<'a> = (Result<(), Error>, &'a str, fn(&Error) -> bool);
+    let cases: Vec<Case> = vec![
+        (
+            store.append(OWNER, OBJECT, ByteRange::new(0, 10), Version(9), &[0; 9]),
+            "9 bytes given",
+            |e| matches!(e, Error::PayloadMismatch { given_bytes: 9, .. }),
+        ),
+        (store.append(OWNER, OBJECT, ByteRange::new(0, 0), Version(9), &[]), "no bytes", |e| {
+            matches!(e, Error::EmptyRange { request: Request::Append })
+        }),
+        (
+            store.append(OWNER, OBJECT, ByteRange::new(0, 1), Version(2), &[0]),
+            "versions must grow",
+            |e| {
+                matches!(
+                    e,
+                    Error::VersionNotGrowing { version: Version(2), newest: Version(2), .. }
+                )
+            },
+        ),
+        (
+            store.append(OWNER, OBJECT, ByteRange::new(0, 1), Version(1), &[0]),
+            "versions must grow",
+            |e| {
+                matches!(
+                    e,
+                    Error::VersionNotGrowing { version: Version(1), newest: Version(2), .. }
+                )
+            },
+        ),
+        (
+            store.invalidate(OWNER, OBJECT, ByteRange::new(0, 1), Version(3)),
+            "newest version is 2",
+            |e| {
+                matches!(
+                    e,
+                    Error::VersionAboveNewest { version: Version(3), newest: Version(2), .. }
+                )
+            },
+        ),
+        (store.invalidate(OWNER, OBJECT, ByteRange::new(0, 0), Version(2)), "no bytes", |e| {
+            matches!(e, Error::EmptyRange { request: Request::Invalidate })
+        }),
         (
             store.append(
                 OWNER,
@@ -306,11 +343,12 @@ fn bad_requests_are_refused_with_their_reason_and_write_nothing() {
                 &vec![0; 80 << 20],
             ),
             "over the largest record",
+            |e| matches!(e, Error::RecordTooLarge { bytes, .. } if *bytes == 80 << 20),
         ),
     ];
-    for (result, expected) in cases {
+    for (result, expected, is_variant) in cases {
         let error = result.unwrap_err();
-        assert!(matches!(error, Error::Invalid(_)), "{error}");
+        assert!(is_variant(&error), "{error}: {error:?}");
         assert!(error.to_string().contains(expected), "{error} lacks {expected:?}");
     }
     assert_eq!(disk.write_count(), writes);
@@ -357,4 +395,29 @@ fn one_appender_costs_one_sync_per_append_and_many_share_syncs() {
         assert!(read.missing.is_empty());
         assert!(read.pieces.iter().all(|p| p.bytes.iter().all(|&b| b == t as u8)));
     }
+}
+
+#[test]
+fn refusals_of_open_and_compaction_are_typed() {
+    // Goal: a caller can match on why open or a compaction was refused (no stringly
+    // `Invalid`), and the message still says it in words.
+    let disk = MemDisk::new();
+    let tiny = Options { segment_bytes: 100, ..options() };
+    let error = LogStore::open(Arc::new(disk.clone()), tiny).err().unwrap();
+    assert!(
+        matches!(error, Error::SegmentTooSmall { segment_bytes: 100, minimum: 153 }),
+        "{error}"
+    );
+    let read_only = Options { read_only: true, ..options() };
+    let error = LogStore::open(Arc::new(disk.clone()), read_only).err().unwrap();
+    assert!(matches!(&error, Error::NoLog { .. }), "{error}");
+    assert!(error.to_string().contains("no meta file"), "{error}");
+
+    let store = open(&disk);
+    append(&store, 1).unwrap();
+    let error = store.compact_segment(SegmentId(1)).unwrap_err();
+    assert!(matches!(error, Error::SegmentBusy { segment: SegmentId(1) }), "{error}");
+    let error = store.compact_segment(SegmentId(7)).unwrap_err();
+    assert!(matches!(error, Error::NoSuchSegment { segment: SegmentId(7) }), "{error}");
+    assert_eq!(error.to_string(), "no segment seg-0000000000000007.log");
 }

@@ -297,7 +297,8 @@ fn run_seed(seed: u64, steps: usize, coverage: &mut Coverage) {
                             coverage.compactions += 1;
                             coverage.records_copied += report.records_copied;
                         }
-                        Err(Error::Invalid(_)) => {}
+                        // The head, a segment being written, or a damaged one.
+                        Err(Error::SegmentBusy { .. } | Error::SegmentDamaged { .. }) => {}
                         Err(error) => panic!("{context}: compact {id}: {error}"),
                     }
                 }

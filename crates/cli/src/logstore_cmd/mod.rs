@@ -6,9 +6,9 @@ mod torture;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-use anyhow::{Context, Result};
+use anyhow::{Context, Result, bail};
 use clap::{Args, Subcommand};
-use somnus_logstore::{FsDisk, LogStore, Options, RecoveryMode, SegmentState};
+use somnus_logstore::{FsDisk, LogStore, Options, RecoveryMode, SegmentState, VerifyReport};
 use somnus_trace::stats::thousands;
 
 #[derive(Subcommand)]
@@ -18,12 +18,14 @@ pub(crate) enum LogstoreCommand {
     /// in another process is refused.
     Inspect(InspectArgs),
     /// Scan every segment of a log in full and check every record's checksum. Exits
-    /// with status 1 if anything the log once wrote whole is damaged (a torn tail, the
-    /// trace of a crash during an unacknowledged write, is not damage).
+    /// with status 1 if anything the log once wrote whole is damaged. A torn tail (the
+    /// trace of a crash during an unacknowledged write) or an unwritten segment is not
+    /// damage in the last segment, and is damage in any other, as at open.
     Verify(VerifyArgs),
-    /// Crash campaign: run a writer process against a fresh log in DIR, kill it with
-    /// SIGKILL at random moments, reopen, and check that every acknowledged write reads
-    /// back exactly and that nothing unacknowledged shows up as newer than it. Run it on
+    /// Crash campaign: run a writer process against a fresh log in a new subdirectory
+    /// of DIR (which must exist), kill it with SIGKILL at random moments, reopen, and
+    /// check that every acknowledged write reads back exactly and that nothing
+    /// unacknowledged shows up as newer than it. Run it on
     /// the file system you mean to trust with a logger. (SIGKILL spares the page cache:
     /// this tests the engine's crash safety there, not the device's cache flushing, which
     /// needs a power cut.) The last line is `kills=N acknowledged=A lost=L wrong=W`; the
@@ -74,6 +76,20 @@ fn existing_disk(dir: &Path) -> Result<Arc<FsDisk>> {
     Ok(Arc::new(disk))
 }
 
+/// Checks that `dir`, where a command is to make its working directory, is an existing
+/// directory: the commands create nothing the user did not ask for, parents included.
+fn existing_dir(dir: &Path) -> Result<()> {
+    match std::fs::metadata(dir) {
+        Ok(metadata) if metadata.is_dir() => Ok(()),
+        Ok(metadata) if metadata.is_file() => bail!("{} is a file, not a directory", dir.display()),
+        Ok(_) => bail!("{} is not a directory", dir.display()),
+        Err(error) if error.kind() == std::io::ErrorKind::NotFound => {
+            bail!("{} does not exist; create it first", dir.display())
+        }
+        Err(error) => Err(error).with_context(|| format!("looking at {}", dir.display())),
+    }
+}
+
 /// A duration in words an operator reads at a glance.
 fn age(ms: u64) -> String {
     let seconds = ms / 1000;
@@ -90,49 +106,69 @@ fn inspect(args: &InspectArgs) -> Result<()> {
     let options = Options { read_only: true, ..Options::default() };
     let store = LogStore::open(disk, options)
         .with_context(|| format!("opening the log in {}", args.dir.display()))?;
+    if args.json {
+        let document =
+            crate::provenance::Document::new("somnus-logstore-inspect", inspect_json(&store));
+        outln!("{}", document.to_json()?)?;
+    } else {
+        inspect_text(&store, args)?;
+    }
+    Ok(())
+}
+
+/// What `inspect --json` prints; the README documents every key and value.
+fn inspect_json(store: &LogStore) -> serde_json::Value {
     let now_ms = somnus_logstore::system_clock_ms();
     let stats = store.stats();
-    let owners = store.owners();
-    let segments = store.segments();
     let recovery = store.recovery();
-    if args.json {
-        let owners: Vec<serde_json::Value> = owners
-            .iter()
-            .map(|o| {
-                serde_json::json!({
-                    "owner": o.owner.0,
-                    "objects": o.objects,
-                    "records": o.records,
-                    "live_bytes": o.live_bytes,
-                    "version_max": o.version_max.0,
-                    "oldest_live_age_ms": o.oldest_live_ms.map(|ms| now_ms.saturating_sub(ms)),
-                })
+    let owners: Vec<serde_json::Value> = store
+        .owners()
+        .iter()
+        .map(|o| {
+            serde_json::json!({
+                "owner": o.owner.0,
+                "objects": o.objects,
+                "records": o.records,
+                "live_bytes": o.live_bytes,
+                "version_max": o.version_max.0,
+                "oldest_live_age_ms": o.oldest_live_ms.map(|ms| now_ms.saturating_sub(ms)),
             })
-            .collect();
-        let segment_rows: Vec<serde_json::Value> = segments
-            .iter()
-            .map(|&(id, bytes, records, live)| {
-                serde_json::json!({"segment": id.0, "bytes": bytes, "records": records, "live_bytes": live})
-            })
-            .collect();
-        let value = serde_json::json!({
-            "log_id": format!("{:016x}", store.log_id().0),
-            "recovery": format!("{:?}", recovery.mode),
-            "recovery_ms": recovery.duration.as_secs_f64() * 1e3,
-            "segments": stats.segments,
-            "used_bytes": stats.used_bytes,
-            "live_bytes": stats.live_bytes,
-            "obsolete_bytes": stats.obsolete_bytes,
-            "records": stats.records,
-            "torn_tails": recovery.torn_tails.len(),
-            "damaged_segments": recovery.damage.iter().map(|d| d.segment.0).collect::<Vec<_>>(),
-            "owners": owners,
-            "segment_list": segment_rows,
-        });
-        println!("{}", serde_json::to_string_pretty(&value)?);
-        return Ok(());
-    }
-    println!("log {:016x} in {}", store.log_id().0, args.dir.display());
+        })
+        .collect();
+    let segment_rows: Vec<serde_json::Value> = store
+        .segments()
+        .iter()
+        .map(|&(id, bytes, records, live)| {
+            serde_json::json!({"segment": id.0, "bytes": bytes, "records": records, "live_bytes": live})
+        })
+        .collect();
+    let snapshot_refused = match &recovery.mode {
+        RecoveryMode::Scan { snapshot_refused } => snapshot_refused.clone(),
+        RecoveryMode::Created | RecoveryMode::Snapshot => None,
+    };
+    serde_json::json!({
+        "log_id": store.log_id().to_string(),
+        "recovery": recovery.mode.name(),
+        "snapshot_refused": snapshot_refused,
+        "recovery_ms": recovery.duration.as_secs_f64() * 1e3,
+        "segments": stats.segments,
+        "used_bytes": stats.used_bytes,
+        "live_bytes": stats.live_bytes,
+        "obsolete_bytes": stats.obsolete_bytes,
+        "records": stats.records,
+        "torn_tails": recovery.torn_tails.len(),
+        "damaged_segments": recovery.damage.iter().map(|d| d.segment.0).collect::<Vec<_>>(),
+        "owners": owners,
+        "segment_list": segment_rows,
+    })
+}
+
+/// What `inspect` prints: a summary of the recovery, the owners, and (with
+/// `--segments`) the segments.
+fn inspect_text(store: &LogStore, args: &InspectArgs) -> anyhow::Result<()> {
+    let stats = store.stats();
+    let recovery = store.recovery();
+    outln!("log {} in {}", store.log_id(), args.dir.display())?;
     let mode = match &recovery.mode {
         RecoveryMode::Created => "created".to_string(),
         RecoveryMode::Snapshot => "index loaded from the clean close's snapshot".to_string(),
@@ -143,33 +179,46 @@ fn inspect(args: &InspectArgs) -> Result<()> {
             format!("index rebuilt by a scan (snapshot refused: {reason})")
         }
     };
-    println!("  {mode}, in {:.1} ms", recovery.duration.as_secs_f64() * 1e3);
-    println!(
+    outln!("  {mode}, in {:.1} ms", recovery.duration.as_secs_f64() * 1e3)?;
+    outln!(
         "  {} segments, {} bytes: {} live, {} obsolete; {} records",
         stats.segments,
         thousands(stats.used_bytes),
         thousands(stats.live_bytes),
         thousands(stats.obsolete_bytes),
         thousands(stats.records)
-    );
+    )?;
     for (segment, offset) in &recovery.torn_tails {
-        println!("  torn tail: {segment} ends at byte {offset} (an interrupted write)");
+        outln!("  torn tail: {segment} ends at byte {offset} (an interrupted write)")?;
     }
     for damage in &recovery.damage {
-        println!(
-            "  DAMAGE: {} at byte {}: {} ({} valid records after it are not returned)",
-            damage.segment, damage.offset, damage.reason, damage.records_after
-        );
+        outln!("  DAMAGE: {damage}")?;
     }
-    println!();
-    println!(
+    outln!()?;
+    print_owners(store)?;
+    if args.segments {
+        outln!()?;
+        print_segments(store)?;
+    }
+    Ok(())
+}
+
+fn print_owners(store: &LogStore) -> anyhow::Result<()> {
+    let now_ms = somnus_logstore::system_clock_ms();
+    let owners = store.owners();
+    outln!(
         "{:>20} {:>8} {:>10} {:>16} {:>20} {:>12}",
-        "owner", "objects", "records", "live bytes", "newest version", "oldest live"
-    );
+        "owner",
+        "objects",
+        "records",
+        "live bytes",
+        "newest version",
+        "oldest live"
+    )?;
     for owner in &owners {
         let oldest =
             owner.oldest_live_ms.map_or("-".to_string(), |ms| age(now_ms.saturating_sub(ms)));
-        println!(
+        outln!(
             "{:>20} {:>8} {:>10} {:>16} {:>20} {:>12}",
             owner.owner.0,
             owner.objects,
@@ -177,27 +226,32 @@ fn inspect(args: &InspectArgs) -> Result<()> {
             thousands(owner.live_bytes),
             owner.version_max.0,
             oldest
-        );
+        )?;
     }
     if owners.is_empty() {
-        println!("{:>20}", "(none)");
+        outln!("{:>20}", "(none)")?;
     }
-    if args.segments {
-        println!();
-        println!(
-            "{:>24} {:>14} {:>10} {:>14} {:>6}",
-            "segment", "bytes", "records", "live bytes", "live"
-        );
-        for (id, bytes, records, live) in segments {
-            println!(
-                "{:>24} {:>14} {:>10} {:>14} {:>5.0}%",
-                id.to_string(),
-                thousands(bytes),
-                thousands(records),
-                thousands(live),
-                100.0 * live as f64 / bytes.max(1) as f64
-            );
-        }
+    Ok(())
+}
+
+fn print_segments(store: &LogStore) -> anyhow::Result<()> {
+    outln!(
+        "{:>24} {:>14} {:>10} {:>14} {:>6}",
+        "segment",
+        "bytes",
+        "records",
+        "live bytes",
+        "live"
+    )?;
+    for (id, bytes, records, live) in store.segments() {
+        outln!(
+            "{:>24} {:>14} {:>10} {:>14} {:>5.0}%",
+            id.to_string(),
+            thousands(bytes),
+            thousands(records),
+            thousands(live),
+            100.0 * live as f64 / bytes.max(1) as f64
+        )?;
     }
     Ok(())
 }
@@ -207,67 +261,86 @@ fn verify(args: &VerifyArgs) -> Result<()> {
     let report = somnus_logstore::verify(disk.as_ref())
         .with_context(|| format!("verifying the log in {}", args.dir.display()))?;
     if args.json {
-        let segments: Vec<serde_json::Value> = report
-            .segments
-            .iter()
-            .map(|check| {
-                serde_json::json!({
-                    "segment": check.segment.0,
-                    "bytes": check.bytes,
-                    "records": check.records,
-                    "payload_bytes": check.payload_bytes,
-                    "state": format!("{:?}", check.state),
-                })
-            })
-            .collect();
-        let value = serde_json::json!({
-            "log_id": report.log.map(|log| format!("{:016x}", log.0)),
-            "damaged": report.is_damaged(),
-            "records": report.records(),
-            "segments": segments,
-            "problems": report.problems,
-            "notes": report.notes,
-        });
-        println!("{}", serde_json::to_string_pretty(&value)?);
+        let document =
+            crate::provenance::Document::new("somnus-logstore-verify", verify_json(&report));
+        outln!("{}", document.to_json()?)?;
     } else {
-        match report.log {
-            Some(log) => println!("log {:016x} in {}", log.0, args.dir.display()),
-            None => println!("log in {}", args.dir.display()),
-        }
-        for check in &report.segments {
-            let state = match &check.state {
-                SegmentState::Clean => "ok".to_string(),
-                SegmentState::Torn { offset, reason } => {
-                    format!("ok, torn tail at byte {offset} ({reason}): an interrupted write")
-                }
-                SegmentState::Damaged { offset, reason, records_after } => format!(
-                    "DAMAGED at byte {offset}: {reason}; {records_after} valid records after it"
-                ),
-                SegmentState::Unwritten => "ok, never written (interrupted creation)".to_string(),
-                SegmentState::BadHeader(reason) => format!("DAMAGED header: {reason}"),
-            };
-            println!(
-                "  {}: {} bytes, {} records: {state}",
-                check.segment,
-                thousands(check.bytes),
-                thousands(check.records)
-            );
-        }
-        for problem in &report.problems {
-            println!("  DAMAGED: {problem}");
-        }
-        for note in &report.notes {
-            println!("  note: {note}");
-        }
-        println!(
-            "{}: {} segments, {} records checked",
-            if report.is_damaged() { "DAMAGED" } else { "ok" },
-            report.segments.len(),
-            thousands(report.records())
-        );
+        verify_text(&report, &args.dir)?;
     }
     if report.is_damaged() {
         std::process::exit(1);
     }
+    Ok(())
+}
+
+/// What `verify --json` prints; the README documents every key and value.
+fn verify_json(report: &VerifyReport) -> serde_json::Value {
+    let segments: Vec<serde_json::Value> = report
+        .segments
+        .iter()
+        .map(|check| {
+            let (offset, reason, records_after) = match &check.state {
+                SegmentState::Clean | SegmentState::Unwritten => (None, None, None),
+                SegmentState::Torn { offset, reason } => {
+                    (Some(*offset), Some(reason.clone()), None)
+                }
+                SegmentState::Damaged { offset, reason, records_after } => {
+                    (Some(*offset), Some(reason.clone()), Some(*records_after))
+                }
+                SegmentState::BadHeader(reason) => (None, Some(reason.clone()), None),
+            };
+            serde_json::json!({
+                "segment": check.segment.0,
+                "bytes": check.bytes,
+                "records": check.records,
+                "payload_bytes": check.payload_bytes,
+                "state": check.state.name(),
+                "offset": offset,
+                "reason": reason,
+                "records_after": records_after,
+            })
+        })
+        .collect();
+    serde_json::json!({
+        "log_id": report.log.map(|log| log.to_string()),
+        "damaged": report.is_damaged(),
+        "records": report.records(),
+        "segments": segments,
+        "problems": report.problems,
+        "notes": report.notes,
+    })
+}
+
+/// What `verify` prints: a line per segment, the problems and notes, and the verdict.
+fn verify_text(report: &VerifyReport, dir: &Path) -> anyhow::Result<()> {
+    match report.log {
+        Some(log) => outln!("log {log} in {}", dir.display())?,
+        None => outln!("log in {}", dir.display())?,
+    }
+    for check in &report.segments {
+        let state = match &check.state {
+            SegmentState::Clean => "ok".to_string(),
+            state if state.is_damage() => state.to_string(),
+            legitimate => format!("ok, {legitimate}"),
+        };
+        outln!(
+            "  {}: {} bytes, {} records: {state}",
+            check.segment,
+            thousands(check.bytes),
+            thousands(check.records)
+        )?;
+    }
+    for problem in &report.problems {
+        outln!("  DAMAGED: {problem}")?;
+    }
+    for note in &report.notes {
+        outln!("  note: {note}")?;
+    }
+    outln!(
+        "{}: {} segments, {} records checked",
+        if report.is_damaged() { "DAMAGED" } else { "ok" },
+        report.segments.len(),
+        thousands(report.records())
+    )?;
     Ok(())
 }

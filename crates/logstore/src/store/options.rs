@@ -1,0 +1,57 @@
+//! How a log is opened and run.
+
+use crate::LogId;
+
+/// Which sync makes an append durable.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum SyncMode {
+    /// fdatasync: the data and the metadata needed to read it (the file's size).
+    Data,
+    /// fsync: all metadata too.
+    All,
+}
+
+/// How a log is opened and run.
+#[derive(Clone, Debug)]
+pub struct Options {
+    /// A segment file is sealed when the next record would take it past this size.
+    pub segment_bytes: u64,
+    /// The most bytes all segment files may hold; an append past it is `Error::Full`.
+    /// Invalidations, `delete_all` and compaction copies may go one segment past it, so
+    /// that a full log can always be emptied.
+    pub capacity_bytes: u64,
+    pub sync: SyncMode,
+    /// Open without writing anything (no recovery repairs, no appends).
+    pub read_only: bool,
+    /// Compaction picks a sealed segment whose live bytes are at most this percentage
+    /// of its size (segments with none are deleted whatever this says).
+    pub compact_live_percent_max: u64,
+    /// The wall clock, in Unix milliseconds, stamped on records (their age in `inspect`).
+    pub clock: fn() -> u64,
+    /// The id a new log gets (`None`: one drawn from the clock and the process id).
+    pub new_log_id: Option<LogId>,
+}
+
+impl Default for Options {
+    fn default() -> Options {
+        Options {
+            segment_bytes: 64 << 20,
+            capacity_bytes: 8 << 30,
+            sync: SyncMode::Data,
+            read_only: false,
+            compact_live_percent_max: 50,
+            clock: system_clock_ms,
+            new_log_id: None,
+        }
+    }
+}
+
+/// Unix milliseconds from the system clock.
+pub fn system_clock_ms() -> u64 {
+    #[allow(
+        clippy::disallowed_methods,
+        reason = "a record's age is wall-clock metadata, not policy"
+    )]
+    let now = std::time::SystemTime::now();
+    now.duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_millis() as u64)
+}
