@@ -196,6 +196,11 @@ impl Logger {
         self.geometry.capacity_bytes.saturating_sub(self.used_bytes)
     }
 
+    /// The newest version `owner` appended (0 if none).
+    pub fn newest_version(&self, owner: OwnerId) -> Version {
+        self.versions.get(&owner).copied().unwrap_or(Version(0))
+    }
+
     /// The segment new records go to, and its size so far.
     pub fn head(&self) -> Option<(SegmentNo, u64)> {
         self.head
@@ -405,6 +410,20 @@ impl Logger {
     ) -> bool {
         let (data, missing) = self.read(owner, object, range);
         missing.is_empty() && data.iter().all(|&(_, v)| v == version)
+    }
+
+    /// Whether a read of `version` over `range` can be served: every byte reads as that
+    /// version or a newer one. (A newer one is a write of its owner whose answer the
+    /// owner has not seen yet; the log never shows an older one over a newer.)
+    pub fn serves(
+        &self,
+        owner: OwnerId,
+        object: ObjectId,
+        range: ByteRange,
+        version: Version,
+    ) -> bool {
+        let (data, missing) = self.read(owner, object, range);
+        missing.is_empty() && data.iter().all(|&(_, v)| v >= version)
     }
 
     /// Every data piece a read of `owner` would see, by object: what a manager

@@ -32,6 +32,8 @@ pub(super) struct LogService {
     lease: VirtualDuration,
     /// Per manager, the room set aside for it and until when.
     reservations: BTreeMap<VolumeId, (u64, VirtualInstant)>,
+    /// The number of the last status given.
+    sequence: u64,
 }
 
 impl LogService {
@@ -41,7 +43,14 @@ impl LogService {
         watchers: Vec<VolumeId>,
         lease: VirtualDuration,
     ) -> LogService {
-        LogService { model, offset_bytes, watchers, lease, reservations: BTreeMap::new() }
+        LogService {
+            model,
+            offset_bytes,
+            watchers,
+            lease,
+            reservations: BTreeMap::new(),
+            sequence: 0,
+        }
     }
 
     pub(super) fn model(&self) -> &Logger {
@@ -114,9 +123,10 @@ impl LogService {
 }
 
 impl Node {
-    /// The status a logger reports of itself.
-    pub(super) fn status(&self, slot: usize) -> LoggerStatus {
-        let slot = &self.slots[slot];
+    /// The status a logger reports of itself, numbered so a late copy is told apart.
+    pub(super) fn status(&mut self, slot: usize) -> LoggerStatus {
+        let reserved = self.slots[slot].log.reserved(None, self.now);
+        let slot = &mut self.slots[slot];
         let availability = if slot.unit.is_awake() {
             LoggerAvailability::Awake
         } else {
@@ -124,14 +134,21 @@ impl Node {
         };
         let queue =
             slot.unit.ios_in_flight() + u32::try_from(slot.parked.len()).unwrap_or(u32::MAX);
+        slot.log.sequence += 1;
         LoggerStatus {
             availability,
             queue_length: queue,
-            free_bytes: slot
-                .log
-                .model
-                .free_bytes()
-                .saturating_sub(slot.log.reserved(None, self.now)),
+            free_bytes: slot.log.model.free_bytes().saturating_sub(reserved),
+            sequence: slot.log.sequence,
+        }
+    }
+
+    /// The logger's availability now.
+    pub(super) fn availability(&self, slot: usize) -> LoggerAvailability {
+        if self.slots[slot].unit.is_awake() {
+            LoggerAvailability::Awake
+        } else {
+            LoggerAvailability::Asleep
         }
     }
 
@@ -165,12 +182,20 @@ impl Node {
             }
             LogOp::Read { range, version } => {
                 let log = &self.slots[slot].log;
-                if log.model.holds(owner_id, VOLUME_OBJECT, range, version) {
+                if log.model.serves(owner_id, VOLUME_OBJECT, range, version) {
                     let at = log.read_placement(owner, version, range.size_bytes());
                     let purpose = DiskPurpose::Log { owner, io, payload_bytes: range.size_bytes() };
                     return self.issue_disk(slot, DiskOp::Read, at, purpose);
                 }
                 Err(LogFailure::Missing)
+            }
+            LogOp::Invalidate { version, .. }
+                if version > self.slots[slot].log.model.newest_version(owner_id) =>
+            {
+                // A version above any this log took never reached it (a write that
+                // failed before landing): there is nothing to hide, and the log would
+                // refuse a marker above the owner's newest version.
+                Ok(())
             }
             LogOp::Invalidate { range, version } => {
                 if !self.slots[slot].unit.serves_io() {
@@ -242,17 +267,13 @@ impl Node {
         let logger = LoggerId(self.slots[slot].volume.0);
         for index in 0..self.slots[slot].local_watchers.len() {
             let watcher = self.slots[slot].local_watchers[index];
-            self.slots[watcher].manager.observe_logger_load(
-                logger,
-                status.queue_length,
-                status.free_bytes,
-            );
+            self.slots[watcher].manager.observe_logger_load(logger, status);
         }
     }
 
     /// Tells the watchers when the logger's availability changed.
     pub(super) fn report_if_changed(&mut self, slot: usize) {
-        if self.status(slot).availability != self.slots[slot].reported {
+        if self.availability(slot) != self.slots[slot].reported {
             self.report_to_watchers(slot);
         }
     }

@@ -263,6 +263,9 @@ pub struct LoggerStatus {
     pub queue_length: u32,
     /// Room for new records, net of what it reserved for other managers.
     pub free_bytes: u64,
+    /// Grows with every status the logger gives: a status older than one already seen
+    /// (a late or repeated reply) is ignored, so the view never goes back in time.
+    pub sequence: u64,
 }
 
 /// Why a logger refused or failed a request.

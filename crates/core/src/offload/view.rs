@@ -60,6 +60,10 @@ impl LoggerView {
     /// view is ignored (a report meant for another manager).
     pub(crate) fn report(&mut self, logger: LoggerId, status: LoggerStatus) -> bool {
         let Some(state) = self.state_mut(logger) else { return false };
+        if state.status.is_some_and(|known| status.sequence < known.sequence) {
+            // Older than what the view holds: a late or repeated answer.
+            return false;
+        }
         let before = state.status.map(|s| s.availability);
         let was_unreachable = state.unreachable;
         state.status = Some(status);
@@ -69,12 +73,14 @@ impl LoggerView {
     }
 
     /// Records a logger's load and room; its availability stays as last reported.
-    pub(crate) fn note_load(&mut self, logger: LoggerId, queue_length: u32, free_bytes: u64) {
+    pub(crate) fn note_load(&mut self, logger: LoggerId, status: LoggerStatus) {
         if let Some(state) = self.state_mut(logger)
-            && let Some(status) = &mut state.status
+            && let Some(known) = &mut state.status
+            && status.sequence >= known.sequence
         {
-            status.queue_length = queue_length;
-            status.free_bytes = free_bytes;
+            known.queue_length = status.queue_length;
+            known.free_bytes = status.free_bytes;
+            known.sequence = status.sequence;
         }
     }
 
@@ -204,7 +210,7 @@ mod tests {
     }
 
     fn status(availability: LoggerAvailability, queue_length: u32, free: u64) -> LoggerStatus {
-        LoggerStatus { availability, queue_length, free_bytes: free }
+        LoggerStatus { availability, queue_length, free_bytes: free, sequence: 1 }
     }
 
     #[test]
@@ -236,6 +242,9 @@ mod tests {
         view.take_due_probes(VirtualInstant(10), &mut due);
         assert_eq!(due, vec![LoggerId(1)]);
         assert!(view.report(LoggerId(1), status(Asleep, 0, 1000)), "back, and asleep");
+        let stale = LoggerStatus { sequence: 0, ..status(Awake, 0, 1000) };
+        assert!(!view.report(LoggerId(1), stale), "an older status is ignored");
+        assert_eq!(view.availability(LoggerId(1), true), Asleep);
         assert_eq!(view.next_probe_at(), None);
         view.report(LoggerId(0), status(Awake, 0, 1000));
         assert_eq!(view.availability(LoggerId(0), false), Asleep, "home disks sleep");

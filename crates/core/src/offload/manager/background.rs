@@ -52,7 +52,14 @@ impl VolumeManager {
             }
             if self.logger_availability(logger) == LoggerAvailability::Awake {
                 let reads = &self.log_reads_in_flight;
-                let busy = |entry: GarbageEntry| reads.contains_key(&(entry.logger, entry.version));
+                let redirect = &self.redirect;
+                let busy = |entry: GarbageEntry| {
+                    // A marker hides its version and every older one: it waits for the
+                    // reads in flight of any of them on that logger (O2).
+                    let older_reads = (entry.logger, Version(0))..=(entry.logger, entry.version);
+                    reads.range(older_reads).next().is_some()
+                        || hides_a_mapped_version(redirect, entry)
+                };
                 self.garbage.take_sendable(logger, room, busy, &mut sendable);
             }
         }
@@ -331,4 +338,20 @@ impl VolumeManager {
             PowerPolicy::AlwaysOn | PowerPolicy::SpinDownWhenIdle { .. } => false,
         }
     }
+}
+
+/// Whether invalidating `entry` would hide data still mapped (O2): an invalidation
+/// hides its version and every older one on its logger (docs/format/log.md), so it
+/// waits while part of its range is mapped to an older version on the same logger.
+/// Only a write that failed and may have landed leaves such an entry: its retry takes
+/// a newer version, and once that lands nothing older is mapped any more.
+fn hides_a_mapped_version(
+    redirect: &crate::extent::ExtentMap<(LoggerId, Version)>,
+    entry: GarbageEntry,
+) -> bool {
+    let mut hides = false;
+    redirect.for_each_overlap(entry.range, |_, (logger, version)| {
+        hides |= logger == entry.logger && version < entry.version;
+    });
+    hides
 }

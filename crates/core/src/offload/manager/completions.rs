@@ -133,7 +133,13 @@ impl VolumeManager {
         version: Version,
         attempt: u32,
     ) {
-        if attempt < self.config.home_io_attempts_max && self.home == HomePower::Active {
+        // Retried only while the piece is still the latest logged version: a newer
+        // write may have replaced it since (then it is not copied home at all).
+        let still_latest = self.logged_version(range) == Some((logger, version));
+        if attempt < self.config.home_io_attempts_max
+            && self.home == HomePower::Active
+            && still_latest
+        {
             self.counters.home_io_retries += 1;
             self.issue_reclaim_write(logger, range, version, attempt + 1);
             return;

@@ -13,7 +13,10 @@
 //!   version, so the home copy is never newer than a valid logged one and recovery
 //!   (latest valid version wins) cannot resurrect stale data.
 //! - O2: the latest version of a block is invalidated only after every older version
-//!   (the garbage cache enforces it), and no version is invalidated under a read.
+//!   (the garbage cache enforces it). An invalidation hides its version and every
+//!   older one on its logger (docs/format/log.md), so it waits while a read of any of
+//!   them is in flight there, and while part of its range is still mapped to an older
+//!   version on that logger.
 //! - O3: the home volume is put in standby only with no home I/O in flight and, under
 //!   off-load, once a logger on other disks that reported itself awake granted a
 //!   reservation of room for the next writes.
@@ -410,12 +413,13 @@ impl VolumeManager {
         (uniform && covered == range.size_bytes()).then_some(found).flatten()
     }
 
-    /// Records a logger's load and room for the next decision, without acting on it
-    /// now: the cheap path for a shell that sees a logger's load change at every I/O.
-    /// A change of availability, which can unblock work, comes as `LoggerReported`
-    /// through [`VolumeManager::handle`] instead.
-    pub fn observe_logger_load(&mut self, logger: LoggerId, queue_length: u32, free_bytes: u64) {
-        self.view.note_load(logger, queue_length, free_bytes);
+    /// Records a logger's load and room (from `status`) for the next decision, without
+    /// acting on it now: the cheap path for a shell that sees a logger's load change at
+    /// every I/O. A change of availability, which can unblock work, comes as
+    /// `LoggerReported` through [`VolumeManager::handle`] instead; the availability in
+    /// `status` is not read here.
+    pub fn observe_logger_load(&mut self, logger: LoggerId, status: super::LoggerStatus) {
+        self.view.note_load(logger, status);
     }
 
     /// Feeds one event; see the module's call protocol.
