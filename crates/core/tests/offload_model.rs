@@ -199,6 +199,7 @@ impl Harness {
             availability,
             queue_length: 0,
             free_bytes: self.loggers[i].free_bytes(),
+            hosting_until: VirtualInstant::ZERO,
             sequence: self.status_sequence,
         }
     }

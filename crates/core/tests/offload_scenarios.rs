@@ -41,7 +41,13 @@ fn status(availability: LoggerAvailability) -> LoggerStatus {
     // Every status newer than the last: the test plays the logger's numbering.
     static SEQUENCE: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
     let sequence = SEQUENCE.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-    LoggerStatus { availability, queue_length: 0, free_bytes: 1 << 40, sequence }
+    LoggerStatus {
+        availability,
+        queue_length: 0,
+        free_bytes: 1 << 40,
+        hosting_until: VirtualInstant::ZERO,
+        sequence,
+    }
 }
 
 /// The loggers' availability as the test plays them.

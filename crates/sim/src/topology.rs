@@ -157,7 +157,6 @@ pub struct NetworkParams {
     pub link_bytes_per_second: f64,
 }
 
-
 /// One volume as laid out on the cluster.
 #[derive(Clone, Debug)]
 pub struct VolumeLayout {
@@ -356,7 +355,8 @@ impl Topology {
     }
 
     fn power_window(&self) -> Result<VirtualDuration, TopologyError> {
-        let power_window = self.seconds("policy.power_window_s", self.file.policy.power_window_s)?;
+        let power_window =
+            self.seconds("policy.power_window_s", self.file.policy.power_window_s)?;
         if power_window < VirtualDuration::from_secs(1) {
             return Err(self.invalid("policy.power_window_s", "must be at least 1 s"));
         }

@@ -2,9 +2,10 @@
 //! and a disk I/O at the right place in the log partition, then a reply that carries
 //! the logger's status; room is set aside for managers going to sleep (reservations);
 //! watchers hear when the logger's availability changes; garbage is collected while
-//! the disks spin. A logger wakes its disks for a client's write or read, never for
-//! background work: an invalidation to a sleeping logger is refused (`Asleep`), and
-//! the manager sends it again once the logger reports itself awake.
+//! the disks spin. A logger wakes its disks only to read data it alone holds: a write
+//! to a logger that is not awake (the writer's view was stale) is refused (`Asleep`)
+//! and goes elsewhere, and an invalidation to a sleeping logger is refused too; the
+//! manager sends it again once the logger reports itself awake.
 
 use std::collections::BTreeMap;
 
@@ -55,6 +56,17 @@ impl LogService {
 
     pub(super) fn model(&self) -> &Logger {
         &self.model
+    }
+
+    /// Until when room is set aside for managers other than `host` (the volume the log
+    /// is on): they sleep on this logger until then. ZERO when none.
+    fn hosting_until(&self, host: VolumeId, now: VirtualInstant) -> VirtualInstant {
+        self.reservations
+            .iter()
+            .filter(|&(&holder, &(_, until))| holder != host && until > now)
+            .map(|(_, &(_, until))| until)
+            .max()
+            .unwrap_or(VirtualInstant::ZERO)
     }
 
     /// Room set aside at `now` for managers other than `owner` (all, without one).
@@ -126,6 +138,7 @@ impl Node {
     /// The status a logger reports of itself, numbered so a late copy is told apart.
     pub(super) fn status(&mut self, slot: usize) -> LoggerStatus {
         let reserved = self.slots[slot].log.reserved(None, self.now);
+        let hosting_until = self.slots[slot].log.hosting_until(self.slots[slot].volume, self.now);
         let slot = &mut self.slots[slot];
         let availability = if slot.unit.is_awake() {
             LoggerAvailability::Awake
@@ -139,6 +152,7 @@ impl Node {
             availability,
             queue_length: queue,
             free_bytes: slot.log.model.free_bytes().saturating_sub(reserved),
+            hosting_until,
             sequence: slot.log.sequence,
         }
     }
@@ -162,6 +176,12 @@ impl Node {
                 let granted = self.slots[slot].unit.is_awake()
                     && self.slots[slot].log.reserve(owner, bytes, now);
                 if granted { Ok(()) } else { Err(LogFailure::Refused) }
+            }
+            LogOp::Write { .. } if !self.slots[slot].unit.is_awake() => {
+                // The writer's view was stale: this logger is going to sleep, or sleeps.
+                // It does not wake for a write another logger (or the home volume) can
+                // take: the reply's status tells the writer to go elsewhere.
+                Err(LogFailure::Asleep)
             }
             LogOp::Write { range, version } => {
                 let log = &mut self.slots[slot].log;
@@ -216,6 +236,7 @@ impl Node {
         };
         let reply = LoggerReply { result, status: self.status(slot), waited_for_spin_up: false };
         self.reply_to(owner, io, reply, 0);
+        // A reservation granted makes the logger's own volume a host: it learns at once.
         self.observe_load(slot);
     }
 

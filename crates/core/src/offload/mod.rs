@@ -18,7 +18,7 @@ mod view;
 pub use manager::{ManagerCounters, VolumeManager};
 
 use somnus_types::{
-    ByteRange, IoId, IoKind, LoggerId, Power, RequestId, VirtualDuration, VolumeId,
+    ByteRange, IoId, IoKind, LoggerId, Power, RequestId, VirtualDuration, VirtualInstant, VolumeId,
 };
 
 use crate::Version;
@@ -263,6 +263,9 @@ pub struct LoggerStatus {
     pub queue_length: u32,
     /// Room for new records, net of what it reserved for other managers.
     pub free_bytes: u64,
+    /// Until when the logger holds room it reserved for other managers, which sleep on
+    /// it (ZERO: none). Its own volume stays up till then: it is their logger host.
+    pub hosting_until: VirtualInstant,
     /// Grows with every status the logger gives: a status older than one already seen
     /// (a late or repeated reply) is ignored, so the view never goes back in time.
     pub sequence: u64,

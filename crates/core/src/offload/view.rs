@@ -73,14 +73,15 @@ impl LoggerView {
     }
 
     /// Records a logger's load and room; its availability stays as last reported.
+    /// (The shell's note is current, so it is not held to the sequence; it does not move
+    /// the sequence either, so a report already on its way is still heard.)
     pub(crate) fn note_load(&mut self, logger: LoggerId, status: LoggerStatus) {
         if let Some(state) = self.state_mut(logger)
             && let Some(known) = &mut state.status
-            && status.sequence >= known.sequence
         {
             known.queue_length = status.queue_length;
             known.free_bytes = status.free_bytes;
-            known.sequence = status.sequence;
+            known.hosting_until = status.hosting_until;
         }
     }
 
@@ -138,6 +139,17 @@ impl LoggerView {
             (false, Some(status)) => status.availability,
             (false, None) => LoggerAvailability::Asleep,
         }
+    }
+
+    /// Until when the logger on the home disks hosts other managers (they sleep on it).
+    pub(crate) fn own_hosting_until(&self) -> VirtualInstant {
+        self.loggers
+            .iter()
+            .filter(|state| state.entry.shares_home_disks)
+            .filter_map(|state| state.status)
+            .map(|status| status.hosting_until)
+            .max()
+            .unwrap_or(VirtualInstant::ZERO)
     }
 
     pub(crate) fn is_remote(&self, logger: LoggerId) -> bool {
@@ -210,7 +222,13 @@ mod tests {
     }
 
     fn status(availability: LoggerAvailability, queue_length: u32, free: u64) -> LoggerStatus {
-        LoggerStatus { availability, queue_length, free_bytes: free, sequence: 1 }
+        LoggerStatus {
+            availability,
+            queue_length,
+            free_bytes: free,
+            hosting_until: VirtualInstant::ZERO,
+            sequence: 1,
+        }
     }
 
     #[test]

@@ -46,7 +46,11 @@ pub struct VolumeMeasurements {
 }
 
 impl RunMeasurements {
-    pub(crate) fn new(kind: ConfigKind, span: VirtualDuration, timeline: PowerTimeline) -> RunMeasurements {
+    pub(crate) fn new(
+        kind: ConfigKind,
+        span: VirtualDuration,
+        timeline: PowerTimeline,
+    ) -> RunMeasurements {
         let histogram = || {
             // 1 us to 1000 s at three significant digits; bounds are constants.
             match Histogram::new_with_bounds(1_000, 1_000_000_000_000, 3) {
@@ -77,7 +81,13 @@ impl RunMeasurements {
     }
 
     /// Counts a finished request of the measured window.
-    pub(crate) fn reply(&mut self, kind: IoKind, outcome: ReplyOutcome, latency_ns: u64, spin_delayed: bool) {
+    pub(crate) fn reply(
+        &mut self,
+        kind: IoKind,
+        outcome: ReplyOutcome,
+        latency_ns: u64,
+        spin_delayed: bool,
+    ) {
         let (histogram, sum) = match kind {
             IoKind::Read => (&mut self.read_latency_ns, &mut self.read_latency_sum_ns),
             IoKind::Write => (&mut self.write_latency_ns, &mut self.write_latency_sum_ns),
@@ -115,7 +125,11 @@ impl RunMeasurements {
 pub(crate) type Snapshot = Vec<(MeterReading, ManagerCounters)>;
 
 /// Per volume, what was measured between two snapshots.
-pub(crate) fn between(start: &Snapshot, end: &Snapshot, requests: &[(u64, u64)]) -> Vec<VolumeMeasurements> {
+pub(crate) fn between(
+    start: &Snapshot,
+    end: &Snapshot,
+    requests: &[(u64, u64)],
+) -> Vec<VolumeMeasurements> {
     start
         .iter()
         .zip(end)

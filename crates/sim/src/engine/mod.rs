@@ -17,9 +17,13 @@ mod volume;
 use std::cmp::Reverse;
 use std::collections::BinaryHeap;
 
-use somnus_core::node::{ClusterMap, DiskOp, Message, Node, NodeAction, NodeEvent, VolumePlacement, plan_cluster};
+use somnus_core::node::{
+    ClusterMap, DiskOp, Message, Node, NodeAction, NodeEvent, VolumePlacement, plan_cluster,
+};
 use somnus_core::power::{PowerState, PowerTimeline};
-use somnus_types::{ByteRange, IoId, IoKind, RequestId, ServerId, VirtualDuration, VirtualInstant, VolumeId};
+use somnus_types::{
+    ByteRange, IoId, IoKind, RequestId, ServerId, VirtualDuration, VirtualInstant, VolumeId,
+};
 
 pub use measure::{RunMeasurements, VolumeMeasurements};
 pub use somnus_core::offload::ConfigKind;
@@ -191,7 +195,8 @@ impl Engine {
             }
             nodes.push(Node::new(config, start, somnus_core::offload::SteadyPower::Active));
         }
-        let measured = RunMeasurements::new(kind, span, PowerTimeline::new(measure_from, span, window));
+        let measured =
+            RunMeasurements::new(kind, span, PowerTimeline::new(measure_from, span, window));
         Engine {
             kind,
             now: start,
@@ -232,14 +237,20 @@ impl Engine {
         let mut last_arrival = VirtualInstant::ZERO;
         for request in requests {
             if request.arrival < last_arrival {
-                return Err(EngineError::OutOfOrder { earlier: last_arrival, later: request.arrival });
+                return Err(EngineError::OutOfOrder {
+                    earlier: last_arrival,
+                    later: request.arrival,
+                });
             }
             last_arrival = request.arrival;
             if request.arrival >= self.end {
                 return Err(EngineError::AfterWindow { at: request.arrival, end: self.end });
             }
             if request.volume.index() >= self.volumes.len() {
-                return Err(EngineError::UnknownVolume { volume: request.volume, count: self.volumes.len() });
+                return Err(EngineError::UnknownVolume {
+                    volume: request.volume,
+                    count: self.volumes.len(),
+                });
             }
             if request.arrival >= self.measure_from && self.start_snapshot.is_none() {
                 self.run_events_until(self.measure_from, false);
@@ -351,7 +362,8 @@ impl Engine {
     fn execute(&mut self, node: u32, action: NodeAction) {
         match action {
             NodeAction::DiskIo { io, volume, op, placement } => {
-                let done = self.volumes[volume.index()].serve(self.now, op == DiskOp::Write, placement);
+                let done =
+                    self.volumes[volume.index()].serve(self.now, op == DiskOp::Write, placement);
                 let index = self.disk_ios.insert((node, io));
                 self.schedule(done, EventKind::DiskDone(index));
             }
@@ -410,7 +422,10 @@ impl Engine {
         }
         let node = self.node_of[request.volume.index()];
         let (kind, range) = (request.kind, request.range);
-        self.feed(node, NodeEvent::RequestArrived { volume: request.volume, request: id, kind, range });
+        self.feed(
+            node,
+            NodeEvent::RequestArrived { volume: request.volume, request: id, kind, range },
+        );
         Ok(())
     }
 
@@ -425,7 +440,11 @@ impl Engine {
         // The low half of a request id is its slot, the high half its generation.
         let slot = request.0 as u32;
         let client = self.requests[slot as usize];
-        assert_eq!(u64::from(client.generation), request.0 >> 32, "a reply to a stale request {request}");
+        assert_eq!(
+            u64::from(client.generation),
+            request.0 >> 32,
+            "a reply to a stale request {request}"
+        );
         let latency = self.now.duration_since(client.arrival).as_nanos();
         if client.arrival >= self.measure_from {
             self.measured.reply(kind, outcome, latency, waited_for_spin_up);

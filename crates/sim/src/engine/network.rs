@@ -24,7 +24,13 @@ impl Network {
 
     /// Puts `bytes` on the wire from one server to another at `now`; returns the
     /// arrival time.
-    pub(crate) fn send(&mut self, now: VirtualInstant, source: u32, target: u32, bytes: u64) -> VirtualInstant {
+    pub(crate) fn send(
+        &mut self,
+        now: VirtualInstant,
+        source: u32,
+        target: u32,
+        bytes: u64,
+    ) -> VirtualInstant {
         assert_ne!(source, target, "a message to its own server needs no network");
         let transfer = VirtualDuration::from_nanos(
             (bytes as f64 / self.params.link_bytes_per_second * 1e9) as u64,

@@ -78,8 +78,8 @@ impl Volume {
             stripe_unit_bytes: volume.stripe_unit_bytes,
         };
         let capacity_bytes = array.capacity_bytes(model.capacity_bytes());
-        let meter =
-            EnergyMeter::new(profile, volume.disks, PowerState::Idle, start).with_timeline(timeline);
+        let meter = EnergyMeter::new(profile, volume.disks, PowerState::Idle, start)
+            .with_timeline(timeline);
         Volume {
             power: DiskPower::Active,
             disks: vec![Disk::default(); volume.disks as usize],
@@ -101,7 +101,12 @@ impl Volume {
 
     /// Serves an I/O at `now`; returns when it completes (acknowledged by the
     /// controller's write cache, or read).
-    pub(crate) fn serve(&mut self, now: VirtualInstant, write: bool, placement: ByteRange) -> VirtualInstant {
+    pub(crate) fn serve(
+        &mut self,
+        now: VirtualInstant,
+        write: bool,
+        placement: ByteRange,
+    ) -> VirtualInstant {
         assert_eq!(
             self.power,
             DiskPower::Active,
@@ -159,7 +164,12 @@ impl Volume {
     /// When a write whose disk work completes at `destaged` is acknowledged: at once if
     /// the write cache has room, after enough earlier writes are destaged if it is
     /// full, and at `destaged` without a cache or for a write larger than it.
-    fn cache_write(&mut self, now: VirtualInstant, size_bytes: u64, destaged: VirtualInstant) -> VirtualInstant {
+    fn cache_write(
+        &mut self,
+        now: VirtualInstant,
+        size_bytes: u64,
+        destaged: VirtualInstant,
+    ) -> VirtualInstant {
         if size_bytes > self.cache_bytes {
             return destaged;
         }
@@ -181,10 +191,16 @@ impl Volume {
     /// Queues operations on their disks, none before `not_before`: background ones
     /// first come first served, foreground ones ahead of queued background work (see
     /// `disk`); returns when the last one completes.
-    fn queue(&mut self, ops: &[DiskOp], not_before: VirtualInstant, foreground: bool) -> VirtualInstant {
+    fn queue(
+        &mut self,
+        ops: &[DiskOp],
+        not_before: VirtualInstant,
+        foreground: bool,
+    ) -> VirtualInstant {
         let mut done = not_before;
         for op in ops {
-            let queued = self.disks[op.disk as usize].queue(&self.model, op, not_before, foreground);
+            let queued =
+                self.disks[op.disk as usize].queue(&self.model, op, not_before, foreground);
             self.meter.add_busy(queued.start, queued.busy);
             done = done.max(queued.end);
         }
@@ -228,7 +244,9 @@ impl Volume {
         self.power = match self.power {
             DiskPower::SpinningDown => DiskPower::Standby,
             DiskPower::SpinningUp => DiskPower::Active,
-            DiskPower::Active | DiskPower::Standby => unreachable!("power event without a transition"),
+            DiskPower::Active | DiskPower::Standby => {
+                unreachable!("power event without a transition")
+            }
         };
         self.power == DiskPower::Active
     }
@@ -240,8 +258,14 @@ mod tests {
     use crate::topology::Topology;
 
     fn volume() -> Volume {
-        let layout = Topology::msr_cambridge().layout(&["hm_1".to_string()]).unwrap_or_else(|e| panic!("{e}"));
-        let timeline = PowerTimeline::new(VirtualInstant::ZERO, VirtualDuration::from_secs(60), VirtualDuration::from_secs(60));
+        let layout = Topology::msr_cambridge()
+            .layout(&["hm_1".to_string()])
+            .unwrap_or_else(|e| panic!("{e}"));
+        let timeline = PowerTimeline::new(
+            VirtualInstant::ZERO,
+            VirtualDuration::from_secs(60),
+            VirtualDuration::from_secs(60),
+        );
         Volume::new(&layout, &layout.volumes[0], VirtualInstant::ZERO, timeline)
     }
 

@@ -238,7 +238,9 @@ impl VolumeManager {
         {
             return false;
         }
-        self.idle_deadline().is_some_and(|deadline| now >= deadline)
+        // The logger on the home disks hosts managers that sleep on it: stay up.
+        let hosting = self.view.own_hosting_until() > now;
+        !hosting && self.idle_deadline().is_some_and(|deadline| now >= deadline)
     }
 
     fn maybe_spin_down(&mut self, now: VirtualInstant) {

@@ -19,7 +19,8 @@
 //!   version on that logger.
 //! - O3: the home volume is put in standby only with no home I/O in flight and, under
 //!   off-load, once a logger on other disks that reported itself awake granted a
-//!   reservation of room for the next writes.
+//!   reservation of room for the next writes; and not while its own logger holds such
+//!   a reservation for another manager (it is that manager's host until the lease ends).
 //! - O4: a request is replied to exactly once, after every part of it is durable
 //!   (writes) or read, or after it failed.
 //! - O5: overlapping requests are served one at a time, in arrival order; a logged
@@ -467,7 +468,10 @@ impl VolumeManager {
             && self.home_ios_in_flight == 0
             && let Some(idle_deadline) = self.idle_deadline()
         {
-            consider(idle_deadline.max(self.probe_again_at.unwrap_or(idle_deadline)));
+            let hosting_until = self.view.own_hosting_until();
+            consider(
+                idle_deadline.max(self.probe_again_at.unwrap_or(idle_deadline)).max(hosting_until),
+            );
         }
         if self.reclaim_possible() {
             consider(self.last_foreground + self.config.reclaim_after_idle);
