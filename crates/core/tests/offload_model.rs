@@ -559,7 +559,7 @@ impl Harness {
     fn collect_garbage(&mut self) {
         let i = self.rng.random_range(0..LOGGERS);
         if !self.failed[i] {
-            self.loggers[i].compact();
+            let _ = self.loggers[i].compact();
             self.check_recovery_view("after a collection");
         }
     }

@@ -83,8 +83,10 @@ pub struct Placement {
 pub struct Collection {
     pub segment: SegmentNo,
     pub records_copied: u64,
-    /// Bytes of the copies written at the head (headers included).
+    /// Data bytes copied (as the engine's report counts them).
     pub bytes_copied: u64,
+    /// Bytes the copies take at the head, headers included: what the disks write.
+    pub record_bytes_written: u64,
     /// The collected segment's size, freed.
     pub bytes_freed: u64,
 }
@@ -555,22 +557,27 @@ impl Logger {
     }
 
     /// Collects `segment` however little it frees: its records that must outlive it are
-    /// copied to the head (with their LSN and version), then it is deleted. `None` for
-    /// the head segment or one the log does not hold.
-    pub fn compact_segment(&mut self, segment: SegmentNo) -> Option<Collection> {
+    /// copied to the head (with their LSN and version), then it is deleted. `Ok(None)`
+    /// for the head segment or one the log does not hold. A copy that does not fit ends
+    /// the collection with `Full`: the segment stays, and the copies made stay beside
+    /// their originals (they mean the same), as the engine leaves them.
+    pub fn compact_segment(
+        &mut self,
+        segment: SegmentNo,
+    ) -> Result<Option<Collection>, LoggerError> {
         if self.head.is_some_and(|(head, _)| head == segment)
             || !self.segments.contains_key(&segment)
         {
-            return None;
+            return Ok(None);
         }
         let copies = self.plan_collection(segment);
-        Some(self.collect(segment, copies))
+        self.collect(segment, copies).map(Some)
     }
 
     /// One step of garbage collection, as the engine's `compact`: among the sealed
     /// segments whose live share is at most `compact_live_percent_max`, fewest live first
     /// (eight at most are looked at), the first whose copies take at most that share too.
-    pub fn compact(&mut self) -> Option<Collection> {
+    pub fn compact(&mut self) -> Result<Option<Collection>, LoggerError> {
         const LOOK_AT_MAX: usize = 8;
         let percent = u128::from(self.geometry.compact_live_percent_max);
         let head = self.head.map(|(segment, _)| segment);
@@ -586,21 +593,29 @@ impl Logger {
             let copies = self.plan_collection(segment);
             let copy_bytes: u64 = copies.iter().map(Record::bytes).sum();
             if u128::from(copy_bytes) * 100 <= bytes * percent {
-                return Some(self.collect(segment, copies));
+                return self.collect(segment, copies).map(Some);
             }
         }
-        None
+        Ok(None)
     }
 
-    fn collect(&mut self, segment: SegmentNo, copies: Vec<Record>) -> Collection {
-        let mut bytes_copied = 0;
+    fn collect(
+        &mut self,
+        segment: SegmentNo,
+        copies: Vec<Record>,
+    ) -> Result<Collection, LoggerError> {
+        let mut record_bytes_written = 0;
         let records_copied = copies.len() as u64;
+        let bytes_copied = copies
+            .iter()
+            .filter(|copy| copy.kind == Kind::Data)
+            .map(|copy| copy.range.size_bytes())
+            .sum();
         for copy in copies {
             // Copies may go one segment past the capacity, so a full log can empty.
-            match self.enqueue(copy, true) {
-                Ok(placement) => bytes_copied += placement.record_bytes,
-                Err(error) => panic!("logger {}: a collection copy did not fit: {error}", self.id),
-            }
+            let placement = self.enqueue(copy, true)?;
+            record_bytes_written += placement.record_bytes
+                + if placement.new_segment { SEGMENT_HEADER_BYTES } else { 0 };
         }
         let Some((bytes_freed, ids)) = self.segments.remove(&segment) else {
             unreachable!("collect of a segment the model does not hold")
@@ -609,7 +624,7 @@ impl Logger {
             self.remove_record(id);
         }
         self.used_bytes -= bytes_freed;
-        Collection { segment, records_copied, bytes_copied, bytes_freed }
+        Ok(Collection { segment, records_copied, bytes_copied, record_bytes_written, bytes_freed })
     }
 
     fn remove_record(&mut self, id: RecordId) {
@@ -699,14 +714,14 @@ mod tests {
             "headroom"
         );
         assert_eq!(log.free_bytes(), 0, "invalidated space is not free yet");
-        let collected = log.compact().unwrap();
+        let collected = log.compact().unwrap().unwrap();
         assert_eq!((collected.segment, collected.records_copied), (SegmentNo(1), 0));
         assert_eq!(collected.bytes_freed, 4096);
         assert_eq!(log.live_bytes(), 0);
         // The marker is kept while older data remains elsewhere.
         let before = log.used_bytes();
-        log.compact_segment(SegmentNo(2)).unwrap();
-        log.compact_segment(SegmentNo(3)).unwrap();
+        log.compact_segment(SegmentNo(2)).unwrap().unwrap();
+        log.compact_segment(SegmentNo(3)).unwrap().unwrap();
         assert!(log.used_bytes() < before);
         assert!(log.fits(512));
     }

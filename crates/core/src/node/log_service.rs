@@ -267,16 +267,18 @@ impl Node {
         if !full_enough || !self.slots[slot].unit.is_awake() {
             return;
         }
-        let Some(collection) = self.slots[slot].log.model.compact() else { return };
+        // A collection that runs out of room stops part-way and frees nothing yet.
+        let Ok(Some(collection)) = self.slots[slot].log.model.compact() else { return };
         self.counters.log_collections += 1;
         self.counters.log_bytes_copied += collection.bytes_copied;
-        if collection.bytes_copied == 0 {
+        if collection.record_bytes_written == 0 {
             return;
         }
+        let bytes = collection.record_bytes_written;
         let log = &self.slots[slot].log;
-        let read = log.segment_placement(collection.segment, collection.bytes_copied);
+        let read = log.segment_placement(collection.segment, bytes);
         let head = log.model.head().map_or(collection.segment, |(segment, _)| segment);
-        let write = log.segment_placement(head, collection.bytes_copied);
+        let write = log.segment_placement(head, bytes);
         self.issue_disk(slot, DiskOp::Read, read, DiskPurpose::Collection);
         self.issue_disk(slot, DiskOp::Write, write, DiskPurpose::Collection);
     }
