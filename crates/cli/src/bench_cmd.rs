@@ -138,17 +138,7 @@ fn offload(args: &BenchOffloadArgs) -> Result<()> {
 }
 
 fn measure(args: &BenchOffloadArgs, path: &Path, copies: u64) -> Result<()> {
-    let lines = {
-        let output = Command::new("wc").arg("-l").arg(path).output().context("running wc -l")?;
-        if !output.status.success() {
-            bail!("wc -l {} failed: {}", path.display(), String::from_utf8_lossy(&output.stderr));
-        }
-        String::from_utf8_lossy(&output.stdout)
-            .split_whitespace()
-            .next()
-            .unwrap_or("0")
-            .parse::<u64>()?
-    };
+    let lines = count_lines(path)?;
     let wc = time(args.repeat, || {
         let status =
             Command::new("wc").arg("-l").arg(path).stdout(std::process::Stdio::null()).status()?;
@@ -166,69 +156,100 @@ fn measure(args: &BenchOffloadArgs, path: &Path, copies: u64) -> Result<()> {
     let topology = load_topology(None, &[])?;
     let mut simulated = 0u64;
     let end_to_end = time(args.repeat, || {
-        let set = TraceSet::open(&[path.to_path_buf()], &ReadOptions::default())?;
-        let Some(window) = Window::whole(set.summary()) else {
-            bail!("{} has no requests", path.display())
-        };
-        let names: Vec<String> = set.volumes().iter().map(|(_, n)| n.to_string()).collect();
-        let loads = peak_loads(set.requests(), names.len(), LOAD_WINDOW)?;
-        let layout = topology.layout_for_load(&names, &loads)?;
-        let mut failure = None;
-        let requests = window
-            .sim_requests(set.requests())
-            .map_while(|r| r.map_err(|e| failure = Some(e)).ok());
-        let measured = Engine::new(&layout, ConfigKind::Rack, window.run_window())
-            .run(requests, &mut |_| {})?;
-        if let Some(error) = failure {
-            return Err(error.into());
-        }
-        simulated = measured.read_latency_ns.len() + measured.write_latency_ns.len();
+        simulated = replay_rack(&topology, path)?;
         Ok(())
     })?;
     let rate = |count: u64, d: Duration| count as f64 / d.as_secs_f64().max(1e-9);
     // wc runs in a child process: only its wall time is known.
-    let wc_lines_per_s = rate(lines.max(1), wc.0);
-    let (parse_wall, parse_cpu) = (rate(records, parse.0), parse.1.map(|d| rate(records, d)));
-    let (e2e_wall, e2e_cpu) =
-        (rate(simulated, end_to_end.0), end_to_end.1.map(|d| rate(simulated, d)));
+    let figures = Figures {
+        copies,
+        records,
+        wc_lines_per_s: rate(lines.max(1), wc.0),
+        parse: (rate(records, parse.0), parse.1.map(|d| rate(records, d))),
+        end_to_end: (rate(simulated, end_to_end.0), end_to_end.1.map(|d| rate(simulated, d))),
+    };
+    print_figures(args, &figures)
+}
+
+/// `wc -l` of a file: the reference the parser is measured against.
+fn count_lines(path: &Path) -> Result<u64> {
+    let output = Command::new("wc").arg("-l").arg(path).output().context("running wc -l")?;
+    if !output.status.success() {
+        bail!("wc -l {} failed: {}", path.display(), String::from_utf8_lossy(&output.stderr));
+    }
+    Ok(String::from_utf8_lossy(&output.stdout).split_whitespace().next().unwrap_or("0").parse()?)
+}
+
+/// Replays a trace file whole under rack-level off-load (open, pre-scan, size arrays,
+/// replay); returns the requests simulated.
+fn replay_rack(topology: &somnus_sim::topology::Topology, path: &Path) -> Result<u64> {
+    let set = TraceSet::open(&[path.to_path_buf()], &ReadOptions::default())?;
+    let Some(window) = Window::whole(set.summary()) else {
+        bail!("{} has no requests", path.display())
+    };
+    let names: Vec<String> = set.volumes().iter().map(|(_, n)| n.to_string()).collect();
+    let loads = peak_loads(set.requests(), names.len(), LOAD_WINDOW)?;
+    let layout = topology.layout_for_load(&names, &loads)?;
+    let mut failure = None;
+    let requests =
+        window.sim_requests(set.requests()).map_while(|r| r.map_err(|e| failure = Some(e)).ok());
+    let measured =
+        Engine::new(&layout, ConfigKind::Rack, window.run_window()).run(requests, &mut |_| {})?;
+    if let Some(error) = failure {
+        return Err(error.into());
+    }
+    Ok(measured.read_latency_ns.len() + measured.write_latency_ns.len())
+}
+
+/// What one benchmark run measured: rates per wall second and, where known, per CPU
+/// second.
+struct Figures {
+    copies: u64,
+    records: u64,
+    wc_lines_per_s: f64,
+    parse: (f64, Option<f64>),
+    end_to_end: (f64, Option<f64>),
+}
+
+fn print_figures(args: &BenchOffloadArgs, f: &Figures) -> Result<()> {
+    let ((parse_wall, parse_cpu), (e2e_wall, e2e_cpu)) = (f.parse, f.end_to_end);
     if args.json {
         let figures = serde_json::json!({
             "trace": args.trace.display().to_string(),
-            "copies": copies,
-            "records": records,
+            "copies": f.copies,
+            "records": f.records,
             "repeat": args.repeat,
-            "wc_lines_per_s": wc_lines_per_s,
+            "wc_lines_per_s": f.wc_lines_per_s,
             "parse_records_per_s": parse_wall,
             "parse_records_per_cpu_s": parse_cpu,
-            "parse_to_wc_ratio": parse_wall / wc_lines_per_s,
+            "parse_to_wc_ratio": parse_wall / f.wc_lines_per_s,
             "rack_end_to_end_requests_per_s": e2e_wall,
             "rack_end_to_end_requests_per_cpu_s": e2e_cpu,
         });
         let document = crate::provenance::Document::new("somnus-bench-offload", figures);
-        outln!("{}", document.to_json()?)?;
-        return Ok(());
+        return outln!("{}", document.to_json()?);
     }
     let cpu = |rate: Option<f64>| rate.map_or_else(|| "n/a".to_string(), |r| format!("{r:.0}"));
     outln!(
-        "trace {} looped {copies} times into one file of {} records; median of {} runs, one core",
+        "trace {} looped {} times into one file of {} records; median of {} runs, one core",
         args.trace.display(),
-        records,
+        f.copies,
+        f.records,
         args.repeat
     )?;
     outln!("{:<28} {:>14} {:>14}", "", "per wall s", "per CPU s")?;
-    outln!("{:<28} {:>14.0} {:>14}   (lines)", "wc -l", wc_lines_per_s, "")?;
+    outln!("{:<28} {:>14.0} {:>14}   (lines)", "wc -l", f.wc_lines_per_s, "")?;
     outln!(
         "{:<28} {:>14.0} {:>14}   (records; {:.2}x wc -l)",
         "parse",
         parse_wall,
         cpu(parse_cpu),
-        parse_wall / wc_lines_per_s
+        parse_wall / f.wc_lines_per_s
     )?;
     outln!(
         "{:<28} {:>14.0} {:>14}   (requests; target >= 2,000,000)",
         "rack off-load, end to end",
         e2e_wall,
         cpu(e2e_cpu)
-    )?;
-    Ok(())
+    )
 }

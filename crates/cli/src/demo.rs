@@ -72,17 +72,7 @@ pub(crate) fn run(args: &DemoArgs) -> Result<()> {
     if !(args.hours > 0.0 && args.hours <= 24.0 * 7.0) {
         bail!("--hours must be more than 0 and at most a week (168), not {}", args.hours);
     }
-    let config = match &args.generator {
-        Some(path) => {
-            let text = std::fs::read_to_string(path)
-                .with_context(|| format!("reading {}", path.display()))?;
-            let mut config: SyntheticConfig = toml::from_str(&text)
-                .with_context(|| format!("generator config {}", path.display()))?;
-            config.duration_s = args.hours * 3600.0;
-            config
-        }
-        None => demo_config(args.hours),
-    };
+    let config = generator_config(args)?;
     if let Some(dir) = &args.report {
         crate::report::prepare_dir(dir)?;
     }
@@ -120,15 +110,34 @@ pub(crate) fn run(args: &DemoArgs) -> Result<()> {
         layout.servers.len(),
         layout.racks.len()
     );
-    let synthetic = Synthetic {
-        generator: args
-            .generator
-            .as_ref()
-            .map_or_else(|| "demo".to_string(), |p| p.display().to_string()),
-        seed: args.seed,
-        hours: args.hours,
-    };
-    let provenance = OffloadProvenance {
+    let provenance = provenance(args, span, requests, &layout);
+    emit(&result, &provenance, &heading, args.json, args.report.as_deref())
+}
+
+/// The generator's knobs: the demo's own, or the file `--generator` names.
+fn generator_config(args: &DemoArgs) -> Result<SyntheticConfig> {
+    let Some(path) = &args.generator else { return Ok(demo_config(args.hours)) };
+    let text =
+        std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?;
+    let mut config: SyntheticConfig =
+        toml::from_str(&text).with_context(|| format!("generator config {}", path.display()))?;
+    config.duration_s = args.hours * 3600.0;
+    Ok(config)
+}
+
+/// What produced the demo's result: the generator and seed, the span, the topology.
+fn provenance(
+    args: &DemoArgs,
+    span: VirtualDuration,
+    requests: u64,
+    layout: &somnus_sim::topology::Layout,
+) -> OffloadProvenance {
+    let generator = args
+        .generator
+        .as_ref()
+        .map_or_else(|| "demo".to_string(), |path| path.display().to_string());
+    let synthetic = Synthetic { generator, seed: args.seed, hours: args.hours };
+    OffloadProvenance {
         header: Header::new(crate::report::OFFLOAD_SCHEMA),
         input: Input { trace_files: Vec::new(), synthetic: Some(synthetic) },
         window: WindowInfo {
@@ -139,7 +148,6 @@ pub(crate) fn run(args: &DemoArgs) -> Result<()> {
             warmup_s: 0.0,
             requests,
         },
-        topology: TopologyInfo::new("built-in demo", &layout),
-    };
-    emit(&result, &provenance, &heading, args.json, args.report.as_deref())
+        topology: TopologyInfo::new("built-in demo", layout),
+    }
 }

@@ -165,35 +165,12 @@ fn offload(args: &OffloadArgs) -> Result<()> {
     }
     let set = TraceSet::open(&args.traces, &args.input.options())?;
     let summary = set.summary();
-    let window = match args.day {
-        Some(day) => {
-            let window = Window::day(summary, day)?;
-            if window.span().as_nanos() < somnus_trace::day::DAY_NS && !args.quiet {
-                noteln!(
-                    "day {day} is covered by the trace only in part: measuring the {:.2} h it covers",
-                    window.span().as_secs_f64() / 3600.0
-                );
-            }
-            window
-        }
-        None => Window::whole(summary).ok_or(somnus_trace::DayError::EmptySet)?,
-    };
-    let warmup_s = args.warmup_s.unwrap_or(if args.day.is_some() { DAY_WARMUP_S } else { 0 });
-    if warmup_s > WARMUP_S_MAX {
-        bail!("--warmup-s is at most {WARMUP_S_MAX} (a week), not {warmup_s}");
-    }
-    let window = window.with_warmup(VirtualDuration::from_secs(warmup_s));
+    let window = measured_window(args, summary)?;
     let names: Vec<String> = set.volumes().iter().map(|(_, name)| name.to_string()).collect();
     let loads = peak_loads(set.requests(), names.len(), LOAD_WINDOW)?;
     let layout = topology.layout_for_load(&names, &loads)?;
     if let Some(path) = &args.topology {
-        for (rack, server) in topology.rack_servers_unused(&layout) {
-            noteln!(
-                "warning: {}: rack {rack:?} names server {server:?}, which no volume of the \
-                 trace set is on (a misspelt name?)",
-                path.display()
-            );
-        }
+        warn_of_unused_rack_servers(path, &topology, &layout);
     }
     let in_window = count_in_window(&set, window)?;
     if !args.quiet {
@@ -221,6 +198,41 @@ fn offload(args: &OffloadArgs) -> Result<()> {
         topology: TopologyInfo::new(topology.origin(), &layout),
     };
     emit(&result, &provenance, &heading, args.json, args.report.as_deref())
+}
+
+/// The window `--day` and `--warmup-s` ask for (the whole set without `--day`).
+fn measured_window(args: &OffloadArgs, summary: &somnus_trace::TraceSummary) -> Result<Window> {
+    let window = match args.day {
+        Some(day) => {
+            let window = Window::day(summary, day)?;
+            if window.span().as_nanos() < somnus_trace::day::DAY_NS && !args.quiet {
+                noteln!(
+                    "day {day} is covered by the trace only in part: measuring the {:.2} h it covers",
+                    window.span().as_secs_f64() / 3600.0
+                );
+            }
+            window
+        }
+        None => Window::whole(summary).ok_or(somnus_trace::DayError::EmptySet)?,
+    };
+    let warmup_s = args.warmup_s.unwrap_or(if args.day.is_some() { DAY_WARMUP_S } else { 0 });
+    if warmup_s > WARMUP_S_MAX {
+        bail!("--warmup-s is at most {WARMUP_S_MAX} (a week), not {warmup_s}");
+    }
+    Ok(window.with_warmup(VirtualDuration::from_secs(warmup_s)))
+}
+
+/// In a topology written for these volumes, a rack naming a server no volume is on is
+/// most likely a misspelt name: say so (the built-in topologies name every server of
+/// their data center, so they are not checked).
+fn warn_of_unused_rack_servers(path: &Path, topology: &Topology, layout: &Layout) {
+    for (rack, server) in topology.rack_servers_unused(layout) {
+        noteln!(
+            "warning: {}: rack {rack:?} names server {server:?}, which no volume of the \
+             trace set is on (a misspelt name?)",
+            path.display()
+        );
+    }
 }
 
 /// Prints the result and writes the report directory.

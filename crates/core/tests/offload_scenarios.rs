@@ -339,3 +339,48 @@ fn overlapping_writes_are_served_in_arrival_order_and_the_newest_stays_mapped() 
     assert_eq!(answered, 3, "two writes and the invalidation of W1's displaced version");
     assert_eq!(m.counters().replies_dropped, answered, "each repeat dropped: {first:?}");
 }
+
+#[test]
+fn answers_that_name_nothing_or_the_wrong_kind_are_dropped() {
+    // Goal: input from a disk or a peer never panics the manager: a completion of an
+    // unknown I/O, a disk completion naming a logger request and a logger reply naming
+    // a home I/O are each dropped and counted, and the real answers still complete
+    // their requests. Method: one logged write and one home read in flight.
+    let mut m = VolumeManager::new(config(1 << 30), t(0), SteadyPower::Active);
+    let loggers = Loggers([Awake, Awake, Awake]);
+    report_all(&mut m, t(0), &loggers);
+    let b = ByteRange::new(0, 4096);
+    let write =
+        ManagerEvent::RequestArrived { request: RequestId(1), kind: IoKind::Write, range: b };
+    let home = feed(&mut m, t(1), write);
+    let [ManagerAction::WriteHome { io: home_io, .. }] = home[..] else { panic!("{home:?}") };
+    let unknown = ManagerEvent::HomeIoCompleted { io: IoId(987_654_321), result: Ok(()) };
+    assert!(feed(&mut m, t(1), unknown).is_empty());
+    let wrong =
+        ManagerEvent::LoggerReplied { io: home_io, reply: loggers.reply(LoggerId(1), Ok(())) };
+    assert!(feed(&mut m, t(1), wrong).is_empty());
+    assert_eq!(m.counters().replies_dropped, 2);
+    let done = feed(&mut m, t(1), ManagerEvent::HomeIoCompleted { io: home_io, result: Ok(()) });
+    assert!(matches!(
+        done[..],
+        [ManagerAction::Reply { request: RequestId(1), outcome: ReplyOutcome::Home, .. }]
+    ));
+    // A failed home write is tried again, then the request fails: never a panic.
+    let again =
+        ManagerEvent::RequestArrived { request: RequestId(2), kind: IoKind::Write, range: b };
+    let mut actions = feed(&mut m, t(2), again);
+    let mut attempts = 0;
+    while let [ManagerAction::WriteHome { io, .. }] = actions[..] {
+        attempts += 1;
+        actions = feed(
+            &mut m,
+            t(2),
+            ManagerEvent::HomeIoCompleted { io, result: Err(HomeIoError::Device) },
+        );
+    }
+    assert_eq!(attempts, m.config().home_io_attempts_max);
+    assert!(matches!(
+        actions[..],
+        [ManagerAction::Reply { request: RequestId(2), outcome: ReplyOutcome::Failed, .. }]
+    ));
+}

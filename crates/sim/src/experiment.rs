@@ -47,6 +47,10 @@ pub struct VolumeReport {
     pub energy_pct: f64,
     /// Share of the window spent in standby (spun down).
     pub standby_pct: f64,
+    /// Share of the window the volume was idle enough to sleep but kept spinning,
+    /// because no logger on other disks was awake to take its writes (004 3.1; under
+    /// `cheapest`, none that draws no more than it does).
+    pub sleep_blocked_pct: f64,
     pub spin_ups: u64,
     pub writes_offloaded: u64,
     pub reads_from_loggers: u64,
@@ -201,35 +205,7 @@ fn config_report(
     let peak_power_w = run.timeline.peak_watts();
     let reads = run.read_latency_ns.len();
     let writes = run.write_latency_ns.len();
-    let volumes: Vec<VolumeReport> = layout
-        .volumes
-        .iter()
-        .enumerate()
-        .map(|(index, volume)| {
-            let measured = &run.volumes[index];
-            let reference = &baseline.volumes[index];
-            let standby = measured.reading.state_time[PowerState::Standby.index()];
-            VolumeReport {
-                name: volume.name.clone(),
-                server: layout.servers[volume.server.index()].clone(),
-                rack: layout.racks[volume.rack.index()].clone(),
-                raid: volume.raid,
-                disks: volume.disks,
-                reads: measured.reads,
-                writes: measured.writes,
-                energy_j: measured.reading.energy.as_joules(),
-                energy_pct: percent(
-                    measured.reading.energy.as_joules(),
-                    reference.reading.energy.as_joules(),
-                ),
-                standby_pct: percent(standby.as_secs_f64(), span.as_secs_f64()),
-                spin_ups: measured.reading.spin_ups,
-                writes_offloaded: measured.counters.writes_logged,
-                reads_from_loggers: measured.counters.reads_logged,
-                bytes_reclaimed: measured.counters.bytes_reclaimed,
-            }
-        })
-        .collect();
+    let volumes = volume_reports(layout, span, baseline, run);
     let network_peak_mbps = run
         .network_bytes_per_window
         .iter()
@@ -258,6 +234,47 @@ fn config_report(
         volume_energy_pct: distribution(volumes.iter().map(|v| v.energy_pct).collect()),
         volumes,
     }
+}
+
+/// Each volume of `run`, next to the same volume in the baseline.
+fn volume_reports(
+    layout: &Layout,
+    span: VirtualDuration,
+    baseline: &RunMeasurements,
+    run: &RunMeasurements,
+) -> Vec<VolumeReport> {
+    let share = |duration: VirtualDuration| percent(duration.as_secs_f64(), span.as_secs_f64());
+    layout
+        .volumes
+        .iter()
+        .enumerate()
+        .map(|(index, volume)| {
+            let measured = &run.volumes[index];
+            let reference = &baseline.volumes[index];
+            let standby = measured.reading.state_time[PowerState::Standby.index()];
+            let blocked = VirtualDuration::from_nanos(measured.counters.sleep_blocked_ns);
+            VolumeReport {
+                name: volume.name.clone(),
+                server: layout.servers[volume.server.index()].clone(),
+                rack: layout.racks[volume.rack.index()].clone(),
+                raid: volume.raid,
+                disks: volume.disks,
+                reads: measured.reads,
+                writes: measured.writes,
+                energy_j: measured.reading.energy.as_joules(),
+                energy_pct: percent(
+                    measured.reading.energy.as_joules(),
+                    reference.reading.energy.as_joules(),
+                ),
+                standby_pct: share(standby),
+                sleep_blocked_pct: share(blocked),
+                spin_ups: measured.reading.spin_ups,
+                writes_offloaded: measured.counters.writes_logged,
+                reads_from_loggers: measured.counters.reads_logged,
+                bytes_reclaimed: measured.counters.bytes_reclaimed,
+            }
+        })
+        .collect()
 }
 
 fn summary(histogram: &Histogram<u64>, sum_ns: u128) -> LatencySummary {

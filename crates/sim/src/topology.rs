@@ -193,6 +193,14 @@ pub struct Layout {
     pub power_window: VirtualDuration,
 }
 
+/// The servers, racks and profiles a layout has numbered so far, by name.
+#[derive(Default)]
+struct Interned {
+    servers: BTreeMap<String, ServerId>,
+    racks: BTreeMap<String, RackId>,
+    profiles: BTreeMap<String, usize>,
+}
+
 /// A validated topology file.
 #[derive(Clone, Debug)]
 pub struct Topology {
@@ -420,89 +428,104 @@ impl Topology {
             policy: self.policy_params()?,
             power_window: self.power_window()?,
         };
-        let mut server_ids: BTreeMap<String, ServerId> = BTreeMap::new();
-        let mut rack_ids: BTreeMap<String, RackId> = BTreeMap::new();
-        let mut profile_ids: BTreeMap<String, usize> = BTreeMap::new();
-        for name in volume_names {
-            let overrides = self.file.volume.iter().find(|v| &v.name == name);
-            let server_name = overrides
-                .and_then(|v| v.server.clone())
-                .unwrap_or_else(|| server_of(name).to_string());
-            let server = match server_ids.get(&server_name) {
-                Some(id) => *id,
-                None => {
-                    let rack_name = self.rack_of(&server_name);
-                    let next_rack = RackId(rack_ids.len() as u32);
-                    let rack = *rack_ids.entry(rack_name.clone()).or_insert_with(|| {
-                        layout.racks.push(rack_name);
-                        next_rack
-                    });
-                    let id = ServerId(layout.servers.len() as u32);
-                    layout.servers.push(server_name.clone());
-                    layout.server_racks.push(rack);
-                    server_ids.insert(server_name, id);
-                    id
-                }
-            };
-            let base = if is_boot_volume(name) {
-                &self.file.defaults.boot_array
-            } else {
-                &self.file.defaults.data_array
-            };
-            let profile_name =
-                overrides.and_then(|v| v.profile.clone()).unwrap_or_else(|| base.profile.clone());
-            let profile = match profile_ids.get(&profile_name) {
-                Some(index) => *index,
-                None => {
-                    let Some(found) = self.profiles.get(&profile_name) else {
-                        let known = self.profiles.keys().cloned().collect::<Vec<_>>().join(", ");
-                        let message =
-                            format!("unknown power profile {profile_name:?}; known: {known}");
-                        return Err(self.invalid(format!("volume {name}"), message));
-                    };
-                    if found.mechanics.is_none() {
-                        let message = format!(
-                            "profile {profile_name:?} has no [mechanics]: it is not a disk"
-                        );
-                        return Err(self.invalid(format!("volume {name}"), message));
-                    }
-                    layout.profiles.push(found.clone());
-                    profile_ids.insert(profile_name, layout.profiles.len() - 1);
-                    layout.profiles.len() - 1
-                }
-            };
-            let mut raid = overrides.and_then(|v| v.raid).unwrap_or(base.raid);
-            let mut disks = overrides.and_then(|v| v.disks).unwrap_or(base.disks);
-            let fixed = overrides.is_some_and(|v| v.disks.is_some());
-            if let (true, false, Some(load), Some(mechanics)) = (
-                self.file.defaults.size_for_load,
-                fixed,
-                loads.get(layout.volumes.len()),
-                layout.profiles[profile].mechanics,
-            ) {
-                (raid, disks) = size_for_load(
-                    raid,
-                    disks,
-                    &mechanics,
-                    load,
-                    self.file.defaults.utilization_max,
-                );
-            }
-            layout.volumes.push(VolumeLayout {
-                name: name.clone(),
-                server,
-                rack: layout.server_racks[server.index()],
-                raid,
-                disks,
-                profile,
-                stripe_unit_bytes: u64::from(self.file.defaults.stripe_unit_kib) * 1024,
-                log_partition_bytes: (self.file.defaults.log_partition_gib * (1u64 << 30) as f64)
-                    as u64,
-                write_cache_bytes: u64::from(self.file.defaults.write_cache_mib) << 20,
-                read_cache_bytes: u64::from(self.file.defaults.read_cache_mib) << 20,
-            });
+        let mut names = Interned::default();
+        for (index, name) in volume_names.iter().enumerate() {
+            let volume = self.volume_layout(name, loads.get(index), &mut layout, &mut names)?;
+            layout.volumes.push(volume);
         }
         Ok(layout)
+    }
+
+    /// One volume's place and array, interning its server, rack and profile in `layout`.
+    fn volume_layout(
+        &self,
+        name: &str,
+        load: Option<&VolumeLoad>,
+        layout: &mut Layout,
+        names: &mut Interned,
+    ) -> Result<VolumeLayout, TopologyError> {
+        let overrides = self.file.volume.iter().find(|v| v.name == name);
+        let server_name =
+            overrides.and_then(|v| v.server.clone()).unwrap_or_else(|| server_of(name).to_string());
+        let server = self.server_id(server_name, layout, names);
+        let base = if is_boot_volume(name) {
+            &self.file.defaults.boot_array
+        } else {
+            &self.file.defaults.data_array
+        };
+        let profile_name =
+            overrides.and_then(|v| v.profile.clone()).unwrap_or_else(|| base.profile.clone());
+        let profile = self.profile_index(name, profile_name, layout, names)?;
+        let mut raid = overrides.and_then(|v| v.raid).unwrap_or(base.raid);
+        let mut disks = overrides.and_then(|v| v.disks).unwrap_or(base.disks);
+        let fixed = overrides.is_some_and(|v| v.disks.is_some());
+        let defaults = &self.file.defaults;
+        if let (true, false, Some(load), Some(mechanics)) =
+            (defaults.size_for_load, fixed, load, layout.profiles[profile].mechanics)
+        {
+            (raid, disks) = size_for_load(raid, disks, &mechanics, load, defaults.utilization_max);
+        }
+        Ok(VolumeLayout {
+            name: name.to_string(),
+            server,
+            rack: layout.server_racks[server.index()],
+            raid,
+            disks,
+            profile,
+            stripe_unit_bytes: u64::from(defaults.stripe_unit_kib) * 1024,
+            log_partition_bytes: (defaults.log_partition_gib * (1u64 << 30) as f64) as u64,
+            write_cache_bytes: u64::from(defaults.write_cache_mib) << 20,
+            read_cache_bytes: u64::from(defaults.read_cache_mib) << 20,
+        })
+    }
+
+    /// The id of a server, added to `layout` (with its rack) the first time.
+    fn server_id(
+        &self,
+        server_name: String,
+        layout: &mut Layout,
+        names: &mut Interned,
+    ) -> ServerId {
+        if let Some(&id) = names.servers.get(&server_name) {
+            return id;
+        }
+        let rack_name = self.rack_of(&server_name);
+        let next_rack = RackId(names.racks.len() as u32);
+        let rack = *names.racks.entry(rack_name.clone()).or_insert_with(|| {
+            layout.racks.push(rack_name);
+            next_rack
+        });
+        let id = ServerId(layout.servers.len() as u32);
+        layout.servers.push(server_name.clone());
+        layout.server_racks.push(rack);
+        names.servers.insert(server_name, id);
+        id
+    }
+
+    /// The index of a power profile in `layout`, added the first time; a profile that
+    /// is unknown or not a disk is an error naming the volume.
+    fn profile_index(
+        &self,
+        volume: &str,
+        profile_name: String,
+        layout: &mut Layout,
+        names: &mut Interned,
+    ) -> Result<usize, TopologyError> {
+        if let Some(&index) = names.profiles.get(&profile_name) {
+            return Ok(index);
+        }
+        let Some(found) = self.profiles.get(&profile_name) else {
+            let known = self.profiles.keys().cloned().collect::<Vec<_>>().join(", ");
+            let message = format!("unknown power profile {profile_name:?}; known: {known}");
+            return Err(self.invalid(format!("volume {volume}"), message));
+        };
+        if found.mechanics.is_none() {
+            let message = format!("profile {profile_name:?} has no [mechanics]: it is not a disk");
+            return Err(self.invalid(format!("volume {volume}"), message));
+        }
+        layout.profiles.push(found.clone());
+        names.profiles.insert(profile_name, layout.profiles.len() - 1);
+        Ok(layout.profiles.len() - 1)
     }
 
     /// The servers the racks name that no volume of `layout` lives on: in a topology

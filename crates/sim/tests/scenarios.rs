@@ -186,6 +186,10 @@ fn a_lone_volume_never_sleeps_without_another_logger() {
     for kind in [ConfigKind::Machine, ConfigKind::Rack] {
         let measured = run(&layout, 600, kind, &requests);
         assert_eq!(measured.volumes[0].reading.spin_downs, 0, "{kind:?}");
+        // And it says so: idle from 10 s on (no reads since 0 s: from 60 s), kept up
+        // for want of a logger for the rest of the window.
+        let blocked = measured.volumes[0].counters.sleep_blocked_ns as f64 / 1e9;
+        assert!((539.0..=540.0).contains(&blocked), "{kind:?}: blocked {blocked} s");
     }
     assert_eq!(run(&layout, 600, ConfigKind::Vanilla, &requests).volumes[0].reading.spin_downs, 1);
 }

@@ -73,13 +73,13 @@ pub(super) fn spinup_csv(result: &OffloadResult) -> String {
 
 pub(super) fn volumes_csv(result: &OffloadResult) -> String {
     let mut out = String::from(
-        "config,volume,server,rack,raid,disks,reads,writes,energy_j,energy_pct,standby_pct,spin_ups,writes_offloaded,reads_from_loggers,bytes_reclaimed\n",
+        "config,volume,server,rack,raid,disks,reads,writes,energy_j,energy_pct,standby_pct,sleep_blocked_pct,spin_ups,writes_offloaded,reads_from_loggers,bytes_reclaimed\n",
     );
     for c in &result.configs {
         for v in &c.volumes {
             let _ = writeln!(
                 out,
-                "{},{},{},{},{},{},{},{},{:.3},{:.4},{:.4},{},{},{},{}",
+                "{},{},{},{},{},{},{},{},{:.3},{:.4},{:.4},{:.4},{},{},{},{}",
                 c.config.name(),
                 v.name,
                 v.server,
@@ -91,6 +91,7 @@ pub(super) fn volumes_csv(result: &OffloadResult) -> String {
                 v.energy_j,
                 v.energy_pct,
                 v.standby_pct,
+                v.sleep_blocked_pct,
                 v.spin_ups,
                 v.writes_offloaded,
                 v.reads_from_loggers,

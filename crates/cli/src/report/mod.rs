@@ -28,9 +28,27 @@ fn latency(summary: &LatencySummary) -> String {
     )
 }
 
-/// The summary tables: one row per configuration, then energy per volume.
+/// The summary tables: one row per configuration, then energy per volume, then the
+/// volumes that could not sleep for want of a logger.
 pub(crate) fn tables(result: &OffloadResult) -> String {
     let mut out = String::new();
+    energy_and_latency(&mut out, result);
+    let _ = writeln!(out);
+    delays_and_traffic(&mut out, result);
+    let _ = writeln!(out);
+    energy_per_volume(&mut out, result);
+    kept_awake(&mut out, result);
+    let unfinished: u64 = result.configs.iter().map(|c| c.requests_unfinished).sum();
+    if unfinished > 0 {
+        let _ = writeln!(
+            out,
+            "\nwarning: {unfinished} requests were still in flight an hour after the window ended"
+        );
+    }
+    out
+}
+
+fn energy_and_latency(out: &mut String, result: &OffloadResult) {
     let _ = writeln!(
         out,
         "{:<9} {:>8} {:>8} {:>8}   {:<44} {:<44}",
@@ -54,7 +72,9 @@ pub(crate) fn tables(result: &OffloadResult) -> String {
             latency(&config.write_ms)
         );
     }
-    let _ = writeln!(out);
+}
+
+fn delays_and_traffic(out: &mut String, result: &OffloadResult) {
     let _ = writeln!(
         out,
         "{:<9} {:>13} {:>13} {:>11} {:>11} {:>14} {:>12}",
@@ -78,7 +98,9 @@ pub(crate) fn tables(result: &OffloadResult) -> String {
             config.network_peak_mbps,
         );
     }
-    let _ = writeln!(out);
+}
+
+fn energy_per_volume(out: &mut String, result: &OffloadResult) {
     let _ = write!(
         out,
         "{:<24} {:>6} {:>11} {:>9} {:>9}",
@@ -88,28 +110,45 @@ pub(crate) fn tables(result: &OffloadResult) -> String {
         let _ = write!(out, " {:>9}", format!("{} %", config.config.name()));
     }
     let _ = writeln!(out);
-    if let Some(first) = result.configs.first() {
-        for (index, volume) in first.volumes.iter().enumerate() {
-            let array = format!("{} x{}", volume.raid.name(), volume.disks);
-            let _ = write!(
-                out,
-                "{:<24} {:>6} {:>11} {:>9} {:>9}",
-                volume.name, volume.rack, array, volume.reads, volume.writes
-            );
-            for config in &result.configs {
-                let _ = write!(out, " {:>9.1}", config.volumes[index].energy_pct);
-            }
-            let _ = writeln!(out);
+    let Some(first) = result.configs.first() else { return };
+    for (index, volume) in first.volumes.iter().enumerate() {
+        let array = format!("{} x{}", volume.raid.name(), volume.disks);
+        let _ = write!(
+            out,
+            "{:<24} {:>6} {:>11} {:>9} {:>9}",
+            volume.name, volume.rack, array, volume.reads, volume.writes
+        );
+        for config in &result.configs {
+            let _ = write!(out, " {:>9.1}", config.volumes[index].energy_pct);
+        }
+        let _ = writeln!(out);
+    }
+}
+
+/// The volumes that were idle enough to sleep yet kept spinning because no logger on
+/// other disks was awake to take their writes (004 3.1): why an off-load configuration
+/// can use more energy than vanilla on a nearly idle volume.
+fn kept_awake(out: &mut String, result: &OffloadResult) {
+    let mut lines = Vec::new();
+    for config in &result.configs {
+        for volume in config.volumes.iter().filter(|v| v.sleep_blocked_pct >= 1.0) {
+            lines.push(format!(
+                "  {:<9} {:<24} {:>5.1} % of the window{}",
+                config.config.name(),
+                volume.name,
+                volume.sleep_blocked_pct,
+                if volume.standby_pct == 0.0 { ", never slept" } else { "" }
+            ));
         }
     }
-    let unfinished: u64 = result.configs.iter().map(|c| c.requests_unfinished).sum();
-    if unfinished > 0 {
-        let _ = writeln!(
-            out,
-            "\nwarning: {unfinished} requests were still in flight an hour after the window ended"
-        );
+    if lines.is_empty() {
+        return;
     }
-    out
+    let _ =
+        writeln!(out, "\nkept awake, idle, for want of an awake logger on other disks (004 3.1):");
+    for line in lines {
+        let _ = writeln!(out, "{line}");
+    }
 }
 
 /// Makes sure the report directory exists and takes files, before any long run: a

@@ -166,78 +166,108 @@ impl Node {
         }
     }
 
-    /// A manager's request reached the logger of `slot`.
+    /// A manager's request reached the logger of `slot`: it is answered at once, or
+    /// after the disk I/O it needs.
     pub(super) fn log_request(&mut self, owner: VolumeId, slot: usize, io: IoId, op: LogOp) {
         let now = self.now;
-        let owner_id = OwnerId(u64::from(owner.0));
-        let result = match op {
-            LogOp::Probe => Ok(()),
+        let outcome = match op {
+            LogOp::Probe => Outcome::Done(Ok(())),
             LogOp::Reserve { bytes } => {
                 let granted = self.slots[slot].unit.is_awake()
                     && self.slots[slot].log.reserve(owner, bytes, now);
-                if granted { Ok(()) } else { Err(LogFailure::Refused) }
+                Outcome::Done(if granted { Ok(()) } else { Err(LogFailure::Refused) })
             }
-            LogOp::Write { .. } if !self.slots[slot].unit.is_awake() => {
-                // The writer's view was stale: this logger is going to sleep, or sleeps.
-                // It does not wake for a write another logger (or the home volume) can
-                // take: the reply's status tells the writer to go elsewhere.
-                Err(LogFailure::Asleep)
-            }
-            LogOp::Write { range, version } => {
-                let log = &mut self.slots[slot].log;
-                let needed = range.size_bytes() + crate::logger::RECORD_HEADER_BYTES;
-                if log.free_for(owner, now) < needed {
-                    Err(LogFailure::Full)
-                } else {
-                    match log.model.append(owner_id, VOLUME_OBJECT, range, version) {
-                        Ok(placement) => {
-                            log.consume(owner, placement.record_bytes);
-                            let at = log.placement(placement);
-                            let purpose = DiskPurpose::Log { owner, io, payload_bytes: 0 };
-                            return self.issue_disk(slot, DiskOp::Write, at, purpose);
-                        }
-                        Err(error) => Err(refusal(error)),
-                    }
-                }
-            }
-            LogOp::Read { range, version } => {
-                let log = &self.slots[slot].log;
-                if log.model.serves(owner_id, VOLUME_OBJECT, range, version) {
-                    let at = log.read_placement(owner, version, range.size_bytes());
-                    let purpose = DiskPurpose::Log { owner, io, payload_bytes: range.size_bytes() };
-                    return self.issue_disk(slot, DiskOp::Read, at, purpose);
-                }
-                Err(LogFailure::Missing)
-            }
-            LogOp::Invalidate { version, .. }
-                if version > self.slots[slot].log.model.newest_version(owner_id) =>
-            {
-                // A version above any this log took never reached it (a write that
-                // failed before landing): there is nothing to hide, and the log would
-                // refuse a marker above the owner's newest version.
-                Ok(())
-            }
+            LogOp::Write { range, version } => self.log_write(slot, owner, range, version),
+            LogOp::Read { range, version } => self.log_read(slot, owner, range, version),
             LogOp::Invalidate { range, version } => {
-                if !self.slots[slot].unit.serves_io() {
-                    // Background work never wakes a sleeping disk (DESIGN.md).
-                    Err(LogFailure::Asleep)
-                } else {
-                    let log = &mut self.slots[slot].log;
-                    match log.model.invalidate(owner_id, VOLUME_OBJECT, range, version) {
-                        Ok(placement) => {
-                            let at = log.placement(placement);
-                            let purpose = DiskPurpose::Log { owner, io, payload_bytes: 0 };
-                            return self.issue_disk(slot, DiskOp::Write, at, purpose);
-                        }
-                        Err(error) => Err(refusal(error)),
-                    }
-                }
+                self.log_invalidate(slot, owner, range, version)
+            }
+        };
+        let result = match outcome {
+            Outcome::Done(result) => result,
+            Outcome::Disk { op, at, payload_bytes } => {
+                let purpose = DiskPurpose::Log { owner, io, payload_bytes };
+                return self.issue_disk(slot, op, at, purpose);
             }
         };
         let reply = LoggerReply { result, status: self.status(slot), waited_for_spin_up: false };
         self.reply_to(owner, io, reply, 0);
         // A reservation granted makes the logger's own volume a host: it learns at once.
         self.observe_load(slot);
+    }
+
+    /// A write: appended to the log model now, and written at its place in the
+    /// partition; refused if the logger is not awake or has no room for it.
+    fn log_write(
+        &mut self,
+        slot: usize,
+        owner: VolumeId,
+        range: ByteRange,
+        version: Version,
+    ) -> Outcome {
+        if !self.slots[slot].unit.is_awake() {
+            // The writer's view was stale: this logger is going to sleep, or sleeps. It
+            // does not wake for a write another logger (or the home volume) can take:
+            // the reply's status tells the writer to go elsewhere.
+            return Outcome::Done(Err(LogFailure::Asleep));
+        }
+        let log = &mut self.slots[slot].log;
+        let needed = range.size_bytes() + crate::logger::RECORD_HEADER_BYTES;
+        if log.free_for(owner, self.now) < needed {
+            return Outcome::Done(Err(LogFailure::Full));
+        }
+        let owner_id = OwnerId(u64::from(owner.0));
+        let placement = match log.model.append(owner_id, VOLUME_OBJECT, range, version) {
+            Ok(placement) => placement,
+            Err(error) => return Outcome::Done(Err(refusal(error))),
+        };
+        log.consume(owner, placement.record_bytes);
+        Outcome::Disk { op: DiskOp::Write, at: log.placement(placement), payload_bytes: 0 }
+    }
+
+    /// A read: served (waking the disks if they sleep: the data is only here) if the log
+    /// holds that version or a newer one over the whole range.
+    fn log_read(
+        &self,
+        slot: usize,
+        owner: VolumeId,
+        range: ByteRange,
+        version: Version,
+    ) -> Outcome {
+        let log = &self.slots[slot].log;
+        if !log.model.serves(OwnerId(u64::from(owner.0)), VOLUME_OBJECT, range, version) {
+            return Outcome::Done(Err(LogFailure::Missing));
+        }
+        let at = log.read_placement(owner, version, range.size_bytes());
+        Outcome::Disk { op: DiskOp::Read, at, payload_bytes: range.size_bytes() }
+    }
+
+    /// An invalidation: a deletion marker appended and written, never waking the disks.
+    fn log_invalidate(
+        &mut self,
+        slot: usize,
+        owner: VolumeId,
+        range: ByteRange,
+        version: Version,
+    ) -> Outcome {
+        let owner_id = OwnerId(u64::from(owner.0));
+        if version > self.slots[slot].log.model.newest_version(owner_id) {
+            // A version above any this log took never reached it (a write that failed
+            // before landing): there is nothing to hide, and the log would refuse a
+            // marker above the owner's newest version.
+            return Outcome::Done(Ok(()));
+        }
+        if !self.slots[slot].unit.serves_io() {
+            // Background work never wakes a sleeping disk (DESIGN.md).
+            return Outcome::Done(Err(LogFailure::Asleep));
+        }
+        let log = &mut self.slots[slot].log;
+        match log.model.invalidate(owner_id, VOLUME_OBJECT, range, version) {
+            Ok(placement) => {
+                Outcome::Disk { op: DiskOp::Write, at: log.placement(placement), payload_bytes: 0 }
+            }
+            Err(error) => Outcome::Done(Err(refusal(error))),
+        }
     }
 
     /// A logger's disk I/O for a request finished: the reply goes out.
@@ -322,6 +352,12 @@ impl Node {
             }
         }
     }
+}
+
+/// How a logger answers a request: at once, or after a disk I/O.
+enum Outcome {
+    Done(Result<(), LogFailure>),
+    Disk { op: DiskOp, at: ByteRange, payload_bytes: u64 },
 }
 
 /// What a refused log change tells the manager.

@@ -16,7 +16,7 @@ use crate::slab::Key;
 
 impl VolumeManager {
     pub(super) fn handle_home_completed(&mut self, io: IoId, result: Result<(), HomeIoError>) {
-        let Some(purpose) = self.take_io(io) else { return };
+        let Some(purpose) = self.take_io(io, false) else { return };
         match purpose {
             IoPurpose::Home { request, kind, range, attempt } => {
                 self.home_ios_in_flight -= 1;
@@ -36,16 +36,14 @@ impl VolumeManager {
                     }
                 }
             }
-            // A disk completion naming a logger request: a shell bug, not peer input.
-            other => panic!("home completion of a logger request {other:?}"),
+            other => unreachable!("take_io returns home I/O here, not {other:?}"),
         }
     }
 
     pub(super) fn handle_logger_replied(&mut self, io: IoId, reply: LoggerReply) {
-        let Some(purpose) = self.take_io(io) else { return };
+        let Some(purpose) = self.take_io(io, true) else { return };
         let Some(logger) = purpose.logger() else {
-            // A logger reply naming a home I/O: a shell bug, not peer input.
-            panic!("logger reply to a home I/O {purpose:?}");
+            unreachable!("take_io returns logger requests here, not {purpose:?}")
         };
         if self.view.report(logger, reply.status) {
             self.availability_changed();

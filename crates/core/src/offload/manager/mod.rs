@@ -504,13 +504,19 @@ impl VolumeManager {
         IoId(key.0)
     }
 
-    /// Takes back an answered I/O; `None` for a reply to nothing outstanding.
-    fn take_io(&mut self, io: IoId) -> Option<IoPurpose> {
-        let record = self.ios.remove(Key(io.0));
-        if record.is_none() {
+    /// Takes back an answered I/O: a home I/O for a disk completion, a logger request
+    /// for a logger's reply. `None` (the answer dropped and counted) for an answer to
+    /// nothing outstanding, or of the wrong kind: input never trusted blindly.
+    fn take_io(&mut self, io: IoId, from_logger: bool) -> Option<IoPurpose> {
+        let matches = self
+            .ios
+            .get_mut(Key(io.0))
+            .is_some_and(|record| record.purpose.logger().is_some() == from_logger);
+        if !matches {
             self.counters.replies_dropped += 1;
+            return None;
         }
-        record.map(|record| record.purpose)
+        self.ios.remove(Key(io.0)).map(|record| record.purpose)
     }
 
     /// Acts on every I/O whose deadline has passed (O6).
