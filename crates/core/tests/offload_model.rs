@@ -18,7 +18,7 @@
 //! repeat), and answers leave the bag in a random order. The model is a map
 //! from block to the latest acknowledged value. Each seed is one run; a failure prints
 //! `SEED=<n>`, and `OFFLOAD_SEED=<n>` replays only that run. `OFFLOAD_SEEDS=<count>`
-//! runs more seeds (default 256).
+//! runs more seeds (default 1000).
 
 #![allow(clippy::unwrap_used, clippy::expect_used)] // Test helpers may panic.
 
@@ -747,7 +747,7 @@ fn run(seed: u64) -> (u64, u64, u64) {
 
 #[test]
 fn reads_return_the_latest_acknowledged_write_under_faults() {
-    let seeds = somnus_testkit::seeds("OFFLOAD_SEED", "OFFLOAD_SEEDS", 256);
+    let seeds = somnus_testkit::seeds("OFFLOAD_SEED", "OFFLOAD_SEEDS", 1000);
     let (mut replies, mut reads, mut handled) = (0, 0, 0);
     for seed in seeds {
         let outcome = std::panic::catch_unwind(|| run(seed));
