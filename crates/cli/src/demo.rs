@@ -14,30 +14,30 @@ use somnus_types::{ByteRange, VirtualDuration, VirtualInstant};
 
 use crate::progress::ProgressLine;
 use crate::provenance::{Header, Input, OffloadProvenance, Synthetic, TopologyInfo, WindowInfo};
-use crate::sim_cmd::{LOAD_WINDOW, emit};
+use crate::sim_cmd::{LOAD_WINDOW, ReplayOutcome, emit};
 
 #[derive(Args)]
 pub(crate) struct DemoArgs {
     /// Seed of the synthetic trace: the same seed gives the same output, byte for byte.
     #[arg(long, default_value_t = 1)]
-    seed: u64,
+    pub(crate) seed: u64,
     /// Hours of trace to generate and replay.
     #[arg(long, default_value_t = 24.0)]
-    hours: f64,
+    pub(crate) hours: f64,
     /// Print one JSON object per configuration (a JSON array) instead of tables.
     #[arg(long)]
-    json: bool,
+    pub(crate) json: bool,
     /// Also write CSV files and SVG plots (004 Fig. 6, 7, 8, 10) into this directory.
     #[arg(long, value_name = "DIR")]
-    report: Option<PathBuf>,
+    pub(crate) report: Option<PathBuf>,
     /// A generator config (TOML, the knobs of `somnus trace generate --config`) to use
     /// instead of the demo's own; its volume names must fit the demo topology
     /// (servers s00 to s05).
     #[arg(long, value_name = "FILE.toml")]
-    generator: Option<PathBuf>,
+    pub(crate) generator: Option<PathBuf>,
     /// No progress lines on stderr.
     #[arg(long)]
-    quiet: bool,
+    pub(crate) quiet: bool,
 }
 
 /// The demo's generator: six servers of two volumes (a boot pair and a data array
@@ -69,13 +69,19 @@ fn to_sim(request: somnus_trace::Request) -> SimRequest {
 }
 
 pub(crate) fn run(args: &DemoArgs) -> Result<()> {
+    if let Some(dir) = &args.report {
+        crate::report::prepare_dir(dir)?;
+    }
+    let outcome = simulate(args)?;
+    emit(&outcome.result, &outcome.provenance, &outcome.heading, args.json, args.report.as_deref())
+}
+
+/// Generates the demo's synthetic trace and replays it under the four configurations.
+pub(crate) fn simulate(args: &DemoArgs) -> Result<ReplayOutcome> {
     if !(args.hours > 0.0 && args.hours <= 24.0 * 7.0) {
         bail!("--hours must be more than 0 and at most a week (168), not {}", args.hours);
     }
     let config = generator_config(args)?;
-    if let Some(dir) = &args.report {
-        crate::report::prepare_dir(dir)?;
-    }
     let trace = SyntheticTrace::new(&config, args.seed)?;
     let names: Vec<String> = trace.volumes().iter().map(|(_, name)| name.to_string()).collect();
     let span = VirtualDuration::from_nanos((args.hours * 3600e9) as u64);
@@ -111,7 +117,7 @@ pub(crate) fn run(args: &DemoArgs) -> Result<()> {
         layout.racks.len()
     );
     let provenance = provenance(args, span, requests, &layout);
-    emit(&result, &provenance, &heading, args.json, args.report.as_deref())
+    Ok(ReplayOutcome { result, provenance, heading })
 }
 
 /// The generator's knobs: the demo's own, or the file `--generator` names.

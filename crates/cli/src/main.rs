@@ -13,6 +13,7 @@ mod logstore_cmd;
 mod progress;
 mod provenance;
 mod report;
+mod reproduce;
 mod sim_cmd;
 mod trace_cmd;
 
@@ -59,6 +60,12 @@ enum Command {
         #[command(subcommand)]
         command: logstore_cmd::LogstoreCommand,
     },
+    /// Run every experiment of a results document in one command, into one report
+    /// directory with the paper's figures beside somnus's.
+    Reproduce {
+        #[command(subcommand)]
+        command: reproduce::ReproduceCommand,
+    },
     /// Show the built-in power profiles, topologies and synthetic trace presets.
     Show {
         #[command(subcommand)]
@@ -88,6 +95,7 @@ fn run(command: Command) -> Result<()> {
         Command::Sim { command } => sim_cmd::run(command),
         Command::Bench { command } => bench_cmd::run(command),
         Command::Logstore { command } => logstore_cmd::run(command),
+        Command::Reproduce { command } => reproduce::run(command),
         Command::Show { command } => info_cmd::run(command),
     }
 }

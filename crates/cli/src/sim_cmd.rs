@@ -150,7 +150,6 @@ pub(crate) fn load_topology(path: Option<&Path>, profiles: &[PathBuf]) -> Result
 }
 
 fn offload(args: &OffloadArgs) -> Result<()> {
-    let kinds = kinds(&args.config);
     if let Some(dir) = &args.report {
         report::prepare_dir(dir)?;
     }
@@ -160,33 +159,69 @@ fn offload(args: &OffloadArgs) -> Result<()> {
         Some(LoggerHostChoice::Cheapest) => topology.set_logger_host(LoggerHost::Cheapest),
         None => {}
     }
-    if !args.quiet {
-        noteln!("reading {} trace file(s)...", args.traces.len());
+    let request = ReplayRequest {
+        traces: &args.traces,
+        input: args.input.options(),
+        day: args.day,
+        warmup_s: args.warmup_s,
+        kinds: kinds(&args.config),
+        quiet: args.quiet,
+    };
+    let outcome = replay(&request, &topology, args.topology.as_deref())?;
+    emit(&outcome.result, &outcome.provenance, &outcome.heading, args.json, args.report.as_deref())
+}
+
+/// One replay of a trace set under some configurations: what `sim offload` runs, and
+/// `reproduce` runs many of.
+pub(crate) struct ReplayRequest<'a> {
+    pub(crate) traces: &'a [PathBuf],
+    pub(crate) input: somnus_trace::ReadOptions,
+    pub(crate) day: Option<DaySpec>,
+    pub(crate) warmup_s: Option<u64>,
+    pub(crate) kinds: Vec<ConfigKind>,
+    pub(crate) quiet: bool,
+}
+
+/// A replay's result, what produced it, and the heading of its tables.
+pub(crate) struct ReplayOutcome {
+    pub(crate) result: OffloadResult,
+    pub(crate) provenance: OffloadProvenance,
+    pub(crate) heading: String,
+}
+
+/// Replays a trace set on `topology` (read from `topology_file`, if it was).
+pub(crate) fn replay(
+    request: &ReplayRequest<'_>,
+    topology: &Topology,
+    topology_file: Option<&Path>,
+) -> Result<ReplayOutcome> {
+    if !request.quiet {
+        noteln!("reading {} trace file(s)...", request.traces.len());
     }
-    let set = TraceSet::open(&args.traces, &args.input.options())?;
+    let set = TraceSet::open(request.traces, &request.input)?;
     let summary = set.summary();
-    let window = measured_window(args, summary)?;
+    let window = measured_window(request.day, request.warmup_s, request.quiet, summary)?;
     let names: Vec<String> = set.volumes().iter().map(|(_, name)| name.to_string()).collect();
     let loads = peak_loads(set.requests(), names.len(), LOAD_WINDOW)?;
     let layout = topology.layout_for_load(&names, &loads)?;
-    if let Some(path) = &args.topology {
-        warn_of_unused_rack_servers(path, &topology, &layout);
+    if let Some(path) = topology_file {
+        warn_of_unused_rack_servers(path, topology, &layout);
     }
     let in_window = count_in_window(&set, window)?;
-    if !args.quiet {
+    if !request.quiet {
         noteln!(
             "replaying {} requests of {} volumes over {:.1} h in {} configuration(s)...",
             somnus_trace::stats::thousands(in_window),
             names.len(),
             window.span().as_secs_f64() / 3600.0,
-            kinds.len()
+            request.kinds.len()
         );
     }
-    let mut progress = ProgressLine::new(args.quiet);
+    let mut progress = ProgressLine::new(request.quiet);
     let result = run_offload(
         &layout,
         window.run_window(),
-        &kinds,
+        &request.kinds,
         || Ok::<_, somnus_trace::TraceError>(window.sim_requests(set.requests())),
         &mut |p| progress.simulation(p),
     )?;
@@ -194,18 +229,23 @@ fn offload(args: &OffloadArgs) -> Result<()> {
     let provenance = OffloadProvenance {
         header: Header::new(report::OFFLOAD_SCHEMA),
         input: Input { trace_files: trace_files(summary), synthetic: None },
-        window: window_info(summary.time_base, window, args.day, in_window),
+        window: window_info(summary.time_base, window, request.day, in_window),
         topology: TopologyInfo::new(topology.origin(), &layout),
     };
-    emit(&result, &provenance, &heading, args.json, args.report.as_deref())
+    Ok(ReplayOutcome { result, provenance, heading })
 }
 
 /// The window `--day` and `--warmup-s` ask for (the whole set without `--day`).
-fn measured_window(args: &OffloadArgs, summary: &somnus_trace::TraceSummary) -> Result<Window> {
-    let window = match args.day {
+fn measured_window(
+    day: Option<DaySpec>,
+    warmup_s: Option<u64>,
+    quiet: bool,
+    summary: &somnus_trace::TraceSummary,
+) -> Result<Window> {
+    let window = match day {
         Some(day) => {
             let window = Window::day(summary, day)?;
-            if window.span().as_nanos() < somnus_trace::day::DAY_NS && !args.quiet {
+            if window.span().as_nanos() < somnus_trace::day::DAY_NS && !quiet {
                 noteln!(
                     "day {day} is covered by the trace only in part: measuring the {:.2} h it covers",
                     window.span().as_secs_f64() / 3600.0
@@ -215,7 +255,7 @@ fn measured_window(args: &OffloadArgs, summary: &somnus_trace::TraceSummary) -> 
         }
         None => Window::whole(summary).ok_or(somnus_trace::DayError::EmptySet)?,
     };
-    let warmup_s = args.warmup_s.unwrap_or(if args.day.is_some() { DAY_WARMUP_S } else { 0 });
+    let warmup_s = warmup_s.unwrap_or(if day.is_some() { DAY_WARMUP_S } else { 0 });
     if warmup_s > WARMUP_S_MAX {
         bail!("--warmup-s is at most {WARMUP_S_MAX} (a week), not {warmup_s}");
     }

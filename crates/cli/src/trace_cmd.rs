@@ -179,28 +179,36 @@ fn run_stats(
         .context("computing the trace statistics")?;
     crate::output::write_with(|out| {
         if json {
-            #[derive(serde::Serialize)]
-            struct Body<'a> {
-                trace_files: Vec<crate::provenance::TraceFile>,
-                /// `--day` as given, or null.
-                day: Option<String>,
-                #[serde(flatten)]
-                report: &'a somnus_trace::stats::StatsReport,
-            }
-            let body = Body {
-                trace_files: crate::provenance::trace_files(set.summary()),
-                day: day.map(|day| day.to_string()),
-                report: &report,
-            };
-            let document = crate::provenance::Document::new("somnus-trace-stats", body);
-            serde_json::to_writer_pretty(&mut *out, &document)?;
-            writeln!(out)
+            writeln!(out, "{}", stats_json(&set, day, &report)?)
         } else {
             print_files(out, set.summary())?;
             writeln!(out)?;
             write!(out, "{report}")
         }
     })
+}
+
+/// The statistics of a set as the JSON document `trace stats --json` prints: the
+/// header, the files, the day asked for, then the report's own keys.
+pub(crate) fn stats_json(
+    set: &TraceSet,
+    day: Option<DaySpec>,
+    report: &somnus_trace::stats::StatsReport,
+) -> serde_json::Result<String> {
+    #[derive(serde::Serialize)]
+    struct Body<'a> {
+        trace_files: Vec<crate::provenance::TraceFile>,
+        /// `--day` as given, or null.
+        day: Option<String>,
+        #[serde(flatten)]
+        report: &'a somnus_trace::stats::StatsReport,
+    }
+    let body = Body {
+        trace_files: crate::provenance::trace_files(set.summary()),
+        day: day.map(|day| day.to_string()),
+        report,
+    };
+    crate::provenance::Document::new("somnus-trace-stats", body).to_json()
 }
 
 fn print_files(out: &mut impl Write, summary: &TraceSummary) -> std::io::Result<()> {
@@ -349,7 +357,7 @@ fn load_config(
     Ok(config)
 }
 
-fn run_generate(
+pub(crate) fn run_generate(
     output: &Path,
     seed: u64,
     config: &SyntheticConfig,

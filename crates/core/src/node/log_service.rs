@@ -35,6 +35,9 @@ pub(super) struct LogService {
     reservations: BTreeMap<VolumeId, (u64, VirtualInstant)>,
     /// The number of the last status given.
     sequence: u64,
+    /// Used bytes before which garbage collection is not looked for again (set when a
+    /// look found nothing).
+    collect_next_at_used: Option<u64>,
 }
 
 impl LogService {
@@ -51,6 +54,7 @@ impl LogService {
             lease,
             reservations: BTreeMap::new(),
             sequence: 0,
+            collect_next_at_used: None,
         }
     }
 
@@ -294,11 +298,19 @@ impl Node {
         let geometry = log.model.geometry();
         let full_enough = u128::from(log.model.used_bytes()) * 100
             >= u128::from(geometry.capacity_bytes) * u128::from(self.collect_at_percent);
-        if !full_enough || !self.slots[slot].unit.is_awake() {
+        // After a look that found nothing to collect, the next waits for another
+        // segment's worth of records: a look paints the whole log.
+        let due = log.collect_next_at_used.is_none_or(|at| log.model.used_bytes() >= at);
+        if !full_enough || !due || !self.slots[slot].unit.is_awake() {
             return;
         }
+        let log = &mut self.slots[slot].log;
         // A collection that runs out of room stops part-way and frees nothing yet.
-        let Ok(Some(collection)) = self.slots[slot].log.model.compact() else { return };
+        let Ok(Some(collection)) = log.model.compact() else {
+            log.collect_next_at_used = Some(log.model.used_bytes() + geometry.segment_bytes);
+            return;
+        };
+        log.collect_next_at_used = None;
         self.counters.log_collections += 1;
         self.counters.log_bytes_copied += collection.bytes_copied;
         if collection.record_bytes_written == 0 {

@@ -90,11 +90,25 @@ impl GarbageCache {
         !self.entries.is_empty() && self.overlapping(range).next().is_some()
     }
 
-    /// Whether an entry may be invalidated now: superseded versions always may; a
-    /// reclaimed (latest) version waits for every older overlapping version.
+    /// Whether an entry may be invalidated now: a reclaimed (latest) version waits for
+    /// every older overlapping version (O2). An invalidation also hides every older
+    /// version on its logger, so it waits too while it would hide a reclaimed version
+    /// there that must itself still wait.
     fn may_invalidate(&self, entry: GarbageEntry) -> bool {
-        !entry.reclaimed
-            || !self.overlapping(entry.range).any(|other| other.version < entry.version)
+        if entry.reclaimed && self.has_older(entry) {
+            return false;
+        }
+        !self.overlapping(entry.range).any(|other| {
+            other.logger == entry.logger
+                && other.reclaimed
+                && other.version < entry.version
+                && self.has_older(other)
+        })
+    }
+
+    /// Whether an older version overlapping `entry` is still to be invalidated.
+    fn has_older(&self, entry: GarbageEntry) -> bool {
+        self.overlapping(entry.range).any(|other| other.version < entry.version)
     }
 
     /// Takes up to `count_max` entries for `logger` that may be invalidated now and that
