@@ -137,9 +137,20 @@ impl<V: Copy + Eq> ExtentMap<V> {
             .map(|(&start, &(end, value))| (ByteRange::from_bounds(start, end), value))
     }
 
-    /// The first extent whose value satisfies `predicate`, in ascending order.
-    pub fn find(&self, mut predicate: impl FnMut(V) -> bool) -> Option<(ByteRange, V)> {
-        self.iter().find(|(_, value)| predicate(*value))
+    /// The first extent whose value satisfies `predicate`, in ascending order from the
+    /// first extent starting at or after `from`, then wrapping round to the lowest: a
+    /// caller walking the map step by step resumes where it stopped instead of
+    /// passing again every extent it skipped.
+    pub fn find_from(
+        &self,
+        from: u64,
+        mut predicate: impl FnMut(V) -> bool,
+    ) -> Option<(ByteRange, V)> {
+        let to_extent = |(&start, &(end, value)): (&u64, &(u64, V))| {
+            (ByteRange::from_bounds(start, end), value)
+        };
+        let mut wrapped = self.extents.range(from..).chain(self.extents.range(..from));
+        wrapped.find(|(_, (_, value))| predicate(*value)).map(to_extent)
     }
 
     fn check(&self) {

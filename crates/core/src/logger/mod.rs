@@ -92,6 +92,12 @@ pub struct Collection {
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Account {
+    Add,
+    Remove,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum Kind {
     Data,
     Marker,
@@ -151,6 +157,9 @@ pub struct Logger {
     hidden_below: BTreeMap<OwnerId, Lsn>,
     /// Per owner, the newest version it ever appended (appends must grow).
     versions: BTreeMap<OwnerId, Version>,
+    /// Visible data bytes per segment, kept as records come and go: collection looks
+    /// at it after every write, and painting the whole log each time is quadratic.
+    live: BTreeMap<SegmentNo, u64>,
 }
 
 impl Logger {
@@ -177,6 +186,7 @@ impl Logger {
             objects: BTreeMap::new(),
             hidden_below: BTreeMap::new(),
             versions: BTreeMap::new(),
+            live: BTreeMap::new(),
         }
     }
 
@@ -352,14 +362,55 @@ impl Logger {
         *size += record.bytes();
         ids.push(id);
         if record.kind == Kind::DeleteAll {
+            self.account_owner(record.owner, Account::Remove);
             let hidden = self.hidden_below.entry(record.owner).or_insert(Lsn(0));
             *hidden = (*hidden).max(record.lsn);
-        } else {
-            let object = self.objects.entry((record.owner, record.object)).or_default();
-            object.by_start.insert((record.range.start, id), ());
-            object.length_max = object.length_max.max(record.range.size_bytes());
+            self.records.insert(id, record);
+            self.account_owner(record.owner, Account::Add);
+            return;
         }
+        self.account(record.owner, record.object, record.range, Account::Remove);
+        let object = self.objects.entry((record.owner, record.object)).or_default();
+        object.by_start.insert((record.range.start, id), ());
+        object.length_max = object.length_max.max(record.range.size_bytes());
         self.records.insert(id, record);
+        if record.kind == Kind::Data && record.version > self.newest_version(record.owner) {
+            // An append above every version of its owner wins its whole range.
+            *self.live.entry(record.segment).or_insert(0) += record.range.size_bytes();
+        } else {
+            self.account(record.owner, record.object, record.range, Account::Add);
+        }
+    }
+
+    /// Adds to (or takes from) each segment's live bytes what it wins in a painting of
+    /// `range`: bracketing a change to the records over `range` with a removal and an
+    /// addition keeps `live` exact, as a record changes the painting only under it.
+    fn account(&mut self, owner: OwnerId, object: ObjectId, range: ByteRange, how: Account) {
+        let (won, _) = paint(&self.candidates(owner, object, range), range, None);
+        for piece in won.iter().filter(|piece| !piece.winner.marker) {
+            let live = self.live.entry(piece.winner.segment).or_insert(0);
+            let bytes = piece.range.size_bytes();
+            *live = match how {
+                Account::Add => *live + bytes,
+                Account::Remove => {
+                    live.checked_sub(bytes).expect("live bytes taken that were never added")
+                }
+            };
+        }
+    }
+
+    /// `account` over every object of `owner`: a delete-all changes them all.
+    fn account_owner(&mut self, owner: OwnerId, how: Account) {
+        let objects: Vec<ObjectId> = self
+            .objects
+            .range((owner, ObjectId(0))..=(owner, ObjectId(u64::MAX)))
+            .map(|(&(_, object), _)| object)
+            .collect();
+        for object in objects {
+            if let Some(span) = self.data_span(owner, object) {
+                self.account(owner, object, span, how);
+            }
+        }
     }
 }
 
@@ -456,8 +507,9 @@ impl Logger {
     }
 
     /// Visible data bytes per segment (ties to the older record), as the engine counts
-    /// them for collection.
-    fn live_bytes_by_segment(&self) -> BTreeMap<SegmentNo, u64> {
+    /// them for collection: the whole log painted anew. `live` must equal it.
+    #[cfg(any(test, feature = "expensive-checks"))]
+    fn live_bytes_repainted(&self) -> BTreeMap<SegmentNo, u64> {
         let mut live: BTreeMap<SegmentNo, u64> = BTreeMap::new();
         for &(owner, object) in self.objects.keys() {
             let Some(span) = self.data_span(owner, object) else { continue };
@@ -466,6 +518,16 @@ impl Logger {
                 *live.entry(piece.winner.segment).or_insert(0) += piece.range.size_bytes();
             }
         }
+        live
+    }
+
+    /// Visible data bytes per segment, as kept up to date; with expensive checks, also
+    /// painted anew and compared.
+    fn live_bytes_by_segment(&self) -> BTreeMap<SegmentNo, u64> {
+        let live: BTreeMap<SegmentNo, u64> =
+            self.live.iter().filter(|(_, bytes)| **bytes > 0).map(|(&s, &b)| (s, b)).collect();
+        #[cfg(feature = "expensive-checks")]
+        assert_eq!(live, self.live_bytes_repainted(), "logger {}: live bytes drifted", self.id);
         live
     }
 
@@ -623,13 +685,17 @@ impl Logger {
         for id in ids {
             self.remove_record(id);
         }
+        let left = self.live.remove(&segment).unwrap_or(0);
+        assert_eq!(left, 0, "logger {}: a collected segment still had live bytes", self.id);
         self.used_bytes -= bytes_freed;
         Ok(Collection { segment, records_copied, bytes_copied, record_bytes_written, bytes_freed })
     }
 
     fn remove_record(&mut self, id: RecordId) {
-        let Some(record) = self.records.remove(&id) else { return };
+        let Some(&record) = self.records.get(&id) else { return };
         if record.kind == Kind::DeleteAll {
+            self.account_owner(record.owner, Account::Remove);
+            self.records.remove(&id);
             let latest = self
                 .records
                 .values()
@@ -640,8 +706,11 @@ impl Logger {
                 Some(lsn) => self.hidden_below.insert(record.owner, lsn),
                 None => self.hidden_below.remove(&record.owner),
             };
+            self.account_owner(record.owner, Account::Add);
             return;
         }
+        self.account(record.owner, record.object, record.range, Account::Remove);
+        self.records.remove(&id);
         let key = (record.owner, record.object);
         if let Some(object) = self.objects.get_mut(&key) {
             object.by_start.remove(&(record.range.start, id));
@@ -649,12 +718,50 @@ impl Logger {
                 self.objects.remove(&key);
             }
         }
+        self.account(record.owner, record.object, record.range, Account::Add);
     }
 }
 
 #[cfg(test)]
 mod tests {
+    use rand::{Rng, SeedableRng};
+    use rand_pcg::Pcg64;
+
     use super::*;
+
+    #[test]
+    fn live_bytes_kept_up_to_date_equal_a_painting_anew() {
+        // Goal: the live bytes kept per segment as records come and go are those of a
+        // painting of the whole log, through appends, markers, delete-alls and
+        // collections, over two owners crowded into a small space.
+        for seed in 0..200 {
+            let mut rng = Pcg64::seed_from_u64(seed);
+            let geometry = LogGeometry {
+                capacity_bytes: 16 * 4096,
+                segment_bytes: 4096,
+                compact_live_percent_max: 50,
+            };
+            let mut log = Logger::new(LoggerId(0), geometry);
+            for _ in 0..300 {
+                let owner = OwnerId(rng.random_range(1..3));
+                let start = rng.random_range(0..16) * 64;
+                let range = ByteRange::new(start, rng.random_range(1..8) * 64);
+                let newest = log.newest_version(owner);
+                let _ = match rng.random_range(0..20) {
+                    0 => log.delete_all(owner).map(drop),
+                    1..=5 if newest > Version(0) => {
+                        let version = Version(rng.random_range(1..=newest.0));
+                        log.invalidate(owner, OBJECT, range, version).map(drop)
+                    }
+                    6..=8 => log.compact().map(drop),
+                    _ => log.append(owner, OBJECT, range, Version(newest.0 + 1)).map(drop),
+                };
+                let kept: BTreeMap<SegmentNo, u64> =
+                    log.live.iter().filter(|(_, b)| **b > 0).map(|(&s, &b)| (s, b)).collect();
+                assert_eq!(kept, log.live_bytes_repainted(), "seed {seed}");
+            }
+        }
+    }
 
     fn r(start: u64, end: u64) -> ByteRange {
         ByteRange::from_bounds(start, end)

@@ -1,8 +1,13 @@
-//! The painting of docs/format/log.md ("Meaning"), computed plainly: the range is cut
-//! at every boundary of the records that touch it, and each elementary piece goes to
-//! the record that wins it (highest version; a marker wins a tie with data of its
-//! version; then a record outside the segment being collected; then the older record).
-//! Simpler and slower than the engine's index, on purpose: the two are compared.
+//! The painting of docs/format/log.md ("Meaning"): the range is cut at every boundary
+//! of the records that touch it, and each elementary piece goes to the record that wins
+//! it (highest version; a marker wins a tie with data of its version; then a record
+//! outside the segment being collected; then the older record). A sweep over the cuts
+//! keeps the records covering the current piece ordered by those rules, so a painting
+//! of n records costs O(n log n): a volume's whole log is painted at every collection.
+//! It shares nothing with the engine's index, on purpose: the two are compared.
+
+use std::cmp::Reverse;
+use std::collections::BTreeSet;
 
 use somnus_types::{ByteRange, Version};
 
@@ -25,11 +30,12 @@ pub(crate) struct Won {
     pub(crate) winner: Candidate,
 }
 
-/// Whether `a` beats `b` where both cover a byte.
-fn beats(a: &Candidate, b: &Candidate, avoid: Option<SegmentNo>) -> bool {
-    let key =
-        |c: &Candidate| (c.version, c.marker, Some(c.segment) != avoid, std::cmp::Reverse(c.id));
-    key(a) > key(b)
+/// The order of the painting rules: where two records cover a byte, the greater wins.
+/// Record ids are unique, so no two candidates tie.
+type Rank = (Version, bool, bool, Reverse<RecordId>);
+
+fn rank(candidate: &Candidate, avoid: Option<SegmentNo>) -> Rank {
+    (candidate.version, candidate.marker, Some(candidate.segment) != avoid, Reverse(candidate.id))
 }
 
 /// Paints `range` with `candidates` (records that overlap it and no delete-all hides):
@@ -40,28 +46,38 @@ pub(crate) fn paint(
     range: ByteRange,
     avoid: Option<SegmentNo>,
 ) -> (Vec<Won>, Vec<ByteRange>) {
+    // Each candidate clipped to the range, by start; and the same, by end.
+    let mut by_start: Vec<(ByteRange, usize)> = candidates
+        .iter()
+        .enumerate()
+        .filter_map(|(index, c)| c.range.intersection(range).map(|clipped| (clipped, index)))
+        .filter(|(clipped, _)| clipped.start < clipped.end)
+        .collect();
+    by_start.sort_unstable_by_key(|&(clipped, index)| (clipped.start, index));
+    let mut by_end = by_start.clone();
+    by_end.sort_unstable_by_key(|&(clipped, index)| (clipped.end, index));
     let mut cuts: Vec<u64> = vec![range.start, range.end];
-    for candidate in candidates {
-        for at in [candidate.range.start, candidate.range.end] {
-            if range.start < at && at < range.end {
-                cuts.push(at);
-            }
-        }
-    }
+    cuts.extend(by_start.iter().flat_map(|(clipped, _)| [clipped.start, clipped.end]));
     cuts.sort_unstable();
     cuts.dedup();
+
+    let mut covering: BTreeSet<(Rank, usize)> = BTreeSet::new();
+    let (mut started, mut ended) = (0, 0);
     let mut won: Vec<Won> = Vec::new();
     let mut missing: Vec<ByteRange> = Vec::new();
     for pair in cuts.windows(2) {
-        let piece = ByteRange::from_bounds(pair[0], pair[1]);
-        let winner = candidates.iter().filter(|c| c.range.contains(piece)).fold(
-            None::<&Candidate>,
-            |best, c| match best {
-                Some(b) if !beats(c, b, avoid) => Some(b),
-                _ => Some(c),
-            },
-        );
-        match winner {
+        let at = pair[0];
+        while let Some(&(clipped, index)) = by_end.get(ended).filter(|(c, _)| c.end <= at) {
+            debug_assert!(clipped.end == at, "every end is a cut");
+            covering.remove(&(rank(&candidates[index], avoid), index));
+            ended += 1;
+        }
+        while let Some(&(_, index)) = by_start.get(started).filter(|(c, _)| c.start <= at) {
+            covering.insert((rank(&candidates[index], avoid), index));
+            started += 1;
+        }
+        let piece = ByteRange::from_bounds(at, pair[1]);
+        match covering.last().map(|&(_, index)| &candidates[index]) {
             Some(winner) => match won.last_mut() {
                 Some(last) if last.winner.id == winner.id && last.range.end == piece.start => {
                     last.range.end = piece.end;
@@ -79,7 +95,83 @@ pub(crate) fn paint(
 
 #[cfg(test)]
 mod tests {
+    use rand::{Rng, SeedableRng};
+    use rand_pcg::Pcg64;
+
     use super::*;
+
+    /// The painting by its definition: each elementary piece goes to the greatest of the
+    /// candidates containing it, found by looking at all of them. Quadratic; the oracle.
+    fn paint_plainly(
+        candidates: &[Candidate],
+        range: ByteRange,
+        avoid: Option<SegmentNo>,
+    ) -> (Vec<Won>, Vec<ByteRange>) {
+        let mut cuts: Vec<u64> = vec![range.start, range.end];
+        for candidate in candidates {
+            for at in [candidate.range.start, candidate.range.end] {
+                if range.start < at && at < range.end {
+                    cuts.push(at);
+                }
+            }
+        }
+        cuts.sort_unstable();
+        cuts.dedup();
+        let mut won: Vec<Won> = Vec::new();
+        let mut missing: Vec<ByteRange> = Vec::new();
+        for pair in cuts.windows(2) {
+            let piece = ByteRange::from_bounds(pair[0], pair[1]);
+            let winner = candidates
+                .iter()
+                .filter(|c| c.range.contains(piece))
+                .max_by_key(|c| rank(c, avoid));
+            match winner {
+                Some(winner) => match won.last_mut() {
+                    Some(last) if last.winner.id == winner.id && last.range.end == piece.start => {
+                        last.range.end = piece.end;
+                    }
+                    _ => won.push(Won { range: piece, winner: *winner }),
+                },
+                None => match missing.last_mut() {
+                    Some(last) if last.end == piece.start => last.end = piece.end,
+                    _ => missing.push(piece),
+                },
+            }
+        }
+        (won, missing)
+    }
+
+    #[test]
+    fn the_sweep_paints_as_the_definition_does() {
+        // Goal: the O(n log n) sweep and the plain definition agree on random records
+        // (crowded into a small space so that they overlap, share boundaries and tie on
+        // versions), on random ranges and with or without a segment to avoid.
+        let mut rng = Pcg64::seed_from_u64(7);
+        for _ in 0..3000 {
+            let count = rng.random_range(0..12);
+            let candidates: Vec<Candidate> = (0..count)
+                .map(|id| {
+                    let start = rng.random_range(0..40);
+                    let end = rng.random_range(start + 1..=48);
+                    Candidate {
+                        id: RecordId(id),
+                        marker: rng.random_bool(0.3),
+                        range: ByteRange::from_bounds(start, end),
+                        version: Version(rng.random_range(1..4)),
+                        segment: SegmentNo(rng.random_range(1..3)),
+                    }
+                })
+                .collect();
+            let start = rng.random_range(0..44);
+            let range = ByteRange::from_bounds(start, rng.random_range(start + 1..=50));
+            let avoid = rng.random_bool(0.5).then_some(SegmentNo(1));
+            assert_eq!(
+                paint(&candidates, range, avoid),
+                paint_plainly(&candidates, range, avoid),
+                "{candidates:?} over {range:?} avoiding {avoid:?}"
+            );
+        }
+    }
 
     fn c(id: u64, marker: bool, start: u64, end: u64, version: u64) -> Candidate {
         Candidate {

@@ -31,6 +31,10 @@ pub(crate) struct GarbageCache {
     entries: BTreeMap<(u64, Version, LoggerId), (u64, bool)>,
     /// Entries not yet sent for invalidation, per logger.
     pending: BTreeMap<LoggerId, BTreeSet<(u64, Version)>>,
+    /// Entries found waiting for an overlapping entry to go first (O2), per logger.
+    /// Only the removal of an overlapping entry can free them, so they are looked at
+    /// again then, not at every scan: a logger asleep for days may hold back thousands.
+    held: BTreeMap<LoggerId, BTreeSet<(u64, Version)>>,
     /// The longest entry ever added: bounds the backward scan of overlap queries.
     length_max: u64,
 }
@@ -60,8 +64,26 @@ impl GarbageCache {
         let key = (entry.range.start, entry.version, entry.logger);
         let removed = self.entries.remove(&key);
         assert!(removed.is_some(), "garbage entry {entry:?} removed twice");
-        if let Some(set) = self.pending.get_mut(&entry.logger) {
-            set.remove(&(entry.range.start, entry.version));
+        for sets in [&mut self.pending, &mut self.held] {
+            if let Some(set) = sets.get_mut(&entry.logger) {
+                set.remove(&(entry.range.start, entry.version));
+            }
+        }
+        self.release_overlapping(entry.range);
+    }
+
+    /// Puts the held entries overlapping `range` back in the queue: what held them may
+    /// have gone.
+    fn release_overlapping(&mut self, range: ByteRange) {
+        if self.held.values().all(BTreeSet::is_empty) {
+            return;
+        }
+        let overlapping: Vec<GarbageEntry> = self.overlapping(range).collect();
+        for other in overlapping {
+            let key = (other.range.start, other.version);
+            if self.held.get_mut(&other.logger).is_some_and(|set| set.remove(&key)) {
+                self.pending.entry(other.logger).or_default().insert(key);
+            }
         }
     }
 
@@ -113,6 +135,7 @@ impl GarbageCache {
 
     /// Takes up to `count_max` entries for `logger` that may be invalidated now and that
     /// `busy` does not hold back (a read of that version in flight), and marks them sent.
+    /// Entries that must wait for others are set aside until one of those is removed.
     pub(crate) fn take_sendable(
         &mut self,
         logger: LoggerId,
@@ -124,6 +147,7 @@ impl GarbageCache {
             return;
         };
         let mut taken = Vec::new();
+        let mut held = Vec::new();
         for &(start, version) in set {
             if taken.len() >= count_max {
                 break;
@@ -139,7 +163,9 @@ impl GarbageCache {
                 version,
                 reclaimed,
             };
-            if self.may_invalidate(entry) && !busy(entry) {
+            if !self.may_invalidate(entry) {
+                held.push((start, version));
+            } else if !busy(entry) {
                 taken.push(entry);
             }
         }
@@ -147,7 +173,11 @@ impl GarbageCache {
             for entry in &taken {
                 set.remove(&(entry.range.start, entry.version));
             }
+            for key in &held {
+                set.remove(key);
+            }
         }
+        self.held.entry(logger).or_default().extend(held);
         out.extend(taken);
     }
 

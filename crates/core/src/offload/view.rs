@@ -25,6 +25,11 @@ struct ViewState {
 #[derive(Clone, Debug)]
 pub(crate) struct LoggerView {
     loggers: Vec<ViewState>,
+    /// (logger, index in `loggers`), by logger: the node notes every logger's load at
+    /// every disk I/O, so a lookup must not scan the view.
+    by_logger: Vec<(LoggerId, usize)>,
+    /// How many loggers are unreachable: none, nearly always, and then nothing is due.
+    unreachable_count: usize,
 }
 
 impl LoggerView {
@@ -39,15 +44,23 @@ impl LoggerView {
                 probe_in_flight: false,
             })
             .collect();
-        LoggerView { loggers }
+        let mut by_logger: Vec<(LoggerId, usize)> =
+            entries.iter().enumerate().map(|(index, entry)| (entry.logger, index)).collect();
+        by_logger.sort_unstable();
+        LoggerView { loggers, by_logger, unreachable_count: 0 }
+    }
+
+    fn index(&self, logger: LoggerId) -> Option<usize> {
+        let found = self.by_logger.binary_search_by_key(&logger, |&(logger, _)| logger);
+        found.ok().map(|at| self.by_logger[at].1)
     }
 
     fn state(&self, logger: LoggerId) -> Option<&ViewState> {
-        self.loggers.iter().find(|state| state.entry.logger == logger)
+        self.index(logger).map(|index| &self.loggers[index])
     }
 
     fn state_mut(&mut self, logger: LoggerId) -> Option<&mut ViewState> {
-        self.loggers.iter_mut().find(|state| state.entry.logger == logger)
+        self.index(logger).map(|index| &mut self.loggers[index])
     }
 
     #[cfg_attr(not(feature = "expensive-checks"), allow(dead_code))]
@@ -59,7 +72,8 @@ impl LoggerView {
     /// whether its availability as the manager sees it changed. A logger outside the
     /// view is ignored (a report meant for another manager).
     pub(crate) fn report(&mut self, logger: LoggerId, status: LoggerStatus) -> bool {
-        let Some(state) = self.state_mut(logger) else { return false };
+        let Some(index) = self.index(logger) else { return false };
+        let state = &mut self.loggers[index];
         if state.status.is_some_and(|known| status.sequence < known.sequence) {
             // Older than what the view holds: a late or repeated answer.
             return false;
@@ -69,30 +83,36 @@ impl LoggerView {
         state.status = Some(status);
         state.unreachable = false;
         state.probe_at = None;
+        self.unreachable_count -= usize::from(was_unreachable);
         was_unreachable || before != Some(status.availability)
     }
 
     /// Records a logger's load and room; its availability stays as last reported.
     /// (The shell's note is current, so it is not held to the sequence; it does not move
-    /// the sequence either, so a report already on its way is still heard.)
-    pub(crate) fn note_load(&mut self, logger: LoggerId, status: LoggerStatus) {
+    /// the sequence either, so a report already on its way is still heard.) Returns
+    /// whether the hosting of the logger on the home disks changed.
+    pub(crate) fn note_load(&mut self, logger: LoggerId, status: LoggerStatus) -> bool {
         if let Some(state) = self.state_mut(logger)
             && let Some(known) = &mut state.status
         {
             known.queue_length = status.queue_length;
             known.free_bytes = status.free_bytes;
-            known.hosting_until = status.hosting_until;
+            let hosting_before = std::mem::replace(&mut known.hosting_until, status.hosting_until);
+            return state.entry.shares_home_disks && hosting_before != status.hosting_until;
         }
+        false
     }
 
     /// A request to `logger` missed its deadline: it counts as failed, and is probed at
     /// `probe_at` unless it answers before.
     pub(crate) fn mark_unreachable(&mut self, logger: LoggerId, probe_at: VirtualInstant) {
-        if let Some(state) = self.state_mut(logger) {
-            state.unreachable = true;
+        if let Some(index) = self.index(logger) {
+            let state = &mut self.loggers[index];
+            let was_unreachable = std::mem::replace(&mut state.unreachable, true);
             if !state.probe_in_flight {
                 state.probe_at = Some(state.probe_at.map_or(probe_at, |at| at.min(probe_at)));
             }
+            self.unreachable_count += usize::from(!was_unreachable);
         }
     }
 
@@ -123,6 +143,15 @@ impl LoggerView {
 
     /// The earliest probe due.
     pub(crate) fn next_probe_at(&self) -> Option<VirtualInstant> {
+        #[cfg(feature = "expensive-checks")]
+        assert_eq!(
+            self.unreachable_count,
+            self.loggers.iter().filter(|state| state.unreachable).count(),
+            "the count of unreachable loggers drifted"
+        );
+        if self.unreachable_count == 0 {
+            return None;
+        }
         self.loggers.iter().filter(|state| state.unreachable).filter_map(|s| s.probe_at).min()
     }
 

@@ -54,10 +54,14 @@ impl VolumeManager {
                 let reads = &self.log_reads_in_flight;
                 let redirect = &self.redirect;
                 let busy = |entry: GarbageEntry| {
-                    // A marker hides its version and every older one: it waits for the
-                    // reads in flight of any of them on that logger (O2).
-                    let older_reads = (entry.logger, Version(0))..=(entry.logger, entry.version);
-                    reads.range(older_reads).next().is_some()
+                    // A marker hides its version and every older one over its range: it
+                    // waits for the reads in flight of any of them there (O2).
+                    let older_reads = (entry.logger, Version(0), 0, 0)
+                        ..=(entry.logger, entry.version, u64::MAX, u64::MAX);
+                    let range = entry.range;
+                    reads
+                        .range(older_reads)
+                        .any(|(&(_, _, start, end), _)| start < range.end && range.start < end)
                         || hides_a_mapped_version(redirect, entry)
                 };
                 self.garbage.take_sendable(logger, room, busy, &mut sendable);
@@ -107,8 +111,10 @@ impl VolumeManager {
     fn start_reclaim(&mut self) {
         let view = &self.view;
         let availability = |logger: LoggerId| view.availability(logger, true);
-        let awake =
-            self.redirect.find(|(logger, _)| availability(logger) == LoggerAvailability::Awake);
+        let from = self.reclaim_cursor;
+        let awake = self
+            .redirect
+            .find_from(from, |(logger, _)| availability(logger) == LoggerAvailability::Awake);
         // Background work leaves sleeping loggers alone, except to bring the logged
         // data back under the off-load limit or to finish a drain: then reading wakes
         // the logger (a bounded buffer wakes its target, DESIGN.md).
@@ -116,8 +122,9 @@ impl VolumeManager {
         let found = awake.or_else(|| {
             must_drain
                 .then(|| {
-                    self.redirect
-                        .find(|(logger, _)| availability(logger) == LoggerAvailability::Asleep)
+                    self.redirect.find_from(from, |(logger, _)| {
+                        availability(logger) == LoggerAvailability::Asleep
+                    })
                 })
                 .flatten()
         });
@@ -127,8 +134,9 @@ impl VolumeManager {
         };
         let end = range.end.min(range.start + RECLAIM_CHUNK_BYTES_MAX);
         let range = ByteRange::from_bounds(range.start, end);
+        self.reclaim_cursor = range.end;
         self.reclaim = Some(Reclaim { writes_outstanding: 0 });
-        self.log_read_started(logger, version);
+        self.log_read_started(logger, range, version);
         let io = self.new_io(IoPurpose::ReclaimRead { logger, range, version });
         self.actions.push_back(ManagerAction::ReadLog {
             io,

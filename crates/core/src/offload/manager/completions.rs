@@ -61,7 +61,7 @@ impl VolumeManager {
                 }
             }
             IoPurpose::ReclaimRead { logger, range, version } => {
-                self.log_read_finished(logger, version);
+                self.log_read_finished(logger, range, version);
                 self.reclaim_read_done(logger, range, version, reply.result.is_ok());
             }
             IoPurpose::Invalidate { entry } => self.invalidation_replied(entry, reply.result),
@@ -101,7 +101,7 @@ impl VolumeManager {
                 self.log_write_failed(request, logger, range, version, LogFailure::Unavailable)
             }
             IoPurpose::ReclaimRead { logger, version, range } => {
-                self.log_read_finished(logger, version);
+                self.log_read_finished(logger, range, version);
                 self.reclaim_read_done(logger, range, version, false);
             }
             IoPurpose::Invalidate { entry } => self.invalidation_replied(entry, unavailable),
@@ -155,14 +155,14 @@ impl VolumeManager {
     ) {
         match result {
             Ok(()) => {
-                self.log_read_finished(logger, version);
+                self.log_read_finished(logger, range, version);
                 self.part_done(request);
             }
             Err(LogFailure::Missing) => {
                 // The logger lost a version the manager still maps: an O2 violation
                 // somewhere. The client gets an error; the count tells the operator.
                 self.counters.log_reads_missing += 1;
-                self.log_read_finished(logger, version);
+                self.log_read_finished(logger, range, version);
                 self.request_mut(request).failed = true;
                 self.part_done(request);
             }
@@ -301,17 +301,29 @@ impl VolumeManager {
         }
     }
 
-    pub(super) fn log_read_started(&mut self, logger: LoggerId, version: Version) {
-        *self.log_reads_in_flight.entry((logger, version)).or_insert(0) += 1;
+    pub(super) fn log_read_started(
+        &mut self,
+        logger: LoggerId,
+        range: ByteRange,
+        version: Version,
+    ) {
+        let key = (logger, version, range.start, range.end);
+        *self.log_reads_in_flight.entry(key).or_insert(0) += 1;
     }
 
-    pub(super) fn log_read_finished(&mut self, logger: LoggerId, version: Version) {
-        let Some(count) = self.log_reads_in_flight.get_mut(&(logger, version)) else {
-            unreachable!("log read of {logger} {version:?} finished twice");
+    pub(super) fn log_read_finished(
+        &mut self,
+        logger: LoggerId,
+        range: ByteRange,
+        version: Version,
+    ) {
+        let key = (logger, version, range.start, range.end);
+        let Some(count) = self.log_reads_in_flight.get_mut(&key) else {
+            unreachable!("log read of {logger} {version:?} {range} finished twice");
         };
         *count -= 1;
         if *count == 0 {
-            self.log_reads_in_flight.remove(&(logger, version));
+            self.log_reads_in_flight.remove(&key);
             // An invalidation held back by this read may go now.
             self.garbage_dirty = true;
         }

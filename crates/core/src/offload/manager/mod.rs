@@ -245,12 +245,19 @@ pub struct VolumeManager {
     /// Foreground home I/O in flight: reclaim waits for it.
     foreground_home_in_flight: u32,
     reclaim: Option<Reclaim>,
+    /// Where the next reclaim looks first: reclaim walks the redirect cache in address
+    /// order, round and round, past extents it may not copy yet.
+    reclaim_cursor: u64,
+    /// What `poll_timeout` answers, computed when the manager's state last changed.
+    timeout: Option<VirtualInstant>,
     /// Set when reclaim found nothing it may copy now (every logged extent is on a
     /// sleeping or failed logger); cleared by any change that could unblock it.
     reclaim_blocked: bool,
     invalidations_in_flight: usize,
     /// Log reads in flight per version: a version is not invalidated under a read.
-    log_reads_in_flight: BTreeMap<(LoggerId, Version), u32>,
+    /// Log reads in flight (waits included) by logger, version and range: an
+    /// invalidation waits for those it would hide (O2).
+    log_reads_in_flight: BTreeMap<(LoggerId, Version, u64, u64), u32>,
     actions: VecDeque<ManagerAction>,
     counters: ManagerCounters,
     scratch_pieces: Vec<(ByteRange, Option<(LoggerId, Version)>)>,
@@ -282,7 +289,7 @@ impl VolumeManager {
         let requests = Slab::new(config.requests_max);
         let ios = Slab::new(config.ios_max);
         let view = LoggerView::new(&config.logger_view);
-        VolumeManager {
+        let mut manager = VolumeManager {
             config,
             now,
             home: home.into(),
@@ -310,6 +317,8 @@ impl VolumeManager {
             home_ios_in_flight: 0,
             foreground_home_in_flight: 0,
             reclaim: None,
+            reclaim_cursor: 0,
+            timeout: None,
             reclaim_blocked: false,
             invalidations_in_flight: 0,
             log_reads_in_flight: BTreeMap::new(),
@@ -320,7 +329,9 @@ impl VolumeManager {
             scratch_blockers: Vec::new(),
             scratch_loggers: Vec::new(),
             spare_dependents: Vec::new(),
-        }
+        };
+        manager.timeout = manager.next_timeout();
+        manager
     }
 
     /// A manager restarted after a crash, rebuilding its redirect and garbage caches
@@ -352,6 +363,7 @@ impl VolumeManager {
             manager.next_version = manager.next_version.max(version.0 + 1);
         }
         manager.garbage_dirty = true;
+        manager.timeout = manager.next_timeout();
         manager
     }
 
@@ -420,7 +432,10 @@ impl VolumeManager {
     /// `LoggerReported` through [`VolumeManager::handle`] instead; the availability in
     /// `status` is not read here.
     pub fn observe_logger_load(&mut self, logger: LoggerId, status: super::LoggerStatus) {
-        self.view.note_load(logger, status);
+        if self.view.note_load(logger, status) {
+            // Hosting keeps the home volume up: the sleep deadline moved.
+            self.timeout = self.next_timeout();
+        }
     }
 
     /// Feeds one event; see the module's call protocol.
@@ -449,6 +464,7 @@ impl VolumeManager {
         self.expire_deadlines(now);
         self.background(now);
         self.forget_answered_deadlines();
+        self.timeout = self.next_timeout();
         self.check();
     }
 
@@ -456,8 +472,20 @@ impl VolumeManager {
         self.actions.pop_front()
     }
 
-    /// The next time the manager wants a `TimerFired`, always in the future.
+    /// The next time the manager wants a `TimerFired`, always in the future. (Kept from
+    /// the last event: a shell asks after every step of every manager of its node.)
     pub fn poll_timeout(&self) -> Option<VirtualInstant> {
+        #[cfg(feature = "expensive-checks")]
+        assert_eq!(
+            self.timeout,
+            self.next_timeout(),
+            "volume {}: stale timeout",
+            self.config.volume
+        );
+        self.timeout
+    }
+
+    fn next_timeout(&self) -> Option<VirtualInstant> {
         let mut deadline: Option<VirtualInstant> = None;
         let mut consider = |t: VirtualInstant| {
             if t > self.now {

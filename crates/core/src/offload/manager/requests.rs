@@ -101,7 +101,7 @@ impl VolumeManager {
         pending.logged = true;
         pending.remote |= remote;
         // Counted until the read succeeds, waits included.
-        self.log_read_started(logger, version);
+        self.log_read_started(logger, range, version);
         if self.logger_availability(logger) == LoggerAvailability::Failed {
             self.waiting_log_reads.push_back((request, logger, range, version));
             return;
