@@ -30,6 +30,9 @@ pub(crate) struct LoggerView {
     by_logger: Vec<(LoggerId, usize)>,
     /// How many loggers are unreachable: none, nearly always, and then nothing is due.
     unreachable_count: usize,
+    /// The indices of the loggers on the home disks (one at most, in practice): asked
+    /// after at every event, so not found by a scan.
+    own: Vec<usize>,
 }
 
 impl LoggerView {
@@ -47,7 +50,8 @@ impl LoggerView {
         let mut by_logger: Vec<(LoggerId, usize)> =
             entries.iter().enumerate().map(|(index, entry)| (entry.logger, index)).collect();
         by_logger.sort_unstable();
-        LoggerView { loggers, by_logger, unreachable_count: 0 }
+        let own = (0..entries.len()).filter(|&index| entries[index].shares_home_disks).collect();
+        LoggerView { loggers, by_logger, unreachable_count: 0, own }
     }
 
     fn index(&self, logger: LoggerId) -> Option<usize> {
@@ -172,10 +176,9 @@ impl LoggerView {
 
     /// Until when the logger on the home disks hosts other managers (they sleep on it).
     pub(crate) fn own_hosting_until(&self) -> VirtualInstant {
-        self.loggers
+        self.own
             .iter()
-            .filter(|state| state.entry.shares_home_disks)
-            .filter_map(|state| state.status)
+            .filter_map(|&index| self.loggers[index].status)
             .map(|status| status.hosting_until)
             .max()
             .unwrap_or(VirtualInstant::ZERO)
