@@ -36,8 +36,9 @@ pub(crate) struct BenchEcArgs {
     /// across cache sets).
     #[arg(long, default_value = "separate", value_parser = ["separate", "staggered"])]
     layout: String,
-    /// Print a JSON array with one object per measurement, keys `code`, `shard_bytes`,
-    /// `op`, `impl`, `gbps` (the median), `min_gbps`, `max_gbps` and `ratio_to_xor`.
+    /// Print one JSON document (schema `somnus-bench-ec`) whose `measurements` hold one
+    /// object per measurement, keys `code`, `shard_bytes`, `op`, `impl`, `gbps` (the
+    /// median), `min_gbps`, `max_gbps`, `ratio_to_xor` and `layout`.
     #[arg(long)]
     json: bool,
 }

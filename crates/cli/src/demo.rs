@@ -24,7 +24,9 @@ pub(crate) struct DemoArgs {
     /// Hours of trace to generate and replay.
     #[arg(long, default_value_t = 24.0)]
     pub(crate) hours: f64,
-    /// Print one JSON object per configuration (a JSON array) instead of tables.
+    /// Print the results as one JSON document (schema `somnus-offload`: what produced
+    /// it, then `configs`, one object per configuration) instead of tables; the README
+    /// lists every key.
     #[arg(long)]
     pub(crate) json: bool,
     /// Also write CSV files and SVG plots (004 Fig. 6, 7, 8, 10) into this directory.

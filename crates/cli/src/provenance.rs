@@ -99,7 +99,7 @@ pub(crate) struct WindowInfo {
     /// `--day` as given (`2007-02-26`, `3`), or null for the whole set.
     pub(crate) day: Option<String>,
     /// Start and end of the measured window: `YYYY-MM-DD HH:MM:SS` UTC for traces with
-    /// absolute time, seconds from the trace's origin (`+123.456 s`) otherwise.
+    /// absolute time, seconds from the trace's origin (`123.456 s`) otherwise.
     pub(crate) start: String,
     pub(crate) end: String,
     pub(crate) span_s: f64,

@@ -85,7 +85,9 @@ pub(crate) struct OffloadArgs {
     /// whole trace (nothing precedes it).
     #[arg(long, value_name = "SECONDS")]
     warmup_s: Option<u64>,
-    /// Print one JSON object per configuration (a JSON array) instead of tables.
+    /// Print the results as one JSON document (schema `somnus-offload`: what produced
+    /// it, then `configs`, one object per configuration) instead of tables; the README
+    /// lists every key.
     #[arg(long)]
     json: bool,
     /// Also write CSV files and SVG plots equivalent to 004 Fig. 6, 7, 8 and 10 into

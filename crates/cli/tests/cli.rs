@@ -138,7 +138,50 @@ fn sim_offload_json_has_one_object_per_configuration_with_the_documented_keys() 
     let only_rack: serde_json::Value = serde_json::from_str(&only_rack).unwrap();
     assert_eq!(only_rack["configs"].as_array().unwrap().len(), 1);
     assert_eq!(only_rack["configs"][0], configs[3], "rack alone equals rack among all");
+    assert_documented(&document, "somnus-offload");
+    let stats = ok(&somnus(&["trace", "stats", trace.to_str().unwrap(), "--json"]));
+    assert_documented(&serde_json::from_str(&stats).unwrap(), "somnus-trace-stats");
+    let trace_arg = trace.to_str().unwrap();
+    let bench = ["bench", "offload", "--trace", trace_arg, "--repeat", "1", "--json"];
+    let bench = ok(&somnus(&[&bench[..], &["--records-min", "1000"]].concat()));
+    assert_documented(&serde_json::from_str(&bench).unwrap(), "somnus-bench-offload");
     let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// Checks that the README's *JSON documents* section names every key of `document`.
+fn assert_documented(document: &serde_json::Value, schema: &str) {
+    let readme = std::fs::read_to_string(
+        std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../README.md"),
+    )
+    .unwrap();
+    let start = readme.find("## JSON documents").expect("README has a JSON documents section");
+    let end = readme[start + 3..].find("\n## ").map_or(readme.len(), |at| start + 3 + at);
+    // The words inside backticks: `configs[]`, `read_ms`, `topology.rtt_ms`, ...
+    let words: std::collections::BTreeSet<&str> = readme[start..end]
+        .split('`')
+        .skip(1)
+        .step_by(2)
+        .flat_map(|quoted| quoted.split(|c: char| !(c.is_ascii_alphanumeric() || c == '_')))
+        .collect();
+    let mut keys = Vec::new();
+    all_keys(document, &mut keys);
+    assert_eq!(document["schema"], schema);
+    for key in keys {
+        assert!(words.contains(key.as_str()), "README's JSON documents lack `{key}` of {schema}");
+    }
+}
+
+fn all_keys(value: &serde_json::Value, out: &mut Vec<String>) {
+    match value {
+        serde_json::Value::Object(map) => {
+            for (key, inner) in map {
+                out.push(key.clone());
+                all_keys(inner, out);
+            }
+        }
+        serde_json::Value::Array(items) => items.iter().for_each(|item| all_keys(item, out)),
+        _ => {}
+    }
 }
 
 #[test]
