@@ -7,7 +7,7 @@
 //! with plots, every day with both logger-host rules, the other real trace sets, the
 //! demo's synthetic day, and the paper's 36-volume data center (the `msr-fast08`
 //! preset, synthetic) over several seeds, with and without the controllers' write cache,
-//! at a quarter of its rate, with 10 Gbit/s links and after an idle hour.
+//! at a quarter of its rate and with 10 Gbit/s links.
 
 mod summary;
 mod summary_fast08;
@@ -153,14 +153,14 @@ fn note(args: &Fast08Args, what: &str) {
 fn run_files(
     files: &[PathBuf],
     day: Option<DaySpec>,
-    warmup_s: Option<u64>,
     topology: &Topology,
 ) -> Result<ReplayOutcome> {
     let request = ReplayRequest {
         traces: files,
         input: ReadOptions::default(),
         day,
-        warmup_s,
+        // A day's default hour; none for the whole set (it starts at the first request).
+        warmup_s: None,
         kinds: ConfigKind::ALL.to_vec(),
         quiet: true,
     };
@@ -192,13 +192,13 @@ fn msr_set(args: &Fast08Args, traces: &Path, findings: &mut Findings) -> Result<
     note(args, "the MSR set: statistics (004 section 2)");
     findings.msr_stats = Some(save_stats(&args.out.join("msr-stats.json"), &files)?);
     note(args, "the MSR set: the whole week");
-    let week = run_files(&files, None, None, &topology)?;
+    let week = run_files(&files, None, &topology)?;
     findings.msr_week = Some(save_report(&args.out.join("msr-week"), week)?);
     for (label, slot) in
         [(LEAST_IDLE, &mut findings.msr_least_idle), (MOST_IDLE, &mut findings.msr_most_idle)]
     {
         note(args, &format!("the MSR set: {label}"));
-        let outcome = run_files(&files, Some(day(label)?), None, &topology)?;
+        let outcome = run_files(&files, Some(day(label)?), &topology)?;
         *slot = Some(save_report(&args.out.join(format!("msr-{label}")), outcome)?);
     }
     let days_dir = args.out.join("msr-days");
@@ -208,9 +208,9 @@ fn msr_set(args: &Fast08Args, traces: &Path, findings: &mut Findings) -> Result<
     for index in 0..MSR_DAYS {
         note(args, &format!("the MSR set: day {index} of {MSR_DAYS}, both logger-host rules"));
         let spec = Some(DaySpec::Index(index));
-        let any = run_files(&files, spec, None, &topology)?;
+        let any = run_files(&files, spec, &topology)?;
         let any = save_json(&days_dir.join(format!("day-{index}.json")), any)?;
-        let cheap = run_files(&files, spec, None, &cheapest)?;
+        let cheap = run_files(&files, spec, &cheapest)?;
         let cheap = save_json(&days_dir.join(format!("day-{index}-cheapest.json")), cheap)?;
         findings.msr_days.push((any, cheap));
     }
@@ -231,7 +231,7 @@ fn other_traces(args: &Fast08Args, traces: &Path, findings: &mut Findings) -> Re
     report::prepare_dir(&dir)?;
     for (name, file) in OTHER_TRACES {
         note(args, name);
-        let outcome = run_files(&[traces.join(file)], None, None, &Topology::msr_cambridge())?;
+        let outcome = run_files(&[traces.join(file)], None, &Topology::msr_cambridge())?;
         let stem = Path::new(file).file_name().map_or_else(|| file.into(), |n| n.to_string_lossy());
         let outcome = save_json(&dir.join(format!("{stem}.json")), outcome)?;
         findings.others.push((name, outcome));
@@ -263,10 +263,10 @@ fn preset(args: &Fast08Args, findings: &mut Findings) -> Result<()> {
         let stats = save_stats(&dir.join(format!("seed{seed}-stats.json")), &files)?;
         let week = save_json(
             &dir.join(format!("seed{seed}-week.json")),
-            run_files(&files, None, None, &topology)?,
+            run_files(&files, None, &topology)?,
         )?;
-        let least = run_files(&files, Some(day(LEAST_IDLE)?), None, &topology)?;
-        let most = run_files(&files, Some(day(MOST_IDLE)?), None, &topology)?;
+        let least = run_files(&files, Some(day(LEAST_IDLE)?), &topology)?;
+        let most = run_files(&files, Some(day(MOST_IDLE)?), &topology)?;
         let (least_idle, most_idle) = if seed == 1 {
             variants(args, &files, &dir)?;
             (
@@ -285,28 +285,26 @@ fn preset(args: &Fast08Args, findings: &mut Findings) -> Result<()> {
     std::fs::remove_dir(&work).with_context(|| format!("removing {}", work.display()))
 }
 
-/// Seed 1 without the controllers' write cache, with 10 Gbit/s links, after an idle
-/// hour; and the preset at a quarter of its rate (seed 7) without the cache.
+/// Seed 1 without the controllers' write cache and with 10 Gbit/s links; and the
+/// preset at a quarter of its rate (seed 7) without the cache.
 fn variants(args: &Fast08Args, files: &[PathBuf], dir: &Path) -> Result<()> {
-    note(args, "seed 1 without the write cache, with 10 Gbit/s links, after an idle hour");
+    note(args, "seed 1 without the write cache and with 10 Gbit/s links");
     let base = Topology::msr_cambridge_text();
     let no_cache = edited(base, "write_cache_mib = 128", "write_cache_mib = 0", "no write cache")?;
     let fast_links = edited(base, "link_gbps = 1.0", "link_gbps = 10.0", "10 Gbit/s links")?;
     for label in [LEAST_IDLE, MOST_IDLE] {
-        let outcome = run_files(files, Some(day(label)?), None, &no_cache)?;
+        let outcome = run_files(files, Some(day(label)?), &no_cache)?;
         save_json(&dir.join(format!("seed1-{label}-no-cache.json")), outcome)?;
     }
-    let outcome = run_files(files, Some(day(LEAST_IDLE)?), None, &fast_links)?;
+    let outcome = run_files(files, Some(day(LEAST_IDLE)?), &fast_links)?;
     save_json(&dir.join(format!("seed1-{LEAST_IDLE}-10g.json")), outcome)?;
-    let outcome = run_files(files, None, Some(3600), &Topology::msr_cambridge())?;
-    save_json(&dir.join("seed1-week-warmup-3600.json"), outcome)?;
     note(args, "a quarter of the preset's rate, one day, seed 7, no write cache");
     let mut quarter = SyntheticConfig::preset("msr-fast08")?;
     quarter.duration_s = 86_400.0;
     quarter.mean_rate_per_s /= 4.0;
     let trace = dir.join("..").join("work").join("quarter-7.bin");
     crate::trace_cmd::run_generate(&trace, 7, &quarter, crate::trace_cmd::OutputFormat::Somnus)?;
-    let outcome = run_files(std::slice::from_ref(&trace), None, None, &no_cache)?;
+    let outcome = run_files(std::slice::from_ref(&trace), None, &no_cache)?;
     save_json(&dir.join("quarter-seed7-no-cache.json"), outcome)?;
     std::fs::remove_file(&trace).with_context(|| format!("removing {}", trace.display()))
 }

@@ -124,9 +124,9 @@ fn results(out: &mut String, seeds: &[Fast08Seed]) {
     if seeds.len() > 1 {
         let _ = writeln!(
             out,
-            "\nSeed 1's variants (`fast08/seed1-*-no-cache.json`, `-10g.json`, \
-             `seed1-week-warmup-3600.json`, `quarter-seed7-no-cache.json`) are the runs \
-             docs/results/offload.md discusses."
+            "\nSeed 1's variants (`fast08/seed1-*-no-cache.json`, `seed1-*-10g.json`) and \
+             `fast08/quarter-seed7-no-cache.json` are the runs docs/results/offload.md \
+             discusses."
         );
     }
 }
