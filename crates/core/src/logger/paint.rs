@@ -77,20 +77,32 @@ pub(crate) fn paint(
             started += 1;
         }
         let piece = ByteRange::from_bounds(at, pair[1]);
-        match covering.last().map(|&(_, index)| &candidates[index]) {
-            Some(winner) => match won.last_mut() {
-                Some(last) if last.winner.id == winner.id && last.range.end == piece.start => {
-                    last.range.end = piece.end;
-                }
-                _ => won.push(Won { range: piece, winner: *winner }),
-            },
-            None => match missing.last_mut() {
-                Some(last) if last.end == piece.start => last.end = piece.end,
-                _ => missing.push(piece),
-            },
-        }
+        let winner = covering.last().map(|&(_, index)| &candidates[index]);
+        push_piece(&mut won, &mut missing, piece, winner);
     }
     (won, missing)
+}
+
+/// Adds the next elementary piece to the painting, merged with the previous one when it
+/// goes the same way.
+fn push_piece(
+    won: &mut Vec<Won>,
+    missing: &mut Vec<ByteRange>,
+    piece: ByteRange,
+    winner: Option<&Candidate>,
+) {
+    match winner {
+        Some(winner) => match won.last_mut() {
+            Some(last) if last.winner.id == winner.id && last.range.end == piece.start => {
+                last.range.end = piece.end;
+            }
+            _ => won.push(Won { range: piece, winner: *winner }),
+        },
+        None => match missing.last_mut() {
+            Some(last) if last.end == piece.start => last.end = piece.end,
+            _ => missing.push(piece),
+        },
+    }
 }
 
 #[cfg(test)]
@@ -125,18 +137,7 @@ mod tests {
                 .iter()
                 .filter(|c| c.range.contains(piece))
                 .max_by_key(|c| rank(c, avoid));
-            match winner {
-                Some(winner) => match won.last_mut() {
-                    Some(last) if last.winner.id == winner.id && last.range.end == piece.start => {
-                        last.range.end = piece.end;
-                    }
-                    _ => won.push(Won { range: piece, winner: *winner }),
-                },
-                None => match missing.last_mut() {
-                    Some(last) if last.end == piece.start => last.end = piece.end,
-                    _ => missing.push(piece),
-                },
-            }
+            push_piece(&mut won, &mut missing, piece, winner);
         }
         (won, missing)
     }
