@@ -104,6 +104,11 @@ fn results(out: &mut String, seeds: &[Fast08Seed]) {
             );
         }
     }
+    ordering(out, seeds);
+}
+
+/// Whether the paper's energy ordering holds in every run, and where the variants are.
+fn ordering(out: &mut String, seeds: &[Fast08Seed]) {
     let ordered = seeds.iter().all(|s| {
         [&s.least_idle, &s.most_idle, &s.week].iter().all(|o| {
             let e = |kind| config_of(&o.result, kind).energy_pct;
