@@ -33,8 +33,9 @@ pub(crate) struct DemoArgs {
     #[arg(long, value_name = "DIR")]
     pub(crate) report: Option<PathBuf>,
     /// A generator config (TOML, the knobs of `somnus trace generate --config`) to use
-    /// instead of the demo's own; its volume names must fit the demo topology
-    /// (servers s00 to s05).
+    /// instead of the demo's own. `--hours` replaces its `duration_s`, and it may not
+    /// set `start_unix_s` (the demo replays from time 0); servers other than the demo
+    /// topology's s00 to s05 each form a rack of their own.
     #[arg(long, value_name = "FILE.toml")]
     pub(crate) generator: Option<PathBuf>,
     /// No progress lines on stderr.
@@ -127,9 +128,19 @@ fn generator_config(args: &DemoArgs) -> Result<SyntheticConfig> {
     let Some(path) = &args.generator else { return Ok(demo_config(args.hours)) };
     let text =
         std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?;
-    let mut config: SyntheticConfig =
-        toml::from_str(&text).with_context(|| format!("generator config {}", path.display()))?;
+    let name = || format!("generator config {}", path.display());
+    let mut config: SyntheticConfig = toml::from_str(&text).with_context(name)?;
+    if config.start_unix_s.is_some() {
+        // The demo replays from time 0; absolute timestamps would all fall after its span.
+        bail!(
+            "{}: start_unix_s is set, but the demo replays from time 0: remove it, or \
+             generate the trace with `somnus trace generate` and replay it with `somnus sim \
+             offload`",
+            name()
+        );
+    }
     config.duration_s = args.hours * 3600.0;
+    config.validate().with_context(name)?;
     Ok(config)
 }
 

@@ -60,6 +60,8 @@ pub(crate) struct TraceFile {
     pub(crate) format: &'static str,
     /// Requests in the file.
     pub(crate) records: u64,
+    /// Malformed or out-of-order records skipped (`--skip-bad`; else 0).
+    pub(crate) records_skipped: u64,
 }
 
 /// The trace files of a set.
@@ -72,6 +74,7 @@ pub(crate) fn trace_files(summary: &TraceSummary) -> Vec<TraceFile> {
             size_bytes: file.size_bytes,
             format: file.format.name(),
             records: file.record_count,
+            records_skipped: file.skipped.skipped_count,
         })
         .collect()
 }

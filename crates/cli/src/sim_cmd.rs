@@ -202,12 +202,20 @@ pub(crate) fn replay(
     }
     let set = TraceSet::open(request.traces, &request.input)?;
     let summary = set.summary();
+    if summary.skipped_count > 0 && !request.quiet {
+        let first = summary.files.iter().find_map(|file| file.skipped.first_errors.first());
+        noteln!(
+            "skipped {} malformed or out-of-order record(s) (--skip-bad); the first: {}",
+            summary.skipped_count,
+            first.map_or("", String::as_str)
+        );
+    }
     let window = measured_window(request.day, request.warmup_s, request.quiet, summary)?;
     let names: Vec<String> = set.volumes().iter().map(|(_, name)| name.to_string()).collect();
     let loads = peak_loads(set.requests(), names.len(), LOAD_WINDOW)?;
     let layout = topology.layout_for_load(&names, &loads)?;
     if let Some(path) = topology_file {
-        warn_of_unused_rack_servers(path, topology, &layout);
+        warn_of_unused_names(path, topology, &layout);
     }
     let in_window = count_in_window(&set, window)?;
     if !request.quiet {
@@ -264,15 +272,29 @@ fn measured_window(
     Ok(window.with_warmup(VirtualDuration::from_secs(warmup_s)))
 }
 
-/// In a topology written for these volumes, a rack naming a server no volume is on is
-/// most likely a misspelt name: say so (the built-in topologies name every server of
-/// their data center, so they are not checked).
-fn warn_of_unused_rack_servers(path: &Path, topology: &Topology, layout: &Layout) {
-    for (rack, server) in topology.rack_servers_unused(layout) {
+/// In a topology written for these volumes, a rack naming a server no volume is on, or
+/// a `[[volume]]` naming no volume, is most likely a misspelt name; in a copy of a
+/// built-in topology replayed on part of its data center, it is normal. Say so, once
+/// (the built-in topologies themselves are not checked).
+fn warn_of_unused_names(path: &Path, topology: &Topology, layout: &Layout) {
+    let servers = topology.rack_servers_unused(layout);
+    if !servers.is_empty() {
+        let named: Vec<String> =
+            servers.iter().map(|(rack, server)| format!("{server:?} ({rack})")).collect();
         noteln!(
-            "warning: {}: rack {rack:?} names server {server:?}, which no volume of the \
-             trace set is on (a misspelt name?)",
-            path.display()
+            "warning: {}: racks name servers no volume of the trace set is on: {} (fine for \
+             a trace set that covers part of the data center; a misspelt name otherwise)",
+            path.display(),
+            named.join(", ")
+        );
+    }
+    let volumes = topology.volume_overrides_unused(layout);
+    if !volumes.is_empty() {
+        noteln!(
+            "warning: {}: [[volume]] entries name volumes the trace set does not have, and \
+             are not used: {}",
+            path.display(),
+            volumes.iter().map(|name| format!("{name:?}")).collect::<Vec<_>>().join(", ")
         );
     }
 }

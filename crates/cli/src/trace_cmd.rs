@@ -353,7 +353,10 @@ fn load_config(
         let series = LoadSeries::open(load_curve)?;
         config.rate_curve = Some(series.rate_curve(workload)?);
     }
-    config.validate()?;
+    match path {
+        Some(path) => config.validate().with_context(|| format!("{}", path.display()))?,
+        None => config.validate()?,
+    }
     Ok(config)
 }
 

@@ -215,6 +215,24 @@ fn bad_input_gets_an_error_that_names_it() {
         "baseline",
     ]);
     assert!(skipped.status.success(), "{}", String::from_utf8_lossy(&skipped.stderr));
+    let said = somnus(&["sim", "offload", "--trace", bad.to_str().unwrap(), "--skip-bad"]);
+    let said = String::from_utf8_lossy(&said.stderr);
+    assert!(said.contains("skipped 1 malformed or out-of-order record(s)"), "{said}");
+    let json = somnus(&["trace", "stats", bad.to_str().unwrap(), "--skip-bad", "--json"]);
+    let json: serde_json::Value = serde_json::from_slice(&json.stdout).unwrap();
+    assert_eq!(json["trace_files"][0]["records_skipped"], 1);
+
+    let generator = dir.join("absolute.toml");
+    std::fs::write(
+        &generator,
+        "start_unix_s = 1172163600
+",
+    )
+    .unwrap();
+    let output = somnus(&["demo", "--generator", generator.to_str().unwrap(), "--hours", "1"]);
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert_eq!(output.status.code(), Some(1));
+    assert!(stderr.contains("absolute.toml: start_unix_s is set"), "{stderr}");
 
     let good = dir.join("good.csv");
     std::fs::write(&good, "128166372000000000,hm,0,Read,0,4096,1\n").unwrap();
@@ -580,7 +598,8 @@ fn small_input_defects_get_clear_messages() {
     ]));
     let topology_text = String::from_utf8(ok(&somnus(&["show", "topology"])).into_bytes()).unwrap();
     let topology = dir.join("topology.toml");
-    std::fs::write(&topology, topology_text.replace("\"hm\"", "\"s00\", \"hmm\"")).unwrap();
+    let misspelt = topology_text.replace("\"hm\"", "\"s00\", \"hmm\"");
+    std::fs::write(&topology, misspelt + "\n[[volume]]\nname = \"s00_9\"\ndisks = 6\n").unwrap();
     let report = dir.join("report");
     let output = somnus(&[
         "sim",
@@ -595,7 +614,10 @@ fn small_input_defects_get_clear_messages() {
     ]);
     ok(&output);
     let stderr = String::from_utf8_lossy(&output.stderr);
-    assert!(stderr.contains("names server \"hmm\", which no volume"), "{stderr}");
+    assert!(stderr.contains("racks name servers no volume of the trace set is on"), "{stderr}");
+    assert!(stderr.contains("\"hmm\" (rack1)"), "{stderr}");
+    assert_eq!(stderr.matches("racks name").count(), 1, "one line for all: {stderr}");
+    assert!(stderr.contains("volumes the trace set does not have, and are not used: \"s00_9\""));
     assert!(!stderr.contains("\"s00\""), "s00 has volumes: {stderr}");
     let volumes = std::fs::read_to_string(report.join("volumes.csv")).unwrap();
     assert!(volumes.contains(",raid1,") && !volumes.contains("Raid"), "{volumes}");

@@ -541,6 +541,17 @@ impl Topology {
             .collect()
     }
 
+    /// The `[[volume]]` overrides naming no volume of the layout: a misspelt name, or
+    /// a volume the trace set does not have.
+    pub fn volume_overrides_unused(&self, layout: &Layout) -> Vec<String> {
+        self.file
+            .volume
+            .iter()
+            .filter(|file| !layout.volumes.iter().any(|volume| volume.name == file.name))
+            .map(|file| file.name.clone())
+            .collect()
+    }
+
     fn rack_of(&self, server: &str) -> String {
         self.file
             .rack
