@@ -152,7 +152,7 @@ pub(crate) fn run(command: TraceCommand) -> Result<()> {
                 load_curve.as_deref(),
                 workload.as_deref(),
             )?;
-            run_generate(&output, seed, &config, format)
+            run_generate(&output, seed, &config, format, false)
         }
     }
 }
@@ -360,11 +360,13 @@ fn load_config(
     Ok(config)
 }
 
+/// Writes the synthetic trace to `output`; says what it wrote unless `quiet`.
 pub(crate) fn run_generate(
     output: &Path,
     seed: u64,
     config: &SyntheticConfig,
     format: OutputFormat,
+    quiet: bool,
 ) -> Result<()> {
     let trace = SyntheticTrace::new(config, seed)?;
     let volumes = trace.volumes().clone();
@@ -381,6 +383,9 @@ pub(crate) fn run_generate(
         }
         OutputFormat::Msr => write_msr(sink, &volumes, trace),
     })?;
+    if quiet {
+        return Ok(());
+    }
     let time = match time_base {
         somnus_trace::TimeBase::UnixEpoch => "absolute time",
         somnus_trace::TimeBase::Relative => "relative time",

@@ -635,3 +635,44 @@ fn small_input_defects_get_clear_messages() {
     assert!(stderr.contains("network.rtt_ms: must be a finite number >= 0, not -0.2"), "{stderr}");
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+#[test]
+fn reproduce_fast08_writes_one_report_with_the_papers_figures_beside() {
+    // Goal: `reproduce fast08` on the shared traces (the synthetic seeds skipped, for
+    // time) writes summary.md with each experiment next to the paper's figures, one
+    // report directory per replay whose JSON says what produced it, and says nothing on
+    // stderr with --quiet. Method: run it with --seeds 0.
+    let Some(traces) = somnus_testkit::traces_dir() else { return };
+    let dir = scratch("reproduce");
+    let out = dir.join("fast08-results");
+    let output = somnus(&[
+        "reproduce",
+        "fast08",
+        "--seeds",
+        "0",
+        "--quiet",
+        "--traces",
+        traces.to_str().unwrap(),
+        "-o",
+        out.to_str().unwrap(),
+    ]);
+    let stdout = ok(&output);
+    assert!(stdout.contains("report written to"), "{stdout}");
+    assert!(output.stderr.is_empty(), "{}", String::from_utf8_lossy(&output.stderr));
+    let summary = std::fs::read_to_string(out.join("summary.md")).unwrap();
+    for section in ["## The MSR set", "## Least and most idle day", "## The other real trace sets"]
+    {
+        assert!(summary.contains(section), "summary.md lacks {section}");
+    }
+    // The paper's least idle day energy (72 / 64 / 55 %) sits beside somnus's.
+    assert!(summary.contains("| 72 |") && summary.contains("| 55 |"), "{summary}");
+    assert!(!summary.contains("Seed 1's variants"), "no seeds ran: {summary}");
+    let week: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(out.join("msr-week/summary.json")).unwrap())
+            .unwrap();
+    assert_eq!(week["schema"], "somnus-offload");
+    assert_eq!(week["input"]["trace_files"].as_array().unwrap().len(), 3);
+    assert!(out.join("msr-2007-02-26/fig8_read_response_time.svg").exists());
+    assert!(!out.join("work").exists(), "the work directory is removed");
+    let _ = std::fs::remove_dir_all(&dir);
+}

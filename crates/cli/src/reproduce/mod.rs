@@ -258,6 +258,7 @@ fn preset(args: &Fast08Args, findings: &mut Findings) -> Result<()> {
             seed,
             &config,
             crate::trace_cmd::OutputFormat::Somnus,
+            args.quiet,
         )?;
         let files = [trace.clone()];
         let stats = save_stats(&dir.join(format!("seed{seed}-stats.json")), &files)?;
@@ -303,7 +304,8 @@ fn variants(args: &Fast08Args, files: &[PathBuf], dir: &Path) -> Result<()> {
     quarter.duration_s = 86_400.0;
     quarter.mean_rate_per_s /= 4.0;
     let trace = dir.join("..").join("work").join("quarter-7.bin");
-    crate::trace_cmd::run_generate(&trace, 7, &quarter, crate::trace_cmd::OutputFormat::Somnus)?;
+    let somnus = crate::trace_cmd::OutputFormat::Somnus;
+    crate::trace_cmd::run_generate(&trace, 7, &quarter, somnus, args.quiet)?;
     let outcome = run_files(std::slice::from_ref(&trace), None, &no_cache)?;
     save_json(&dir.join("quarter-seed7-no-cache.json"), outcome)?;
     std::fs::remove_file(&trace).with_context(|| format!("removing {}", trace.display()))
