@@ -24,7 +24,7 @@
 
 use std::collections::BTreeMap;
 
-use somnus_types::{ByteRange, Version};
+use somnus_types::{ByteRange, Version, join_touching};
 
 use crate::format::{RecordHeader, RecordKind};
 use crate::{Lsn, ObjectId, OwnerId, SegmentId};
@@ -408,7 +408,7 @@ impl Index {
             }
         }
         missing.sort();
-        (data, merge_adjacent(missing))
+        (data, join_touching(missing))
     }
 
     /// Every visible data piece of an owner: what reclaim copies home.
@@ -565,7 +565,7 @@ impl Index {
         } else {
             let (painted, _) = paint(candidates, entry.range, Some(segment));
             let mine = painted.into_iter().filter(|piece| piece.id == id);
-            let ranges = merge_adjacent(mine.map(|piece| piece.range).collect());
+            let ranges = join_touching(mine.map(|piece| piece.range).collect());
             copies.extend(ranges.into_iter().map(copy));
         }
     }
@@ -614,18 +614,6 @@ impl Index {
             source_range: ByteRange::new(0, 0),
         })
     }
-}
-
-/// Joins ranges (sorted by start) that touch into one.
-fn merge_adjacent(ranges: Vec<ByteRange>) -> Vec<ByteRange> {
-    let mut merged: Vec<ByteRange> = Vec::with_capacity(ranges.len());
-    for range in ranges {
-        match merged.last_mut() {
-            Some(last) if last.end == range.start => last.end = range.end,
-            _ => merged.push(range),
-        }
-    }
-    merged
 }
 
 #[cfg(test)]

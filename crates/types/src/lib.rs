@@ -12,7 +12,7 @@ mod units;
 pub use ids::{
     DiskId, IoId, LogId, LoggerId, Lsn, ObjectId, OwnerId, RackId, RequestId, ServerId, VolumeId,
 };
-pub use range::ByteRange;
+pub use range::{ByteRange, join_touching};
 pub use time::{VirtualDuration, VirtualInstant};
 pub use units::{Energy, Power};
 

@@ -49,6 +49,18 @@ impl ByteRange {
     }
 }
 
+/// Joins ranges, sorted by start and not overlapping, that touch into one.
+pub fn join_touching(ranges: Vec<ByteRange>) -> Vec<ByteRange> {
+    let mut joined: Vec<ByteRange> = Vec::with_capacity(ranges.len());
+    for range in ranges {
+        match joined.last_mut() {
+            Some(last) if last.end == range.start => last.end = range.end,
+            _ => joined.push(range),
+        }
+    }
+    joined
+}
+
 impl fmt::Debug for ByteRange {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(f, "[{}, {})", self.start, self.end)

@@ -14,7 +14,7 @@ mod paint;
 
 use std::collections::BTreeMap;
 
-use somnus_types::{ByteRange, LoggerId, Lsn, ObjectId, OwnerId, Version};
+use somnus_types::{ByteRange, LoggerId, Lsn, ObjectId, OwnerId, Version, join_touching};
 
 use paint::{Candidate, paint};
 
@@ -46,9 +46,13 @@ pub struct LogGeometry {
 }
 
 impl LogGeometry {
+    /// The engine's default segment size.
+    pub const SEGMENT_BYTES_DEFAULT: u64 = 64 << 20;
+
     /// The engine's defaults (64 MiB segments, 50 %) for a log of `capacity_bytes`.
     pub fn with_capacity(capacity_bytes: u64) -> LogGeometry {
-        LogGeometry { capacity_bytes, segment_bytes: 64 << 20, compact_live_percent_max: 50 }
+        let segment_bytes = LogGeometry::SEGMENT_BYTES_DEFAULT;
+        LogGeometry { capacity_bytes, segment_bytes, compact_live_percent_max: 50 }
     }
 }
 
@@ -132,10 +136,11 @@ impl Record {
     }
 }
 
-/// The records of one object, by start, to find those touching a range.
+/// The records of one object, by start (with each one's end), to find those touching
+/// a range without looking each up.
 #[derive(Clone, Debug, Default)]
 struct ObjectRecords {
-    by_start: BTreeMap<(u64, RecordId), ()>,
+    by_start: BTreeMap<(u64, RecordId), u64>,
     length_max: u64,
 }
 
@@ -371,7 +376,7 @@ impl Logger {
         }
         self.account(record.owner, record.object, record.range, Account::Remove);
         let object = self.objects.entry((record.owner, record.object)).or_default();
-        object.by_start.insert((record.range.start, id), ());
+        object.by_start.insert((record.range.start, id), record.range.end);
         object.length_max = object.length_max.max(record.range.size_bytes());
         self.records.insert(id, record);
         if record.kind == Kind::Data && record.version > self.newest_version(record.owner) {
@@ -425,10 +430,10 @@ impl Logger {
         records
             .by_start
             .range((low, RecordId(0))..(range.end, RecordId(0)))
-            .filter_map(|(&(_, id), ())| {
+            .filter(|&(_, &end)| end > range.start)
+            .filter_map(|(&(_, id), _)| {
                 let record = self.records.get(&id)?;
-                (record.range.end > range.start && record.lsn >= hidden_below)
-                    .then(|| record.candidate(id))
+                (record.lsn >= hidden_below).then(|| record.candidate(id))
             })
             .collect()
     }
@@ -463,8 +468,7 @@ impl Logger {
         range: ByteRange,
         version: Version,
     ) -> bool {
-        let (data, missing) = self.read(owner, object, range);
-        missing.is_empty() && data.iter().all(|&(_, v)| v == version)
+        self.reads_all(owner, object, range, |v| v == version)
     }
 
     /// Whether a read of `version` over `range` can be served: every byte reads as that
@@ -477,8 +481,20 @@ impl Logger {
         range: ByteRange,
         version: Version,
     ) -> bool {
-        let (data, missing) = self.read(owner, object, range);
-        missing.is_empty() && data.iter().all(|&(_, v)| v >= version)
+        self.reads_all(owner, object, range, |v| v >= version)
+    }
+
+    /// Whether a read of `range` sees data on every byte, each piece of a version
+    /// `accept` takes: `read`'s answer without building it.
+    fn reads_all(
+        &self,
+        owner: OwnerId,
+        object: ObjectId,
+        range: ByteRange,
+        accept: impl Fn(Version) -> bool,
+    ) -> bool {
+        let (won, missing) = paint(&self.candidates(owner, object, range), range, None);
+        missing.is_empty() && won.iter().all(|p| !p.winner.marker && accept(p.winner.version))
     }
 
     /// Every data piece a read of `owner` would see, by object: what a manager
@@ -499,12 +515,7 @@ impl Logger {
     fn data_span(&self, owner: OwnerId, object: ObjectId) -> Option<ByteRange> {
         let records = self.objects.get(&(owner, object))?;
         let start = records.by_start.keys().next()?.0;
-        let end = records
-            .by_start
-            .keys()
-            .filter_map(|(_, id)| self.records.get(id))
-            .map(|r| r.range.end)
-            .max()?;
+        let end = records.by_start.values().copied().max()?;
         Some(ByteRange::from_bounds(start, end))
     }
 
@@ -523,24 +534,26 @@ impl Logger {
         live
     }
 
-    /// Visible data bytes per segment, as kept up to date; with expensive checks, also
-    /// painted anew and compared.
-    fn live_bytes_by_segment(&self) -> BTreeMap<SegmentNo, u64> {
-        let live: BTreeMap<SegmentNo, u64> =
-            self.live.iter().filter(|(_, bytes)| **bytes > 0).map(|(&s, &b)| (s, b)).collect();
+    /// Visible data bytes per segment, as kept up to date (a segment may show 0); with
+    /// expensive checks, also painted anew and compared.
+    fn live(&self) -> &BTreeMap<SegmentNo, u64> {
         #[cfg(feature = "expensive-checks")]
-        assert_eq!(live, self.live_bytes_repainted(), "logger {}: live bytes drifted", self.id);
-        live
+        {
+            let kept: BTreeMap<SegmentNo, u64> =
+                self.live.iter().filter(|(_, bytes)| **bytes > 0).map(|(&s, &b)| (s, b)).collect();
+            assert_eq!(kept, self.live_bytes_repainted(), "logger {}: live bytes drifted", self.id);
+        }
+        &self.live
     }
 
     /// The data bytes a read would see, across owners.
     pub fn live_bytes(&self) -> u64 {
-        self.live_bytes_by_segment().values().sum()
+        self.live().values().sum()
     }
 
     /// Every segment: its number, size and live data bytes.
     pub fn segments(&self) -> Vec<(SegmentNo, u64, u64)> {
-        let live = self.live_bytes_by_segment();
+        let live = self.live();
         self.segments
             .iter()
             .map(|(&segment, &(bytes, _))| {
@@ -548,18 +561,6 @@ impl Logger {
             })
             .collect()
     }
-}
-
-/// Joins ranges (sorted by start) that touch into one.
-fn join_touching(ranges: Vec<ByteRange>) -> Vec<ByteRange> {
-    let mut joined: Vec<ByteRange> = Vec::with_capacity(ranges.len());
-    for range in ranges {
-        match joined.last_mut() {
-            Some(last) if last.end == range.start => last.end = range.end,
-            _ => joined.push(range),
-        }
-    }
-    joined
 }
 
 impl Logger {

@@ -51,7 +51,6 @@ pub(crate) fn paint(
         .iter()
         .enumerate()
         .filter_map(|(index, c)| c.range.intersection(range).map(|clipped| (clipped, index)))
-        .filter(|(clipped, _)| clipped.start < clipped.end)
         .collect();
     by_start.sort_unstable_by_key(|&(clipped, index)| (clipped.start, index));
     let mut by_end = by_start.clone();

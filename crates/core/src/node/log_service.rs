@@ -108,10 +108,7 @@ impl LogService {
     /// partition a ring of segment-sized slots), at its offset; a new segment's header
     /// is written with its first record.
     fn placement(&self, placement: Placement) -> ByteRange {
-        let segment_bytes = self.model.geometry().segment_bytes;
-        let slots = (self.model.geometry().capacity_bytes / segment_bytes).max(1);
-        let base =
-            self.offset_bytes + (placement.segment.0.saturating_sub(1) % slots) * segment_bytes;
+        let base = self.slot_base(placement.segment);
         if placement.new_segment {
             let start = base + placement.offset_bytes - SEGMENT_HEADER_BYTES;
             return ByteRange::new(start, placement.record_bytes + SEGMENT_HEADER_BYTES);
@@ -130,11 +127,15 @@ impl LogService {
     /// Where a collection's copies are read (the collected segment's slot) and written
     /// (the head).
     fn segment_placement(&self, segment: SegmentNo, bytes: u64) -> ByteRange {
+        ByteRange::new(self.slot_base(segment), bytes.min(self.model.geometry().segment_bytes))
+    }
+
+    /// Where `segment`'s slot starts in the volume: the partition is a ring of
+    /// segment-sized slots.
+    fn slot_base(&self, segment: SegmentNo) -> u64 {
         let geometry = self.model.geometry();
         let slots = (geometry.capacity_bytes / geometry.segment_bytes).max(1);
-        let base =
-            self.offset_bytes + (segment.0.saturating_sub(1) % slots) * geometry.segment_bytes;
-        ByteRange::new(base, bytes.min(geometry.segment_bytes))
+        self.offset_bytes + (segment.0.saturating_sub(1) % slots) * geometry.segment_bytes
     }
 }
 
@@ -143,12 +144,8 @@ impl Node {
     pub(super) fn status(&mut self, slot: usize) -> LoggerStatus {
         let reserved = self.slots[slot].log.reserved(None, self.now);
         let hosting_until = self.slots[slot].log.hosting_until(self.slots[slot].volume, self.now);
+        let availability = self.availability(slot);
         let slot = &mut self.slots[slot];
-        let availability = if slot.unit.is_awake() {
-            LoggerAvailability::Awake
-        } else {
-            LoggerAvailability::Asleep
-        };
         let queue =
             slot.unit.ios_in_flight() + u32::try_from(slot.parked.len()).unwrap_or(u32::MAX);
         slot.log.sequence += 1;
@@ -299,7 +296,8 @@ impl Node {
         let full_enough = u128::from(log.model.used_bytes()) * 100
             >= u128::from(geometry.capacity_bytes) * u128::from(self.collect_at_percent);
         // After a look that found nothing to collect, the next waits for another
-        // segment's worth of records: a look paints the whole log.
+        // segment's worth of records: a look plans the copies of up to eight segments,
+        // painting each of their records.
         let due = log.collect_next_at_used.is_none_or(|at| log.model.used_bytes() >= at);
         if !full_enough || !due || !self.slots[slot].unit.is_awake() {
             return;

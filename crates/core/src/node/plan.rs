@@ -13,7 +13,7 @@ use crate::offload::{ConfigKind, ManagerConfig, PolicyParams, ViewEntry};
 
 /// The largest log segment (the engine's default); a smaller partition uses one
 /// segment of its own size.
-const SEGMENT_BYTES_MAX: u64 = 64 << 20;
+const SEGMENT_BYTES_MAX: u64 = LogGeometry::SEGMENT_BYTES_DEFAULT;
 
 /// Where one volume lives and what it costs to keep spinning.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -67,11 +67,7 @@ pub fn plan_cluster(map: &ClusterMap, kind: ConfigKind, params: &PolicyParams) -
         let segment_bytes = SEGMENT_BYTES_MAX.min(volume.log_bytes);
         node.volumes.push(NodeVolume {
             manager,
-            log: LogGeometry {
-                capacity_bytes: volume.log_bytes,
-                segment_bytes,
-                compact_live_percent_max: 50,
-            },
+            log: LogGeometry { segment_bytes, ..LogGeometry::with_capacity(volume.log_bytes) },
             log_offset_bytes: volume.log_offset_bytes,
             watchers: std::mem::take(&mut watchers[index]),
         });
