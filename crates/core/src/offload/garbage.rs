@@ -35,6 +35,9 @@ pub(crate) struct GarbageCache {
     /// Only the removal of an overlapping entry can free them, so they are looked at
     /// again then, not at every scan: a logger asleep for days may hold back thousands.
     held: BTreeMap<LoggerId, BTreeSet<(u64, Version)>>,
+    /// How many entries `held` holds: none, nearly always, and then a removal has
+    /// nothing to release.
+    held_count: usize,
     /// The longest entry ever added: bounds the backward scan of overlap queries.
     length_max: u64,
 }
@@ -64,10 +67,12 @@ impl GarbageCache {
         let key = (entry.range.start, entry.version, entry.logger);
         let removed = self.entries.remove(&key);
         assert!(removed.is_some(), "garbage entry {entry:?} removed twice");
-        for sets in [&mut self.pending, &mut self.held] {
-            if let Some(set) = sets.get_mut(&entry.logger) {
-                set.remove(&(entry.range.start, entry.version));
-            }
+        let key = (entry.range.start, entry.version);
+        if let Some(set) = self.pending.get_mut(&entry.logger) {
+            set.remove(&key);
+        }
+        if self.held.get_mut(&entry.logger).is_some_and(|set| set.remove(&key)) {
+            self.held_count -= 1;
         }
         self.release_overlapping(entry.range);
     }
@@ -75,13 +80,16 @@ impl GarbageCache {
     /// Puts the held entries overlapping `range` back in the queue: what held them may
     /// have gone.
     fn release_overlapping(&mut self, range: ByteRange) {
-        if self.held.values().all(BTreeSet::is_empty) {
+        #[cfg(feature = "expensive-checks")]
+        assert_eq!(self.held_count, self.held.values().map(BTreeSet::len).sum::<usize>());
+        if self.held_count == 0 {
             return;
         }
         let overlapping: Vec<GarbageEntry> = self.overlapping(range).collect();
         for other in overlapping {
             let key = (other.range.start, other.version);
             if self.held.get_mut(&other.logger).is_some_and(|set| set.remove(&key)) {
+                self.held_count -= 1;
                 self.pending.entry(other.logger).or_default().insert(key);
             }
         }
@@ -146,10 +154,10 @@ impl GarbageCache {
         let Some(set) = self.pending.get(&logger) else {
             return;
         };
-        let mut taken = Vec::new();
+        let first = out.len();
         let mut held = Vec::new();
         for &(start, version) in set {
-            if taken.len() >= count_max {
+            if out.len() - first >= count_max {
                 break;
             }
             let Some(&(end, reclaimed)) = self.entries.get(&(start, version, logger)) else {
@@ -166,19 +174,23 @@ impl GarbageCache {
             if !self.may_invalidate(entry) {
                 held.push((start, version));
             } else if !busy(entry) {
-                taken.push(entry);
+                out.push(entry);
             }
         }
         if let Some(set) = self.pending.get_mut(&logger) {
-            for entry in &taken {
+            for entry in &out[first..] {
                 set.remove(&(entry.range.start, entry.version));
             }
             for key in &held {
                 set.remove(key);
             }
         }
-        self.held.entry(logger).or_default().extend(held);
-        out.extend(taken);
+        if !held.is_empty() {
+            let set = self.held.entry(logger).or_default();
+            for key in held {
+                self.held_count += usize::from(set.insert(key));
+            }
+        }
     }
 
     /// Loggers that have entries waiting to be sent.

@@ -21,6 +21,22 @@ struct ViewState {
     probe_in_flight: bool,
 }
 
+impl ViewState {
+    /// How the manager sees this logger: on the home disks, awake while they spin; any
+    /// other as it last said, failed while unreachable, asleep until heard.
+    fn availability(&self, home_spins: bool) -> LoggerAvailability {
+        if self.unreachable {
+            return LoggerAvailability::Failed;
+        }
+        match (self.entry.shares_home_disks, self.status) {
+            (true, _) if !home_spins => LoggerAvailability::Asleep,
+            (true, _) => LoggerAvailability::Awake,
+            (false, Some(status)) => status.availability,
+            (false, None) => LoggerAvailability::Asleep,
+        }
+    }
+}
+
 /// The loggers of one manager's view, in the view's fixed order.
 #[derive(Clone, Debug)]
 pub(crate) struct LoggerView {
@@ -159,18 +175,11 @@ impl LoggerView {
         self.loggers.iter().filter(|state| state.unreachable).filter_map(|s| s.probe_at).min()
     }
 
-    /// How the manager sees `logger`: a logger on the home disks is awake while they
-    /// spin; any other as it last said, failed while unreachable, asleep until heard.
+    /// How the manager sees `logger` (failed if not in the view).
     pub(crate) fn availability(&self, logger: LoggerId, home_spins: bool) -> LoggerAvailability {
-        let Some(state) = self.state(logger) else { return LoggerAvailability::Failed };
-        if state.unreachable {
-            return LoggerAvailability::Failed;
-        }
-        match (state.entry.shares_home_disks, state.status) {
-            (true, _) if !home_spins => LoggerAvailability::Asleep,
-            (true, _) => LoggerAvailability::Awake,
-            (false, Some(status)) => status.availability,
-            (false, None) => LoggerAvailability::Asleep,
+        match self.state(logger) {
+            Some(state) => state.availability(home_spins),
+            None => LoggerAvailability::Failed,
         }
     }
 
@@ -196,7 +205,7 @@ impl LoggerView {
         let mut best: Option<(Rank, LoggerId)> = None;
         for (index, state) in self.loggers.iter().enumerate() {
             let logger = state.entry.logger;
-            if self.availability(logger, home_spins) != LoggerAvailability::Awake {
+            if state.availability(home_spins) != LoggerAvailability::Awake {
                 continue;
             }
             let Some(status) = state.status else { continue };

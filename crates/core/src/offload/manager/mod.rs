@@ -254,7 +254,6 @@ pub struct VolumeManager {
     /// sleeping or failed logger); cleared by any change that could unblock it.
     reclaim_blocked: bool,
     invalidations_in_flight: usize,
-    /// Log reads in flight per version: a version is not invalidated under a read.
     /// Log reads in flight (waits included) by logger, version and range: an
     /// invalidation waits for those it would hide (O2).
     log_reads_in_flight: BTreeMap<(LoggerId, Version, u64, u64), u32>,
