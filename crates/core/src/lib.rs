@@ -23,7 +23,7 @@ pub mod logger;
 pub mod node;
 pub mod offload;
 pub mod power;
-mod slab;
+pub mod slab;
 
 /// The version of an off-loaded write (defined in `somnus-types`, shared with the
 /// logger's on-disk store).

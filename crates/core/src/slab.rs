@@ -8,7 +8,7 @@ enum Slot<T> {
 }
 
 #[derive(Clone, Debug)]
-pub(crate) struct Slab<T> {
+pub struct Slab<T> {
     slots: Vec<Slot<T>>,
     free_head: Option<u32>,
     len: usize,
@@ -17,7 +17,7 @@ pub(crate) struct Slab<T> {
 
 /// A handle: slot index in the low 32 bits, generation in the high 32.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
-pub(crate) struct Key(pub(crate) u64);
+pub struct Key(pub u64);
 
 impl Key {
     fn new(index: u32, generation: u32) -> Key {
@@ -34,21 +34,25 @@ impl Key {
 }
 
 impl<T> Slab<T> {
-    pub(crate) fn new(capacity_max: usize) -> Slab<T> {
+    pub fn new(capacity_max: usize) -> Slab<T> {
         assert!(capacity_max > 0 && capacity_max <= u32::MAX as usize, "slab bound out of range");
         Slab { slots: Vec::new(), free_head: None, len: 0, capacity_max }
     }
 
-    pub(crate) fn len(&self) -> usize {
+    pub fn len(&self) -> usize {
         self.len
     }
 
-    pub(crate) fn is_full(&self) -> bool {
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+
+    pub fn is_full(&self) -> bool {
         self.len >= self.capacity_max
     }
 
     /// Stores `value`; `None` when the slab is at its bound (backpressure).
-    pub(crate) fn insert(&mut self, value: T) -> Option<Key> {
+    pub fn insert(&mut self, value: T) -> Option<Key> {
         if self.is_full() {
             return None;
         }
@@ -68,7 +72,7 @@ impl<T> Slab<T> {
         Some(Key::new(index, 0))
     }
 
-    pub(crate) fn get_mut(&mut self, key: Key) -> Option<&mut T> {
+    pub fn get_mut(&mut self, key: Key) -> Option<&mut T> {
         match self.slots.get_mut(key.index() as usize) {
             Some(Slot::Occupied { generation, value }) if *generation == key.generation() => {
                 Some(value)
@@ -77,7 +81,7 @@ impl<T> Slab<T> {
         }
     }
 
-    pub(crate) fn remove(&mut self, key: Key) -> Option<T> {
+    pub fn remove(&mut self, key: Key) -> Option<T> {
         let slot = self.slots.get_mut(key.index() as usize)?;
         let generation = match slot {
             Slot::Occupied { generation, .. } if *generation == key.generation() => *generation,

@@ -21,6 +21,7 @@ use somnus_core::node::{
     ClusterMap, DiskOp, Message, Node, NodeAction, NodeEvent, VolumePlacement, plan_cluster,
 };
 use somnus_core::power::{PowerState, PowerTimeline};
+use somnus_core::slab::{Key, Slab};
 use somnus_types::{
     ByteRange, IoId, IoKind, RequestId, ServerId, VirtualDuration, VirtualInstant, VolumeId,
 };
@@ -40,6 +41,9 @@ const DRAIN_AFTER_END: VirtualDuration = VirtualDuration::from_secs(3600);
 /// Client requests in flight at once across the cluster: beyond it the trace is
 /// replayed faster than any configuration could serve and the run stops with an error.
 const CLIENT_REQUESTS_MAX: usize = 1 << 22;
+/// Disk I/Os and messages in flight at once: no bound the simulation can reach (the
+/// client requests behind them are bounded).
+const IN_FLIGHT_MAX: usize = u32::MAX as usize;
 
 /// The stretch of virtual time a run covers: from 0 a warm-up that is replayed but not
 /// measured (so a day starts with its disks in the state the previous hour left
@@ -91,53 +95,16 @@ pub struct Progress {
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
 enum EventKind {
-    /// A disk I/O finished (index into `disk_ios`).
-    DiskDone(u32),
-    /// A message reached its node (index into `messages`).
-    MessageArrived(u32),
+    /// A disk I/O finished (its key in `disk_ios`).
+    DiskDone(Key),
+    /// A message reached its node (its key in `messages`).
+    MessageArrived(Key),
     /// A volume told to spin down has finished its queued disk work.
     SpinDownStart(u32),
     /// A volume's power transition ended.
     PowerDone(u32),
     /// A node's timer (index into `nodes`).
     Timer(u32),
-}
-
-/// A client request in flight: when it arrived, for its response time.
-#[derive(Clone, Copy, Debug)]
-struct ClientRequest {
-    arrival: VirtualInstant,
-    generation: u32,
-}
-
-/// A slot table with a free list, for what is in flight between events.
-struct Table<T> {
-    items: Vec<T>,
-    free: Vec<u32>,
-}
-
-impl<T: Copy> Table<T> {
-    fn new() -> Table<T> {
-        Table { items: Vec::new(), free: Vec::new() }
-    }
-
-    fn insert(&mut self, item: T) -> u32 {
-        match self.free.pop() {
-            Some(index) => {
-                self.items[index as usize] = item;
-                index
-            }
-            None => {
-                self.items.push(item);
-                (self.items.len() - 1) as u32
-            }
-        }
-    }
-
-    fn take(&mut self, index: u32) -> T {
-        self.free.push(index);
-        self.items[index as usize]
-    }
 }
 
 /// The engine for one configuration.
@@ -158,12 +125,11 @@ pub struct Engine {
     volumes: Vec<Volume>,
     network: Network,
     /// Disk I/Os in flight: the node that issued them and its id.
-    disk_ios: Table<(u32, IoId)>,
+    disk_ios: Slab<(u32, IoId)>,
     /// Messages in flight: the node they go to.
-    messages: Table<(u32, Message)>,
-    requests: Vec<ClientRequest>,
-    requests_free: Vec<u32>,
-    requests_in_flight: usize,
+    messages: Slab<(u32, Message)>,
+    /// Client requests in flight, by request id (a slab key): when each arrived.
+    requests: Slab<VirtualInstant>,
     requests_done: u64,
     measured: RunMeasurements,
     start_snapshot: Option<Snapshot>,
@@ -210,11 +176,9 @@ impl Engine {
             node_of_server,
             volumes,
             network: Network::new(layout.network, layout.servers.len()),
-            disk_ios: Table::new(),
-            messages: Table::new(),
-            requests: Vec::new(),
-            requests_free: Vec::new(),
-            requests_in_flight: 0,
+            disk_ios: Slab::new(IN_FLIGHT_MAX),
+            messages: Slab::new(IN_FLIGHT_MAX),
+            requests: Slab::new(CLIENT_REQUESTS_MAX),
             requests_done: 0,
             measured,
             start_snapshot: None,
@@ -287,7 +251,7 @@ impl Engine {
     /// soon as no client request is in flight.
     fn run_events_until(&mut self, until: VirtualInstant, only_requests: bool) {
         while let Some(&Reverse((time, _, event))) = self.events.peek() {
-            if time > until || (only_requests && self.requests_in_flight == 0) {
+            if time > until || (only_requests && self.requests.is_empty()) {
                 break;
             }
             if time > self.end && self.end_snapshot.is_none() {
@@ -305,11 +269,15 @@ impl Engine {
     fn handle_event(&mut self, event: EventKind) {
         match event {
             EventKind::DiskDone(index) => {
-                let (node, io) = self.disk_ios.take(index);
+                let Some((node, io)) = self.disk_ios.remove(index) else {
+                    unreachable!("a disk I/O completed twice");
+                };
                 self.feed(node, NodeEvent::DiskIoCompleted { io, result: Ok(()) });
             }
             EventKind::MessageArrived(index) => {
-                let (node, message) = self.messages.take(index);
+                let Some((node, message)) = self.messages.remove(index) else {
+                    unreachable!("a message arrived twice");
+                };
                 self.feed(node, NodeEvent::MessageReceived { message });
             }
             EventKind::SpinDownStart(volume) => {
@@ -364,8 +332,10 @@ impl Engine {
             NodeAction::DiskIo { io, volume, op, placement } => {
                 let done =
                     self.volumes[volume.index()].serve(self.now, op == DiskOp::Write, placement);
-                let index = self.disk_ios.insert((node, io));
-                self.schedule(done, EventKind::DiskDone(index));
+                let Some(key) = self.disk_ios.insert((node, io)) else {
+                    unreachable!("more than {IN_FLIGHT_MAX} disk I/Os in flight");
+                };
+                self.schedule(done, EventKind::DiskDone(key));
             }
             NodeAction::SpinDown { volume } => {
                 let idle_at = self.volumes[volume.index()].begin_spin_down(self.now);
@@ -393,26 +363,17 @@ impl Engine {
         if self.now >= self.measure_from && self.now < self.end {
             self.measured.network(self.now, bytes);
         }
-        let index = self.messages.insert((target, message));
-        self.schedule(arrival, EventKind::MessageArrived(index));
+        let Some(key) = self.messages.insert((target, message)) else {
+            unreachable!("more than {IN_FLIGHT_MAX} messages in flight");
+        };
+        self.schedule(arrival, EventKind::MessageArrived(key));
     }
 
     fn arrive(&mut self, request: SimRequest) -> Result<(), EngineError> {
-        if self.requests_in_flight >= CLIENT_REQUESTS_MAX {
+        let Some(key) = self.requests.insert(request.arrival) else {
             return Err(EngineError::Overloaded { at: request.arrival });
-        }
-        let slot = match self.requests_free.pop() {
-            Some(slot) => slot,
-            None => {
-                self.requests.push(ClientRequest { arrival: request.arrival, generation: 0 });
-                (self.requests.len() - 1) as u32
-            }
         };
-        let client = &mut self.requests[slot as usize];
-        client.generation = client.generation.wrapping_add(1);
-        client.arrival = request.arrival;
-        let id = RequestId(u64::from(client.generation) << 32 | u64::from(slot));
-        self.requests_in_flight += 1;
+        let id = RequestId(key.0);
         if request.arrival >= self.measure_from {
             let volume = &mut self.volumes[request.volume.index()];
             match request.kind {
@@ -437,21 +398,14 @@ impl Engine {
         outcome: somnus_core::offload::ReplyOutcome,
         waited_for_spin_up: bool,
     ) {
-        // The low half of a request id is its slot, the high half its generation.
-        let slot = request.0 as u32;
-        let client = self.requests[slot as usize];
-        assert_eq!(
-            u64::from(client.generation),
-            request.0 >> 32,
-            "a reply to a stale request {request}"
-        );
-        let latency = self.now.duration_since(client.arrival).as_nanos();
-        if client.arrival >= self.measure_from {
+        let Some(arrival) = self.requests.remove(Key(request.0)) else {
+            panic!("a reply to a request not in flight: {request}");
+        };
+        let latency = self.now.duration_since(arrival).as_nanos();
+        if arrival >= self.measure_from {
             self.measured.reply(kind, outcome, latency, waited_for_spin_up);
         }
-        self.requests_in_flight -= 1;
         self.requests_done += 1;
-        self.requests_free.push(slot);
     }
 
     /// Every volume's meter reading and manager counters at `at`.
@@ -484,7 +438,7 @@ impl Engine {
         }
         let requests: Vec<(u64, u64)> = self.volumes.iter().map(|v| (v.reads, v.writes)).collect();
         self.measured.volumes = measure::between(&start, &end, &requests);
-        self.measured.requests_unfinished = self.requests_in_flight as u64;
+        self.measured.requests_unfinished = self.requests.len() as u64;
         let missing: u64 = self
             .nodes
             .iter()
