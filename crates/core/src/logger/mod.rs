@@ -235,8 +235,13 @@ impl Logger {
 
     /// Whether a data record of `size_bytes` fits now.
     pub fn fits(&self, size_bytes: u64) -> bool {
-        size_bytes <= self.payload_limit()
-            && self.needed_bytes(RECORD_HEADER_BYTES + size_bytes) <= self.free_bytes()
+        size_bytes <= self.payload_limit() && self.space_needed(size_bytes) <= self.free_bytes()
+    }
+
+    /// The log space a data record of `size_bytes` takes if appended now: its header,
+    /// and the header of a new segment when it starts one.
+    pub fn space_needed(&self, size_bytes: u64) -> u64 {
+        self.needed_bytes(RECORD_HEADER_BYTES + size_bytes)
     }
 
     /// The bytes a record of `record_bytes` takes at the head now, with the header of
@@ -834,5 +839,29 @@ mod tests {
         log.compact_segment(SegmentNo(3)).unwrap().unwrap();
         assert!(log.used_bytes() < before);
         assert!(log.fits(512));
+    }
+
+    #[test]
+    fn a_record_that_starts_a_segment_needs_its_header_too() {
+        // Goal: the space a write needs, which the node checks against reservations,
+        // counts the new segment's header when the record does not fit in the head.
+        let geometry = LogGeometry {
+            capacity_bytes: 4 * 4096,
+            segment_bytes: 4096,
+            compact_live_percent_max: 50,
+        };
+        let mut log = Logger::new(LoggerId(1), geometry);
+        let first = 4096 - SEGMENT_HEADER_BYTES - RECORD_HEADER_BYTES - 512;
+        assert_eq!(log.space_needed(first), SEGMENT_HEADER_BYTES + RECORD_HEADER_BYTES + first);
+        let before = log.free_bytes();
+        log.append(OWNER, OBJECT, r(0, first), Version(1)).unwrap();
+        assert_eq!(before - log.free_bytes(), SEGMENT_HEADER_BYTES + RECORD_HEADER_BYTES + first);
+        // 512 bytes are left in the head: a 256-byte record stays there, a 1024-byte
+        // one starts the next segment.
+        assert_eq!(log.space_needed(256), RECORD_HEADER_BYTES + 256);
+        assert_eq!(log.space_needed(1024), SEGMENT_HEADER_BYTES + RECORD_HEADER_BYTES + 1024);
+        let before = log.free_bytes();
+        log.append(OWNER, OBJECT, r(8192, 8192 + 1024), Version(2)).unwrap();
+        assert_eq!(before - log.free_bytes(), SEGMENT_HEADER_BYTES + RECORD_HEADER_BYTES + 1024);
     }
 }

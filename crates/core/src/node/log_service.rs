@@ -213,8 +213,7 @@ impl Node {
             return Outcome::Done(Err(LogFailure::Asleep));
         }
         let log = &mut self.slots[slot].log;
-        let needed = range.size_bytes() + crate::logger::RECORD_HEADER_BYTES;
-        if log.free_for(owner, self.now) < needed {
+        if log.free_for(owner, self.now) < log.model.space_needed(range.size_bytes()) {
             return Outcome::Done(Err(LogFailure::Full));
         }
         let owner_id = OwnerId(u64::from(owner.0));
