@@ -254,7 +254,7 @@ impl VolumeManager {
     fn maybe_spin_down(&mut self, now: VirtualInstant) {
         if self.draining {
             // Requests in flight may still log a write.
-            if !self.redirect.is_empty() || self.garbage.len() > 0 || self.requests.len() > 0 {
+            if !self.redirect.is_empty() || self.garbage.len() > 0 || !self.requests.is_empty() {
                 return;
             }
             self.draining = false;
