@@ -13,7 +13,7 @@ use somnus_trace::{SyntheticConfig, SyntheticTrace};
 use somnus_types::{ByteRange, VirtualDuration, VirtualInstant};
 
 use crate::progress::ProgressLine;
-use crate::provenance::{Header, Input, OffloadProvenance, Synthetic, TopologyInfo, WindowInfo};
+use crate::provenance::{Input, OffloadProvenance, Synthetic, TopologyInfo, WindowInfo};
 use crate::sim_cmd::{LOAD_WINDOW, ReplayOutcome, emit};
 
 #[derive(Args)]
@@ -126,10 +126,8 @@ pub(crate) fn simulate(args: &DemoArgs) -> Result<ReplayOutcome> {
 /// The generator's knobs: the demo's own, or the file `--generator` names.
 fn generator_config(args: &DemoArgs) -> Result<SyntheticConfig> {
     let Some(path) = &args.generator else { return Ok(demo_config(args.hours)) };
-    let text =
-        std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?;
     let name = || format!("generator config {}", path.display());
-    let mut config: SyntheticConfig = toml::from_str(&text).with_context(name)?;
+    let mut config = crate::trace_cmd::read_generator_config(path)?;
     if config.start_unix_s.is_some() {
         // The demo replays from time 0; absolute timestamps would all fall after its span.
         bail!(
@@ -157,7 +155,6 @@ fn provenance(
         .map_or_else(|| "demo".to_string(), |path| path.display().to_string());
     let synthetic = Synthetic { generator, seed: args.seed, hours: args.hours };
     OffloadProvenance {
-        header: Header::new(crate::report::OFFLOAD_SCHEMA),
         input: Input { trace_files: Vec::new(), synthetic: Some(synthetic) },
         window: WindowInfo {
             day: None,

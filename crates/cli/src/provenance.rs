@@ -161,8 +161,6 @@ impl TopologyInfo {
 /// Everything that produced an off-loading result.
 #[derive(Clone, Debug, serde::Serialize)]
 pub(crate) struct OffloadProvenance {
-    #[serde(flatten)]
-    pub(crate) header: Header,
     pub(crate) input: Input,
     pub(crate) window: WindowInfo,
     pub(crate) topology: TopologyInfo,

@@ -21,7 +21,7 @@ use somnus_sim::topology::{Layout, Topology};
 use somnus_trace::{DaySpec, TraceSet};
 
 use crate::progress::ProgressLine;
-use crate::provenance::{Header, Input, OffloadProvenance, TopologyInfo, WindowInfo, trace_files};
+use crate::provenance::{Input, OffloadProvenance, TopologyInfo, WindowInfo, trace_files};
 use crate::report;
 use crate::trace_cmd::InputArgs;
 
@@ -237,7 +237,6 @@ pub(crate) fn replay(
     )?;
     let heading = heading(&set, window, &layout, in_window);
     let provenance = OffloadProvenance {
-        header: Header::new(report::OFFLOAD_SCHEMA),
         input: Input { trace_files: trace_files(summary), synthetic: None },
         window: window_info(summary.time_base, window, request.day, in_window),
         topology: TopologyInfo::new(topology.origin(), &layout),

@@ -333,6 +333,13 @@ impl Drop for RemoveOnDrop {
     }
 }
 
+/// A generator config file's knobs, as written (not yet validated).
+pub(crate) fn read_generator_config(path: &Path) -> Result<SyntheticConfig> {
+    let text =
+        std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?;
+    toml::from_str(&text).with_context(|| format!("parsing {}", path.display()))
+}
+
 fn load_config(
     path: Option<&Path>,
     preset: Option<&str>,
@@ -340,12 +347,7 @@ fn load_config(
     workload: Option<&str>,
 ) -> Result<SyntheticConfig> {
     let mut config = match (path, preset) {
-        (Some(path), _) => {
-            let text = std::fs::read_to_string(path)
-                .with_context(|| format!("reading {}", path.display()))?;
-            toml::from_str::<SyntheticConfig>(&text)
-                .with_context(|| format!("parsing {}", path.display()))?
-        }
+        (Some(path), _) => read_generator_config(path)?,
         (None, Some(name)) => SyntheticConfig::preset(name)?,
         (None, None) => SyntheticConfig::default(),
     };

@@ -125,13 +125,17 @@ fn energy_per_volume(out: &mut String, result: &OffloadResult) {
     }
 }
 
+/// The share of the window (%) from which a volume kept awake for want of a logger is
+/// named: below it, the moments between a volume's idleness and a logger's report.
+pub(crate) const KEPT_AWAKE_PCT_MIN: f64 = 1.0;
+
 /// The volumes that were idle enough to sleep yet kept spinning because no logger on
 /// other disks was awake to take their writes (004 3.1): why an off-load configuration
 /// can use more energy than vanilla on a nearly idle volume.
 fn kept_awake(out: &mut String, result: &OffloadResult) {
     let mut lines = Vec::new();
     for config in &result.configs {
-        for volume in config.volumes.iter().filter(|v| v.sleep_blocked_pct >= 1.0) {
+        for volume in config.volumes.iter().filter(|v| v.sleep_blocked_pct >= KEPT_AWAKE_PCT_MIN) {
             lines.push(format!(
                 "  {:<9} {:<24} {:>5.1} % of the window{}",
                 config.config.name(),
@@ -162,6 +166,11 @@ pub(crate) fn prepare_dir(dir: &Path) -> Result<()> {
     fs::remove_file(&probe).with_context(|| format!("removing {}", probe.display()))
 }
 
+/// Writes one file of a report, naming it if that fails.
+pub(crate) fn write_file(path: &Path, text: impl AsRef<[u8]>) -> Result<()> {
+    fs::write(path, text).with_context(|| format!("writing {}", path.display()))
+}
+
 /// The schema name of the off-loading experiment's JSON (`--json`, `summary.json`).
 pub(crate) const OFFLOAD_SCHEMA: &str = "somnus-offload";
 
@@ -169,12 +178,13 @@ pub(crate) const OFFLOAD_SCHEMA: &str = "somnus-offload";
 /// configuration (README, "JSON of the off-loading experiment").
 pub(crate) fn json(result: &OffloadResult, provenance: &OffloadProvenance) -> Result<String> {
     #[derive(serde::Serialize)]
-    struct Document<'a> {
+    struct Body<'a> {
         #[serde(flatten)]
         provenance: &'a OffloadProvenance,
         configs: &'a [ConfigReport],
     }
-    Ok(serde_json::to_string_pretty(&Document { provenance, configs: &result.configs })?)
+    let body = Body { provenance, configs: &result.configs };
+    Ok(crate::provenance::Document::new(OFFLOAD_SCHEMA, body).to_json()?)
 }
 
 /// Writes the report directory.
@@ -185,10 +195,7 @@ pub(crate) fn write_dir(
     heading: &str,
 ) -> Result<()> {
     prepare_dir(dir)?;
-    let write = |name: &str, text: String| -> Result<()> {
-        let path = dir.join(name);
-        fs::write(&path, text).with_context(|| format!("writing {}", path.display()))
-    };
+    let write = |name: &str, text: String| write_file(&dir.join(name), text);
     write("summary.txt", format!("{heading}{}", tables(result)))?;
     write("summary.json", json(result, provenance)? + "\n")?;
     write("fig6_energy_per_volume.csv", energy_csv(result))?;

@@ -120,8 +120,7 @@ fn fast08(args: &Fast08Args) -> Result<()> {
         preset(args, &mut findings)?;
     }
     let path = args.out.join("summary.md");
-    std::fs::write(&path, summary::markdown(&findings, args.seeds))
-        .with_context(|| format!("writing {}", path.display()))?;
+    crate::report::write_file(&path, summary::markdown(&findings, args.seeds))?;
     outln!("report written to {}; start with {}", args.out.display(), path.display())
 }
 
@@ -176,7 +175,7 @@ fn save_report(dir: &Path, outcome: ReplayOutcome) -> Result<ReplayOutcome> {
 /// Writes a replay's JSON document; returns the replay.
 fn save_json(path: &Path, outcome: ReplayOutcome) -> Result<ReplayOutcome> {
     let json = report::json(&outcome.result, &outcome.provenance)? + "\n";
-    std::fs::write(path, json).with_context(|| format!("writing {}", path.display()))?;
+    crate::report::write_file(path, json)?;
     Ok(outcome)
 }
 
@@ -222,7 +221,7 @@ fn save_stats(path: &Path, files: &[PathBuf]) -> Result<StatsReport> {
     let set = TraceSet::open(files, &ReadOptions::default())?;
     let report = compute_set(&set, None, &StatsOptions { window_ns: 60_000_000_000 })?;
     let json = crate::trace_cmd::stats_json(&set, None, &report)? + "\n";
-    std::fs::write(path, json).with_context(|| format!("writing {}", path.display()))?;
+    crate::report::write_file(path, json)?;
     Ok(report)
 }
 
@@ -269,7 +268,7 @@ fn preset(args: &Fast08Args, findings: &mut Findings) -> Result<()> {
         let least = run_files(&files, Some(day(LEAST_IDLE)?), &topology)?;
         let most = run_files(&files, Some(day(MOST_IDLE)?), &topology)?;
         let (least_idle, most_idle) = if seed == 1 {
-            variants(args, &files, &dir)?;
+            variants(args, &files, &dir, &work)?;
             (
                 save_report(&dir.join(format!("seed1-{LEAST_IDLE}")), least)?,
                 save_report(&dir.join(format!("seed1-{MOST_IDLE}")), most)?,
@@ -288,7 +287,7 @@ fn preset(args: &Fast08Args, findings: &mut Findings) -> Result<()> {
 
 /// Seed 1 without the controllers' write cache and with 10 Gbit/s links; and the
 /// preset at a quarter of its rate (seed 7) without the cache.
-fn variants(args: &Fast08Args, files: &[PathBuf], dir: &Path) -> Result<()> {
+fn variants(args: &Fast08Args, files: &[PathBuf], dir: &Path, work: &Path) -> Result<()> {
     note(args, "seed 1 without the write cache and with 10 Gbit/s links");
     let base = Topology::msr_cambridge_text();
     let no_cache = edited(base, "write_cache_mib = 128", "write_cache_mib = 0", "no write cache")?;
@@ -303,7 +302,7 @@ fn variants(args: &Fast08Args, files: &[PathBuf], dir: &Path) -> Result<()> {
     let mut quarter = SyntheticConfig::preset("msr-fast08")?;
     quarter.duration_s = 86_400.0;
     quarter.mean_rate_per_s /= 4.0;
-    let trace = dir.join("..").join("work").join("quarter-7.bin");
+    let trace = work.join("quarter-7.bin");
     let somnus = crate::trace_cmd::OutputFormat::Somnus;
     crate::trace_cmd::run_generate(&trace, 7, &quarter, somnus, args.quiet)?;
     let outcome = run_files(std::slice::from_ref(&trace), None, &no_cache)?;

@@ -20,7 +20,7 @@ const PAPER_WRITES_OFFLOADED: &str = "27";
 const PAPER_REMOTE_READS: &str = "3.8";
 const SAVING: [ConfigKind; 3] = [ConfigKind::Vanilla, ConfigKind::Machine, ConfigKind::Rack];
 
-fn config(result: &OffloadResult, kind: ConfigKind) -> &ConfigReport {
+pub(super) fn config(result: &OffloadResult, kind: ConfigKind) -> &ConfigReport {
     match result.configs.iter().find(|c| c.config == kind) {
         Some(config) => config,
         None => unreachable!("every configuration ran"),
@@ -112,15 +112,12 @@ fn paper_days(out: &mut String, findings: &Findings) {
          write ms p50 / p99 / max | delayed r / w % | writes off-loaded % |\n\
          |---|---|---|---|---|---|---|---|---|---|"
     );
-    for (label, outcome, paper) in
-        [(LEAST_IDLE, least, PAPER_ENERGY_LEAST_IDLE), (MOST_IDLE, most, PAPER_ENERGY_MOST_IDLE)]
-    {
+    for (label, outcome) in [(LEAST_IDLE, least), (MOST_IDLE, most)] {
         for (index, kind) in ConfigKind::ALL.into_iter().enumerate() {
             let c = config(&outcome.result, kind);
-            let (energy_paper, peak_paper) = if index == 0 {
-                ("100", "100")
-            } else {
-                (paper[index - 1], PAPER_PEAK_POWER[index - 1])
+            let (energy_paper, peak_paper) = match kind {
+                ConfigKind::Baseline => ("100", "100"),
+                _ => (paper_energy(label == LEAST_IDLE, kind), paper_peak(kind)),
             };
             let _ = writeln!(
                 out,
@@ -202,7 +199,7 @@ fn kept_awake(out: &mut String, result: &OffloadResult) {
         let volumes: Vec<String> = config(result, kind)
             .volumes
             .iter()
-            .filter(|v| v.sleep_blocked_pct >= 1.0)
+            .filter(|v| v.sleep_blocked_pct >= crate::report::KEPT_AWAKE_PCT_MIN)
             .map(|v| format!("{} ({:.1} %)", v.name, v.sleep_blocked_pct))
             .collect();
         if !volumes.is_empty() {
@@ -272,8 +269,4 @@ pub(super) fn paper_energy(least_idle: bool, kind: ConfigKind) -> &'static str {
 
 pub(super) fn paper_peak(kind: ConfigKind) -> &'static str {
     PAPER_PEAK_POWER[saving_index(kind)]
-}
-
-pub(super) fn config_of(result: &OffloadResult, kind: ConfigKind) -> &ConfigReport {
-    config(result, kind)
 }

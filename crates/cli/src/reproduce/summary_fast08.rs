@@ -5,7 +5,7 @@ use std::fmt::Write as _;
 
 use somnus_sim::engine::ConfigKind;
 
-use super::summary::{concurrency, config_of, paper_energy, paper_peak};
+use super::summary::{concurrency, config, paper_energy, paper_peak};
 use super::{Fast08Seed, Findings, LEAST_IDLE, MOST_IDLE};
 use crate::sim_cmd::ReplayOutcome;
 
@@ -71,19 +71,14 @@ fn results(out: &mut String, seeds: &[Fast08Seed]) {
             [ConfigKind::Vanilla, ConfigKind::Machine, ConfigKind::Rack].into_iter().enumerate()
         {
             let of = |f: &dyn Fn(&somnus_sim::experiment::ConfigReport) -> f64, decimals| {
-                spread(
-                    seeds.iter().map(|s| f(config_of(&pick(s).result, kind))).collect(),
-                    decimals,
-                )
+                spread(seeds.iter().map(|s| f(config(&pick(s).result, kind))).collect(), decimals)
             };
             let ratio = spread(
                 seeds
                     .iter()
                     .map(|s| {
-                        let baseline =
-                            config_of(&pick(s).result, ConfigKind::Baseline).write_ms.p99;
-                        config_of(&pick(s).result, kind).write_ms.p99
-                            / baseline.max(f64::MIN_POSITIVE)
+                        let baseline = config(&pick(s).result, ConfigKind::Baseline).write_ms.p99;
+                        config(&pick(s).result, kind).write_ms.p99 / baseline.max(f64::MIN_POSITIVE)
                     })
                     .collect(),
                 2,
@@ -111,7 +106,7 @@ fn results(out: &mut String, seeds: &[Fast08Seed]) {
 fn ordering(out: &mut String, seeds: &[Fast08Seed]) {
     let ordered = seeds.iter().all(|s| {
         [&s.least_idle, &s.most_idle, &s.week].iter().all(|o| {
-            let e = |kind| config_of(&o.result, kind).energy_pct;
+            let e = |kind| config(&o.result, kind).energy_pct;
             e(ConfigKind::Rack) < e(ConfigKind::Machine)
                 && e(ConfigKind::Machine) < e(ConfigKind::Vanilla)
                 && e(ConfigKind::Vanilla) < e(ConfigKind::Baseline)
