@@ -478,6 +478,10 @@ fn a_user_error_prints_one_line_and_no_backtrace() {
             &["sim", "offload", "--trace", "x.csv", "--topology", topology.to_str().unwrap()],
             "TOML parse error",
         ),
+        (
+            &["reproduce", "fast08", "--traces", dir.to_str().unwrap(), "-o", "unused"],
+            "is not the shared trace set",
+        ),
     ] {
         let output = run(args);
         assert_eq!(output.status.code(), Some(1), "{args:?}");
@@ -674,5 +678,21 @@ fn reproduce_fast08_writes_one_report_with_the_papers_figures_beside() {
     assert_eq!(week["input"]["trace_files"].as_array().unwrap().len(), 3);
     assert!(out.join("msr-2007-02-26/fig8_read_response_time.svg").exists());
     assert!(!out.join("work").exists(), "the work directory is removed");
+    // A stdout closed before the last line: the command still ends quietly with 0.
+    let (status, stderr) = with_stdout_closed_after(
+        &[
+            "reproduce",
+            "fast08",
+            "--seeds",
+            "0",
+            "--quiet",
+            "--traces",
+            traces.to_str().unwrap(),
+            "-o",
+            out.to_str().unwrap(),
+        ],
+        0,
+    );
+    assert!(status.success() && stderr.is_empty(), "{status}: {stderr}");
     let _ = std::fs::remove_dir_all(&dir);
 }
