@@ -803,17 +803,21 @@ mod tests {
         assert_eq!(log.live_bytes(), 0);
     }
 
+    /// A log of `count` segments of 4 KiB.
+    fn small_segments(count: u64) -> LogGeometry {
+        LogGeometry {
+            capacity_bytes: count * 4096,
+            segment_bytes: 4096,
+            compact_live_percent_max: 50,
+        }
+    }
+
     #[test]
     fn space_comes_back_only_when_a_segment_is_collected() {
         // Goal: invalidated records keep their space until their segment is collected;
         // a full log refuses a write whole; collection copies what is still live and
         // frees the segment; invalidations may use a segment of headroom.
-        let geometry = LogGeometry {
-            capacity_bytes: 3 * 4096,
-            segment_bytes: 4096,
-            compact_live_percent_max: 50,
-        };
-        let mut log = Logger::new(LoggerId(7), geometry);
+        let mut log = Logger::new(LoggerId(7), small_segments(3));
         let record = 4096 - SEGMENT_HEADER_BYTES - RECORD_HEADER_BYTES;
         for version in 1..=3 {
             log.append(OWNER, OBJECT, r(0, record), Version(version)).unwrap();
@@ -845,12 +849,7 @@ mod tests {
     fn a_record_that_starts_a_segment_needs_its_header_too() {
         // Goal: the space a write needs, which the node checks against reservations,
         // counts the new segment's header when the record does not fit in the head.
-        let geometry = LogGeometry {
-            capacity_bytes: 4 * 4096,
-            segment_bytes: 4096,
-            compact_live_percent_max: 50,
-        };
-        let mut log = Logger::new(LoggerId(1), geometry);
+        let mut log = Logger::new(LoggerId(1), small_segments(4));
         let first = 4096 - SEGMENT_HEADER_BYTES - RECORD_HEADER_BYTES - 512;
         assert_eq!(log.space_needed(first), SEGMENT_HEADER_BYTES + RECORD_HEADER_BYTES + first);
         let before = log.free_bytes();
