@@ -9,6 +9,7 @@ mod bench_cmd;
 mod bench_ec;
 mod demo;
 mod info_cmd;
+mod layout_cmd;
 mod logstore_cmd;
 mod progress;
 mod provenance;
@@ -55,6 +56,11 @@ enum Command {
         #[command(subcommand)]
         command: bench_cmd::BenchCommand,
     },
+    /// Analyse data layouts: Sierra's power-aware gear groups against the naive ones.
+    Layout {
+        #[command(subcommand)]
+        command: layout_cmd::LayoutCommand,
+    },
     /// Operate a logger's log directory: inspect, verify, crash-test, benchmark.
     Logstore {
         #[command(subcommand)]
@@ -94,6 +100,7 @@ fn run(command: Command) -> Result<()> {
         Command::Trace { command } => trace_cmd::run(command),
         Command::Sim { command } => sim_cmd::run(command),
         Command::Bench { command } => bench_cmd::run(command),
+        Command::Layout { command } => layout_cmd::run(command),
         Command::Logstore { command } => logstore_cmd::run(command),
         Command::Reproduce { command } => reproduce::run(command),
         Command::Show { command } => info_cmd::run(command),

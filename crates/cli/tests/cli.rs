@@ -447,6 +447,7 @@ fn a_closed_stdout_ends_a_command_quietly() {
         &["logstore", "inspect", "--segments", log],
         &["logstore", "verify", log],
         &["logstore", "verify", "--json", log],
+        &["layout", "analyze", "--servers", "300"],
     ] {
         let (status, stderr) = with_stdout_closed_after(args, 8);
         assert!(status.success(), "{args:?}: {status}, stderr: {stderr}");
@@ -482,6 +483,8 @@ fn a_user_error_prints_one_line_and_no_backtrace() {
             &["reproduce", "fast08", "--traces", dir.to_str().unwrap(), "-o", "unused"],
             "is not the shared trace set",
         ),
+        (&["layout", "analyze", "--servers", "31"], "multiple of the replica count"),
+        (&["layout", "analyze", "--servers", "9", "--racks", "2"], "2 racks cannot hold"),
     ] {
         let output = run(args);
         assert_eq!(output.status.code(), Some(1), "{args:?}");
@@ -695,4 +698,37 @@ fn reproduce_fast08_writes_one_report_with_the_papers_figures_beside() {
     );
     assert!(status.success() && stderr.is_empty(), "{status}: {stderr}");
     let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn layout_analyze_measures_sierra_table_1() {
+    // Goal: `somnus layout analyze` reports, for every layout and gear, the servers kept
+    // on as measured on the placement (equal to Sierra Table 1 where the formula holds),
+    // with the documented JSON keys; the text form names whole gear groups. Method: the
+    // 9- and 30-server clusters of Table 1, in JSON and text.
+    for servers in ["9", "30"] {
+        let json = ok(&somnus(&["layout", "analyze", "--servers", servers, "--json"]));
+        let document: serde_json::Value = serde_json::from_str(&json).unwrap();
+        assert_documented(&document, "somnus-layout-analysis");
+        let layouts = document["layouts"].as_array().unwrap();
+        assert_eq!(layouts.len(), 3);
+        for layout in layouts {
+            let name = layout["layout"].as_str().unwrap();
+            for gear in layout["gears"].as_array().unwrap() {
+                let on = gear["servers_on"].as_u64().unwrap();
+                assert_eq!(gear["servers_kept_on"].as_array().unwrap().len() as u64, on);
+                if name != "naive random" {
+                    assert_eq!(gear["exact"], true, "{name} {gear}");
+                    assert_eq!(on, gear["table1_servers_on"].as_u64().unwrap(), "{name} {gear}");
+                }
+            }
+            assert_eq!(
+                layout["rebuild"]["targets_min"], layout["rebuild"]["table1_parallelism"],
+                "{name}"
+            );
+        }
+    }
+    let text = ok(&somnus(&["layout", "analyze", "--servers", "9", "--layout", "power-aware"]));
+    assert!(text.contains("gear groups gg0 (3 servers)"), "{text}");
+    assert!(text.contains("written to 3 servers in parallel (Table 1: 3)"), "{text}");
 }

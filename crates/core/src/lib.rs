@@ -12,6 +12,8 @@
 //!   energy meter.
 //! - [`extent`]: a map from non-overlapping byte ranges to values, the shape of every
 //!   redirect cache and log index.
+//! - [`layout`]: where chunk groups live: Sierra's power-aware gear groups and the
+//!   naive layouts, and the analysis of what each allows (Sierra Table 1).
 //! - [`logger`]: the model of a logger's log (004 section 3.1, docs/format/log.md):
 //!   versioned records, deletion markers, segments, capacity and garbage collection.
 //! - [`offload`]: the write off-loading volume manager (004 section 3.1-3.2).
@@ -19,6 +21,7 @@
 //!   and the plan of a cluster's nodes.
 
 pub mod extent;
+pub mod layout;
 pub mod logger;
 pub mod node;
 pub mod offload;

@@ -46,6 +46,15 @@ id_type!(
     RackId, u32, "rack"
 );
 id_type!(
+    /// A gear group (Sierra 3.2): every server is in exactly one of r, and every chunk
+    /// group has one replica in each. Gear g keeps groups 0..g on.
+    GearGroupId, u32, "gg"
+);
+id_type!(
+    /// A chunk group (Sierra 3.1): the unit of placement, leases and epochs.
+    ChunkGroupId, u32, "cg"
+);
+id_type!(
     /// A logger: a log partition on some volume that stores off-loaded writes.
     LoggerId, u32, "log"
 );

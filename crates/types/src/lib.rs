@@ -10,7 +10,8 @@ mod time;
 mod units;
 
 pub use ids::{
-    DiskId, IoId, LogId, LoggerId, Lsn, ObjectId, OwnerId, RackId, RequestId, ServerId, VolumeId,
+    ChunkGroupId, DiskId, GearGroupId, IoId, LogId, LoggerId, Lsn, ObjectId, OwnerId, RackId,
+    RequestId, ServerId, VolumeId,
 };
 pub use range::{ByteRange, join_touching};
 pub use time::{VirtualDuration, VirtualInstant};
