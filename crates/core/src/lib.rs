@@ -10,6 +10,7 @@
 //! Modules:
 //! - [`power`]: power profiles (TOML data from the papers' tables) and the exact
 //!   energy meter.
+//! - [`cluster`]: the cluster protocol (docs/protocol.md): the metadata service so far.
 //! - [`extent`]: a map from non-overlapping byte ranges to values, the shape of every
 //!   redirect cache and log index.
 //! - [`layout`]: where chunk groups live: Sierra's power-aware gear groups and the
@@ -20,6 +21,7 @@
 //! - [`node`]: one server's managers, loggers and power units as one state machine,
 //!   and the plan of a cluster's nodes.
 
+pub mod cluster;
 pub mod extent;
 pub mod layout;
 pub mod logger;

@@ -1,0 +1,516 @@
+//! The metadata service (docs/protocol.md): server registry, namespace, chunk-group
+//! primaries with epochs and leases, DVL logger views and the gear. It is never on the
+//! data path.
+//!
+//! Every change of its durable state is a [`Command`], applied by [`Mds::apply`] and
+//! announced first as `MdsAction::Persist`, so that a shell can keep a command log and
+//! replaying it gives the same state (and, later, replicas of the MDS can apply the
+//! same commands). Heartbeat times and lease expiries are soft state: an MDS that
+//! restarts waits out a whole lease before any view change.
+//!
+//! Call protocol: after [`Mds::new`] and after each [`Mds::handle`], drain
+//! [`Mds::poll_action`] until `None` (carrying out each `Persist` before the actions
+//! that follow it), then arm a timer for [`Mds::poll_timeout`] and call
+//! `handle(now, MdsEvent::TimerFired)` when it expires. Times never decrease.
+
+mod namespace;
+mod power;
+
+use std::collections::{BTreeMap, VecDeque};
+
+use somnus_types::{ChunkGroupId, GearGroupId, ObjectId, RackId, ServerId, VirtualInstant};
+
+use super::{ClusterConfig, DvlHandoff, Epoch, GroupView, Message, Peer, ServerPower};
+use crate::layout::Layout;
+
+pub use namespace::{NAME_BYTES_MAX, OBJECT_CHUNKS_MAX, OBJECTS_MAX};
+
+/// Inputs, as facts.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum MdsEvent {
+    MessageReceived {
+        from: Peer,
+        message: Message,
+    },
+    TimerFired,
+    /// The operator or the gear scheduler set the gear (`set_gear`).
+    GearSet {
+        gear: u32,
+    },
+}
+
+/// Outputs, as commands to the shell, in order.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum MdsAction {
+    /// Make `Command` durable before carrying out the actions after it.
+    Persist(Command),
+    Send {
+        to: Peer,
+        message: Message,
+    },
+    /// Wake a sleeping server (Wake-on-LAN, a timed wake, the emulator).
+    WakeServer(ServerId),
+}
+
+/// A change of the MDS's durable state.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Command {
+    CreateObject {
+        name: String,
+        object: ObjectId,
+        size_bytes: u64,
+        chunk_groups: Vec<ChunkGroupId>,
+    },
+    DeleteObject {
+        name: String,
+    },
+    /// `server` leads `group` from `epoch` on (or nobody, while none can).
+    SetPrimary {
+        group: ChunkGroupId,
+        epoch: Epoch,
+        server: Option<ServerId>,
+    },
+    SetPower {
+        server: ServerId,
+        power: ServerPower,
+    },
+    SetGear {
+        gear: u32,
+    },
+    ExtendLoggerView {
+        group: ChunkGroupId,
+        loggers: Vec<ServerId>,
+    },
+}
+
+/// What the MDS dropped or did, for tests and metrics.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct MdsCounters {
+    /// Messages for nothing the MDS knows (late, repeated, from an old epoch).
+    pub messages_dropped: u64,
+    pub view_changes: u64,
+    pub migrations: u64,
+    pub servers_failed: u64,
+    pub wakes: u64,
+}
+
+#[derive(Clone, Debug)]
+struct ServerEntry {
+    rack: RackId,
+    gear_group: GearGroupId,
+    power: ServerPower,
+    /// The send time of its last heartbeat, and when the MDS received it (soft state).
+    heartbeat_sent: Option<VirtualInstant>,
+    heartbeat_received: VirtualInstant,
+}
+
+#[derive(Clone, Debug)]
+struct GroupEntry {
+    replicas: Vec<ServerId>,
+    epoch: Epoch,
+    primary: Option<ServerId>,
+    /// The primary has been sent its grant for `epoch`.
+    granted: bool,
+    /// Until when the primary may lead, as the MDS counts it (soft state).
+    lease_expires: Option<VirtualInstant>,
+    /// The DVL state to hand to the next primary (a migration), or none (recover).
+    handoff: Option<DvlHandoff>,
+    /// The server a migration under way hands the group to.
+    migrating_to: Option<ServerId>,
+    logger_view: Vec<ServerId>,
+}
+
+#[derive(Clone, Debug)]
+struct ObjectEntry {
+    object: ObjectId,
+    size_bytes: u64,
+    chunk_groups: Vec<ChunkGroupId>,
+}
+
+/// The metadata service's state machine.
+#[derive(Clone, Debug)]
+pub struct Mds {
+    config: ClusterConfig,
+    servers: Vec<ServerEntry>,
+    groups: Vec<GroupEntry>,
+    objects: BTreeMap<String, ObjectEntry>,
+    next_object: u64,
+    gear: u32,
+    actions: VecDeque<MdsAction>,
+    counters: MdsCounters,
+    now: VirtualInstant,
+}
+
+impl Mds {
+    /// A new cluster on `layout` (power-aware: replica `i` in gear group `i`), every
+    /// server on, every group's first primary chosen so that primaries are balanced.
+    pub fn new(config: ClusterConfig, layout: &Layout, now: VirtualInstant) -> Mds {
+        assert_eq!(
+            layout.replica_count() as u32,
+            config.replicas,
+            "layout and config disagree on r"
+        );
+        assert!(config.gear_min >= 1 && config.gear_min <= config.replicas, "g_min out of 1..=r");
+        let servers = layout
+            .servers()
+            .iter()
+            .map(|slot| ServerEntry {
+                rack: slot.rack,
+                gear_group: slot.gear_group.unwrap_or(GearGroupId(0)),
+                power: if slot.removed { ServerPower::Removed } else { ServerPower::On },
+                heartbeat_sent: None,
+                heartbeat_received: now,
+            })
+            .collect();
+        let mut mds = Mds {
+            config,
+            servers,
+            groups: Vec::with_capacity(layout.chunk_group_count()),
+            objects: BTreeMap::new(),
+            next_object: 1,
+            gear: config.replicas,
+            actions: VecDeque::new(),
+            counters: MdsCounters::default(),
+            now,
+        };
+        let mut led = vec![0u32; mds.servers.len()];
+        for replicas in layout.groups() {
+            // The least loaded replica leads; ties go by a hash of the seed and group.
+            let index = mds.groups.len() as u64;
+            let primary = replicas
+                .iter()
+                .copied()
+                .min_by_key(|s| (led[s.index()], mix(config.seed ^ index ^ u64::from(s.0) << 32)));
+            if let Some(primary) = primary {
+                led[primary.index()] += 1;
+            }
+            mds.groups.push(GroupEntry {
+                replicas: replicas.to_vec(),
+                epoch: Epoch(1),
+                primary,
+                granted: false,
+                lease_expires: None,
+                // A new group has an empty DVL: nothing to recover.
+                handoff: Some(DvlHandoff::default()),
+                migrating_to: None,
+                logger_view: Vec::new(),
+            });
+        }
+        mds
+    }
+
+    pub fn handle(&mut self, now: VirtualInstant, event: MdsEvent) {
+        assert!(now >= self.now, "time went back: {now:?} < {:?}", self.now);
+        self.now = now;
+        match event {
+            MdsEvent::MessageReceived { from, message } => self.handle_message(from, message),
+            MdsEvent::TimerFired => self.handle_timer(),
+            MdsEvent::GearSet { gear } => self.set_gear(gear),
+        }
+    }
+
+    pub fn poll_action(&mut self) -> Option<MdsAction> {
+        self.actions.pop_front()
+    }
+
+    /// The next time something is due: a lease past its margin, a server silent for
+    /// too long.
+    pub fn poll_timeout(&self) -> Option<VirtualInstant> {
+        let leases = self
+            .groups
+            .iter()
+            .filter_map(|g| g.lease_expires)
+            .map(|at| at.saturating_add(self.config.lease_margin));
+        let silences = self.servers.iter().filter_map(|s| self.silence_deadline(s));
+        leases.chain(silences).min()
+    }
+
+    /// When a server not heard from counts as failed: serving ones after the failure
+    /// timeout, woken ones after the wake timeout; asleep ones never (P2).
+    fn silence_deadline(&self, server: &ServerEntry) -> Option<VirtualInstant> {
+        let timeout = match server.power {
+            ServerPower::On | ServerPower::Draining => self.config.failure_timeout,
+            ServerPower::Waking => self.config.wake_timeout,
+            ServerPower::Asleep | ServerPower::Failed | ServerPower::Removed => return None,
+        };
+        Some(server.heartbeat_received.saturating_add(timeout))
+    }
+
+    pub fn server_rack(&self, server: ServerId) -> RackId {
+        self.servers[server.index()].rack
+    }
+
+    pub fn counters(&self) -> MdsCounters {
+        self.counters
+    }
+
+    pub fn gear(&self) -> u32 {
+        self.gear
+    }
+
+    pub fn server_power(&self, server: ServerId) -> ServerPower {
+        self.servers[server.index()].power
+    }
+
+    /// The current view of `group`.
+    pub fn view(&self, group: ChunkGroupId) -> GroupView {
+        let entry = &self.groups[group.index()];
+        GroupView {
+            group,
+            epoch: entry.epoch,
+            primary: entry.primary.filter(|_| entry.granted),
+            replicas: entry.replicas.clone(),
+        }
+    }
+
+    pub fn logger_view(&self, group: ChunkGroupId) -> &[ServerId] {
+        &self.groups[group.index()].logger_view
+    }
+
+    pub fn group_count(&self) -> usize {
+        self.groups.len()
+    }
+
+    /// Applies one command to the durable state (also used to replay a command log).
+    pub fn apply(&mut self, command: &Command) {
+        match command {
+            Command::CreateObject { name, object, size_bytes, chunk_groups } => {
+                assert!(!self.objects.contains_key(name), "C5: object {name:?} created twice");
+                self.next_object = self.next_object.max(object.0 + 1);
+                let entry = ObjectEntry {
+                    object: *object,
+                    size_bytes: *size_bytes,
+                    chunk_groups: chunk_groups.clone(),
+                };
+                self.objects.insert(name.clone(), entry);
+            }
+            Command::DeleteObject { name } => {
+                self.objects.remove(name);
+            }
+            Command::SetPrimary { group, epoch, server } => {
+                let entry = &mut self.groups[group.index()];
+                assert!(*epoch >= entry.epoch, "C1: {group} epoch {epoch} below {}", entry.epoch);
+                if let Some(server) = server {
+                    assert!(
+                        entry.replicas.contains(server),
+                        "C1: {server} leads {group} it has no replica of"
+                    );
+                }
+                entry.epoch = *epoch;
+                entry.primary = *server;
+                entry.granted = false;
+                entry.lease_expires = None;
+                entry.migrating_to = None;
+            }
+            Command::SetPower { server, power } => self.servers[server.index()].power = *power,
+            Command::SetGear { gear } => self.gear = *gear,
+            Command::ExtendLoggerView { group, loggers } => {
+                let view = &mut self.groups[group.index()].logger_view;
+                for logger in loggers {
+                    if !view.contains(logger) {
+                        view.push(*logger);
+                    }
+                }
+            }
+        }
+    }
+
+    fn commit(&mut self, command: Command) {
+        self.apply(&command);
+        self.actions.push_back(MdsAction::Persist(command));
+    }
+
+    fn send(&mut self, to: Peer, message: Message) {
+        self.actions.push_back(MdsAction::Send { to, message });
+    }
+
+    fn handle_message(&mut self, from: Peer, message: Message) {
+        match (from, message) {
+            (Peer::Server(server), message) if server.index() < self.servers.len() => {
+                self.handle_server_message(server, message);
+            }
+            (Peer::Client(client), message) => self.handle_client_message(client, message),
+            _ => self.counters.messages_dropped += 1,
+        }
+    }
+
+    fn handle_server_message(&mut self, server: ServerId, message: Message) {
+        if self.servers[server.index()].power == ServerPower::Removed {
+            self.counters.messages_dropped += 1;
+            return;
+        }
+        match message {
+            Message::Heartbeat { sent_at, leads, .. } => self.heartbeat(server, sent_at, &leads),
+            Message::CancelLease { group, epoch, handoff } => {
+                self.lease_cancelled(server, group, epoch, handoff);
+            }
+            Message::Standby => self.standby(server),
+            Message::ExtendLoggerView { group, epoch, loggers } => {
+                self.extend_logger_view(server, group, epoch, loggers);
+            }
+            _ => self.counters.messages_dropped += 1,
+        }
+    }
+
+    fn heartbeat(
+        &mut self,
+        server: ServerId,
+        sent_at: VirtualInstant,
+        leads: &[(ChunkGroupId, Epoch)],
+    ) {
+        let entry = &mut self.servers[server.index()];
+        if entry.heartbeat_sent.is_some_and(|last| sent_at < last) {
+            // An old heartbeat overtaken by a newer one: it renews nothing.
+            self.counters.messages_dropped += 1;
+            return;
+        }
+        entry.heartbeat_sent = Some(sent_at);
+        entry.heartbeat_received = self.now;
+        let came_back = !matches!(entry.power, ServerPower::On | ServerPower::Draining);
+        let stays_on = self.keeps_on(server);
+        if came_back {
+            // Back from sleep or a failure; in a gear that has it off, it drains again.
+            let power = if stays_on { ServerPower::On } else { ServerPower::Draining };
+            self.commit(Command::SetPower { server, power });
+        }
+        let lease_end = self.now.saturating_add(self.config.lease);
+        let mut renewed = Vec::new();
+        let mut revoked = Vec::new();
+        for &(group, epoch) in leads {
+            match self.groups.get_mut(group.index()) {
+                Some(g) if g.primary == Some(server) && g.epoch == epoch && g.granted => {
+                    g.lease_expires = Some(lease_end);
+                    renewed.push((group, epoch));
+                }
+                _ => revoked.push((group, epoch)),
+            }
+        }
+        self.send(Peer::Server(server), Message::HeartbeatReply { sent_at, renewed, revoked });
+        self.send_pending_grants(server);
+        if self.servers[server.index()].power == ServerPower::Draining {
+            self.drain(server);
+            return;
+        }
+        self.assign_leaderless(server);
+        if came_back {
+            self.rebalance_onto(server);
+            // Servers that covered for this one while it was away may sleep again.
+            self.settle_power();
+        }
+    }
+
+    /// Sends `server` the grants it has been given but not sent (it was not heard from).
+    fn send_pending_grants(&mut self, server: ServerId) {
+        let lease_end = self.now.saturating_add(self.config.lease);
+        // The server counts its lease from its own send time, earlier than `now` (C2).
+        let Some(lease_from) = self.servers[server.index()].heartbeat_sent else { return };
+        for index in 0..self.groups.len() {
+            let entry = &self.groups[index];
+            if entry.primary != Some(server) || entry.granted {
+                continue;
+            }
+            let group = ChunkGroupId(index as u32);
+            let handoff = self.groups[index].handoff.take();
+            let entry = &mut self.groups[index];
+            entry.granted = true;
+            entry.lease_expires = Some(lease_end);
+            let logger_view = entry.logger_view.clone();
+            let view = self.view(group);
+            let grant = Message::GrantLease { view, lease_from, logger_view, handoff };
+            self.send(Peer::Server(server), grant);
+        }
+    }
+
+    fn handle_timer(&mut self) {
+        self.detect_failures();
+        self.expire_leases();
+    }
+
+    /// C2: a group whose lease ran out (plus the margin) gets a new primary.
+    fn expire_leases(&mut self) {
+        for index in 0..self.groups.len() {
+            let expired = self.groups[index]
+                .lease_expires
+                .is_some_and(|at| at.saturating_add(self.config.lease_margin) <= self.now);
+            if expired {
+                let group = ChunkGroupId(index as u32);
+                // The old primary may have died with requests half done: recover.
+                self.groups[index].handoff = None;
+                self.change_view(group, None);
+            }
+        }
+    }
+
+    /// Gives `group` a new epoch and primary: `preferred` if it serves, else the
+    /// serving replica that leads fewest groups; nobody if no replica serves (the
+    /// sleeping ones are woken, P3).
+    fn change_view(&mut self, group: ChunkGroupId, preferred: Option<ServerId>) {
+        let entry = &self.groups[group.index()];
+        let old = entry.primary;
+        let candidates: Vec<ServerId> = entry
+            .replicas
+            .iter()
+            .copied()
+            .filter(|s| self.servers[s.index()].power.serves() && Some(*s) != old)
+            .collect();
+        let next = preferred
+            .filter(|p| candidates.contains(p))
+            .or_else(|| candidates.iter().copied().min_by_key(|s| (self.primaries_of(*s), s.0)));
+        let epoch = entry.epoch.next();
+        self.counters.view_changes += 1;
+        self.commit(Command::SetPrimary { group, epoch, server: next });
+        match next {
+            Some(server) if self.servers[server.index()].heartbeat_sent.is_some() => {
+                self.send_pending_grants(server);
+            }
+            Some(_) => {}
+            None => self.wake_replicas(group),
+        }
+    }
+
+    /// A server heard from that replicates a group with no primary takes it.
+    fn assign_leaderless(&mut self, server: ServerId) {
+        for index in 0..self.groups.len() {
+            let entry = &self.groups[index];
+            if entry.primary.is_none() && entry.replicas.contains(&server) {
+                self.change_view(ChunkGroupId(index as u32), Some(server));
+            }
+        }
+    }
+
+    fn primaries_of(&self, server: ServerId) -> usize {
+        self.groups.iter().filter(|g| g.primary == Some(server)).count()
+    }
+
+    fn extend_logger_view(
+        &mut self,
+        server: ServerId,
+        group: ChunkGroupId,
+        epoch: Epoch,
+        loggers: Vec<ServerId>,
+    ) {
+        let current = self
+            .groups
+            .get(group.index())
+            .is_some_and(|g| g.primary == Some(server) && g.epoch == epoch);
+        let known = loggers.iter().all(|l| l.index() < self.servers.len());
+        if !current || !known {
+            self.counters.messages_dropped += 1;
+            return;
+        }
+        self.commit(Command::ExtendLoggerView { group, loggers: loggers.clone() });
+        self.send(Peer::Server(server), Message::LoggerViewExtended { group, epoch, loggers });
+    }
+}
+
+/// A 64-bit mix (SplitMix64's finaliser): the MDS's stateless random draws, so that
+/// replaying commands needs no generator state.
+pub(crate) fn mix(mut x: u64) -> u64 {
+    x = x.wrapping_add(0x9e37_79b9_7f4a_7c15);
+    x = (x ^ (x >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+    x = (x ^ (x >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+    x ^ (x >> 31)
+}
+
+#[cfg(test)]
+mod tests;

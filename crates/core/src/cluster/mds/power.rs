@@ -1,0 +1,200 @@
+//! Power is protocol, not a fault (Sierra 3.3.2, 3.4; docs/protocol.md P1-P3): gear
+//! shifts drain primaries off the servers that will sleep and wake those that will
+//! serve; a failure wakes the sleeping replicas of the failed server's groups; a
+//! sleeping server is never declared failed.
+
+use somnus_types::{ChunkGroupId, GearGroupId, ServerId};
+
+use super::{Command, Mds, MdsAction};
+use crate::cluster::{DvlHandoff, Epoch, Message, Peer, ServerPower};
+
+impl Mds {
+    /// Gear g keeps gear groups 0..g on (at least `g_min` of them): the others drain
+    /// their primaries and sleep, the sleeping ones of 0..g wake.
+    pub(super) fn set_gear(&mut self, gear: u32) {
+        let gear = gear.clamp(self.config.gear_min, self.config.replicas);
+        self.commit(Command::SetGear { gear });
+        for index in 0..self.servers.len() {
+            let server = ServerId(index as u32);
+            let stays_on = self.keeps_on(server);
+            match (self.servers[index].power, stays_on) {
+                (ServerPower::On, false) => {
+                    self.commit(Command::SetPower { server, power: ServerPower::Draining });
+                    self.drain(server);
+                }
+                (ServerPower::Draining, true) => {
+                    // Shifted back up before it slept: migrations under way finish.
+                    self.commit(Command::SetPower { server, power: ServerPower::On });
+                }
+                (ServerPower::Asleep, true) => self.wake(server),
+                _ => {}
+            }
+        }
+    }
+
+    /// Whether `server` stays on: its gear group is on, or it holds a replica of a
+    /// group whose replica in an on gear group failed (P3: it covers until that one is
+    /// back or rebuilt).
+    pub(super) fn keeps_on(&self, server: ServerId) -> bool {
+        let on = |s: &ServerId| self.servers[s.index()].gear_group < GearGroupId(self.gear);
+        if on(&server) {
+            return true;
+        }
+        self.groups.iter().any(|g| {
+            g.replicas.contains(&server)
+                && g.replicas
+                    .iter()
+                    .any(|r| on(r) && self.servers[r.index()].power == ServerPower::Failed)
+        })
+    }
+
+    /// Drains the servers on that the gear has off and no failure needs.
+    pub(super) fn settle_power(&mut self) {
+        for index in 0..self.servers.len() {
+            let server = ServerId(index as u32);
+            if self.servers[index].power == ServerPower::On && !self.keeps_on(server) {
+                self.commit(Command::SetPower { server, power: ServerPower::Draining });
+                self.drain(server);
+            }
+        }
+    }
+
+    /// P1: asks each of `server`'s primaries to hand over to a replica that stays on;
+    /// a server that leads nothing is told to go to standby.
+    pub(super) fn drain(&mut self, server: ServerId) {
+        for index in 0..self.groups.len() {
+            let group = ChunkGroupId(index as u32);
+            let entry = &self.groups[index];
+            if entry.primary != Some(server) || entry.migrating_to.is_some() {
+                continue;
+            }
+            let target = entry
+                .replicas
+                .iter()
+                .copied()
+                .filter(|s| *s != server && self.servers[s.index()].power.serves())
+                .min_by_key(|s| (self.primaries_of(*s), s.0));
+            let Some(target) = target else { continue };
+            if entry.granted {
+                let epoch = entry.epoch;
+                self.groups[index].migrating_to = Some(target);
+                self.counters.migrations += 1;
+                self.send(Peer::Server(server), Message::MigratePrimary { group, epoch, target });
+            } else {
+                // Never granted (the server was not heard from): no state to hand over.
+                self.change_view(group, Some(target));
+            }
+        }
+        self.standby_if_idle(server);
+    }
+
+    fn standby_if_idle(&mut self, server: ServerId) {
+        if self.servers[server.index()].power == ServerPower::Draining
+            && self.primaries_of(server) == 0
+        {
+            self.send(Peer::Server(server), Message::EnterStandby);
+        }
+    }
+
+    /// The primary gave `group` back with its DVL state (D5): the migration's target
+    /// leads the next epoch with that state.
+    pub(super) fn lease_cancelled(
+        &mut self,
+        server: ServerId,
+        group: ChunkGroupId,
+        epoch: Epoch,
+        handoff: DvlHandoff,
+    ) {
+        let current = self
+            .groups
+            .get(group.index())
+            .is_some_and(|g| g.primary == Some(server) && g.epoch == epoch);
+        if !current {
+            self.counters.messages_dropped += 1;
+            return;
+        }
+        let target = self.groups[group.index()].migrating_to;
+        self.groups[group.index()].handoff = Some(handoff);
+        self.change_view(group, target);
+        self.standby_if_idle(server);
+    }
+
+    /// The server announced standby: its peers log for it from now on (P2).
+    pub(super) fn standby(&mut self, server: ServerId) {
+        if self.primaries_of(server) > 0 {
+            // Standby with primaries left would leave their groups unserved until the
+            // leases run out: refused, the server is told again once drained.
+            self.counters.messages_dropped += 1;
+            return;
+        }
+        self.commit(Command::SetPower { server, power: ServerPower::Asleep });
+    }
+
+    pub(super) fn wake(&mut self, server: ServerId) {
+        if self.servers[server.index()].power != ServerPower::Asleep {
+            return;
+        }
+        self.counters.wakes += 1;
+        self.commit(Command::SetPower { server, power: ServerPower::Waking });
+        // The wake timeout runs from now.
+        self.servers[server.index()].heartbeat_received = self.now;
+        self.actions.push_back(MdsAction::WakeServer(server));
+    }
+
+    /// P3: wakes every sleeping replica of `group`.
+    pub(super) fn wake_replicas(&mut self, group: ChunkGroupId) {
+        for server in self.groups[group.index()].replicas.clone() {
+            self.wake(server);
+        }
+    }
+
+    /// A server silent past the failure timeout is failed; asleep, waking or removed
+    /// ones are not watched (P2). The sleeping replicas of its groups wake (P3).
+    pub(super) fn detect_failures(&mut self) {
+        for index in 0..self.servers.len() {
+            let silent =
+                self.silence_deadline(&self.servers[index]).is_some_and(|at| at <= self.now);
+            if !silent {
+                continue;
+            }
+            let server = ServerId(index as u32);
+            self.counters.servers_failed += 1;
+            self.commit(Command::SetPower { server, power: ServerPower::Failed });
+            for group in 0..self.groups.len() {
+                if self.groups[group].replicas.contains(&server) {
+                    self.wake_replicas(ChunkGroupId(group as u32));
+                }
+            }
+        }
+    }
+
+    /// A server back on takes its share of primaries from the busiest replicas of its
+    /// groups (Sierra 3.3.2: rebalance after a wake).
+    pub(super) fn rebalance_onto(&mut self, server: ServerId) {
+        let serving = self.servers.iter().filter(|s| s.power.serves()).count().max(1);
+        let share = self.groups.len().div_ceil(serving);
+        let mut taken = self.primaries_of(server);
+        for index in 0..self.groups.len() {
+            if taken >= share {
+                break;
+            }
+            let entry = &self.groups[index];
+            let Some(primary) = entry.primary else { continue };
+            let movable = entry.granted
+                && entry.migrating_to.is_none()
+                && entry.replicas.contains(&server)
+                && primary != server
+                && self.primaries_of(primary) > share;
+            if movable {
+                let (group, epoch) = (ChunkGroupId(index as u32), entry.epoch);
+                self.groups[index].migrating_to = Some(server);
+                self.counters.migrations += 1;
+                taken += 1;
+                self.send(
+                    Peer::Server(primary),
+                    Message::MigratePrimary { group, epoch, target: server },
+                );
+            }
+        }
+    }
+}

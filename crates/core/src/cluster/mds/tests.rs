@@ -1,0 +1,420 @@
+// Goal: the MDS grants each group's epochs once, never lets two leases of a group
+// overlap (C1, C2), moves primaries off servers before they sleep (P1), never takes a
+// sleeping server for a failed one (P2) and wakes sleeping replicas when a server fails
+// (P3). Method: a small harness of well-behaved servers that heartbeat every second,
+// accept grants, hand leases back when asked and sleep when told, in virtual time; a
+// checker of lease overlap runs at every step.
+
+use std::collections::BTreeMap;
+
+use somnus_types::{ChunkGroupId, ServerId, VirtualDuration, VirtualInstant};
+
+use super::*;
+use crate::cluster::{ClientId, ClusterConfig, Epoch, Message, MetadataError, Peer, ServerPower};
+use crate::layout::{Layout, LayoutSpec, RackAssignment, Scheme};
+
+const SERVERS: u32 = 9;
+const GROUPS: u32 = 36;
+
+/// A server as the MDS sees it from outside: what it leads and until when.
+#[derive(Default)]
+struct FakeServer {
+    leases: BTreeMap<ChunkGroupId, (Epoch, VirtualInstant)>,
+    asleep: bool,
+    dead: bool,
+    /// Alive and holding its leases, but its heartbeats are lost.
+    partitioned: bool,
+}
+
+struct Harness {
+    mds: Mds,
+    config: ClusterConfig,
+    servers: Vec<FakeServer>,
+    now: VirtualInstant,
+    persisted: Vec<Command>,
+    wakes: Vec<ServerId>,
+    client_replies: Vec<Message>,
+}
+
+impl Harness {
+    fn new() -> Harness {
+        Harness::with_mds_config(ClusterConfig {
+            chunk_size_bytes: 1 << 20,
+            ..ClusterConfig::sierra()
+        })
+    }
+
+    /// The servers keep Sierra's leases; the MDS runs `mds_config` (a broken one in the
+    /// checker's own test).
+    fn with_mds_config(mds_config: ClusterConfig) -> Harness {
+        let config = ClusterConfig { chunk_size_bytes: 1 << 20, ..ClusterConfig::sierra() };
+        let spec = LayoutSpec {
+            servers: SERVERS,
+            replicas: 3,
+            racks: 3,
+            chunk_groups: GROUPS,
+            scheme: Scheme::PowerAware(RackAssignment::Aligned),
+            seed: 3,
+        };
+        let layout = Layout::build(&spec).unwrap();
+        let now = VirtualInstant::default();
+        let mds = Mds::new(mds_config, &layout, now);
+        let servers = (0..SERVERS).map(|_| FakeServer::default()).collect();
+        Harness {
+            mds,
+            config,
+            servers,
+            now,
+            persisted: Vec::new(),
+            wakes: Vec::new(),
+            client_replies: Vec::new(),
+        }
+    }
+
+    fn event(&mut self, event: MdsEvent) {
+        self.mds.handle(self.now, event);
+        while let Some(action) = self.mds.poll_action() {
+            match action {
+                MdsAction::Persist(command) => self.persisted.push(command),
+                MdsAction::WakeServer(server) => {
+                    self.wakes.push(server);
+                    let fake = &mut self.servers[server.index()];
+                    if !fake.dead {
+                        fake.asleep = false;
+                    }
+                }
+                MdsAction::Send { to: Peer::Server(server), message } => {
+                    self.deliver(server, message)
+                }
+                MdsAction::Send { to: Peer::Client(_), message } => {
+                    self.client_replies.push(message)
+                }
+                MdsAction::Send { to: Peer::Mds, .. } => panic!("the MDS sent itself a message"),
+            }
+        }
+    }
+
+    /// A well-behaved server's answer to each MDS message, sent back at once.
+    fn deliver(&mut self, server: ServerId, message: Message) {
+        let fake = &mut self.servers[server.index()];
+        if fake.dead || fake.asleep {
+            return;
+        }
+        match message {
+            Message::GrantLease { view, lease_from, .. } => {
+                fake.leases
+                    .insert(view.group, (view.epoch, lease_from.saturating_add(self.config.lease)));
+            }
+            Message::HeartbeatReply { sent_at, renewed, revoked } => {
+                for (group, epoch) in renewed {
+                    if let Some(lease) = fake.leases.get_mut(&group).filter(|l| l.0 == epoch) {
+                        lease.1 = lease.1.max(sent_at.saturating_add(self.config.lease));
+                    }
+                }
+                for (group, epoch) in revoked {
+                    if fake.leases.get(&group).is_some_and(|l| l.0 == epoch) {
+                        fake.leases.remove(&group);
+                    }
+                }
+            }
+            Message::MigratePrimary { group, epoch, .. } => {
+                if fake.leases.get(&group).is_some_and(|l| l.0 == epoch) {
+                    fake.leases.remove(&group);
+                    let cancel =
+                        Message::CancelLease { group, epoch, handoff: DvlHandoff::default() };
+                    self.event(MdsEvent::MessageReceived {
+                        from: Peer::Server(server),
+                        message: cancel,
+                    });
+                }
+            }
+            Message::EnterStandby => {
+                self.event(MdsEvent::MessageReceived {
+                    from: Peer::Server(server),
+                    message: Message::Standby,
+                });
+                self.servers[server.index()].asleep = true;
+            }
+            other => panic!("a server got {other:?}"),
+        }
+    }
+
+    /// One second: every awake server heartbeats, timers fire, leases are checked.
+    fn second(&mut self) {
+        self.now = self.now.saturating_add(VirtualDuration::from_secs(1));
+        for index in 0..self.servers.len() {
+            let fake = &mut self.servers[index];
+            // A lease that ran out is dropped by the server itself.
+            let now = self.now;
+            fake.leases.retain(|_, lease| lease.1 > now);
+            if fake.dead || fake.asleep || fake.partitioned {
+                continue;
+            }
+            let leads = fake.leases.iter().map(|(g, l)| (*g, l.0)).collect();
+            let heartbeat = Message::Heartbeat { sent_at: self.now, power: ServerPower::On, leads };
+            self.event(MdsEvent::MessageReceived {
+                from: Peer::Server(ServerId(index as u32)),
+                message: heartbeat,
+            });
+        }
+        if self.mds.poll_timeout().is_some_and(|at| at <= self.now) {
+            self.event(MdsEvent::TimerFired);
+        }
+        self.check_one_lease_per_group();
+    }
+
+    /// C1: no two servers hold a running lease on one group.
+    fn check_one_lease_per_group(&self) {
+        for group in 0..GROUPS {
+            let group = ChunkGroupId(group);
+            let holders: Vec<usize> = (0..self.servers.len())
+                .filter(|&i| {
+                    let fake = &self.servers[i];
+                    !fake.dead && fake.leases.get(&group).is_some_and(|l| l.1 > self.now)
+                })
+                .collect();
+            assert!(holders.len() <= 1, "C1: {group} leased to {holders:?} at {:?}", self.now);
+        }
+    }
+
+    fn leaders(&self) -> Vec<usize> {
+        self.servers.iter().map(|s| s.leases.len()).collect()
+    }
+}
+
+#[test]
+fn every_group_is_granted_once_and_primaries_are_balanced() {
+    let mut h = Harness::new();
+    for _ in 0..3 {
+        h.second();
+    }
+    let leaders = h.leaders();
+    assert_eq!(leaders.iter().sum::<usize>(), GROUPS as usize, "{leaders:?}");
+    // Greedy per group, each constrained to its replicas: within two of the mean 4.
+    assert!(leaders.iter().all(|&n| (3..=5).contains(&n)), "36 groups over 9 servers: {leaders:?}");
+    for group in 0..GROUPS {
+        assert_eq!(h.mds.view(ChunkGroupId(group)).epoch, Epoch(1));
+    }
+    assert_eq!(h.mds.counters().view_changes, 0);
+}
+
+#[test]
+fn a_silent_primarys_groups_move_after_its_lease_and_margin_never_before() {
+    let mut h = Harness::new();
+    for _ in 0..3 {
+        h.second();
+    }
+    let victim = ServerId(4);
+    let led: Vec<ChunkGroupId> = h.servers[4].leases.keys().copied().collect();
+    h.servers[4].dead = true;
+    let last_heartbeat = h.now;
+    let mut moved_at = None;
+    for _ in 0..20 {
+        h.second();
+        if moved_at.is_none()
+            && led.iter().all(|g| h.mds.view(*g).primary.is_some_and(|p| p != victim))
+        {
+            moved_at = Some(h.now);
+        }
+    }
+    let moved_at = moved_at.expect("the groups got new primaries");
+    let earliest =
+        last_heartbeat.saturating_add(h.config.lease).saturating_add(h.config.lease_margin);
+    assert!(moved_at >= earliest, "C2: moved at {moved_at:?}, before {earliest:?}");
+    for group in &led {
+        let view = h.mds.view(*group);
+        assert_eq!(view.epoch, Epoch(2), "one view change");
+        assert!(view.replicas.contains(&view.primary.unwrap()));
+    }
+    assert_eq!(h.mds.server_power(victim), ServerPower::Failed);
+}
+
+#[test]
+fn a_gear_down_moves_every_primary_before_its_server_sleeps_and_sleep_is_not_failure() {
+    let mut h = Harness::new();
+    for _ in 0..3 {
+        h.second();
+    }
+    let led_by_sleepers: usize =
+        h.leaders().iter().enumerate().filter(|(i, _)| i % 3 != 0).map(|(_, n)| n).sum();
+    h.event(MdsEvent::GearSet { gear: 1 });
+    for _ in 0..2 {
+        h.second();
+    }
+    for (index, fake) in h.servers.iter().enumerate() {
+        let server = ServerId(index as u32);
+        // Rack-aligned: rack 0 is gear group 0.
+        let expected = if index % 3 == 0 { ServerPower::On } else { ServerPower::Asleep };
+        assert_eq!(h.mds.server_power(server), expected, "{server}");
+        assert_eq!(fake.asleep, expected == ServerPower::Asleep);
+        if fake.asleep {
+            assert!(fake.leases.is_empty(), "P1: {server} slept leading {:?}", fake.leases);
+        }
+    }
+    assert_eq!(h.leaders().iter().sum::<usize>(), GROUPS as usize, "every group still led");
+    assert_eq!(h.mds.counters().migrations, led_by_sleepers as u64, "the sleepers' groups moved");
+    // An hour of sleep: no failure, no view change beyond the migrations (P2).
+    for _ in 0..3600 {
+        h.second();
+    }
+    assert_eq!(h.mds.counters().servers_failed, 0);
+    assert_eq!(h.mds.counters().view_changes, led_by_sleepers as u64);
+}
+
+#[test]
+fn a_gear_up_wakes_the_sleepers_and_gives_them_primaries_back() {
+    let mut h = Harness::new();
+    for _ in 0..3 {
+        h.second();
+    }
+    h.event(MdsEvent::GearSet { gear: 1 });
+    h.second();
+    h.event(MdsEvent::GearSet { gear: 3 });
+    assert_eq!(h.wakes.len(), 6, "the six sleeping servers are woken");
+    for _ in 0..3 {
+        h.second();
+    }
+    let leaders = h.leaders();
+    // Each woken server took groups from replicas leading more than their share.
+    assert!(leaders.iter().all(|&n| (2..=5).contains(&n)), "rebalanced: {leaders:?}");
+    assert!((0..SERVERS).all(|s| h.mds.server_power(ServerId(s)) == ServerPower::On));
+}
+
+#[test]
+fn a_failure_in_the_lowest_gear_wakes_the_sleeping_replicas() {
+    let mut h = Harness::new();
+    for _ in 0..3 {
+        h.second();
+    }
+    h.event(MdsEvent::GearSet { gear: 1 });
+    h.second();
+    assert!(h.wakes.is_empty());
+    // Server 0 (gear group 0) fails: its groups' only awake replica is gone.
+    h.servers[0].dead = true;
+    for _ in 0..15 {
+        h.second();
+    }
+    assert_eq!(h.mds.server_power(ServerId(0)), ServerPower::Failed);
+    assert!(!h.wakes.is_empty(), "P3: sleeping replicas are woken");
+    for group in 0..GROUPS {
+        let view = h.mds.view(ChunkGroupId(group));
+        assert_ne!(view.primary, Some(ServerId(0)), "{view:?}");
+        assert!(view.primary.is_some(), "{view:?} led again once its replicas woke");
+    }
+}
+
+#[test]
+fn the_namespace_answers_each_request_with_its_id() {
+    let mut h = Harness::new();
+    let client = Peer::Client(ClientId(1));
+    let ask =
+        |h: &mut Harness, message| h.event(MdsEvent::MessageReceived { from: client, message });
+    ask(&mut h, Message::CreateObject { request: 1, name: "vol0".into(), size_bytes: 10 << 20 });
+    ask(&mut h, Message::CreateObject { request: 2, name: "vol0".into(), size_bytes: 1 });
+    ask(&mut h, Message::LookupObject { request: 3, name: "nope".into() });
+    ask(&mut h, Message::CreateObject { request: 4, name: String::new(), size_bytes: 1 });
+    ask(&mut h, Message::DeleteObject { request: 5, name: "vol0".into() });
+    ask(&mut h, Message::LookupObject { request: 6, name: "vol0".into() });
+    let replies = std::mem::take(&mut h.client_replies);
+    let Message::ObjectFound { request: 1, info } = &replies[0] else { panic!("{:?}", replies[0]) };
+    assert_eq!(info.chunk_groups.len(), 10, "10 MiB in 1 MiB chunks");
+    assert!(info.views.iter().all(|v| v.epoch == Epoch(1)));
+    let refused = |i: usize| match &replies[i] {
+        Message::MetadataRefused { request, error } => (*request, error.clone()),
+        other => panic!("{other:?}"),
+    };
+    assert_eq!(refused(1), (2, MetadataError::AlreadyExists("vol0".into())));
+    assert_eq!(refused(2), (3, MetadataError::NoSuchObject("nope".into())));
+    assert!(matches!(refused(3), (4, MetadataError::BadName(_))));
+    assert_eq!(replies[4], Message::ObjectDeleted { request: 5, name: "vol0".into() });
+    assert_eq!(refused(5), (6, MetadataError::NoSuchObject("vol0".into())));
+}
+
+#[test]
+fn replaying_the_command_log_rebuilds_the_durable_state() {
+    let mut h = Harness::new();
+    for _ in 0..3 {
+        h.second();
+    }
+    let client = Peer::Client(ClientId(1));
+    for i in 0..20 {
+        let message =
+            Message::CreateObject { request: i, name: format!("o{i}"), size_bytes: 5 << 20 };
+        h.event(MdsEvent::MessageReceived { from: client, message });
+    }
+    h.event(MdsEvent::GearSet { gear: 2 });
+    h.servers[0].dead = true;
+    for _ in 0..20 {
+        h.second();
+    }
+    let spec = LayoutSpec {
+        servers: SERVERS,
+        replicas: 3,
+        racks: 3,
+        chunk_groups: GROUPS,
+        scheme: Scheme::PowerAware(RackAssignment::Aligned),
+        seed: 3,
+    };
+    let mut replayed =
+        Mds::new(h.config, &Layout::build(&spec).unwrap(), VirtualInstant::default());
+    for command in &h.persisted {
+        replayed.apply(command);
+    }
+    assert_eq!(replayed.gear(), h.mds.gear());
+    assert_eq!(replayed.object_count(), 20);
+    for i in 0..20 {
+        let (a, b) =
+            (replayed.info(&format!("o{i}")).unwrap(), h.mds.info(&format!("o{i}")).unwrap());
+        assert_eq!(
+            (a.object, a.size_bytes, a.chunk_groups),
+            (b.object, b.size_bytes, b.chunk_groups)
+        );
+    }
+    for server in 0..SERVERS {
+        assert_eq!(replayed.server_power(ServerId(server)), h.mds.server_power(ServerId(server)));
+    }
+    for group in 0..GROUPS {
+        let (a, b) = (replayed.view(ChunkGroupId(group)), h.mds.view(ChunkGroupId(group)));
+        assert_eq!(
+            (a.epoch, replayed.groups[group as usize].primary),
+            (b.epoch, h.mds.groups[group as usize].primary)
+        );
+    }
+}
+
+fn partition_a_primary(h: &mut Harness) {
+    for _ in 0..3 {
+        h.second();
+    }
+    h.servers[4].partitioned = true;
+    for _ in 0..30 {
+        h.second();
+    }
+}
+
+#[test]
+fn a_partitioned_primary_is_replaced_only_after_its_own_lease_ran_out() {
+    // The partitioned server keeps serving until its lease, counted from its last
+    // heartbeat's send time, runs out; the checker runs every second (C1).
+    let mut h = Harness::new();
+    partition_a_primary(&mut h);
+    assert!(h.servers[4].leases.is_empty(), "its leases ran out");
+    assert_eq!(h.mds.server_power(ServerId(4)), ServerPower::Failed);
+}
+
+#[test]
+fn the_lease_checker_catches_an_mds_that_reassigns_early() {
+    // Broken variant: the MDS counts leases one second shorter than the servers do.
+    let broken = ClusterConfig {
+        chunk_size_bytes: 1 << 20,
+        lease: VirtualDuration::from_secs(3),
+        lease_margin: VirtualDuration::ZERO,
+        ..ClusterConfig::sierra()
+    };
+    let mut h = Harness::with_mds_config(broken);
+    let caught =
+        std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| partition_a_primary(&mut h)));
+    let message = caught.expect_err("two leases overlap");
+    let text = message.downcast_ref::<String>().cloned().unwrap_or_default();
+    assert!(text.starts_with("C1:"), "{text}");
+}

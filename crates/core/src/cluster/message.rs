@@ -1,0 +1,199 @@
+//! The messages of the cluster protocol, one enum for every role (docs/protocol.md,
+//! "Messages"), and the small types they carry.
+
+use somnus_types::{ByteRange, ChunkGroupId, ObjectId, ServerId, VirtualInstant};
+
+use super::ServerPower;
+use crate::Version;
+
+/// A chunk group's view number: it grows by one at each change of primary.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, PartialOrd, Ord, Hash, serde::Serialize)]
+pub struct Epoch(pub u64);
+
+impl Epoch {
+    pub fn next(self) -> Epoch {
+        Epoch(self.0 + 1)
+    }
+}
+
+impl std::fmt::Display for Epoch {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "epoch{}", self.0)
+    }
+}
+
+/// A client of the cluster.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, serde::Serialize)]
+pub struct ClientId(pub u32);
+
+/// The index of a chunk within its object.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, serde::Serialize)]
+pub struct ChunkIndex(pub u32);
+
+/// Who sent or receives a message.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
+pub enum Peer {
+    Mds,
+    Server(ServerId),
+    Client(ClientId),
+}
+
+/// What a client needs to reach a chunk group.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct GroupView {
+    pub group: ChunkGroupId,
+    pub epoch: Epoch,
+    /// The server to send requests to, or none while a view change is under way.
+    pub primary: Option<ServerId>,
+    pub replicas: Vec<ServerId>,
+}
+
+/// An object as the MDS describes it to a client.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ObjectInfo {
+    pub name: String,
+    pub object: ObjectId,
+    pub size_bytes: u64,
+    pub chunk_size_bytes: u64,
+    /// The group of each chunk, in chunk order.
+    pub chunk_groups: Vec<ChunkGroupId>,
+    /// The view of every group the object uses, each once.
+    pub views: Vec<GroupView>,
+}
+
+/// One range a DVL holds logged: where and at what version.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct LoggedExtent {
+    pub object: ObjectId,
+    pub chunk: ChunkIndex,
+    pub range: ByteRange,
+    pub version: Version,
+    /// The loggers holding a copy (r - 1 of them, in distinct racks).
+    pub loggers: Vec<ServerId>,
+}
+
+/// A DVL's state handed from a primary that migrates to the next (Sierra 3.3.2): what
+/// is logged and where, and the next version to use.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct DvlHandoff {
+    pub next_version: Version,
+    pub extents: Vec<LoggedExtent>,
+}
+
+/// Why the MDS refused a metadata request.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum MetadataError {
+    #[error("no object named {0:?}")]
+    NoSuchObject(String),
+    #[error("an object named {0:?} exists already")]
+    AlreadyExists(String),
+    #[error("object name {0:?} is empty or longer than {max} bytes", max = crate::cluster::mds::NAME_BYTES_MAX)]
+    BadName(String),
+    #[error("an object of {size_bytes} bytes needs more than {max} chunks", max = crate::cluster::mds::OBJECT_CHUNKS_MAX)]
+    TooLarge { size_bytes: u64 },
+    #[error("the metadata service holds its maximum of {0} objects")]
+    Full(usize),
+}
+
+/// Every message of the protocol. Which role sends each to which is in
+/// docs/protocol.md; the data path's messages join as the storage server is built.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Message {
+    /// A server is alive; `leads` are the groups it serves as primary, with epochs.
+    Heartbeat {
+        sent_at: VirtualInstant,
+        power: ServerPower,
+        leads: Vec<(ChunkGroupId, Epoch)>,
+    },
+    /// The MDS renewed the leases of `renewed` from `sent_at`; the server must stop
+    /// leading `revoked` (a view change it has not heard of).
+    HeartbeatReply {
+        sent_at: VirtualInstant,
+        renewed: Vec<(ChunkGroupId, Epoch)>,
+        revoked: Vec<(ChunkGroupId, Epoch)>,
+    },
+    /// Lead `view.group` in `view.epoch`, for the lease counted from `lease_from` (the
+    /// send time of the server's last heartbeat the MDS received); with a handoff take
+    /// that DVL state, else recover the DVL from the loggers of `logger_view`, fencing
+    /// older epochs.
+    GrantLease {
+        view: GroupView,
+        lease_from: VirtualInstant,
+        logger_view: Vec<ServerId>,
+        handoff: Option<DvlHandoff>,
+    },
+    /// Hand the group over to `target` (it sleeps, or `target` woke and rebalances).
+    MigratePrimary {
+        group: ChunkGroupId,
+        epoch: Epoch,
+        target: ServerId,
+    },
+    /// The primary finished its requests and gives the lease back with its DVL state.
+    CancelLease {
+        group: ChunkGroupId,
+        epoch: Epoch,
+        handoff: DvlHandoff,
+    },
+    /// The MDS asks a server that leads nothing any more to go to standby.
+    EnterStandby,
+    /// A server is about to sleep (sent once its primaries have moved).
+    Standby,
+    /// A primary adds loggers to its DVL's view before its first write to them.
+    ExtendLoggerView {
+        group: ChunkGroupId,
+        epoch: Epoch,
+        loggers: Vec<ServerId>,
+    },
+    LoggerViewExtended {
+        group: ChunkGroupId,
+        epoch: Epoch,
+        loggers: Vec<ServerId>,
+    },
+    /// Metadata requests of a client; `request` is echoed in the answer.
+    CreateObject {
+        request: u64,
+        name: String,
+        size_bytes: u64,
+    },
+    LookupObject {
+        request: u64,
+        name: String,
+    },
+    DeleteObject {
+        request: u64,
+        name: String,
+    },
+    LookupGroup {
+        request: u64,
+        group: ChunkGroupId,
+    },
+    /// The MDS's answers.
+    ObjectFound {
+        request: u64,
+        info: ObjectInfo,
+    },
+    ObjectDeleted {
+        request: u64,
+        name: String,
+    },
+    GroupFound {
+        request: u64,
+        view: GroupView,
+    },
+    MetadataRefused {
+        request: u64,
+        error: MetadataError,
+    },
+}
+
+impl Message {
+    /// The bytes the message carries besides its header (the network charges them).
+    pub fn payload_bytes(&self) -> u64 {
+        match self {
+            Message::GrantLease { handoff: Some(h), .. }
+            | Message::CancelLease { handoff: h, .. } => h.extents.len() as u64 * 48,
+            Message::ObjectFound { info, .. } => info.chunk_groups.len() as u64 * 4,
+            _ => 0,
+        }
+    }
+}

@@ -1,0 +1,79 @@
+//! The cluster protocol (docs/protocol.md): the metadata service, and (to come) the
+//! storage server, the distributed virtual log and the client, each a deterministic
+//! sans-IO state machine. Messages between them are one enum, [`Message`].
+
+pub mod mds;
+mod message;
+
+pub use message::{
+    ChunkIndex, ClientId, DvlHandoff, Epoch, GroupView, LoggedExtent, Message, MetadataError,
+    ObjectInfo, Peer,
+};
+
+use somnus_types::VirtualDuration;
+
+/// A server's power state as the MDS records it (docs/protocol.md, P1-P3).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, serde::Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ServerPower {
+    /// Serving.
+    On,
+    /// Handing its primaries over before it sleeps.
+    Draining,
+    /// In standby: its peers log for it.
+    Asleep,
+    /// Told to wake; not yet heard from.
+    Waking,
+    /// Missed heartbeats: its replicas are logged for, sleeping peers woken.
+    Failed,
+    /// Lost for good and rebuilt elsewhere.
+    Removed,
+}
+
+impl ServerPower {
+    /// Whether the server takes requests now.
+    pub fn serves(self) -> bool {
+        self == ServerPower::On
+    }
+}
+
+/// The protocol's timing and sizes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ClusterConfig {
+    /// Replicas of every chunk group (r), also the number of gear groups.
+    pub replicas: u32,
+    /// Bytes of each chunk (Sierra: 64 MiB; 1 MiB for trace replay).
+    pub chunk_size_bytes: u64,
+    /// How often a server sends a heartbeat.
+    pub heartbeat_interval: VirtualDuration,
+    /// How long a renewed lease lets a primary serve, from the heartbeat's send time.
+    pub lease: VirtualDuration,
+    /// Extra wait at the MDS past a lease before a view change (clock drift).
+    pub lease_margin: VirtualDuration,
+    /// Silence after which the MDS declares a server failed.
+    pub failure_timeout: VirtualDuration,
+    /// Time a woken server has to send its first heartbeat before it is failed.
+    pub wake_timeout: VirtualDuration,
+    /// The lowest gear the MDS shifts to (Sierra 3.4: 1 saves more, 2 keeps reads
+    /// available through a failure in low gear).
+    pub gear_min: u32,
+    /// Seed of the MDS's random choices (chunk groups of new chunks, initial primaries).
+    pub seed: u64,
+}
+
+impl ClusterConfig {
+    /// Sierra's defaults: 3 replicas, 64 MiB chunks, 1 s heartbeats, 5 s leases.
+    pub fn sierra() -> ClusterConfig {
+        ClusterConfig {
+            replicas: 3,
+            chunk_size_bytes: 64 << 20,
+            heartbeat_interval: VirtualDuration::from_secs(1),
+            lease: VirtualDuration::from_secs(5),
+            lease_margin: VirtualDuration::from_millis(500),
+            failure_timeout: VirtualDuration::from_secs(10),
+            wake_timeout: VirtualDuration::from_secs(60),
+            gear_min: 1,
+            seed: 1,
+        }
+    }
+}
