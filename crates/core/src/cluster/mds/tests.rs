@@ -16,6 +16,19 @@ use crate::layout::{Layout, LayoutSpec, RackAssignment, Scheme};
 const SERVERS: u32 = 9;
 const GROUPS: u32 = 36;
 
+/// Nine servers in three racks, rack-aligned: rack k is gear group k.
+fn layout() -> Layout {
+    let spec = LayoutSpec {
+        servers: SERVERS,
+        replicas: 3,
+        racks: 3,
+        chunk_groups: GROUPS,
+        scheme: Scheme::PowerAware(RackAssignment::Aligned),
+        seed: 3,
+    };
+    Layout::build(&spec).unwrap()
+}
+
 /// A server as the MDS sees it from outside: what it leads and until when.
 #[derive(Default)]
 struct FakeServer {
@@ -44,19 +57,20 @@ impl Harness {
         })
     }
 
+    /// A cluster whose servers have heartbeated for three seconds: every group led.
+    fn started() -> Harness {
+        let mut h = Harness::new();
+        for _ in 0..3 {
+            h.second();
+        }
+        h
+    }
+
     /// The servers keep Sierra's leases; the MDS runs `mds_config` (a broken one in the
     /// checker's own test).
     fn with_mds_config(mds_config: ClusterConfig) -> Harness {
         let config = ClusterConfig { chunk_size_bytes: 1 << 20, ..ClusterConfig::sierra() };
-        let spec = LayoutSpec {
-            servers: SERVERS,
-            replicas: 3,
-            racks: 3,
-            chunk_groups: GROUPS,
-            scheme: Scheme::PowerAware(RackAssignment::Aligned),
-            seed: 3,
-        };
-        let layout = Layout::build(&spec).unwrap();
+        let layout = layout();
         let now = VirtualInstant::default();
         let mds = Mds::new(mds_config, &layout, now);
         let servers = (0..SERVERS).map(|_| FakeServer::default()).collect();
@@ -177,6 +191,11 @@ impl Harness {
         }
     }
 
+    fn shift_to_gear_1(&mut self) {
+        self.event(MdsEvent::GearSet { gear: 1 });
+        self.second();
+    }
+
     fn leaders(&self) -> Vec<usize> {
         self.servers.iter().map(|s| s.leases.len()).collect()
     }
@@ -184,10 +203,7 @@ impl Harness {
 
 #[test]
 fn every_group_is_granted_once_and_primaries_are_balanced() {
-    let mut h = Harness::new();
-    for _ in 0..3 {
-        h.second();
-    }
+    let h = Harness::started();
     let leaders = h.leaders();
     assert_eq!(leaders.iter().sum::<usize>(), GROUPS as usize, "{leaders:?}");
     // Greedy per group, each constrained to its replicas: within two of the mean 4.
@@ -200,10 +216,7 @@ fn every_group_is_granted_once_and_primaries_are_balanced() {
 
 #[test]
 fn a_silent_primarys_groups_move_after_its_lease_and_margin_never_before() {
-    let mut h = Harness::new();
-    for _ in 0..3 {
-        h.second();
-    }
+    let mut h = Harness::started();
     let victim = ServerId(4);
     let led: Vec<ChunkGroupId> = h.servers[4].leases.keys().copied().collect();
     h.servers[4].dead = true;
@@ -231,10 +244,7 @@ fn a_silent_primarys_groups_move_after_its_lease_and_margin_never_before() {
 
 #[test]
 fn a_gear_down_moves_every_primary_before_its_server_sleeps_and_sleep_is_not_failure() {
-    let mut h = Harness::new();
-    for _ in 0..3 {
-        h.second();
-    }
+    let mut h = Harness::started();
     let led_by_sleepers: usize =
         h.leaders().iter().enumerate().filter(|(i, _)| i % 3 != 0).map(|(_, n)| n).sum();
     h.event(MdsEvent::GearSet { gear: 1 });
@@ -263,12 +273,8 @@ fn a_gear_down_moves_every_primary_before_its_server_sleeps_and_sleep_is_not_fai
 
 #[test]
 fn a_gear_up_wakes_the_sleepers_and_gives_them_primaries_back() {
-    let mut h = Harness::new();
-    for _ in 0..3 {
-        h.second();
-    }
-    h.event(MdsEvent::GearSet { gear: 1 });
-    h.second();
+    let mut h = Harness::started();
+    h.shift_to_gear_1();
     h.event(MdsEvent::GearSet { gear: 3 });
     assert_eq!(h.wakes.len(), 6, "the six sleeping servers are woken");
     for _ in 0..3 {
@@ -282,12 +288,8 @@ fn a_gear_up_wakes_the_sleepers_and_gives_them_primaries_back() {
 
 #[test]
 fn a_failure_in_the_lowest_gear_wakes_the_sleeping_replicas() {
-    let mut h = Harness::new();
-    for _ in 0..3 {
-        h.second();
-    }
-    h.event(MdsEvent::GearSet { gear: 1 });
-    h.second();
+    let mut h = Harness::started();
+    h.shift_to_gear_1();
     assert!(h.wakes.is_empty());
     // Server 0 (gear group 0) fails: its groups' only awake replica is gone.
     h.servers[0].dead = true;
@@ -332,10 +334,7 @@ fn the_namespace_answers_each_request_with_its_id() {
 
 #[test]
 fn replaying_the_command_log_rebuilds_the_durable_state() {
-    let mut h = Harness::new();
-    for _ in 0..3 {
-        h.second();
-    }
+    let mut h = Harness::started();
     let client = Peer::Client(ClientId(1));
     for i in 0..20 {
         let message =
@@ -347,16 +346,7 @@ fn replaying_the_command_log_rebuilds_the_durable_state() {
     for _ in 0..20 {
         h.second();
     }
-    let spec = LayoutSpec {
-        servers: SERVERS,
-        replicas: 3,
-        racks: 3,
-        chunk_groups: GROUPS,
-        scheme: Scheme::PowerAware(RackAssignment::Aligned),
-        seed: 3,
-    };
-    let mut replayed =
-        Mds::new(h.config, &Layout::build(&spec).unwrap(), VirtualInstant::default());
+    let mut replayed = Mds::new(h.config, &layout(), VirtualInstant::default());
     for command in &h.persisted {
         replayed.apply(command);
     }
