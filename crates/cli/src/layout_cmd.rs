@@ -218,13 +218,15 @@ fn describe_set(layout: &Layout, on: &[ServerId]) -> String {
         return format!("gear groups {} ({} servers)", names.join(","), on.len());
     }
     let racks: BTreeSet<_> = on.iter().map(|s| slots[s.index()].rack).collect();
-    let whole_racks = slots
-        .iter()
-        .enumerate()
-        .all(|(i, slot)| racks.contains(&slot.rack) == on.contains(&ServerId(i as u32)));
+    // With every server its own rack, "racks" would only repeat the ids.
+    let whole_racks = (layout.rack_count() as usize) < slots.len()
+        && slots
+            .iter()
+            .enumerate()
+            .all(|(i, slot)| racks.contains(&slot.rack) == on.contains(&ServerId(i as u32)));
     if whole_racks {
         let names: Vec<String> = racks.iter().map(ToString::to_string).collect();
-        return format!("racks {} ({} servers)", names.join(","), on.len());
+        return cut(format!("racks {} ({} servers)", names.join(","), on.len()));
     }
     let off: Vec<ServerId> =
         (0..slots.len() as u32).map(ServerId).filter(|s| !on.contains(s)).collect();
