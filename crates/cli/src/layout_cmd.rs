@@ -4,9 +4,9 @@
 
 use std::collections::BTreeSet;
 
-use anyhow::{Context, Result, bail};
+use anyhow::{Context, Result};
 use clap::{Args, Subcommand, ValueEnum};
-use somnus_core::layout::analysis::{LayoutAnalysis, analyze};
+use somnus_core::layout::analysis::{LayoutAnalysis, analyze, groups_for_full_coverage};
 use somnus_core::layout::{Layout, LayoutSpec, RackAssignment, Scheme};
 use somnus_types::ServerId;
 
@@ -99,9 +99,6 @@ fn analyze_command(args: &AnalyzeArgs) -> Result<()> {
         Some(count) => count,
         None => args.servers.checked_mul(64).context("--servers is too large")?,
     };
-    if args.servers == 0 {
-        bail!("--servers must be at least 1");
-    }
     let mut analyses = Vec::new();
     for scheme in schemes {
         let spec = LayoutSpec {
@@ -261,20 +258,6 @@ fn id_ranges(ids: &[ServerId]) -> String {
         start = end + 1;
     }
     format!("srv{}", parts.join(","))
-}
-
-/// Chunk groups a random layout needs so that every set of t = r - g + 1 servers
-/// likely holds some group (coupon collector: T ln 2T draws of a T-sided coupon,
-/// each group drawing C(r, t) subsets).
-fn groups_for_full_coverage(servers: u32, replicas: u32, gear: u32) -> u64 {
-    let t = u64::from(replicas - gear + 1);
-    let subsets = binomial(u64::from(servers), t) as f64;
-    let per_group = binomial(u64::from(replicas), t) as f64;
-    (subsets * (2.0 * subsets).ln() / per_group).ceil() as u64
-}
-
-fn binomial(n: u64, k: u64) -> u64 {
-    (0..k.min(n)).fold(1u64, |value, i| value.saturating_mul(n - i) / (i + 1))
 }
 
 fn analysis_json(analysis: &LayoutAnalysis) -> serde_json::Value {

@@ -652,7 +652,7 @@ fn reproduce_fast08_writes_one_report_with_the_papers_figures_beside() {
     let Some(traces) = somnus_testkit::traces_dir() else { return };
     let dir = scratch("reproduce");
     let out = dir.join("fast08-results");
-    let output = somnus(&[
+    let args = [
         "reproduce",
         "fast08",
         "--seeds",
@@ -662,7 +662,8 @@ fn reproduce_fast08_writes_one_report_with_the_papers_figures_beside() {
         traces.to_str().unwrap(),
         "-o",
         out.to_str().unwrap(),
-    ]);
+    ];
+    let output = somnus(&args);
     let stdout = ok(&output);
     assert!(stdout.contains("report written to"), "{stdout}");
     assert!(output.stderr.is_empty(), "{}", String::from_utf8_lossy(&output.stderr));
@@ -682,20 +683,7 @@ fn reproduce_fast08_writes_one_report_with_the_papers_figures_beside() {
     assert!(out.join("msr-2007-02-26/fig8_read_response_time.svg").exists());
     assert!(!out.join("work").exists(), "the work directory is removed");
     // A stdout closed before the last line: the command still ends quietly with 0.
-    let (status, stderr) = with_stdout_closed_after(
-        &[
-            "reproduce",
-            "fast08",
-            "--seeds",
-            "0",
-            "--quiet",
-            "--traces",
-            traces.to_str().unwrap(),
-            "-o",
-            out.to_str().unwrap(),
-        ],
-        0,
-    );
+    let (status, stderr) = with_stdout_closed_after(&args, 0);
     assert!(status.success() && stderr.is_empty(), "{status}: {stderr}");
     let _ = std::fs::remove_dir_all(&dir);
 }

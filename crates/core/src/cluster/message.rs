@@ -72,6 +72,9 @@ pub struct LoggedExtent {
     pub loggers: Vec<ServerId>,
 }
 
+/// Bytes of one `LoggedExtent` on the wire (ids, range, version, r - 1 loggers).
+const LOGGED_EXTENT_WIRE_BYTES: u64 = 48;
+
 /// A DVL's state handed from a primary that migrates to the next (Sierra 3.3.2): what
 /// is logged and where, and the next version to use.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
@@ -191,7 +194,9 @@ impl Message {
     pub fn payload_bytes(&self) -> u64 {
         match self {
             Message::GrantLease { handoff: Some(h), .. }
-            | Message::CancelLease { handoff: h, .. } => h.extents.len() as u64 * 48,
+            | Message::CancelLease { handoff: h, .. } => {
+                h.extents.len() as u64 * LOGGED_EXTENT_WIRE_BYTES
+            }
             Message::ObjectFound { info, .. } => info.chunk_groups.len() as u64 * 4,
             _ => 0,
         }

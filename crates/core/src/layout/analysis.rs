@@ -185,6 +185,16 @@ fn coverage_bound(layout: &Layout, present: &[ServerId], gear: u32) -> u32 {
     if set == subsets { (t - 1) as u32 } else { no_bound }
 }
 
+/// Chunk groups a random layout needs so that every set of t = r - g + 1 servers
+/// likely holds some group, which Table 1's N - (r - g) assumes (coupon collector:
+/// T ln 2T draws of T subsets, each group drawing C(r, t) of them).
+pub fn groups_for_full_coverage(servers: u32, replicas: u32, gear: u32) -> u64 {
+    let t = u64::from(replicas - gear + 1);
+    let subsets = binomial(u64::from(servers), t).unwrap_or(u64::MAX) as f64;
+    let per_group = binomial(u64::from(replicas), t).unwrap_or(1).max(1) as f64;
+    (subsets * (2.0 * subsets).ln() / per_group).ceil() as u64
+}
+
 fn binomial(n: u64, k: u64) -> Option<u64> {
     if k > n {
         return Some(0);

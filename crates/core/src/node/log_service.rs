@@ -23,6 +23,11 @@ use super::LogOp;
 /// The object every volume manager logs its volume under: one object per owner.
 const VOLUME_OBJECT: ObjectId = ObjectId(0);
 
+/// The owner a volume's manager writes the log as.
+fn log_owner(volume: VolumeId) -> OwnerId {
+    OwnerId(u64::from(volume.0))
+}
+
 /// One logger: its log model, where its partition sits, its watchers and the room it
 /// set aside.
 #[derive(Clone, Debug)]
@@ -216,7 +221,7 @@ impl Node {
         if log.free_for(owner, self.now) < log.model.space_needed(range.size_bytes()) {
             return Outcome::Done(Err(LogFailure::Full));
         }
-        let owner_id = OwnerId(u64::from(owner.0));
+        let owner_id = log_owner(owner);
         let placement = match log.model.append(owner_id, VOLUME_OBJECT, range, version) {
             Ok(placement) => placement,
             Err(error) => return Outcome::Done(Err(refusal(error))),
@@ -235,7 +240,7 @@ impl Node {
         version: Version,
     ) -> Outcome {
         let log = &self.slots[slot].log;
-        if !log.model.serves(OwnerId(u64::from(owner.0)), VOLUME_OBJECT, range, version) {
+        if !log.model.serves(log_owner(owner), VOLUME_OBJECT, range, version) {
             return Outcome::Done(Err(LogFailure::Missing));
         }
         let at = log.read_placement(owner, version, range.size_bytes());
@@ -250,7 +255,7 @@ impl Node {
         range: ByteRange,
         version: Version,
     ) -> Outcome {
-        let owner_id = OwnerId(u64::from(owner.0));
+        let owner_id = log_owner(owner);
         if version > self.slots[slot].log.model.newest_version(owner_id) {
             // A version above any this log took never reached it (a write that failed
             // before landing): there is nothing to hide, and the log would refuse a

@@ -133,6 +133,8 @@ pub struct Mds {
     config: ClusterConfig,
     servers: Vec<ServerEntry>,
     groups: Vec<GroupEntry>,
+    /// Groups each server leads (follows `SetPrimary`; read in loops over groups).
+    led: Vec<u32>,
     objects: BTreeMap<String, ObjectEntry>,
     next_object: u64,
     gear: u32,
@@ -166,6 +168,7 @@ impl Mds {
             config,
             servers,
             groups: Vec::with_capacity(layout.chunk_group_count()),
+            led: vec![0; layout.servers().len()],
             objects: BTreeMap::new(),
             next_object: 1,
             gear: config.replicas,
@@ -173,16 +176,14 @@ impl Mds {
             counters: MdsCounters::default(),
             now,
         };
-        let mut led = vec![0u32; mds.servers.len()];
         for replicas in layout.groups() {
             // The least loaded replica leads; ties go by a hash of the seed and group.
             let index = mds.groups.len() as u64;
-            let primary = replicas
-                .iter()
-                .copied()
-                .min_by_key(|s| (led[s.index()], mix(config.seed ^ index ^ u64::from(s.0) << 32)));
+            let primary = replicas.iter().copied().min_by_key(|s| {
+                (mds.led[s.index()], mix(config.seed ^ index ^ u64::from(s.0) << 32))
+            });
             if let Some(primary) = primary {
-                led[primary.index()] += 1;
+                mds.led[primary.index()] += 1;
             }
             mds.groups.push(GroupEntry {
                 replicas: replicas.to_vec(),
@@ -295,6 +296,12 @@ impl Mds {
                         entry.replicas.contains(server),
                         "C1: {server} leads {group} it has no replica of"
                     );
+                }
+                if let Some(old) = entry.primary {
+                    self.led[old.index()] -= 1;
+                }
+                if let Some(new) = server {
+                    self.led[new.index()] += 1;
                 }
                 entry.epoch = *epoch;
                 entry.primary = *server;
@@ -479,7 +486,9 @@ impl Mds {
     }
 
     fn primaries_of(&self, server: ServerId) -> usize {
-        self.groups.iter().filter(|g| g.primary == Some(server)).count()
+        let led = self.led[server.index()] as usize;
+        debug_assert_eq!(led, self.groups.iter().filter(|g| g.primary == Some(server)).count());
+        led
     }
 
     fn extend_logger_view(
