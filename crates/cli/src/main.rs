@@ -15,6 +15,7 @@ mod progress;
 mod provenance;
 mod report;
 mod reproduce;
+mod sim_cluster;
 mod sim_cmd;
 mod trace_cmd;
 

@@ -448,6 +448,7 @@ fn a_closed_stdout_ends_a_command_quietly() {
         &["logstore", "verify", log],
         &["logstore", "verify", "--json", log],
         &["layout", "analyze", "--servers", "300"],
+        &["sim", "cluster", "--seeds", "1..40"],
     ] {
         let (status, stderr) = with_stdout_closed_after(args, 8);
         assert!(status.success(), "{args:?}: {status}, stderr: {stderr}");
@@ -485,6 +486,11 @@ fn a_user_error_prints_one_line_and_no_backtrace() {
         ),
         (&["layout", "analyze", "--servers", "31"], "multiple of the replica count"),
         (&["layout", "analyze", "--servers", "9", "--racks", "2"], "2 racks cannot hold"),
+        (&["sim", "cluster", "--racks", "2"], "below --replicas 3"),
+        (
+            &["sim", "cluster", "--seeds", "1..1", "--broken", "ack-after-one-replica"],
+            "seeds found violations",
+        ),
     ] {
         let output = run(args);
         assert_eq!(output.status.code(), Some(1), "{args:?}");
@@ -719,4 +725,29 @@ fn layout_analyze_measures_sierra_table_1() {
     let text = ok(&somnus(&["layout", "analyze", "--servers", "9", "--layout", "power-aware"]));
     assert!(text.contains("gear groups gg0 (3 servers)"), "{text}");
     assert!(text.contains("written to 3 servers in parallel (Table 1: 3)"), "{text}");
+}
+
+#[test]
+fn sim_cluster_prints_a_line_per_seed_and_a_replay_command_for_a_failing_one() {
+    // Goal: `somnus sim cluster` runs each seed of the cluster protocol under faults
+    // and says so in one line each plus a summary; a broken protocol fails with the
+    // command that replays the seed. Method: two clean seeds; one seed of the variant
+    // that acknowledges after one replica.
+    let output = somnus(&["sim", "cluster", "--seeds", "3..4"]);
+    ok(&output);
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    assert!(stdout.contains("seed 3: ok:") && stdout.contains("seed 4: ok:"), "{stdout}");
+    assert!(stdout.contains("2 seeds, 0 failing, 0 violations"), "{stdout}");
+    let output = somnus(&["sim", "cluster", "--seeds", "5", "--broken", "ack-after-one-replica"]);
+    assert_eq!(output.status.code(), Some(1));
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    assert!(stdout.contains("seed 5: FAIL") && stdout.contains("C3: write of"), "{stdout}");
+    assert!(
+        stdout.contains("replay: somnus sim cluster --seeds 5 --servers 9 --replicas 3")
+            && stdout.contains("--broken ack-after-one-replica --trace"),
+        "{stdout}"
+    );
+    let bad = somnus(&["sim", "cluster", "--faults", "crash,fire"]);
+    assert_eq!(bad.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&bad.stderr).contains("unknown fault \"fire\""));
 }

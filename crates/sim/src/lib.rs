@@ -16,6 +16,7 @@
 //! - [`replay`]: turning a trace into the engine's requests, windows and days.
 
 mod cache;
+pub mod cluster;
 pub mod disk;
 pub mod engine;
 pub mod experiment;

@@ -30,6 +30,61 @@ pub struct ClientId(pub u32);
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, serde::Serialize)]
 pub struct ChunkIndex(pub u32);
 
+/// A chunk: an object's chunk by index, the unit replicas hold.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, serde::Serialize)]
+pub struct ChunkId {
+    pub object: ObjectId,
+    pub chunk: ChunkIndex,
+}
+
+/// What a write puts in every block of its range. The simulation carries stamps
+/// (which client op wrote it: the checker's ground truth) while the request's size
+/// drives the disk and network models; 0 is never written (it marks unwritten space).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, PartialOrd, Ord, Hash, serde::Serialize)]
+pub struct Stamp(pub u64);
+
+/// A piece of a chunk as a read returns it: its range, the version and stamp every
+/// block of it holds (version 0 and stamp 0: never written).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Piece {
+    pub range: ByteRange,
+    pub version: Version,
+    pub stamp: Stamp,
+}
+
+/// A write a replica holds that it has not yet learned is on every replica: a new
+/// primary collects these and writes them again everywhere (C3, C4).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct UnstableWrite {
+    pub chunk: ChunkId,
+    pub range: ByteRange,
+    pub version: Version,
+    pub stamp: Stamp,
+}
+
+/// Bytes of one `UnstableWrite`'s metadata on the wire (its data is charged apart).
+const UNSTABLE_WRITE_WIRE_BYTES: u64 = 40;
+
+/// Why a storage server refused a client request; the client asks the MDS for the
+/// group's view and tries again.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum RequestError {
+    #[error("this server does not lead the group in that epoch (it knows {known})")]
+    NotPrimary { known: Epoch },
+    #[error("the primary is handing the group over; retry at the next one")]
+    Retry,
+    #[error("the range is not inside the chunk, or not block-aligned")]
+    BadRange,
+}
+
+/// What a storage server answers a client request with.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum ReplyBody {
+    Written { version: Version },
+    Read { pieces: Vec<Piece> },
+    Refused(RequestError),
+}
+
 /// Who sent or receives a message.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
 pub enum Peer {
@@ -98,8 +153,8 @@ pub enum MetadataError {
     Full(usize),
 }
 
-/// Every message of the protocol. Which role sends each to which is in
-/// docs/protocol.md; the data path's messages join as the storage server is built.
+/// Every message of the protocol. Which role sends each to which, and the invariants
+/// each upholds, are in docs/protocol.md.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Message {
     /// A server is alive; `leads` are the groups it serves as primary, with epochs.
@@ -187,6 +242,73 @@ pub enum Message {
         request: u64,
         error: MetadataError,
     },
+    /// A client writes `range` of `chunk` at the group's primary (C1, C3).
+    ClientWrite {
+        request: u64,
+        group: ChunkGroupId,
+        epoch: Epoch,
+        chunk: ChunkId,
+        range: ByteRange,
+        stamp: Stamp,
+    },
+    /// A client reads `range` of `chunk` at the group's primary (C4).
+    ClientRead {
+        request: u64,
+        group: ChunkGroupId,
+        epoch: Epoch,
+        chunk: ChunkId,
+        range: ByteRange,
+    },
+    ClientReply {
+        request: u64,
+        body: ReplyBody,
+    },
+    /// The primary's write to every replica, at the version it chose; `stable` is the
+    /// version up to which every write is on all replicas (C3).
+    ReplicaWrite {
+        group: ChunkGroupId,
+        epoch: Epoch,
+        write: UnstableWrite,
+        stable: Version,
+    },
+    /// The replica made the write durable.
+    ReplicaAck {
+        group: ChunkGroupId,
+        epoch: Epoch,
+        version: Version,
+    },
+    /// The replica knows a different epoch for the group (older writes are fenced).
+    ReplicaRefused {
+        group: ChunkGroupId,
+        epoch: Epoch,
+        known: Epoch,
+    },
+    /// A new primary fences older epochs at a replica and asks for its unstable writes.
+    SyncRequest {
+        group: ChunkGroupId,
+        epoch: Epoch,
+    },
+    /// The replica is fenced at `epoch` (durably) and holds these unstable writes.
+    SyncReply {
+        group: ChunkGroupId,
+        epoch: Epoch,
+        unstable: Vec<UnstableWrite>,
+    },
+    /// The primary found corrupt blocks in `range` and asks a replica for its copy.
+    RepairRead {
+        group: ChunkGroupId,
+        epoch: Epoch,
+        chunk: ChunkId,
+        range: ByteRange,
+    },
+    RepairData {
+        group: ChunkGroupId,
+        epoch: Epoch,
+        chunk: ChunkId,
+        range: ByteRange,
+        /// None: the replica's copy is corrupt too.
+        pieces: Option<Vec<Piece>>,
+    },
 }
 
 impl Message {
@@ -198,6 +320,15 @@ impl Message {
                 h.extents.len() as u64 * LOGGED_EXTENT_WIRE_BYTES
             }
             Message::ObjectFound { info, .. } => info.chunk_groups.len() as u64 * 4,
+            Message::ClientWrite { range, .. } => range.size_bytes(),
+            Message::ReplicaWrite { write, .. } => write.range.size_bytes(),
+            Message::ClientReply { body: ReplyBody::Read { pieces }, .. }
+            | Message::RepairData { pieces: Some(pieces), .. } => {
+                pieces.iter().map(|p| p.range.size_bytes()).sum()
+            }
+            Message::SyncReply { unstable, .. } => {
+                unstable.iter().map(|w| w.range.size_bytes() + UNSTABLE_WRITE_WIRE_BYTES).sum()
+            }
             _ => 0,
         }
     }

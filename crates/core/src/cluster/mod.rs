@@ -2,12 +2,15 @@
 //! storage server, the distributed virtual log and the client, each a deterministic
 //! sans-IO state machine. Messages between them are one enum, [`Message`].
 
+pub mod client;
 pub mod mds;
 mod message;
+pub mod server;
+pub mod store;
 
 pub use message::{
-    ChunkIndex, ClientId, DvlHandoff, Epoch, GroupView, LoggedExtent, Message, MetadataError,
-    ObjectInfo, Peer,
+    ChunkId, ChunkIndex, ClientId, DvlHandoff, Epoch, GroupView, LoggedExtent, Message,
+    MetadataError, ObjectInfo, Peer, Piece, ReplyBody, RequestError, Stamp, UnstableWrite,
 };
 
 use somnus_types::VirtualDuration;
@@ -57,6 +60,15 @@ pub struct ClusterConfig {
     /// The lowest gear the MDS shifts to (Sierra 3.4: 1 saves more, 2 keeps reads
     /// available through a failure in low gear).
     pub gear_min: u32,
+    /// How long a primary waits for a replica's answer, and a client after a refusal,
+    /// before trying again.
+    pub retry_interval: VirtualDuration,
+    /// How long a client waits for an answer before it asks for the view again.
+    pub request_timeout: VirtualDuration,
+    /// How long a client trusts a chunk group's view before asking the MDS again.
+    pub view_ttl: VirtualDuration,
+    /// How often a server verifies the checksums of everything it holds.
+    pub scrub_interval: VirtualDuration,
     /// Seed of the MDS's random choices (chunk groups of new chunks, initial primaries).
     pub seed: u64,
 }
@@ -73,6 +85,10 @@ impl ClusterConfig {
             failure_timeout: VirtualDuration::from_secs(10),
             wake_timeout: VirtualDuration::from_secs(60),
             gear_min: 1,
+            retry_interval: VirtualDuration::from_millis(200),
+            request_timeout: VirtualDuration::from_secs(1),
+            scrub_interval: VirtualDuration::from_secs(5),
+            view_ttl: VirtualDuration::from_secs(2),
             seed: 1,
         }
     }

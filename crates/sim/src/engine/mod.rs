@@ -11,11 +11,9 @@
 //! which events were scheduled.
 
 mod measure;
-mod network;
+pub(crate) mod network;
+pub mod queue;
 mod volume;
-
-use std::cmp::Reverse;
-use std::collections::BinaryHeap;
 
 use somnus_core::node::{
     ClusterMap, DiskOp, Message, Node, NodeAction, NodeEvent, VolumePlacement, plan_cluster,
@@ -31,6 +29,7 @@ pub use somnus_core::offload::ConfigKind;
 
 use measure::Snapshot;
 use network::Network;
+use queue::EventQueue;
 use volume::Volume;
 
 use crate::topology::Layout;
@@ -110,12 +109,10 @@ enum EventKind {
 /// The engine for one configuration.
 pub struct Engine {
     kind: ConfigKind,
-    now: VirtualInstant,
     /// The end of the warm-up: nothing before it is measured.
     measure_from: VirtualInstant,
     end: VirtualInstant,
-    sequence: u64,
-    events: BinaryHeap<Reverse<(VirtualInstant, u64, EventKind)>>,
+    events: EventQueue<EventKind>,
     nodes: Vec<Node>,
     /// The node and server of each volume.
     node_of: Vec<u32>,
@@ -165,11 +162,9 @@ impl Engine {
             RunMeasurements::new(kind, span, PowerTimeline::new(measure_from, span, window));
         Engine {
             kind,
-            now: start,
             measure_from,
             end: measure_from + span,
-            sequence: 0,
-            events: BinaryHeap::new(),
+            events: EventQueue::new(),
             timers: vec![None; nodes.len()],
             nodes,
             node_of,
@@ -242,7 +237,7 @@ impl Engine {
         Progress {
             kind: self.kind,
             requests_done: self.requests_done,
-            virtual_now: self.now,
+            virtual_now: self.events.now(),
             span: self.end.duration_since(VirtualInstant::ZERO),
         }
     }
@@ -250,19 +245,18 @@ impl Engine {
     /// Processes events up to and including `until`; with `only_requests`, stops as
     /// soon as no client request is in flight.
     fn run_events_until(&mut self, until: VirtualInstant, only_requests: bool) {
-        while let Some(&Reverse((time, _, event))) = self.events.peek() {
+        while let Some(time) = self.events.peek_time() {
             if time > until || (only_requests && self.requests.is_empty()) {
                 break;
             }
             if time > self.end && self.end_snapshot.is_none() {
                 self.take_end_snapshot();
             }
-            self.events.pop();
-            self.now = time;
+            let Some((_, event)) = self.events.pop_until(until) else { break };
             self.handle_event(event);
         }
         if !only_requests {
-            self.now = self.now.max(until);
+            self.events.advance_to(until);
         }
     }
 
@@ -281,11 +275,11 @@ impl Engine {
                 self.feed(node, NodeEvent::MessageReceived { message });
             }
             EventKind::SpinDownStart(volume) => {
-                let done = self.volumes[volume as usize].start_spin_down(self.now);
+                let done = self.volumes[volume as usize].start_spin_down(self.events.now());
                 self.schedule(done, EventKind::PowerDone(volume));
             }
             EventKind::PowerDone(volume) => {
-                let active = self.volumes[volume as usize].transition_done(self.now);
+                let active = self.volumes[volume as usize].transition_done(self.events.now());
                 let power = if active {
                     somnus_core::offload::SteadyPower::Active
                 } else {
@@ -295,7 +289,7 @@ impl Engine {
                 self.feed(node, NodeEvent::PowerChanged { volume: VolumeId(volume), power });
             }
             EventKind::Timer(node) => {
-                if self.timers[node as usize] == Some(self.now) {
+                if self.timers[node as usize] == Some(self.events.now()) {
                     self.timers[node as usize] = None;
                     self.feed(node, NodeEvent::TimerFired);
                 }
@@ -304,14 +298,12 @@ impl Engine {
     }
 
     fn schedule(&mut self, at: VirtualInstant, event: EventKind) {
-        assert!(at >= self.now, "event scheduled in the past");
-        self.sequence += 1;
-        self.events.push(Reverse((at, self.sequence, event)));
+        self.events.schedule(at, event);
     }
 
     /// Hands an event to a node and carries out what it asks.
     fn feed(&mut self, node: u32, event: NodeEvent) {
-        self.nodes[node as usize].handle(self.now, event);
+        self.nodes[node as usize].handle(self.events.now(), event);
         self.drain_node(node);
     }
 
@@ -330,19 +322,22 @@ impl Engine {
     fn execute(&mut self, node: u32, action: NodeAction) {
         match action {
             NodeAction::DiskIo { io, volume, op, placement } => {
-                let done =
-                    self.volumes[volume.index()].serve(self.now, op == DiskOp::Write, placement);
+                let done = self.volumes[volume.index()].serve(
+                    self.events.now(),
+                    op == DiskOp::Write,
+                    placement,
+                );
                 let Some(key) = self.disk_ios.insert((node, io)) else {
                     unreachable!("more than {IN_FLIGHT_MAX} disk I/Os in flight");
                 };
                 self.schedule(done, EventKind::DiskDone(key));
             }
             NodeAction::SpinDown { volume } => {
-                let idle_at = self.volumes[volume.index()].begin_spin_down(self.now);
+                let idle_at = self.volumes[volume.index()].begin_spin_down(self.events.now());
                 self.schedule(idle_at, EventKind::SpinDownStart(volume.0));
             }
             NodeAction::SpinUp { volume } => {
-                let done = self.volumes[volume.index()].begin_spin_up(self.now);
+                let done = self.volumes[volume.index()].begin_spin_up(self.events.now());
                 self.schedule(done, EventKind::PowerDone(volume.0));
             }
             NodeAction::Send { to, message } => self.send(node, to, message),
@@ -359,9 +354,9 @@ impl Engine {
         };
         let source = self.nodes[from as usize].server();
         let bytes = message.wire_bytes();
-        let arrival = self.network.send(self.now, source.0, to.0, bytes);
-        if self.now >= self.measure_from && self.now < self.end {
-            self.measured.network(self.now, bytes);
+        let arrival = self.network.send(self.events.now(), source.0, to.0, bytes);
+        if self.events.now() >= self.measure_from && self.events.now() < self.end {
+            self.measured.network(self.events.now(), bytes);
         }
         let Some(key) = self.messages.insert((target, message)) else {
             unreachable!("more than {IN_FLIGHT_MAX} messages in flight");
@@ -401,7 +396,7 @@ impl Engine {
         let Some(arrival) = self.requests.remove(Key(request.0)) else {
             panic!("a reply to a request not in flight: {request}");
         };
-        let latency = self.now.duration_since(arrival).as_nanos();
+        let latency = self.events.now().duration_since(arrival).as_nanos();
         if arrival >= self.measure_from {
             self.measured.reply(kind, outcome, latency, waited_for_spin_up);
         }
@@ -442,7 +437,9 @@ impl Engine {
         let missing: u64 = self
             .nodes
             .iter()
-            .flat_map(|node| node.volumes().filter_map(|v| node.manager_counters(v, self.now)))
+            .flat_map(|node| {
+                node.volumes().filter_map(|v| node.manager_counters(v, self.events.now()))
+            })
             .map(|counters| counters.log_reads_missing)
             .sum();
         // The simulator is a checker too: a logger that lost a version a manager still

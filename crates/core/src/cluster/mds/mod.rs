@@ -20,7 +20,7 @@ use std::collections::{BTreeMap, VecDeque};
 
 use somnus_types::{ChunkGroupId, GearGroupId, ObjectId, RackId, ServerId, VirtualInstant};
 
-use super::{ClusterConfig, DvlHandoff, Epoch, GroupView, Message, Peer, ServerPower};
+use super::{ClientId, ClusterConfig, DvlHandoff, Epoch, GroupView, Message, Peer, ServerPower};
 use crate::layout::Layout;
 
 pub use namespace::{NAME_BYTES_MAX, OBJECT_CHUNKS_MAX, OBJECTS_MAX};
@@ -60,6 +60,9 @@ pub enum Command {
         object: ObjectId,
         size_bytes: u64,
         chunk_groups: Vec<ChunkGroupId>,
+        /// The client request that created it: the same request again (a retry, a
+        /// duplicate) is answered with the object, not refused.
+        creator: (ClientId, u64),
     },
     DeleteObject {
         name: String,
@@ -111,6 +114,9 @@ struct GroupEntry {
     primary: Option<ServerId>,
     /// The primary has been sent its grant for `epoch`.
     granted: bool,
+    /// When the grant was last sent (soft state): a heartbeat a whole interval later
+    /// that does not list the group means the grant was lost, and it is sent again.
+    granted_at: VirtualInstant,
     /// Until when the primary may lead, as the MDS counts it (soft state).
     lease_expires: Option<VirtualInstant>,
     /// The DVL state to hand to the next primary (a migration), or none (recover).
@@ -123,6 +129,7 @@ struct GroupEntry {
 #[derive(Clone, Debug)]
 struct ObjectEntry {
     object: ObjectId,
+    creator: (ClientId, u64),
     size_bytes: u64,
     chunk_groups: Vec<ChunkGroupId>,
 }
@@ -190,6 +197,7 @@ impl Mds {
                 epoch: Epoch(1),
                 primary,
                 granted: false,
+                granted_at: now,
                 lease_expires: None,
                 // A new group has an empty DVL: nothing to recover.
                 handoff: Some(DvlHandoff::default()),
@@ -275,11 +283,12 @@ impl Mds {
     /// Applies one command to the durable state (also used to replay a command log).
     pub fn apply(&mut self, command: &Command) {
         match command {
-            Command::CreateObject { name, object, size_bytes, chunk_groups } => {
+            Command::CreateObject { name, object, size_bytes, chunk_groups, creator } => {
                 assert!(!self.objects.contains_key(name), "C5: object {name:?} created twice");
                 self.next_object = self.next_object.max(object.0 + 1);
                 let entry = ObjectEntry {
                     object: *object,
+                    creator: *creator,
                     size_bytes: *size_bytes,
                     chunk_groups: chunk_groups.clone(),
                 };
@@ -352,6 +361,11 @@ impl Mds {
                 self.lease_cancelled(server, group, epoch, handoff);
             }
             Message::Standby => self.standby(server),
+            Message::LookupGroup { request, group } if group.index() < self.groups.len() => {
+                // A replica's scrub looks for an intact copy.
+                let view = self.view(group);
+                self.send(Peer::Server(server), Message::GroupFound { request, view });
+            }
             Message::ExtendLoggerView { group, epoch, loggers } => {
                 self.extend_logger_view(server, group, epoch, loggers);
             }
@@ -393,6 +407,7 @@ impl Mds {
             }
         }
         self.send(Peer::Server(server), Message::HeartbeatReply { sent_at, renewed, revoked });
+        self.regrant_lost(server, leads);
         self.send_pending_grants(server);
         if self.servers[server.index()].power == ServerPower::Draining {
             self.drain(server);
@@ -403,6 +418,31 @@ impl Mds {
             self.rebalance_onto(server);
             // Servers that covered for this one while it was away may sleep again.
             self.settle_power();
+        }
+    }
+
+    /// A server that should have led a group for a heartbeat interval but does not
+    /// list it lost the grant, or restarted and lost the lease with its memory: it
+    /// leads the group again in a new epoch (never the same epoch twice: a restarted
+    /// primary would hand out its versions again, C1), recovering its state.
+    fn regrant_lost(&mut self, server: ServerId, leads: &[(ChunkGroupId, Epoch)]) {
+        let (now, interval) = (self.now, self.config.heartbeat_interval);
+        let lost: Vec<usize> = (0..self.groups.len())
+            .filter(|index| {
+                let entry = &self.groups[*index];
+                entry.primary == Some(server)
+                    && entry.granted
+                    && entry.migrating_to.is_none()
+                    && entry.granted_at.saturating_add(interval) <= now
+                    && !leads.iter().any(|(g, e)| g.index() == *index && *e == entry.epoch)
+            })
+            .collect();
+        for index in lost {
+            let group = ChunkGroupId(index as u32);
+            let epoch = self.groups[index].epoch.next();
+            self.groups[index].handoff = None;
+            self.counters.view_changes += 1;
+            self.commit(Command::SetPrimary { group, epoch, server: Some(server) });
         }
     }
 
@@ -417,9 +457,11 @@ impl Mds {
                 continue;
             }
             let group = ChunkGroupId(index as u32);
-            let handoff = self.groups[index].handoff.take();
+            // Kept until the next view change: a lost grant is sent again whole.
+            let handoff = self.groups[index].handoff.clone();
             let entry = &mut self.groups[index];
             entry.granted = true;
+            entry.granted_at = self.now;
             entry.lease_expires = Some(lease_end);
             let logger_view = entry.logger_view.clone();
             let view = self.view(group);

@@ -19,7 +19,8 @@ impl Mds {
         let (request, answer) = match message {
             Message::CreateObject { request, name, size_bytes } => (
                 request,
-                self.create(&name, size_bytes).map(|info| Message::ObjectFound { request, info }),
+                self.create(&name, size_bytes, (client, request))
+                    .map(|info| Message::ObjectFound { request, info }),
             ),
             Message::LookupObject { request, name } => {
                 (request, self.info(&name).map(|info| Message::ObjectFound { request, info }))
@@ -39,8 +40,16 @@ impl Mds {
         self.send(Peer::Client(client), message);
     }
 
-    fn create(&mut self, name: &str, size_bytes: u64) -> Result<ObjectInfo, MetadataError> {
+    fn create(
+        &mut self,
+        name: &str,
+        size_bytes: u64,
+        creator: (ClientId, u64),
+    ) -> Result<ObjectInfo, MetadataError> {
         check_name(name)?;
+        if self.objects.get(name).is_some_and(|o| o.creator == creator) {
+            return self.info(name);
+        }
         if self.objects.contains_key(name) {
             return Err(MetadataError::AlreadyExists(name.to_owned()));
         }
@@ -63,6 +72,7 @@ impl Mds {
             object,
             size_bytes,
             chunk_groups,
+            creator,
         });
         self.info(name)
     }

@@ -1,0 +1,157 @@
+//! `somnus sim cluster`: the cluster protocol under injected faults, seed by seed,
+//! every read checked (issue 11; docs/protocol.md).
+
+use std::ops::RangeInclusive;
+
+use anyhow::{Result, bail};
+use clap::{Args, ValueEnum};
+use somnus_core::cluster::server::Broken;
+use somnus_sim::cluster::{ClusterSim, ClusterSpec, FaultSet, SeedReport};
+
+/// The most seeds one command runs.
+const SEEDS_MAX: u64 = 10_000_000;
+
+#[derive(Args, Debug)]
+pub(crate) struct ClusterArgs {
+    /// The seeds to run, `A..B` (both included) or one seed.
+    #[arg(long, default_value = "1..16", value_parser = parse_seeds)]
+    seeds: RangeInclusive<u64>,
+    /// Storage servers.
+    #[arg(long, default_value_t = 9, value_parser = clap::value_parser!(u32).range(1..=4096))]
+    servers: u32,
+    /// Replicas of every chunk group (r), also the number of gear groups.
+    #[arg(long, default_value_t = 3, value_parser = clap::value_parser!(u32).range(1..=8))]
+    replicas: u32,
+    /// Racks (fault domains); at least r.
+    #[arg(long, default_value_t = 3, value_parser = clap::value_parser!(u32).range(1..=4096))]
+    racks: u32,
+    /// Clients, each with one op in flight (closed loop).
+    #[arg(long, default_value_t = 4, value_parser = clap::value_parser!(u32).range(1..=4096))]
+    clients: u32,
+    /// Fault kinds: `all`, `none`, or a list of loss, duplication, delay, partition,
+    /// crash, corrupt, slow-disk.
+    #[arg(long, default_value = "all", value_parser = FaultSet::parse)]
+    faults: FaultSet,
+    /// Virtual seconds of workload under faults; the heal and quiesce follow.
+    #[arg(long, default_value_t = 20, value_parser = clap::value_parser!(u64).range(1..=604_800))]
+    virtual_secs: u64,
+    /// Run a deliberately broken protocol, to see the checker catch it.
+    #[arg(long, value_enum)]
+    broken: Option<BrokenChoice>,
+    /// Print every event of each seed (message, disk completion, fault) to stderr.
+    #[arg(long)]
+    trace: bool,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+enum BrokenChoice {
+    /// The primary acknowledges once its own copy is durable.
+    AckAfterOneReplica,
+    /// No epoch or lease is checked, by primaries or replicas.
+    SkipEpochCheck,
+}
+
+fn parse_seeds(text: &str) -> Result<RangeInclusive<u64>, String> {
+    let parse = |s: &str| s.trim().parse::<u64>().map_err(|e| format!("seed {s:?}: {e}"));
+    let (a, b) = match text.split_once("..") {
+        Some((a, b)) => (parse(a)?, parse(b.trim_start_matches('='))?),
+        None => (parse(text)?, parse(text)?),
+    };
+    if a > b {
+        return Err(format!("seeds {a}..{b}: the first is after the last"));
+    }
+    if b - a >= SEEDS_MAX {
+        return Err(format!("seeds {a}..{b}: more than {SEEDS_MAX} seeds"));
+    }
+    Ok(a..=b)
+}
+
+pub(crate) fn run(args: &ClusterArgs) -> Result<()> {
+    if args.racks < args.replicas {
+        bail!(
+            "--racks {} is below --replicas {}: replicas need distinct racks",
+            args.racks,
+            args.replicas
+        );
+    }
+    let broken = args.broken.map(|b| match b {
+        BrokenChoice::AckAfterOneReplica => Broken::AckAfterOneReplica,
+        BrokenChoice::SkipEpochCheck => Broken::SkipEpochCheck,
+    });
+    let spec = ClusterSpec {
+        servers: args.servers,
+        replicas: args.replicas,
+        racks: args.racks,
+        clients: args.clients,
+        faults: args.faults,
+        virtual_secs: args.virtual_secs,
+        broken,
+        ..ClusterSpec::small()
+    };
+    let mut failing = Vec::new();
+    let mut totals = SeedReport::default();
+    let started = crate::progress::now();
+    for seed in args.seeds.clone() {
+        let mut print = |line: String| crate::output::note(line);
+        let trace: Option<&mut dyn FnMut(String)> =
+            if args.trace { Some(&mut print) } else { None };
+        let report = ClusterSim::new(&spec, seed, trace).run();
+        let verdict = if report.violation_count == 0 {
+            "ok".to_owned()
+        } else {
+            format!("FAIL ({} violations)", report.violation_count)
+        };
+        outln!(
+            "seed {seed}: {verdict}: {} ops ({} writes, {} reads), {} crashes, {} partitions, {} corruptions, {} view changes, {} client retries, {:.1} virtual s",
+            report.ops,
+            report.writes,
+            report.reads,
+            report.crashes,
+            report.partitions,
+            report.corruptions,
+            report.view_changes,
+            report.client_retries,
+            report.virtual_nanos as f64 / 1e9
+        )?;
+        for violation in &report.violations {
+            outln!("  {violation}")?;
+        }
+        if report.violation_count > 0 {
+            outln!("  replay: {}", replay_command(args, seed))?;
+            failing.push(seed);
+        }
+        totals.ops += report.ops;
+        totals.messages += report.messages;
+        totals.disk_ios += report.disk_ios;
+        totals.crashes += report.crashes;
+        totals.violation_count += report.violation_count;
+    }
+    let seeds = args.seeds.end() - args.seeds.start() + 1;
+    outln!(
+        "{seeds} seeds, {} failing, {} violations; {} ops, {} messages, {} disk I/Os, {} crashes in {:.2} s",
+        failing.len(),
+        totals.violation_count,
+        totals.ops,
+        totals.messages,
+        totals.disk_ios,
+        totals.crashes,
+        started.elapsed().as_secs_f64()
+    )?;
+    if !failing.is_empty() {
+        bail!("{} of {seeds} seeds found violations (first: seed {})", failing.len(), failing[0]);
+    }
+    Ok(())
+}
+
+/// The command that runs `seed` again exactly, with its event trace.
+fn replay_command(args: &ClusterArgs, seed: u64) -> String {
+    let broken = match args.broken {
+        Some(BrokenChoice::AckAfterOneReplica) => " --broken ack-after-one-replica",
+        Some(BrokenChoice::SkipEpochCheck) => " --broken skip-epoch-check",
+        None => "",
+    };
+    format!(
+        "somnus sim cluster --seeds {seed} --servers {} --replicas {} --racks {} --clients {} --faults {} --virtual-secs {}{broken} --trace",
+        args.servers, args.replicas, args.racks, args.clients, args.faults, args.virtual_secs
+    )
+}

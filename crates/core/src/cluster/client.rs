@@ -1,0 +1,600 @@
+//! The client (docs/protocol.md): create, write(range), read(range), delete and stat,
+//! with a cache of objects and chunk-group views. Data goes to each chunk's primary;
+//! on a refusal or a timeout the client asks the MDS for the group's view and retries
+//! there after a pause, so requests follow epoch and lease changes (C5: the MDS is
+//! asked for metadata only).
+//!
+//! Call protocol as for the other roles: `handle`, then drain `poll_action`, then arm
+//! a timer for `poll_timeout`. Every submitted op ends with exactly one
+//! `ClientAction::Done` carrying its tag.
+
+use std::collections::{BTreeMap, VecDeque};
+
+use somnus_types::{ByteRange, ChunkGroupId, Version, VirtualInstant};
+
+use super::{
+    ChunkId, ChunkIndex, ClientId, ClusterConfig, GroupView, Message, MetadataError, ObjectInfo,
+    Peer, Piece, ReplyBody, Stamp,
+};
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum ClientOp {
+    Create {
+        name: String,
+        size_bytes: u64,
+    },
+    /// Writes `range` of the object (whole blocks), every block carrying `stamp`.
+    Write {
+        name: String,
+        range: ByteRange,
+        stamp: Stamp,
+    },
+    Read {
+        name: String,
+        range: ByteRange,
+    },
+    Delete {
+        name: String,
+    },
+    Stat {
+        name: String,
+    },
+}
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum ClientOutcome {
+    Object(ObjectInfo),
+    /// The version each chunk's part was written at.
+    Written(Vec<(ChunkId, ByteRange, Version)>),
+    /// The pieces read, per chunk, in object order (ranges within the chunk).
+    Read(Vec<(ChunkId, Piece)>),
+    Deleted,
+    Failed(ClientError),
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum ClientError {
+    #[error(transparent)]
+    Metadata(#[from] MetadataError),
+    #[error("range {start}..{end} is outside the object's {size} bytes or not whole blocks", start = .range.start, end = .range.end)]
+    BadRange { range: ByteRange, size: u64 },
+}
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum ClientEvent {
+    Submit { tag: u64, op: ClientOp },
+    MessageReceived { from: Peer, message: Message },
+    TimerFired,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum ClientAction {
+    Send { to: Peer, message: Message },
+    Done { tag: u64, outcome: ClientOutcome },
+}
+
+/// What a client did, for tests and metrics.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct ClientCounters {
+    pub retries: u64,
+    pub timeouts: u64,
+    pub lookups: u64,
+}
+
+/// One chunk's share of a data op.
+#[derive(Clone, Debug)]
+struct Part {
+    chunk: ChunkId,
+    group: ChunkGroupId,
+    range: ByteRange,
+    state: PartState,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum PartState {
+    /// Sent as `request`, at `at`.
+    Sent {
+        request: u64,
+        at: VirtualInstant,
+    },
+    /// Waiting to ask the MDS for the group's view at `at`.
+    Backoff {
+        at: VirtualInstant,
+    },
+    /// Asked the MDS (request `request`, at `at`); sent again when the view comes.
+    Looking {
+        request: u64,
+        at: VirtualInstant,
+    },
+    Done,
+}
+
+#[derive(Clone, Debug)]
+enum OpState {
+    /// Waiting for the object's metadata (a lookup under way for its name).
+    NeedsInfo,
+    /// A metadata request to the MDS under way.
+    Metadata { at: VirtualInstant, message: Message },
+    Data {
+        parts: Vec<Part>,
+        written: Vec<(ChunkId, ByteRange, Version)>,
+        read: Vec<(usize, Piece)>,
+    },
+}
+
+#[derive(Clone, Debug)]
+struct Op {
+    op: ClientOp,
+    state: OpState,
+}
+
+pub struct Client {
+    id: ClientId,
+    config: ClusterConfig,
+    now: VirtualInstant,
+    objects: BTreeMap<String, ObjectInfo>,
+    /// Each group's view and when it was learned: a view older than the config's
+    /// `view_ttl` is asked for again before use, so a client never talks to a deposed
+    /// primary for long even if that primary keeps answering.
+    views: BTreeMap<ChunkGroupId, (GroupView, VirtualInstant)>,
+    ops: BTreeMap<u64, Op>,
+    /// Request id → the op (and part) it belongs to.
+    requests: BTreeMap<u64, (u64, Option<usize>)>,
+    /// Names with a lookup under way (request, sent at), for ops that need them.
+    lookups: BTreeMap<String, (u64, VirtualInstant)>,
+    next_request: u64,
+    actions: VecDeque<ClientAction>,
+    counters: ClientCounters,
+}
+
+impl Client {
+    pub fn new(id: ClientId, config: ClusterConfig, now: VirtualInstant) -> Client {
+        Client {
+            id,
+            config,
+            now,
+            objects: BTreeMap::new(),
+            views: BTreeMap::new(),
+            ops: BTreeMap::new(),
+            requests: BTreeMap::new(),
+            lookups: BTreeMap::new(),
+            next_request: 1,
+            actions: VecDeque::new(),
+            counters: ClientCounters::default(),
+        }
+    }
+
+    pub fn id(&self) -> ClientId {
+        self.id
+    }
+
+    pub fn counters(&self) -> ClientCounters {
+        self.counters
+    }
+
+    pub fn ops_in_flight(&self) -> usize {
+        self.ops.len()
+    }
+
+    pub fn handle(&mut self, now: VirtualInstant, event: ClientEvent) {
+        assert!(now >= self.now, "time went back: {now:?} < {:?}", self.now);
+        self.now = now;
+        match event {
+            ClientEvent::Submit { tag, op } => self.submit(tag, op),
+            ClientEvent::MessageReceived { message, .. } => self.message(message),
+            ClientEvent::TimerFired => self.timer(),
+        }
+    }
+
+    pub fn poll_action(&mut self) -> Option<ClientAction> {
+        self.actions.pop_front()
+    }
+
+    pub fn poll_timeout(&self) -> Option<VirtualInstant> {
+        let timeout = self.config.request_timeout;
+        let lookups = self.lookups.values().map(|(_, at)| at.saturating_add(timeout));
+        self.ops
+            .values()
+            .flat_map(|op| -> Vec<VirtualInstant> {
+                match &op.state {
+                    OpState::NeedsInfo => Vec::new(),
+                    OpState::Metadata { at, .. } => vec![at.saturating_add(timeout)],
+                    OpState::Data { parts, .. } => {
+                        parts.iter().filter_map(|p| p.deadline(timeout)).collect()
+                    }
+                }
+            })
+            .chain(lookups)
+            .min()
+    }
+
+    fn request_id(&mut self, tag: u64, part: Option<usize>) -> u64 {
+        let request = self.next_request;
+        self.next_request += 1;
+        self.requests.insert(request, (tag, part));
+        request
+    }
+
+    fn finish(&mut self, tag: u64, outcome: ClientOutcome) {
+        self.ops.remove(&tag);
+        self.actions.push_back(ClientAction::Done { tag, outcome });
+    }
+
+    fn submit(&mut self, tag: u64, op: ClientOp) {
+        assert!(!self.ops.contains_key(&tag), "op tag {tag} submitted twice");
+        let metadata = match &op {
+            ClientOp::Create { name, size_bytes } => Some(Message::CreateObject {
+                request: 0,
+                name: name.clone(),
+                size_bytes: *size_bytes,
+            }),
+            ClientOp::Delete { name } => {
+                Some(Message::DeleteObject { request: 0, name: name.clone() })
+            }
+            ClientOp::Stat { name } => {
+                Some(Message::LookupObject { request: 0, name: name.clone() })
+            }
+            ClientOp::Write { .. } | ClientOp::Read { .. } => None,
+        };
+        self.ops.insert(tag, Op { op, state: OpState::NeedsInfo });
+        match metadata {
+            Some(message) => self.send_metadata(tag, message),
+            None => self.start_data(tag),
+        }
+    }
+
+    fn send_metadata(&mut self, tag: u64, mut message: Message) {
+        let request = self.request_id(tag, None);
+        match &mut message {
+            Message::CreateObject { request: r, .. }
+            | Message::DeleteObject { request: r, .. }
+            | Message::LookupObject { request: r, .. } => *r = request,
+            _ => unreachable!("only object requests are sent for an op"),
+        }
+        if let Some(op) = self.ops.get_mut(&tag) {
+            op.state = OpState::Metadata { at: self.now, message: message.clone() };
+        }
+        self.actions.push_back(ClientAction::Send { to: Peer::Mds, message });
+    }
+
+    /// Splits a data op into its chunks' parts once the object's metadata is known.
+    fn start_data(&mut self, tag: u64) {
+        let Some(op) = self.ops.get(&tag) else { return };
+        let (ClientOp::Write { name, range, .. } | ClientOp::Read { name, range }) = &op.op else {
+            return;
+        };
+        let (name, range) = (name.clone(), *range);
+        let Some(info) = self.objects.get(&name) else {
+            if !self.lookups.contains_key(&name) {
+                self.look_up_object(name);
+            }
+            return;
+        };
+        let block = super::store::BLOCK_BYTES;
+        let aligned = range.start % block == 0 && range.end % block == 0;
+        if range.is_empty() || !aligned || range.end > info.size_bytes {
+            let error = ClientError::BadRange { range, size: info.size_bytes };
+            self.finish(tag, ClientOutcome::Failed(error));
+            return;
+        }
+        let chunk_size = info.chunk_size_bytes;
+        let mut parts = Vec::new();
+        let mut start = range.start;
+        while start < range.end {
+            let index = start / chunk_size;
+            let end = range.end.min((index + 1) * chunk_size);
+            let chunk = ChunkId { object: info.object, chunk: ChunkIndex(index as u32) };
+            let within =
+                ByteRange::from_bounds(start - index * chunk_size, end - index * chunk_size);
+            let group = info.chunk_groups[index as usize];
+            parts.push(Part {
+                chunk,
+                group,
+                range: within,
+                state: PartState::Backoff { at: self.now },
+            });
+            start = end;
+        }
+        if let Some(op) = self.ops.get_mut(&tag) {
+            op.state = OpState::Data { parts, written: Vec::new(), read: Vec::new() };
+        }
+        let count = match self.ops.get(&tag).map(|o| &o.state) {
+            Some(OpState::Data { parts, .. }) => parts.len(),
+            _ => 0,
+        };
+        for index in 0..count {
+            self.send_part(tag, index);
+        }
+    }
+
+    fn look_up_object(&mut self, name: String) {
+        let request = self.next_request;
+        self.next_request += 1;
+        self.counters.lookups += 1;
+        self.lookups.insert(name.clone(), (request, self.now));
+        let message = Message::LookupObject { request, name };
+        self.actions.push_back(ClientAction::Send { to: Peer::Mds, message });
+    }
+
+    /// Sends a part to its group's primary, or asks the MDS for the view if the cache
+    /// has no primary for it.
+    fn send_part(&mut self, tag: u64, index: usize) {
+        let Some(Op { op, state: OpState::Data { parts, .. } }) = self.ops.get(&tag) else {
+            return;
+        };
+        let part = parts[index].clone();
+        let fresh = |(v, at): &(GroupView, VirtualInstant)| {
+            v.primary.is_some() && at.saturating_add(self.config.view_ttl) > self.now
+        };
+        let view = self.views.get(&part.group).filter(|e| fresh(e)).map(|(v, _)| v.clone());
+        let Some(view) = view else {
+            self.look_up_group(tag, index);
+            return;
+        };
+        let stamp = match op {
+            ClientOp::Write { stamp, .. } => Some(*stamp),
+            _ => None,
+        };
+        let request = self.request_id(tag, Some(index));
+        let message = match stamp {
+            Some(stamp) => Message::ClientWrite {
+                request,
+                group: part.group,
+                epoch: view.epoch,
+                chunk: part.chunk,
+                range: part.range,
+                stamp,
+            },
+            None => Message::ClientRead {
+                request,
+                group: part.group,
+                epoch: view.epoch,
+                chunk: part.chunk,
+                range: part.range,
+            },
+        };
+        self.set_part(tag, index, PartState::Sent { request, at: self.now });
+        let Some(primary) = view.primary else { return };
+        self.actions.push_back(ClientAction::Send { to: Peer::Server(primary), message });
+    }
+
+    fn set_part(&mut self, tag: u64, index: usize, state: PartState) {
+        if let Some(Op { state: OpState::Data { parts, .. }, .. }) = self.ops.get_mut(&tag) {
+            parts[index].state = state;
+        }
+    }
+
+    fn look_up_group(&mut self, tag: u64, index: usize) {
+        let Some(Op { state: OpState::Data { parts, .. }, .. }) = self.ops.get(&tag) else {
+            return;
+        };
+        let group = parts[index].group;
+        let request = self.request_id(tag, Some(index));
+        self.counters.lookups += 1;
+        self.set_part(tag, index, PartState::Looking { request, at: self.now });
+        let message = Message::LookupGroup { request, group };
+        self.actions.push_back(ClientAction::Send { to: Peer::Mds, message });
+    }
+
+    /// A part failed or timed out: ask for the view again after a pause.
+    fn back_off(&mut self, tag: u64, index: usize) {
+        self.counters.retries += 1;
+        let at = self.now.saturating_add(self.config.retry_interval);
+        self.set_part(tag, index, PartState::Backoff { at });
+    }
+
+    fn message(&mut self, message: Message) {
+        let request = match &message {
+            Message::ObjectFound { request, .. }
+            | Message::ObjectDeleted { request, .. }
+            | Message::GroupFound { request, .. }
+            | Message::MetadataRefused { request, .. }
+            | Message::ClientReply { request, .. } => *request,
+            _ => return,
+        };
+        if let Some((name, _)) = self.lookups.iter().find(|(_, (r, _))| *r == request) {
+            let name = name.clone();
+            self.lookups.remove(&name);
+            return self.lookup_answered(&name, message);
+        }
+        let Some((tag, part)) = self.requests.remove(&request) else { return };
+        match (part, message) {
+            (Some(index), Message::GroupFound { view, .. }) => {
+                self.learn_view(view);
+                let looking = matches!(self.part_state(tag, index), Some(PartState::Looking { request: r, .. }) if r == request);
+                if looking {
+                    let has_primary = self
+                        .views
+                        .get(&self.part_group(tag, index))
+                        .is_some_and(|(v, _)| v.primary.is_some());
+                    if has_primary { self.send_part(tag, index) } else { self.back_off(tag, index) }
+                }
+            }
+            (Some(index), Message::ClientReply { body, .. }) => {
+                self.part_replied(tag, index, request, body)
+            }
+            (None, message) => self.metadata_answered(tag, message),
+            _ => {}
+        }
+    }
+
+    fn part_state(&self, tag: u64, index: usize) -> Option<PartState> {
+        match self.ops.get(&tag).map(|o| &o.state) {
+            Some(OpState::Data { parts, .. }) => Some(parts[index].state),
+            _ => None,
+        }
+    }
+
+    fn part_group(&self, tag: u64, index: usize) -> ChunkGroupId {
+        match self.ops.get(&tag).map(|o| &o.state) {
+            Some(OpState::Data { parts, .. }) => parts[index].group,
+            _ => ChunkGroupId(u32::MAX),
+        }
+    }
+
+    fn learn_view(&mut self, view: GroupView) {
+        let newer = self.views.get(&view.group).is_none_or(|(v, _)| v.epoch <= view.epoch);
+        if newer {
+            self.views.insert(view.group, (view, self.now));
+        }
+    }
+
+    fn learn_object(&mut self, info: &ObjectInfo) {
+        for view in &info.views {
+            self.learn_view(view.clone());
+        }
+        self.objects.insert(info.name.clone(), info.clone());
+    }
+
+    fn lookup_answered(&mut self, name: &str, message: Message) {
+        let waiting: Vec<u64> = self
+            .ops
+            .iter()
+            .filter(|(_, op)| matches!(op.state, OpState::NeedsInfo))
+            .filter(|(_, op)| matches!(&op.op, ClientOp::Write { name: n, .. } | ClientOp::Read { name: n, .. } if n == name))
+            .map(|(tag, _)| *tag)
+            .collect();
+        match message {
+            Message::ObjectFound { info, .. } => {
+                self.learn_object(&info);
+                for tag in waiting {
+                    self.start_data(tag);
+                }
+            }
+            Message::MetadataRefused { error, .. } => {
+                for tag in waiting {
+                    self.finish(tag, ClientOutcome::Failed(error.clone().into()));
+                }
+            }
+            _ => {}
+        }
+    }
+
+    fn metadata_answered(&mut self, tag: u64, message: Message) {
+        if !self.ops.contains_key(&tag) {
+            return;
+        }
+        let outcome = match message {
+            Message::ObjectFound { info, .. } => {
+                self.learn_object(&info);
+                ClientOutcome::Object(info)
+            }
+            Message::ObjectDeleted { name, .. } => {
+                self.objects.remove(&name);
+                ClientOutcome::Deleted
+            }
+            Message::MetadataRefused { error, .. } => ClientOutcome::Failed(error.into()),
+            _ => return,
+        };
+        self.finish(tag, outcome);
+    }
+
+    fn part_replied(&mut self, tag: u64, index: usize, request: u64, body: ReplyBody) {
+        let current = matches!(self.part_state(tag, index), Some(PartState::Sent { request: r, .. }) if r == request);
+        if !current {
+            return;
+        }
+        let Some(Op { state: OpState::Data { parts, written, read }, .. }) = self.ops.get_mut(&tag)
+        else {
+            return;
+        };
+        let part = &mut parts[index];
+        match body {
+            ReplyBody::Written { version } => {
+                written.push((part.chunk, part.range, version));
+                part.state = PartState::Done;
+            }
+            ReplyBody::Read { pieces } => {
+                read.extend(pieces.into_iter().map(|p| (index, p)));
+                part.state = PartState::Done;
+            }
+            ReplyBody::Refused(_) => return self.back_off(tag, index),
+        }
+        if parts.iter().all(|p| p.state == PartState::Done) {
+            let outcome = if matches!(self.ops[&tag].op, ClientOp::Write { .. }) {
+                let Some(Op { state: OpState::Data { written, .. }, .. }) = self.ops.get_mut(&tag)
+                else {
+                    return;
+                };
+                let mut written = std::mem::take(written);
+                written.sort_by_key(|(chunk, range, _)| (*chunk, range.start));
+                ClientOutcome::Written(written)
+            } else {
+                let Some(Op { state: OpState::Data { parts, read, .. }, .. }) =
+                    self.ops.get_mut(&tag)
+                else {
+                    return;
+                };
+                let mut pieces = std::mem::take(read);
+                pieces.sort_by_key(|(index, piece)| (*index, piece.range.start));
+                ClientOutcome::Read(pieces.into_iter().map(|(i, p)| (parts[i].chunk, p)).collect())
+            };
+            self.finish(tag, outcome);
+        }
+    }
+
+    /// Timeouts and back-offs that are due.
+    fn timer(&mut self) {
+        let now = self.now;
+        let timeout = self.config.request_timeout;
+        let mut resend_metadata = Vec::new();
+        let mut due_parts = Vec::new();
+        for (tag, op) in &self.ops {
+            match &op.state {
+                OpState::Metadata { at, message, .. } if at.saturating_add(timeout) <= now => {
+                    resend_metadata.push((*tag, message.clone()));
+                }
+                OpState::Data { parts, .. } => {
+                    for (index, part) in parts.iter().enumerate() {
+                        if part.deadline(timeout).is_some_and(|at| at <= now) {
+                            due_parts.push((*tag, index, part.state));
+                        }
+                    }
+                }
+                _ => {}
+            }
+        }
+        for (tag, message) in resend_metadata {
+            // Sent again under the same request id: the MDS answers a create it has
+            // made already with the object.
+            self.counters.timeouts += 1;
+            if let Some(Op { state: OpState::Metadata { at, .. }, .. }) = self.ops.get_mut(&tag) {
+                *at = now;
+            }
+            self.actions.push_back(ClientAction::Send { to: Peer::Mds, message });
+        }
+        for (tag, index, state) in due_parts {
+            match state {
+                PartState::Backoff { .. } => self.look_up_group(tag, index),
+                PartState::Sent { .. } | PartState::Looking { .. } => {
+                    self.counters.timeouts += 1;
+                    self.back_off(tag, index);
+                }
+                PartState::Done => {}
+            }
+        }
+        // Lookups of object names whose answer was lost are asked again.
+        let lost: Vec<String> = self
+            .lookups
+            .iter()
+            .filter(|(_, (_, at))| at.saturating_add(timeout) <= now)
+            .map(|(name, _)| name.clone())
+            .collect();
+        for name in lost {
+            self.counters.timeouts += 1;
+            self.look_up_object(name);
+        }
+    }
+}
+
+impl Part {
+    fn deadline(&self, timeout: somnus_types::VirtualDuration) -> Option<VirtualInstant> {
+        match self.state {
+            PartState::Sent { at, .. } | PartState::Looking { at, .. } => {
+                Some(at.saturating_add(timeout))
+            }
+            PartState::Backoff { at } => Some(at),
+            PartState::Done => None,
+        }
+    }
+}

@@ -1,0 +1,466 @@
+//! The storage server (docs/protocol.md): chunk replicas in a [`ChunkStore`], and for
+//! every chunk group it leads, the primary that orders requests, writes each to every
+//! replica and acknowledges it when all r copies are durable (C3).
+//!
+//! Roles of one server, all in this state machine:
+//! - **replica** of every group it is placed in: applies `ReplicaWrite`s of the epoch it
+//!   is fenced at, durably, then acknowledges; refuses older epochs (C1); on a
+//!   `SyncRequest` fences the new epoch durably and answers with its unstable writes.
+//! - **primary** of the groups the MDS granted it ([`primary`]).
+//! - **heartbeats** to the MDS, which renew the leases of the groups it leads (C2).
+//!
+//! Call protocol: after [`Server::new`] and after each [`Server::handle`], drain
+//! [`Server::poll_action`] (each `Disk` action is answered later by
+//! `ServerEvent::DiskDone` with its io id), then arm a timer for
+//! [`Server::poll_timeout`]. A crash is the shell dropping the server: what survives is
+//! [`Server::into_store`], whose changes were made only at `DiskDone`.
+
+mod primary;
+
+use std::collections::{BTreeMap, VecDeque};
+
+use somnus_types::{ByteRange, ChunkGroupId, IoId, ServerId, Version, VirtualInstant};
+
+use super::store::ChunkStore;
+use super::{ClusterConfig, Epoch, Message, Peer, ServerPower, UnstableWrite};
+use crate::slab::{Key, Slab};
+
+use primary::Led;
+
+/// Inputs, as facts.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum ServerEvent {
+    MessageReceived {
+        from: Peer,
+        message: Message,
+    },
+    DiskDone {
+        io: IoId,
+    },
+    TimerFired,
+    /// The server came out of standby (the MDS woke it).
+    Woken,
+}
+
+/// Outputs, as commands to the shell, in order.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum ServerAction {
+    Send {
+        to: Peer,
+        message: Message,
+    },
+    /// Read or write `bytes` at `position` of the server's disk; answer with `DiskDone`.
+    Disk {
+        io: IoId,
+        write: bool,
+        position: u64,
+        bytes: u64,
+    },
+    /// The server announced standby: power it down until the MDS wakes it.
+    Sleep,
+}
+
+/// Deliberately wrong protocols, for showing that the simulation's checker catches
+/// each (issue 11, point 10). Never set outside those tests and `somnus sim cluster
+/// --broken`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Broken {
+    /// The primary acknowledges a write once its own copy is durable (breaks C3).
+    AckAfterOneReplica,
+    /// No epoch is checked: a primary serves after its lease ran out, the MDS revoked
+    /// it or a newer primary fenced its replicas, and replicas take writes of any
+    /// epoch (C1, C2).
+    SkipEpochCheck,
+}
+
+/// What a server did, for tests and metrics.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct ServerCounters {
+    pub writes_acknowledged: u64,
+    pub reads_served: u64,
+    pub requests_refused: u64,
+    pub corrupt_reads: u64,
+    pub blocks_repaired: u64,
+    pub retransmits: u64,
+    /// Unstable writes a new primary wrote again everywhere.
+    pub writes_adopted: u64,
+    pub messages_dropped: u64,
+}
+
+/// A disk I/O in flight and what to do when it is done.
+#[derive(Clone, Debug)]
+enum Io {
+    /// A replica's copy of a write of `primary`'s.
+    ReplicaWrite {
+        group: ChunkGroupId,
+        epoch: Epoch,
+        primary: ServerId,
+        write: UnstableWrite,
+        stable: Version,
+    },
+    /// The durable record that `group` is fenced at `epoch`.
+    Fence { group: ChunkGroupId, epoch: Epoch, primary: ServerId },
+    /// A primary's read for a client, its answer taken when it was issued.
+    ClientRead { group: ChunkGroupId, client: Peer, request: u64, pieces: Vec<super::Piece> },
+    /// A replica's read for a primary repairing corrupt blocks.
+    RepairRead { to: ServerId, message: Message },
+    /// A primary's write of repaired blocks, then it serves the read again.
+    Repair {
+        group: ChunkGroupId,
+        chunk: super::ChunkId,
+        range: ByteRange,
+        pieces: Vec<super::Piece>,
+    },
+}
+
+/// Disk I/Os in flight at once: far above what any run reaches.
+const IOS_MAX: usize = 1 << 24;
+
+pub struct Server {
+    id: ServerId,
+    config: ClusterConfig,
+    broken: Option<Broken>,
+    now: VirtualInstant,
+    power: ServerPower,
+    store: ChunkStore,
+    led: BTreeMap<ChunkGroupId, Led>,
+    ios: Slab<Io>,
+    /// Per group: replica writes in flight, and the fences waiting for them to end (a
+    /// `SyncReply` must list every write accepted before the fence).
+    writes_in_flight: BTreeMap<ChunkGroupId, u32>,
+    fences_waiting: BTreeMap<ChunkGroupId, Vec<(ServerId, Epoch)>>,
+    /// The epoch a fence in flight will set: older writes are refused already.
+    fencing: BTreeMap<ChunkGroupId, Epoch>,
+    next_heartbeat: VirtualInstant,
+    next_scrub: VirtualInstant,
+    /// The server that last wrote to each group as primary (where a scrub of a
+    /// replica that leads nothing asks for an intact copy).
+    primary_of: BTreeMap<ChunkGroupId, ServerId>,
+    actions: VecDeque<ServerAction>,
+    counters: ServerCounters,
+}
+
+impl Server {
+    /// A server starting (or restarting after a crash) on `store`. It leads nothing
+    /// until the MDS grants it a lease.
+    pub fn new(
+        id: ServerId,
+        config: ClusterConfig,
+        store: ChunkStore,
+        now: VirtualInstant,
+        broken: Option<Broken>,
+    ) -> Server {
+        let mut server = Server {
+            id,
+            config,
+            broken,
+            now,
+            power: ServerPower::On,
+            store,
+            led: BTreeMap::new(),
+            ios: Slab::new(IOS_MAX),
+            writes_in_flight: BTreeMap::new(),
+            fences_waiting: BTreeMap::new(),
+            fencing: BTreeMap::new(),
+            next_heartbeat: now,
+            next_scrub: now.saturating_add(config.scrub_interval),
+            primary_of: BTreeMap::new(),
+            actions: VecDeque::new(),
+            counters: ServerCounters::default(),
+        };
+        server.heartbeat();
+        server
+    }
+
+    pub fn id(&self) -> ServerId {
+        self.id
+    }
+
+    pub fn store(&self) -> &ChunkStore {
+        &self.store
+    }
+
+    pub fn store_mut(&mut self) -> &mut ChunkStore {
+        &mut self.store
+    }
+
+    /// What survives a crash.
+    pub fn into_store(self) -> ChunkStore {
+        self.store
+    }
+
+    pub fn counters(&self) -> ServerCounters {
+        self.counters
+    }
+
+    pub fn power(&self) -> ServerPower {
+        self.power
+    }
+
+    /// The groups this server leads now, with their epochs.
+    pub fn leads(&self) -> Vec<(ChunkGroupId, Epoch)> {
+        self.led.iter().map(|(g, led)| (*g, led.epoch)).collect()
+    }
+
+    /// Whether any request or replica work is under way (the simulation's quiesce).
+    pub fn is_idle(&self) -> bool {
+        self.ios.is_empty() && self.led.values().all(Led::is_idle)
+    }
+
+    pub fn handle(&mut self, now: VirtualInstant, event: ServerEvent) {
+        assert!(now >= self.now, "time went back: {now:?} < {:?}", self.now);
+        self.now = now;
+        match event {
+            ServerEvent::MessageReceived { from, message } => self.message(from, message),
+            ServerEvent::DiskDone { io } => self.disk_done(io),
+            ServerEvent::TimerFired => self.timer(),
+            ServerEvent::Woken => {
+                self.power = ServerPower::On;
+                self.heartbeat();
+            }
+        }
+    }
+
+    pub fn poll_action(&mut self) -> Option<ServerAction> {
+        self.actions.pop_front()
+    }
+
+    pub fn poll_timeout(&self) -> Option<VirtualInstant> {
+        if self.power == ServerPower::Asleep {
+            return None;
+        }
+        let primaries =
+            self.led.values().filter_map(|led| led.deadline(self.now, self.config.retry_interval));
+        primaries.chain([self.next_heartbeat, self.next_scrub]).min()
+    }
+
+    fn send(&mut self, to: Peer, message: Message) {
+        self.actions.push_back(ServerAction::Send { to, message });
+    }
+
+    fn disk(&mut self, io: Io, write: bool, position: u64, bytes: u64) {
+        let Some(key) = self.ios.insert(io) else {
+            unreachable!("more than {IOS_MAX} disk I/Os in flight");
+        };
+        self.actions.push_back(ServerAction::Disk { io: IoId(key.0), write, position, bytes });
+    }
+
+    fn timer(&mut self) {
+        if self.power == ServerPower::Asleep {
+            return;
+        }
+        if self.now >= self.next_heartbeat {
+            self.heartbeat();
+        }
+        if self.now >= self.next_scrub {
+            self.scrub();
+        }
+        self.primaries_timer();
+    }
+
+    fn heartbeat(&mut self) {
+        let message =
+            Message::Heartbeat { sent_at: self.now, power: self.power, leads: self.leads() };
+        self.send(Peer::Mds, message);
+        self.next_heartbeat = self.now.saturating_add(self.config.heartbeat_interval);
+    }
+
+    /// Verifies every block held and asks an intact copy for each corrupt range: of a
+    /// replica if this server leads the group, else of the group's last primary.
+    fn scrub(&mut self) {
+        self.next_scrub = self.now.saturating_add(self.config.scrub_interval);
+        for (group, chunk, range) in self.store.corrupt_ranges() {
+            let source = match self.led.get(&group) {
+                Some(led) => led.repair_source(self.id),
+                None => self.primary_of.get(&group).copied().filter(|p| *p != self.id),
+            };
+            let Some(source) = source else {
+                // Not heard from the group's primary since a restart: ask the MDS.
+                self.send(Peer::Mds, Message::LookupGroup { request: 0, group });
+                continue;
+            };
+            let epoch = self.store.epoch(group);
+            self.send(Peer::Server(source), Message::RepairRead { group, epoch, chunk, range });
+        }
+    }
+
+    /// Whether a scrub would find corrupt blocks (the simulation's quiesce).
+    pub fn holds_corrupt(&self) -> bool {
+        !self.store.corrupt_ranges().is_empty()
+    }
+
+    fn message(&mut self, from: Peer, message: Message) {
+        if self.power == ServerPower::Asleep {
+            self.counters.messages_dropped += 1;
+            return;
+        }
+        match (from, message) {
+            (Peer::Mds, message) => self.mds_message(message),
+            (Peer::Server(primary), Message::ReplicaWrite { group, epoch, write, stable }) => {
+                self.replica_write(primary, group, epoch, write, stable);
+            }
+            (Peer::Server(primary), Message::SyncRequest { group, epoch }) => {
+                self.sync_request(primary, group, epoch);
+            }
+            (Peer::Server(primary), Message::RepairRead { group, epoch, chunk, range }) => {
+                self.repair_read(primary, group, epoch, chunk, range);
+            }
+            (Peer::Server(replica), message) => self.replica_message(replica, message),
+            (Peer::Client(_), message) => self.client_message(from, message),
+        }
+    }
+
+    fn mds_message(&mut self, message: Message) {
+        match message {
+            Message::HeartbeatReply { sent_at, renewed, revoked } => {
+                self.leases_renewed(sent_at, &renewed, &revoked);
+            }
+            Message::GrantLease { view, lease_from, .. } => self.granted(view, lease_from),
+            Message::MigratePrimary { group, epoch, .. } => self.migrate(group, epoch),
+            Message::GroupFound { view, .. } => {
+                if let Some(primary) = view.primary {
+                    self.primary_of.insert(view.group, primary);
+                }
+            }
+            Message::EnterStandby => {
+                if self.led.is_empty() {
+                    self.send(Peer::Mds, Message::Standby);
+                    self.power = ServerPower::Asleep;
+                    self.actions.push_back(ServerAction::Sleep);
+                }
+            }
+            _ => self.counters.messages_dropped += 1,
+        }
+    }
+
+    /// C1: a replica applies writes of the epoch it is fenced at only.
+    fn replica_write(
+        &mut self,
+        primary: ServerId,
+        group: ChunkGroupId,
+        epoch: Epoch,
+        write: UnstableWrite,
+        stable: Version,
+    ) {
+        self.primary_of.insert(group, primary);
+        let known = self.known_epoch(group);
+        if epoch != known && self.broken != Some(Broken::SkipEpochCheck) {
+            if primary == self.id {
+                // A newer primary fenced this server's own replica: it is deposed.
+                self.led.remove(&group);
+                return;
+            }
+            self.send(Peer::Server(primary), Message::ReplicaRefused { group, epoch, known });
+            return;
+        }
+        *self.writes_in_flight.entry(group).or_default() += 1;
+        let (position, bytes) = (disk_position(&write), write.range.size_bytes());
+        self.disk(Io::ReplicaWrite { group, epoch, primary, write, stable }, true, position, bytes);
+    }
+
+    /// The epoch the replica of `group` answers to: the fenced one, or the one a
+    /// fence in flight will set.
+    fn known_epoch(&self, group: ChunkGroupId) -> Epoch {
+        let fencing = self.fencing.get(&group).copied().unwrap_or_default();
+        self.store.epoch(group).max(fencing)
+    }
+
+    fn sync_request(&mut self, primary: ServerId, group: ChunkGroupId, epoch: Epoch) {
+        let known = self.known_epoch(group);
+        if epoch < known {
+            self.send(Peer::Server(primary), Message::ReplicaRefused { group, epoch, known });
+        } else if epoch == self.store.epoch(group) {
+            // A repeated request (the reply was lost): fenced already.
+            self.reply_sync_when_settled(primary, group, epoch);
+        } else if epoch > known {
+            self.fencing.insert(group, epoch);
+            self.disk(Io::Fence { group, epoch, primary }, true, 0, super::store::BLOCK_BYTES);
+        }
+        // epoch == known but not yet durable: the fence in flight answers.
+    }
+
+    /// Sends the sync reply once no write accepted before the fence is in flight.
+    fn reply_sync_when_settled(&mut self, primary: ServerId, group: ChunkGroupId, epoch: Epoch) {
+        if self.writes_in_flight.get(&group).copied().unwrap_or(0) > 0 {
+            self.fences_waiting.entry(group).or_default().push((primary, epoch));
+            return;
+        }
+        let unstable = self.store.unstable(group);
+        let reply = Message::SyncReply { group, epoch, unstable };
+        self.answer_primary(primary, reply);
+    }
+
+    /// Delivers a replica's answer: over the network, or to this server's own primary.
+    fn answer_primary(&mut self, primary: ServerId, message: Message) {
+        if primary == self.id {
+            self.replica_message(self.id, message);
+        } else {
+            self.send(Peer::Server(primary), message);
+        }
+    }
+
+    fn repair_read(
+        &mut self,
+        primary: ServerId,
+        group: ChunkGroupId,
+        epoch: Epoch,
+        chunk: super::ChunkId,
+        range: ByteRange,
+    ) {
+        let pieces = self.store.read(chunk, range).ok();
+        let message = Message::RepairData { group, epoch, chunk, range, pieces };
+        let position = disk_position(&UnstableWrite {
+            chunk,
+            range,
+            version: Version(0),
+            stamp: super::Stamp(0),
+        });
+        self.disk(Io::RepairRead { to: primary, message }, false, position, range.size_bytes());
+    }
+
+    fn disk_done(&mut self, io: IoId) {
+        let Some(io) = self.ios.remove(Key(io.0)) else {
+            unreachable!("a disk I/O completed twice or was never issued");
+        };
+        match io {
+            Io::ReplicaWrite { group, epoch, primary, write, stable } => {
+                self.store.paint(&write);
+                self.store.hold_unstable(group, write, stable);
+                let in_flight = self.writes_in_flight.entry(group).or_default();
+                *in_flight -= 1;
+                if *in_flight == 0 {
+                    self.writes_in_flight.remove(&group);
+                    for (primary, epoch) in self.fences_waiting.remove(&group).unwrap_or_default() {
+                        self.reply_sync_when_settled(primary, group, epoch);
+                    }
+                }
+                let ack = Message::ReplicaAck { group, epoch, version: write.version };
+                self.answer_primary(primary, ack);
+            }
+            Io::Fence { group, epoch, primary } => {
+                self.store.fence(group, epoch);
+                if self.fencing.get(&group).is_some_and(|e| *e <= epoch) {
+                    self.fencing.remove(&group);
+                }
+                self.reply_sync_when_settled(primary, group, epoch);
+            }
+            Io::ClientRead { group, client, request, pieces } => {
+                self.read_done(group, client, request, pieces);
+            }
+            Io::RepairRead { to, message } => self.send(Peer::Server(to), message),
+            Io::Repair { group, chunk, range, pieces } => {
+                self.store.repair(chunk, range, &pieces);
+                self.counters.blocks_repaired += range.size_bytes() / super::store::BLOCK_BYTES;
+                self.admit(group);
+            }
+        }
+    }
+}
+
+/// Where a chunk's range lies on the server's disk: chunks spread by a hash of their
+/// id, so the disk model sees seeks between chunks and sequential runs within one.
+fn disk_position(write: &UnstableWrite) -> u64 {
+    let chunk = super::mds::mix(write.chunk.object.0 << 32 | u64::from(write.chunk.chunk.0));
+    (chunk % (1 << 20)) * (1 << 26) + write.range.start
+}

@@ -1,0 +1,600 @@
+//! A chunk group's primary (docs/protocol.md): it serves only in the epoch the MDS
+//! granted and while its lease runs (C1, C2); before serving it fences every replica
+//! and writes again everywhere the writes they hold unstable (so a read never returns
+//! a write that a later primary could lack, C4); it orders block-overlapping
+//! requests, gives each write a version `epoch << 40 | sequence`, sends it to every
+//! replica and acknowledges it when all r copies are durable (C3).
+
+use std::collections::{BTreeMap, VecDeque};
+
+use somnus_types::{ByteRange, ChunkGroupId, ServerId, Version, VirtualDuration, VirtualInstant};
+
+use super::{Broken, Io, Server, disk_position};
+use crate::cluster::store::BLOCK_BYTES;
+use crate::cluster::{
+    ChunkId, DvlHandoff, Epoch, GroupView, Message, Peer, Piece, ReplyBody, RequestError, Stamp,
+    UnstableWrite,
+};
+
+/// Bits of a version below the epoch: 2^40 writes per epoch.
+const SEQUENCE_BITS: u32 = 40;
+
+/// A client request the primary has not started: it waits for the primary's own
+/// replica to be synced and for overlapping writes before it to commit.
+#[derive(Clone, Debug)]
+struct Waiting {
+    client: Peer,
+    request: u64,
+    chunk: ChunkId,
+    range: ByteRange,
+    /// Some: a write of this stamp; none: a read.
+    stamp: Option<Stamp>,
+}
+
+/// A write sent to the replicas and not yet durable on all of them.
+#[derive(Clone, Debug)]
+struct Pending {
+    write: UnstableWrite,
+    /// Per replica (in `Led::replicas` order): its copy is durable.
+    acked: Vec<bool>,
+    sent_at: VirtualInstant,
+    /// The client to answer, none for a write adopted from a replica.
+    client: Option<(Peer, u64)>,
+}
+
+/// A group this server leads.
+#[derive(Clone, Debug)]
+pub(super) struct Led {
+    pub(super) epoch: Epoch,
+    replicas: Vec<ServerId>,
+    lease_until: VirtualInstant,
+    next_sequence: u64,
+    /// The highest version written or adopted (the stable mark when nothing pends).
+    last_version: Version,
+    /// The MDS asked for the group back: new requests are refused with `Retry`.
+    migrating: bool,
+    /// Per replica: fenced at this epoch with its unstable writes adopted.
+    synced: Vec<bool>,
+    sync_sent_at: Vec<Option<VirtualInstant>>,
+    pending: BTreeMap<Version, Pending>,
+    waiting: VecDeque<Waiting>,
+    /// Reads held while corrupt blocks are repaired, with the replicas asked so far.
+    repairing: Vec<(Waiting, Vec<ServerId>)>,
+}
+
+impl Led {
+    pub(super) fn is_idle(&self) -> bool {
+        self.pending.is_empty() && self.waiting.is_empty() && self.repairing.is_empty()
+    }
+
+    /// The next retransmission due, or the lease's end if it is still ahead.
+    pub(super) fn deadline(
+        &self,
+        now: VirtualInstant,
+        retry: VirtualDuration,
+    ) -> Option<VirtualInstant> {
+        let syncs = self
+            .sync_sent_at
+            .iter()
+            .zip(&self.synced)
+            .filter(|(_, synced)| !**synced)
+            .filter_map(|(at, _)| *at);
+        let writes = self.pending.values().map(|p| p.sent_at);
+        let oldest = syncs.chain(writes).min().map(|at| at.saturating_add(retry));
+        let lease = Some(self.lease_until).filter(|at| *at > now);
+        oldest.into_iter().chain(lease).min()
+    }
+
+    /// Every write up to this version is durable on all replicas.
+    fn stable(&self) -> Version {
+        match self.pending.keys().next() {
+            Some(first) => Version(first.0.saturating_sub(1)),
+            None => self.last_version,
+        }
+    }
+
+    fn index_of(&self, replica: ServerId) -> Option<usize> {
+        self.replicas.iter().position(|r| *r == replica)
+    }
+
+    /// A synced replica other than `own` to repair from.
+    pub(super) fn repair_source(&self, own: ServerId) -> Option<ServerId> {
+        self.replicas
+            .iter()
+            .zip(&self.synced)
+            .find(|(r, synced)| **r != own && **synced)
+            .map(|(r, _)| *r)
+    }
+
+    fn overlaps_pending(&self, chunk: ChunkId, range: ByteRange) -> bool {
+        self.pending.values().any(|p| p.write.chunk == chunk && p.write.range.overlaps(range))
+    }
+}
+
+impl Server {
+    /// The MDS made this server primary of `view.group` in `view.epoch`.
+    pub(super) fn granted(&mut self, view: GroupView, lease_from: VirtualInstant) {
+        let lease_until = lease_from.saturating_add(self.config.lease);
+        let known = self.led.get(&view.group).map(|led| led.epoch);
+        if lease_until <= self.now || known.is_some_and(|e| e >= view.epoch) {
+            self.counters.messages_dropped += 1;
+            return;
+        }
+        if !view.replicas.contains(&self.id) {
+            self.counters.messages_dropped += 1;
+            return;
+        }
+        self.step_down(view.group);
+        let replicas = view.replicas.len();
+        let led = Led {
+            epoch: view.epoch,
+            replicas: view.replicas,
+            lease_until,
+            next_sequence: 1,
+            last_version: Version(0),
+            migrating: false,
+            synced: vec![false; replicas],
+            sync_sent_at: vec![None; replicas],
+            pending: BTreeMap::new(),
+            waiting: VecDeque::new(),
+            repairing: Vec::new(),
+        };
+        self.led.insert(view.group, led);
+        self.send_syncs(view.group);
+    }
+
+    /// Sends a `SyncRequest` to every replica not yet synced whose last one is due.
+    fn send_syncs(&mut self, group: ChunkGroupId) {
+        let Some(led) = self.led.get_mut(&group) else { return };
+        let (epoch, now, retry) = (led.epoch, self.now, self.config.retry_interval);
+        let mut targets = Vec::new();
+        for (index, replica) in led.replicas.iter().enumerate() {
+            let due = led.sync_sent_at[index].is_none_or(|at| at.saturating_add(retry) <= now);
+            if !led.synced[index] && due {
+                led.sync_sent_at[index] = Some(now);
+                targets.push(*replica);
+            }
+        }
+        for replica in targets {
+            if replica == self.id {
+                self.sync_request(self.id, group, epoch);
+            } else {
+                self.send(Peer::Server(replica), Message::SyncRequest { group, epoch });
+            }
+        }
+    }
+
+    /// Stops leading `group`: requests not started are refused; writes under way are
+    /// left to the next primary (their clients time out and retry).
+    fn step_down(&mut self, group: ChunkGroupId) {
+        let Some(led) = self.led.remove(&group) else { return };
+        let known = led.epoch;
+        let refused = led.waiting.into_iter().chain(led.repairing.into_iter().map(|(w, _)| w));
+        for waiting in refused {
+            self.refuse(waiting.client, waiting.request, RequestError::NotPrimary { known });
+        }
+    }
+
+    fn refuse(&mut self, client: Peer, request: u64, error: RequestError) {
+        self.counters.requests_refused += 1;
+        self.send(client, Message::ClientReply { request, body: ReplyBody::Refused(error) });
+    }
+
+    pub(super) fn leases_renewed(
+        &mut self,
+        sent_at: VirtualInstant,
+        renewed: &[(ChunkGroupId, Epoch)],
+        revoked: &[(ChunkGroupId, Epoch)],
+    ) {
+        let lease_until = sent_at.saturating_add(self.config.lease);
+        for (group, epoch) in renewed {
+            if let Some(led) = self.led.get_mut(group).filter(|led| led.epoch == *epoch) {
+                led.lease_until = led.lease_until.max(lease_until);
+            }
+        }
+        for (group, epoch) in revoked {
+            let current = self.led.get(group).is_some_and(|led| led.epoch == *epoch);
+            if current && self.broken != Some(Broken::SkipEpochCheck) {
+                self.step_down(*group);
+            }
+        }
+    }
+
+    /// P1: the MDS wants the group on another server; finish what is under way, then
+    /// give the lease back.
+    pub(super) fn migrate(&mut self, group: ChunkGroupId, epoch: Epoch) {
+        let Some(led) = self.led.get_mut(&group).filter(|led| led.epoch == epoch) else {
+            self.counters.messages_dropped += 1;
+            return;
+        };
+        led.migrating = true;
+        let waiting: Vec<Waiting> = led.waiting.drain(..).collect();
+        for w in waiting {
+            self.refuse(w.client, w.request, RequestError::Retry);
+        }
+        self.cancel_if_drained(group);
+    }
+
+    fn cancel_if_drained(&mut self, group: ChunkGroupId) {
+        let drained = self.led.get(&group).is_some_and(|led| led.migrating && led.is_idle());
+        if drained {
+            let Some(led) = self.led.remove(&group) else { return };
+            let handoff = DvlHandoff { next_version: Version(0), extents: Vec::new() };
+            self.send(Peer::Mds, Message::CancelLease { group, epoch: led.epoch, handoff });
+        }
+    }
+
+    pub(super) fn client_message(&mut self, client: Peer, message: Message) {
+        let (request, group, epoch, chunk, range, stamp) = match message {
+            Message::ClientWrite { request, group, epoch, chunk, range, stamp } => {
+                (request, group, epoch, chunk, range, Some(stamp))
+            }
+            Message::ClientRead { request, group, epoch, chunk, range } => {
+                (request, group, epoch, chunk, range, None)
+            }
+            _ => {
+                self.counters.messages_dropped += 1;
+                return;
+            }
+        };
+        let aligned = range.start % BLOCK_BYTES == 0 && range.end % BLOCK_BYTES == 0;
+        if range.is_empty() || !aligned || range.end > self.config.chunk_size_bytes {
+            self.refuse(client, request, RequestError::BadRange);
+            return;
+        }
+        let (now, broken) = (self.now, self.broken);
+        let led = self.led.get(&group);
+        let serving = led.is_some_and(|led| {
+            broken == Some(Broken::SkipEpochCheck) || (led.epoch == epoch && now < led.lease_until)
+        });
+        match led {
+            Some(led) if serving && led.migrating => {
+                self.refuse(client, request, RequestError::Retry);
+            }
+            Some(_) if serving => {
+                let waiting = Waiting { client, request, chunk, range, stamp };
+                if let Some(led) = self.led.get_mut(&group) {
+                    led.waiting.push_back(waiting);
+                }
+                self.admit(group);
+            }
+            _ => {
+                let known = led.map_or(self.store.epoch(group), |led| led.epoch);
+                self.refuse(client, request, RequestError::NotPrimary { known });
+            }
+        }
+    }
+
+    /// Starts every waiting request that no write before it overlaps, in order.
+    pub(super) fn admit(&mut self, group: ChunkGroupId) {
+        let Some(led) = self.led.get_mut(&group) else { return };
+        let own = led.index_of(self.id).is_some_and(|i| led.synced[i]);
+        if !own {
+            return;
+        }
+        let mut blocked: Vec<(ChunkId, ByteRange)> = Vec::new();
+        let mut ready = Vec::new();
+        let mut kept = VecDeque::new();
+        let waiting = std::mem::take(&mut led.waiting);
+        for w in waiting {
+            let behind = blocked.iter().any(|(c, r)| *c == w.chunk && r.overlaps(w.range));
+            if behind || led.overlaps_pending(w.chunk, w.range) {
+                blocked.push((w.chunk, w.range));
+                kept.push_back(w);
+            } else {
+                if w.stamp.is_some() {
+                    // Later requests to these blocks wait for this write.
+                    blocked.push((w.chunk, w.range));
+                }
+                ready.push(w);
+            }
+        }
+        led.waiting = kept;
+        for w in ready {
+            match w.stamp {
+                Some(stamp) => self.start_write(group, w, stamp),
+                None => self.start_read(group, w),
+            }
+        }
+    }
+
+    fn start_write(&mut self, group: ChunkGroupId, w: Waiting, stamp: Stamp) {
+        let Some(led) = self.led.get_mut(&group) else { return };
+        let version = Version(led.epoch.0 << SEQUENCE_BITS | led.next_sequence);
+        led.next_sequence += 1;
+        led.last_version = led.last_version.max(version);
+        let write = UnstableWrite { chunk: w.chunk, range: w.range, version, stamp };
+        let pending = Pending {
+            write,
+            acked: vec![false; led.replicas.len()],
+            sent_at: self.now,
+            client: Some((w.client, w.request)),
+        };
+        led.pending.insert(version, pending);
+        self.send_write(group, version, None);
+    }
+
+    /// Sends the pending write `version` to every synced replica that has not acked it
+    /// (or only to `only`).
+    fn send_write(&mut self, group: ChunkGroupId, version: Version, only: Option<ServerId>) {
+        let Some(led) = self.led.get_mut(&group) else { return };
+        let stable = led.stable();
+        let epoch = led.epoch;
+        let Some(pending) = led.pending.get_mut(&version) else { return };
+        pending.sent_at = self.now;
+        let write = pending.write;
+        let targets: Vec<ServerId> = led
+            .replicas
+            .iter()
+            .enumerate()
+            .filter(|(i, r)| led.synced[*i] && !pending.acked[*i] && only.is_none_or(|o| o == **r))
+            .map(|(_, r)| *r)
+            .collect();
+        for replica in targets {
+            if replica == self.id {
+                self.replica_write(self.id, group, epoch, write, stable);
+            } else {
+                let message = Message::ReplicaWrite { group, epoch, write, stable };
+                self.send(Peer::Server(replica), message);
+            }
+        }
+    }
+
+    fn start_read(&mut self, group: ChunkGroupId, w: Waiting) {
+        match self.store.read(w.chunk, w.range) {
+            Ok(pieces) => {
+                let position = disk_position(&UnstableWrite {
+                    chunk: w.chunk,
+                    range: w.range,
+                    version: Version(0),
+                    stamp: Stamp(0),
+                });
+                let io = Io::ClientRead { group, client: w.client, request: w.request, pieces };
+                self.disk(io, false, position, w.range.size_bytes());
+            }
+            Err(_) => {
+                self.counters.corrupt_reads += 1;
+                self.ask_for_repair(group, w, Vec::new());
+            }
+        }
+    }
+
+    /// Asks the next replica not yet asked for its copy of a read's range.
+    fn ask_for_repair(&mut self, group: ChunkGroupId, w: Waiting, mut asked: Vec<ServerId>) {
+        let Some(led) = self.led.get_mut(&group) else { return };
+        let source = led
+            .replicas
+            .iter()
+            .enumerate()
+            .find(|(i, r)| **r != self.id && led.synced[*i] && !asked.contains(r))
+            .map(|(_, r)| *r);
+        let Some(source) = source else {
+            // No intact copy reachable now: the client retries (the read stays unserved
+            // rather than returning corrupt data).
+            self.refuse(w.client, w.request, RequestError::Retry);
+            return;
+        };
+        asked.push(source);
+        let message =
+            Message::RepairRead { group, epoch: led.epoch, chunk: w.chunk, range: w.range };
+        led.repairing.push((w, asked));
+        self.send(Peer::Server(source), message);
+    }
+
+    pub(super) fn read_done(
+        &mut self,
+        group: ChunkGroupId,
+        client: Peer,
+        request: u64,
+        pieces: Vec<Piece>,
+    ) {
+        self.counters.reads_served += 1;
+        self.send(client, Message::ClientReply { request, body: ReplyBody::Read { pieces } });
+        self.cancel_if_drained(group);
+    }
+
+    /// Acknowledgements, refusals, sync replies and repair data from replicas.
+    pub(super) fn replica_message(&mut self, replica: ServerId, message: Message) {
+        match message {
+            Message::ReplicaAck { group, epoch, version } => {
+                self.acked(replica, group, epoch, version)
+            }
+            Message::ReplicaRefused { group, epoch, known } => {
+                let Some(led) = self.led.get_mut(&group).filter(|l| l.epoch == epoch) else {
+                    return;
+                };
+                if known > epoch {
+                    // A newer primary fenced this replica: this one is deposed.
+                    if self.broken != Some(Broken::SkipEpochCheck) {
+                        self.step_down(group);
+                    }
+                } else if let Some(i) = led.index_of(replica) {
+                    // The replica lost its fence (it never made it durable): sync again.
+                    led.synced[i] = false;
+                    led.sync_sent_at[i] = None;
+                    self.send_syncs(group);
+                }
+            }
+            Message::SyncReply { group, epoch, unstable } => {
+                self.synced(replica, group, epoch, unstable)
+            }
+            Message::RepairData { group, epoch, chunk, range, pieces } => {
+                self.repair_data(replica, group, epoch, chunk, range, pieces);
+            }
+            _ => self.counters.messages_dropped += 1,
+        }
+    }
+
+    fn acked(&mut self, replica: ServerId, group: ChunkGroupId, epoch: Epoch, version: Version) {
+        let broken = self.broken;
+        let own = self.id;
+        let Some(led) = self.led.get_mut(&group).filter(|l| l.epoch == epoch) else { return };
+        let Some(index) = led.index_of(replica) else { return };
+        let Some(pending) = led.pending.get_mut(&version) else { return };
+        pending.acked[index] = true;
+        let all = pending.acked.iter().all(|a| *a);
+        let early = if broken == Some(Broken::AckAfterOneReplica) && replica == own {
+            // The broken variant answers the client once its own copy is durable.
+            pending.client.take()
+        } else {
+            None
+        };
+        if let Some((client, request)) = early {
+            self.counters.writes_acknowledged += 1;
+            self.send(
+                client,
+                Message::ClientReply { request, body: ReplyBody::Written { version } },
+            );
+        }
+        if !all {
+            return;
+        }
+        let Some(led) = self.led.get_mut(&group) else { return };
+        let Some(pending) = led.pending.remove(&version) else { return };
+        if let Some((client, request)) = pending.client {
+            self.counters.writes_acknowledged += 1;
+            self.send(
+                client,
+                Message::ClientReply { request, body: ReplyBody::Written { version } },
+            );
+        }
+        self.admit(group);
+        self.cancel_if_drained(group);
+    }
+
+    /// A replica is fenced at this epoch: adopt its unstable writes (written again to
+    /// every replica at their versions) and send it every write under way.
+    fn synced(
+        &mut self,
+        replica: ServerId,
+        group: ChunkGroupId,
+        epoch: Epoch,
+        unstable: Vec<UnstableWrite>,
+    ) {
+        let now = self.now;
+        let Some(led) = self.led.get_mut(&group).filter(|l| l.epoch == epoch) else { return };
+        let Some(index) = led.index_of(replica) else { return };
+        if led.synced[index] {
+            return;
+        }
+        led.synced[index] = true;
+        let mut adopted = Vec::new();
+        for write in unstable {
+            if led.pending.contains_key(&write.version)
+                || write.version.0 >> SEQUENCE_BITS >= epoch.0
+            {
+                continue;
+            }
+            led.last_version = led.last_version.max(write.version);
+            let acked = vec![false; led.replicas.len()];
+            led.pending.insert(write.version, Pending { write, acked, sent_at: now, client: None });
+            adopted.push(write.version);
+        }
+        self.counters.writes_adopted += adopted.len() as u64;
+        let under_way: Vec<Version> = led.pending.keys().copied().collect();
+        for version in under_way {
+            let only = if adopted.contains(&version) { None } else { Some(replica) };
+            self.send_write(group, version, only);
+        }
+        self.admit(group);
+    }
+
+    fn repair_data(
+        &mut self,
+        replica: ServerId,
+        group: ChunkGroupId,
+        epoch: Epoch,
+        chunk: ChunkId,
+        range: ByteRange,
+        pieces: Option<Vec<Piece>>,
+    ) {
+        let led = self.led.get_mut(&group).filter(|l| l.epoch == epoch);
+        let found = led.as_ref().and_then(|led| {
+            led.repairing.iter().position(|(w, asked)| {
+                w.chunk == chunk && w.range == range && asked.last() == Some(&replica)
+            })
+        });
+        let (Some(led), Some(index)) = (led, found) else {
+            // A scrub's answer: repair the blocks that are still corrupt.
+            if let Some(pieces) = pieces {
+                let position = disk_position(&UnstableWrite {
+                    chunk,
+                    range,
+                    version: Version(0),
+                    stamp: Stamp(0),
+                });
+                self.disk(
+                    Io::Repair { group, chunk, range, pieces },
+                    true,
+                    position,
+                    range.size_bytes(),
+                );
+            }
+            return;
+        };
+        let (waiting, asked) = led.repairing.swap_remove(index);
+        match pieces {
+            Some(pieces) => {
+                // Write the repaired blocks, then serve the read again from the start.
+                led.waiting.push_front(waiting);
+                let position = disk_position(&UnstableWrite {
+                    chunk,
+                    range,
+                    version: Version(0),
+                    stamp: Stamp(0),
+                });
+                let io = Io::Repair { group, chunk, range, pieces };
+                self.disk(io, true, position, range.size_bytes());
+            }
+            None => self.ask_for_repair(group, waiting, asked),
+        }
+    }
+
+    /// Lease ends and retransmissions.
+    pub(super) fn primaries_timer(&mut self) {
+        let groups: Vec<ChunkGroupId> = self.led.keys().copied().collect();
+        for group in groups {
+            let Some(led) = self.led.get(&group) else { continue };
+            if led.lease_until <= self.now && self.broken != Some(Broken::SkipEpochCheck) {
+                self.step_down(group);
+                continue;
+            }
+            self.send_syncs(group);
+            let retry = self.config.retry_interval;
+            let now = self.now;
+            let Some(led) = self.led.get(&group) else { continue };
+            let due: Vec<Version> = led
+                .pending
+                .iter()
+                .filter(|(_, p)| p.sent_at.saturating_add(retry) <= now)
+                .map(|(v, _)| *v)
+                .collect();
+            self.counters.retransmits += due.len() as u64;
+            for version in due {
+                self.resend_remote(group, version);
+            }
+        }
+    }
+
+    /// Sends a pending write again to the synced remote replicas that have not acked
+    /// it (the local copy is in flight on this server's own disk).
+    fn resend_remote(&mut self, group: ChunkGroupId, version: Version) {
+        let Some(led) = self.led.get_mut(&group) else { return };
+        let stable = led.stable();
+        let epoch = led.epoch;
+        let own = self.id;
+        let Some(pending) = led.pending.get_mut(&version) else { return };
+        pending.sent_at = self.now;
+        let write = pending.write;
+        let targets: Vec<ServerId> = led
+            .replicas
+            .iter()
+            .enumerate()
+            .filter(|(i, r)| **r != own && led.synced[*i] && !pending.acked[*i])
+            .map(|(_, r)| *r)
+            .collect();
+        for replica in targets {
+            self.send(Peer::Server(replica), Message::ReplicaWrite { group, epoch, write, stable });
+        }
+    }
+}

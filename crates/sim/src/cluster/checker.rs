@@ -1,0 +1,281 @@
+//! The cluster simulation's checker (issue 11, docs/protocol.md C1, C3, C4).
+//!
+//! Linearizability per block, with the versions the cluster assigns as the witness
+//! order: each block's writes are ordered by version, and the history is accepted
+//! only if that order agrees with real time and every read fits it:
+//! - a write invoked after another write to the block completed, or after a read of
+//!   the block returned, gets a higher version than either (its version is above the
+//!   block's *floor* when it was invoked);
+//! - a read returns, for every block, a version at least the floor at its invocation
+//!   (the latest acknowledged write, or anything newer that was read), of a write
+//!   invoked before the read completed and covering that block;
+//! - one version of a chunk is one write (two primaries that wrote in one epoch would
+//!   hand out the same versions: C1).
+//!
+//! At the end, every block's floor must still be held by every replica (no
+//! acknowledged write lost) and the replicas of every chunk must be equal.
+
+use std::collections::BTreeMap;
+
+use somnus_core::cluster::store::BLOCK_BYTES;
+use somnus_core::cluster::{ChunkId, Piece, Stamp};
+use somnus_types::{ByteRange, Version, VirtualInstant};
+
+/// One block of one chunk.
+type Block = (ChunkId, u64);
+
+#[derive(Clone, Debug)]
+struct WriteRecord {
+    chunk_ranges: Vec<(ChunkId, ByteRange)>,
+    invoked: VirtualInstant,
+}
+
+#[derive(Clone, Debug)]
+struct Invocation {
+    /// The floor of every block the op covers when it was invoked.
+    floors: Vec<(Block, Version)>,
+}
+
+#[derive(Default)]
+pub struct Checker {
+    floors: BTreeMap<Block, Version>,
+    writes: BTreeMap<Stamp, WriteRecord>,
+    /// Which stamp each version of a chunk belongs to.
+    versions: BTreeMap<(ChunkId, Version), Stamp>,
+    open: BTreeMap<u64, Invocation>,
+    violations: Vec<String>,
+    /// Violations beyond this many are counted, not described.
+    violations_more: u64,
+}
+
+const VIOLATIONS_KEPT: usize = 8;
+
+fn blocks(chunk: ChunkId, range: ByteRange) -> impl Iterator<Item = Block> {
+    (range.start / BLOCK_BYTES..range.end.div_ceil(BLOCK_BYTES)).map(move |b| (chunk, b))
+}
+
+impl Checker {
+    pub fn new() -> Checker {
+        Checker::default()
+    }
+
+    pub fn violations(&self) -> &[String] {
+        &self.violations
+    }
+
+    pub fn violation_count(&self) -> u64 {
+        self.violations.len() as u64 + self.violations_more
+    }
+
+    pub fn violate(&mut self, description: String) {
+        if self.violations.len() < VIOLATIONS_KEPT {
+            self.violations.push(description);
+        } else {
+            self.violations_more += 1;
+        }
+    }
+
+    /// An op on `chunk_ranges` was invoked (a write of `stamp`, or a read).
+    pub fn invoke(
+        &mut self,
+        op: u64,
+        now: VirtualInstant,
+        chunk_ranges: &[(ChunkId, ByteRange)],
+        stamp: Option<Stamp>,
+    ) {
+        let floors = chunk_ranges
+            .iter()
+            .flat_map(|(c, r)| blocks(*c, *r))
+            .map(|b| (b, self.floors.get(&b).copied().unwrap_or_default()))
+            .collect();
+        self.open.insert(op, Invocation { floors });
+        if let Some(stamp) = stamp {
+            let record = WriteRecord { chunk_ranges: chunk_ranges.to_vec(), invoked: now };
+            self.writes.insert(stamp, record);
+        }
+    }
+
+    /// A write was acknowledged with these versions.
+    pub fn written(&mut self, op: u64, stamp: Stamp, parts: &[(ChunkId, ByteRange, Version)]) {
+        let Some(invocation) = self.open.remove(&op) else { return };
+        let at_invoke: BTreeMap<Block, Version> = invocation.floors.into_iter().collect();
+        for (chunk, range, version) in parts {
+            self.claim_version(*chunk, *version, stamp);
+            for block in blocks(*chunk, *range) {
+                let floor = at_invoke.get(&block).copied().unwrap_or_default();
+                if *version <= floor {
+                    self.violate(format!(
+                        "C4: write {stamp:?} of block {block:?} acknowledged at {version:?}, not above {floor:?} already acknowledged or read before it began"
+                    ));
+                }
+                let current = self.floors.entry(block).or_default();
+                *current = (*current).max(*version);
+            }
+        }
+    }
+
+    /// A read returned `pieces` (per chunk, ranges within the chunk).
+    pub fn read(&mut self, op: u64, now: VirtualInstant, pieces: &[(ChunkId, Piece)]) {
+        let Some(invocation) = self.open.remove(&op) else { return };
+        let at_invoke: BTreeMap<Block, Version> = invocation.floors.into_iter().collect();
+        for (chunk, piece) in pieces {
+            if piece.stamp != Stamp(0) {
+                self.check_source(*chunk, piece, now);
+            }
+            for block in blocks(*chunk, piece.range) {
+                let floor = at_invoke.get(&block).copied().unwrap_or_default();
+                if piece.version < floor {
+                    self.violate(format!(
+                        "C4: read of block {block:?} returned {:?} (stamp {:?}), older than {floor:?} acknowledged or read before the read began",
+                        piece.version, piece.stamp
+                    ));
+                }
+                let current = self.floors.entry(block).or_default();
+                *current = (*current).max(piece.version);
+            }
+        }
+    }
+
+    /// A read's piece must come from a write invoked before the read completed that
+    /// covers it, at a version no other write of the chunk has.
+    fn check_source(&mut self, chunk: ChunkId, piece: &Piece, now: VirtualInstant) {
+        let covered = self.writes.get(&piece.stamp).is_some_and(|w| {
+            w.invoked <= now
+                && w.chunk_ranges.iter().any(|(c, r)| *c == chunk && r.contains(piece.range))
+        });
+        if !covered {
+            self.violate(format!(
+                "C4: read of {chunk:?} {:?} returned stamp {:?}, which no write of that range made",
+                piece.range, piece.stamp
+            ));
+        }
+        self.claim_version(chunk, piece.version, piece.stamp);
+    }
+
+    fn claim_version(&mut self, chunk: ChunkId, version: Version, stamp: Stamp) {
+        let owner = *self.versions.entry((chunk, version)).or_insert(stamp);
+        if owner != stamp {
+            self.violate(format!(
+                "C1: version {version:?} of {chunk:?} belongs to two writes ({owner:?}, {stamp:?}): two primaries in one epoch"
+            ));
+        }
+    }
+
+    /// At the end: every acknowledged or read version is still on every replica of
+    /// its chunk (`replicas`: each replica's contents of the chunk), and the replicas
+    /// are equal.
+    pub fn check_final(&mut self, chunk: ChunkId, replicas: &[(String, Vec<Piece>)]) {
+        if let Some((first, reference)) = replicas.first() {
+            for (name, contents) in &replicas[1..] {
+                if contents != reference {
+                    let at = reference.iter().zip(contents).find(|(a, b)| a != b);
+                    let at = at.map(|(a, b)| format!("{a:?} vs {b:?}")).unwrap_or_else(|| {
+                        format!("{} pieces vs {}", reference.len(), contents.len())
+                    });
+                    self.violate(format!(
+                        "convergence: replicas {first} and {name} of {chunk:?} differ after the faults healed, first at {at}"
+                    ));
+                }
+            }
+        }
+        let floors: BTreeMap<u64, Version> = self
+            .floors
+            .iter()
+            .filter(|((c, _), _)| *c == chunk)
+            .map(|((_, b), v)| (*b, *v))
+            .collect();
+        for (name, contents) in replicas {
+            for (block, floor) in &floors {
+                let range = ByteRange::new(block * BLOCK_BYTES, BLOCK_BYTES);
+                let held = contents
+                    .iter()
+                    .find(|p| p.range.overlaps(range))
+                    .map_or(Version(0), |p| p.version);
+                if held < *floor {
+                    self.violate(format!(
+                        "C3: {name} holds block {block} of {chunk:?} at {held:?}, below the acknowledged {floor:?}: a write was lost"
+                    ));
+                }
+            }
+        }
+    }
+
+    /// The chunks the history touched.
+    pub fn chunks(&self) -> Vec<ChunkId> {
+        let mut chunks: Vec<ChunkId> = self.floors.keys().map(|(c, _)| *c).collect();
+        chunks.sort_unstable();
+        chunks.dedup();
+        chunks
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use somnus_core::cluster::ChunkIndex;
+    use somnus_types::ObjectId;
+
+    use super::*;
+
+    const CHUNK: ChunkId = ChunkId { object: ObjectId(1), chunk: ChunkIndex(0) };
+
+    fn at(ms: u64) -> VirtualInstant {
+        VirtualInstant::ZERO + somnus_types::VirtualDuration::from_millis(ms)
+    }
+
+    fn piece(version: u64, stamp: u64) -> (ChunkId, Piece) {
+        (
+            CHUNK,
+            Piece {
+                range: ByteRange::new(0, BLOCK_BYTES),
+                version: Version(version),
+                stamp: Stamp(stamp),
+            },
+        )
+    }
+
+    const BLOCK0: ByteRange = ByteRange { start: 0, end: BLOCK_BYTES };
+
+    #[test]
+    fn a_read_of_the_latest_acknowledged_write_passes() {
+        let mut checker = Checker::new();
+        checker.invoke(1, at(0), &[(CHUNK, BLOCK0)], Some(Stamp(7)));
+        checker.written(1, Stamp(7), &[(CHUNK, BLOCK0, Version(5))]);
+        checker.invoke(2, at(2), &[(CHUNK, BLOCK0)], None);
+        checker.read(2, at(3), &[piece(5, 7)]);
+        assert_eq!(checker.violation_count(), 0, "{:?}", checker.violations());
+    }
+
+    #[test]
+    fn a_stale_read_after_an_acknowledged_write_is_caught() {
+        let mut checker = Checker::new();
+        checker.invoke(1, at(0), &[(CHUNK, BLOCK0)], Some(Stamp(7)));
+        checker.written(1, Stamp(7), &[(CHUNK, BLOCK0, Version(5))]);
+        checker.invoke(2, at(2), &[(CHUNK, BLOCK0)], None);
+        checker.read(2, at(3), &[piece(0, 0)]);
+        assert_eq!(checker.violation_count(), 1);
+    }
+
+    #[test]
+    fn a_read_going_back_after_a_newer_read_is_caught() {
+        let mut checker = Checker::new();
+        checker.invoke(1, at(0), &[(CHUNK, BLOCK0)], Some(Stamp(7)));
+        checker.invoke(2, at(1), &[(CHUNK, BLOCK0)], None);
+        checker.read(2, at(2), &[piece(5, 7)]); // concurrent with the write: fine
+        checker.invoke(3, at(3), &[(CHUNK, BLOCK0)], None);
+        checker.read(3, at(4), &[piece(0, 0)]);
+        assert_eq!(checker.violation_count(), 1);
+    }
+
+    #[test]
+    fn one_version_for_two_writes_and_a_lost_write_are_caught() {
+        let mut checker = Checker::new();
+        checker.invoke(1, at(0), &[(CHUNK, BLOCK0)], Some(Stamp(7)));
+        checker.invoke(2, at(0), &[(CHUNK, BLOCK0)], Some(Stamp(8)));
+        checker.written(1, Stamp(7), &[(CHUNK, BLOCK0, Version(5))]);
+        checker.written(2, Stamp(8), &[(CHUNK, BLOCK0, Version(5))]);
+        assert_eq!(checker.violation_count(), 1);
+        let behind = vec![Piece { range: BLOCK0, version: Version(3), stamp: Stamp(9) }];
+        checker.check_final(CHUNK, &[("s0".into(), behind.clone()), ("s1".into(), behind)]);
+        assert_eq!(checker.violation_count(), 3, "{:?}", checker.violations());
+    }
+}

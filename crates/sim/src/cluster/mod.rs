@@ -1,0 +1,914 @@
+//! The deterministic cluster simulation (issue 11): the MDS, N storage servers and M
+//! clients of `somnus_core::cluster`, on the simulator's event queue, disk model and
+//! network model, with faults injected from a seed, and a checker of every read.
+//!
+//! The simulation decides nothing of the protocol: it delivers messages (late, twice,
+//! never, or across a partition), runs disk I/O on each server's disk model, crashes
+//! and restarts servers (a crash loses the disk I/O in flight; the store survives
+//! with what completed), and drives the clients' closed-loop workload. Payloads are
+//! stamps (see `somnus_core::cluster::Stamp`), the request sizes drive the models.
+//!
+//! A run goes: objects created, then `virtual_secs` of workload under faults, then
+//! every fault healed and the workload stopped; once every op has finished and every
+//! server is idle, the checker compares all replicas.
+
+mod checker;
+mod faults;
+
+use rand::{Rng, SeedableRng};
+use rand_pcg::Pcg64;
+use somnus_core::cluster::client::{Client, ClientAction, ClientEvent, ClientOp, ClientOutcome};
+use somnus_core::cluster::mds::{Mds, MdsAction, MdsEvent};
+use somnus_core::cluster::server::{Broken, Server, ServerAction, ServerEvent};
+use somnus_core::cluster::store::{BLOCK_BYTES, ChunkStore};
+use somnus_core::cluster::{ChunkId, ChunkIndex, ClientId, ClusterConfig, Message, Peer, Stamp};
+use somnus_core::layout::{Layout, LayoutSpec, RackAssignment, Scheme};
+use somnus_core::power::DiskMechanics;
+use somnus_core::slab::{Key, Slab};
+use somnus_types::{ByteRange, IoId, ObjectId, RackId, ServerId, VirtualDuration, VirtualInstant};
+
+pub use checker::Checker;
+pub use faults::{FaultKind, FaultSet};
+
+use crate::disk::{Disk, DiskModel, DiskOp};
+use crate::engine::network::Network;
+use crate::engine::queue::EventQueue;
+use crate::topology::NetworkParams;
+
+/// What a cluster run is.
+#[derive(Clone, Debug, PartialEq)]
+pub struct ClusterSpec {
+    pub servers: u32,
+    pub replicas: u32,
+    pub racks: u32,
+    pub clients: u32,
+    /// Chunk groups per server (Sierra: enough that every server leads several).
+    pub groups_per_server: u32,
+    pub objects: u32,
+    pub object_bytes: u64,
+    pub chunk_bytes: u64,
+    /// The largest request, in blocks.
+    pub request_blocks_max: u64,
+    /// Virtual time of workload under faults (the heal and quiesce come after).
+    pub virtual_secs: u64,
+    pub faults: FaultSet,
+    pub broken: Option<Broken>,
+}
+
+impl ClusterSpec {
+    /// A small cluster that exercises every path in little time: 9 servers in 3 racks.
+    pub fn small() -> ClusterSpec {
+        ClusterSpec {
+            servers: 9,
+            replicas: 3,
+            racks: 3,
+            clients: 4,
+            groups_per_server: 4,
+            objects: 8,
+            object_bytes: 2 << 20,
+            chunk_bytes: 1 << 20,
+            request_blocks_max: 16,
+            virtual_secs: 20,
+            faults: FaultSet::all(),
+            broken: None,
+        }
+    }
+}
+
+/// What one seed's run did and found.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct SeedReport {
+    pub seed: u64,
+    pub ops: u64,
+    pub writes: u64,
+    pub reads: u64,
+    pub messages: u64,
+    pub disk_ios: u64,
+    pub crashes: u64,
+    pub partitions: u64,
+    pub corruptions: u64,
+    pub view_changes: u64,
+    pub client_retries: u64,
+    pub blocks_repaired: u64,
+    pub ops_unfinished: u64,
+    /// Virtual time the run took, heal and quiesce included.
+    pub virtual_nanos: u64,
+    pub violations: Vec<String>,
+    pub violation_count: u64,
+}
+
+/// After the heal, how long the cluster may take to finish every op and go idle.
+const QUIESCE_MAX: VirtualDuration = VirtualDuration::from_secs(300);
+/// How often the quiesce is probed.
+const PROBE_INTERVAL: VirtualDuration = VirtualDuration::from_millis(100);
+/// Mean pause between a client's ops.
+const THINK_MEAN_MS: f64 = 2.0;
+/// Fault rates (per message, or mean seconds between faults).
+const LOSS: f64 = 0.01;
+const DUPLICATION: f64 = 0.01;
+const DELAY: f64 = 0.05;
+const DELAY_MAX_MS: u64 = 50;
+const CRASH_EVERY_S: f64 = 4.0;
+const PARTITION_EVERY_S: f64 = 6.0;
+const CORRUPT_EVERY_S: f64 = 2.0;
+const SLOW_EVERY_S: f64 = 5.0;
+const SLOWDOWN: f64 = 10.0;
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
+enum Node {
+    Mds,
+    Server(u32),
+    Client(u32),
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
+enum Event {
+    Deliver(Key),
+    DiskDone { server: u32, incarnation: u32, io: u64 },
+    Timer(Node),
+    ClientNext(u32),
+    Crash,
+    Restart(u32),
+    Partition,
+    PartitionEnd(u32),
+    Corrupt,
+    SlowDisk,
+    SlowEnd(u32),
+    Wake(u32),
+    Heal,
+    Probe,
+}
+
+/// How a server is cut off.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Cut {
+    Everyone,
+    MdsOnly,
+}
+
+struct ServerSlot {
+    server: Option<Server>,
+    /// The store of a crashed server, until it restarts.
+    down_store: Option<ChunkStore>,
+    incarnation: u32,
+    rack: RackId,
+    disk: Disk,
+    slow: bool,
+    cut: Option<Cut>,
+}
+
+struct ClientSlot {
+    client: Client,
+    /// The op in flight: its id and what the checker needs.
+    op: Option<(u64, bool, Stamp)>,
+    creates_left: Vec<u32>,
+}
+
+pub struct ClusterSim<'t> {
+    spec: ClusterSpec,
+    config: ClusterConfig,
+    rng: Pcg64,
+    events: EventQueue<Event>,
+    mds: Mds,
+    servers: Vec<ServerSlot>,
+    clients: Vec<ClientSlot>,
+    timers: Vec<Option<VirtualInstant>>,
+    network: Network,
+    disk_model: DiskModel,
+    slow_model: DiskModel,
+    messages: Slab<(Node, Peer, Message)>,
+    checker: Checker,
+    objects: Vec<ObjectId>,
+    objects_created: u32,
+    next_op: u64,
+    next_stamp: u64,
+    healed: bool,
+    /// Which server sent replica writes for each (group, epoch): C1 on the wire.
+    writers: std::collections::BTreeMap<(u32, u64), u32>,
+    report: SeedReport,
+    trace: Option<&'t mut dyn FnMut(String)>,
+}
+
+impl<'t> ClusterSim<'t> {
+    pub fn new(
+        spec: &ClusterSpec,
+        seed: u64,
+        trace: Option<&'t mut dyn FnMut(String)>,
+    ) -> ClusterSim<'t> {
+        let layout = Layout::build(&LayoutSpec {
+            servers: spec.servers,
+            replicas: spec.replicas,
+            racks: spec.racks,
+            chunk_groups: spec.servers * spec.groups_per_server,
+            scheme: Scheme::PowerAware(RackAssignment::Rotated),
+            seed,
+        })
+        .unwrap_or_else(|error| panic!("cluster spec {spec:?}: {error}"));
+        let config =
+            ClusterConfig { chunk_size_bytes: spec.chunk_bytes, seed, ..ClusterConfig::sierra() };
+        let config = ClusterConfig { replicas: spec.replicas, ..config };
+        let start = VirtualInstant::ZERO;
+        let servers = (0..spec.servers)
+            .map(|s| ServerSlot {
+                server: Some(Server::new(
+                    ServerId(s),
+                    config,
+                    ChunkStore::new(),
+                    start,
+                    spec.broken,
+                )),
+                down_store: None,
+                incarnation: 0,
+                rack: layout.servers()[s as usize].rack,
+                disk: Disk::default(),
+                slow: false,
+                cut: None,
+            })
+            .collect();
+        let clients = (0..spec.clients)
+            .map(|c| ClientSlot {
+                client: Client::new(ClientId(c), config, start),
+                op: None,
+                creates_left: (0..spec.objects).filter(|o| o % spec.clients == c).collect(),
+            })
+            .collect();
+        let nodes = 1 + spec.servers + spec.clients;
+        let mechanics = disk_mechanics();
+        let slow = DiskMechanics {
+            transfer_mb_s: mechanics.transfer_mb_s / SLOWDOWN,
+            seek_track_ms: mechanics.seek_track_ms * SLOWDOWN,
+            seek_full_ms: mechanics.seek_full_ms * SLOWDOWN,
+            overhead_ms: mechanics.overhead_ms * SLOWDOWN,
+            ..mechanics
+        };
+        let mut sim = ClusterSim {
+            spec: spec.clone(),
+            config,
+            rng: Pcg64::seed_from_u64(seed),
+            events: EventQueue::new(),
+            mds: Mds::new(config, &layout, start),
+            servers,
+            clients,
+            timers: vec![None; nodes as usize],
+            network: Network::new(
+                NetworkParams {
+                    round_trip: VirtualDuration::from_micros(200),
+                    link_bytes_per_second: 125e6,
+                },
+                nodes as usize,
+            ),
+            disk_model: DiskModel::new(&mechanics),
+            slow_model: DiskModel::new(&slow),
+            messages: Slab::new(u32::MAX as usize),
+            checker: Checker::new(),
+            objects: Vec::new(),
+            objects_created: 0,
+            next_op: 1,
+            next_stamp: 1,
+            healed: false,
+            writers: std::collections::BTreeMap::new(),
+            report: SeedReport { seed, ..SeedReport::default() },
+            trace,
+        };
+        sim.drain(Node::Mds);
+        for s in 0..spec.servers {
+            sim.drain(Node::Server(s));
+        }
+        for c in 0..spec.clients {
+            sim.events.schedule(start, Event::ClientNext(c));
+        }
+        sim.schedule_faults();
+        sim
+    }
+
+    /// Runs the seed to its end and checks it.
+    pub fn run(mut self) -> SeedReport {
+        let heal_at = VirtualInstant::ZERO + VirtualDuration::from_secs(self.spec.virtual_secs);
+        self.events.schedule(heal_at, Event::Heal);
+        let deadline = heal_at + QUIESCE_MAX;
+        while let Some((_, event)) = self.events.pop_until(deadline) {
+            if self.handle(event) {
+                break;
+            }
+        }
+        self.finish()
+    }
+
+    fn now(&self) -> VirtualInstant {
+        self.events.now()
+    }
+
+    fn trace(&mut self, line: impl FnOnce() -> String) {
+        if let Some(trace) = self.trace.as_mut() {
+            let now = self.events.now().duration_since(VirtualInstant::ZERO);
+            trace(format!("{:>12.6} {}", now.as_secs_f64(), line()));
+        }
+    }
+
+    fn exp_delay(&mut self, mean_s: f64) -> VirtualDuration {
+        let u: f64 = self.rng.random_range(f64::EPSILON..1.0);
+        VirtualDuration::from_nanos((-u.ln() * mean_s * 1e9) as u64)
+    }
+
+    fn schedule_faults(&mut self) {
+        let faults = self.spec.faults;
+        let plan = [
+            (FaultKind::Crash, CRASH_EVERY_S, Event::Crash),
+            (FaultKind::Partition, PARTITION_EVERY_S, Event::Partition),
+            (FaultKind::Corrupt, CORRUPT_EVERY_S, Event::Corrupt),
+            (FaultKind::SlowDisk, SLOW_EVERY_S, Event::SlowDisk),
+        ];
+        for (kind, every, event) in plan {
+            if faults.has(kind) {
+                let at = self.now() + self.exp_delay(every);
+                self.events.schedule(at, event);
+            }
+        }
+    }
+
+    fn again(&mut self, every_s: f64, event: Event) {
+        if !self.healed {
+            let at = self.now() + self.exp_delay(every_s);
+            self.events.schedule(at, event);
+        }
+    }
+
+    /// Handles one event; true when the run is over.
+    fn handle(&mut self, event: Event) -> bool {
+        match event {
+            Event::Deliver(key) => self.deliver(key),
+            Event::DiskDone { server, incarnation, io } => {
+                let slot = &self.servers[server as usize];
+                if slot.incarnation == incarnation && slot.server.is_some() {
+                    self.feed_server(server, ServerEvent::DiskDone { io: IoId(io) });
+                }
+            }
+            Event::Timer(node) => {
+                let index = self.node_index(node);
+                if self.timers[index] == Some(self.now()) {
+                    self.timers[index] = None;
+                    match node {
+                        Node::Mds => self.feed_mds(MdsEvent::TimerFired),
+                        Node::Server(s) if self.servers[s as usize].server.is_some() => {
+                            self.feed_server(s, ServerEvent::TimerFired)
+                        }
+                        Node::Server(_) => {}
+                        Node::Client(c) => self.feed_client(c, ClientEvent::TimerFired),
+                    }
+                }
+            }
+            Event::ClientNext(c) => self.client_next(c),
+            Event::Crash => self.crash(),
+            Event::Restart(s) => self.restart(s),
+            Event::Partition => self.partition(),
+            Event::PartitionEnd(s) if !self.healed => {
+                self.servers[s as usize].cut = None;
+                self.trace(|| format!("partition of s{s} healed"));
+            }
+            Event::Corrupt => self.corrupt(),
+            Event::SlowDisk => self.slow_disk(),
+            Event::PartitionEnd(_) => {}
+            Event::SlowEnd(s) => self.servers[s as usize].slow = false,
+            Event::Wake(s) => {
+                if self.servers[s as usize].server.is_some() {
+                    self.feed_server(s, ServerEvent::Woken);
+                }
+            }
+            Event::Heal => self.heal(),
+            Event::Probe => return self.quiet(),
+        }
+        false
+    }
+
+    fn heal(&mut self) {
+        self.healed = true;
+        self.trace(|| "heal: faults end, workload stops".to_owned());
+        for s in 0..self.spec.servers {
+            let slot = &mut self.servers[s as usize];
+            slot.cut = None;
+            slot.slow = false;
+            if slot.server.is_none() {
+                self.restart(s);
+            }
+        }
+        let at = self.now() + PROBE_INTERVAL;
+        self.events.schedule(at, Event::Probe);
+    }
+
+    /// Whether every op finished and every server is idle (then the run ends).
+    fn quiet(&mut self) -> bool {
+        let clients_done = self.clients.iter().all(|c| c.op.is_none());
+        let servers_idle = self
+            .servers
+            .iter()
+            .all(|s| s.server.as_ref().is_some_and(|s| s.is_idle() && !s.holds_corrupt()));
+        if clients_done && servers_idle && self.messages.is_empty() {
+            return true;
+        }
+        let at = self.now() + PROBE_INTERVAL;
+        self.events.schedule(at, Event::Probe);
+        false
+    }
+
+    fn node_index(&self, node: Node) -> usize {
+        match node {
+            Node::Mds => self.spec.servers as usize,
+            Node::Server(s) => s as usize,
+            Node::Client(c) => (self.spec.servers + 1 + c) as usize,
+        }
+    }
+
+    fn arm(&mut self, node: Node, deadline: Option<VirtualInstant>) {
+        let Some(deadline) = deadline else { return };
+        let deadline = deadline.max(self.now());
+        let index = self.node_index(node);
+        if self.timers[index].is_none_or(|at| deadline < at) {
+            self.timers[index] = Some(deadline);
+            self.events.schedule(deadline, Event::Timer(node));
+        }
+    }
+
+    fn feed_mds(&mut self, event: MdsEvent) {
+        let now = self.now();
+        self.mds.handle(now, event);
+        self.drain(Node::Mds);
+    }
+
+    fn feed_server(&mut self, s: u32, event: ServerEvent) {
+        let now = self.now();
+        if let Some(server) = self.servers[s as usize].server.as_mut() {
+            server.handle(now, event);
+        }
+        self.drain(Node::Server(s));
+    }
+
+    fn feed_client(&mut self, c: u32, event: ClientEvent) {
+        let now = self.now();
+        self.clients[c as usize].client.handle(now, event);
+        self.drain(Node::Client(c));
+    }
+
+    /// Carries out a node's actions and arms its timer.
+    fn drain(&mut self, node: Node) {
+        match node {
+            Node::Mds => {
+                while let Some(action) = self.mds.poll_action() {
+                    match action {
+                        MdsAction::Persist(_) => {}
+                        MdsAction::Send { to, message } => self.send(Peer::Mds, to, message),
+                        MdsAction::WakeServer(s) => {
+                            let at = self.now() + VirtualDuration::from_secs(5);
+                            self.events.schedule(at, Event::Wake(s.0));
+                        }
+                    }
+                }
+                let deadline = self.mds.poll_timeout();
+                self.arm(node, deadline);
+            }
+            Node::Server(s) => {
+                let from = Peer::Server(ServerId(s));
+                loop {
+                    let Some(server) = self.servers[s as usize].server.as_mut() else { return };
+                    let Some(action) = server.poll_action() else { break };
+                    match action {
+                        ServerAction::Send { to, message } => self.send(from, to, message),
+                        ServerAction::Disk { io, write, position, bytes } => {
+                            self.disk_io(s, io, write, position, bytes)
+                        }
+                        ServerAction::Sleep => self.trace(|| format!("s{s} sleeps")),
+                    }
+                }
+                let deadline =
+                    self.servers[s as usize].server.as_ref().and_then(Server::poll_timeout);
+                self.arm(node, deadline);
+            }
+            Node::Client(c) => {
+                while let Some(action) = self.clients[c as usize].client.poll_action() {
+                    match action {
+                        ClientAction::Send { to, message } => {
+                            self.send(Peer::Client(ClientId(c)), to, message)
+                        }
+                        ClientAction::Done { tag, outcome } => self.op_done(c, tag, outcome),
+                    }
+                }
+                let deadline = self.clients[c as usize].client.poll_timeout();
+                self.arm(node, deadline);
+            }
+        }
+    }
+
+    fn disk_io(&mut self, s: u32, io: IoId, write: bool, position: u64, bytes: u64) {
+        self.report.disk_ios += 1;
+        let now = self.now();
+        let slot = &mut self.servers[s as usize];
+        let model = if slot.slow { &self.slow_model } else { &self.disk_model };
+        let op = DiskOp { disk: 0, position, size_bytes: bytes, write, rewrite: false };
+        let queued = slot.disk.queue(model, &op, now, true);
+        let incarnation = slot.incarnation;
+        self.events.schedule(queued.end, Event::DiskDone { server: s, incarnation, io: io.0 });
+    }
+
+    fn peer_node(&self, peer: Peer) -> Node {
+        match peer {
+            Peer::Mds => Node::Mds,
+            Peer::Server(s) => Node::Server(s.0),
+            Peer::Client(c) => Node::Client(c.0),
+        }
+    }
+
+    /// Whether a partition separates two nodes.
+    fn cut_off(&self, a: Node, b: Node) -> bool {
+        let cut = |node: Node, other: Node| match node {
+            Node::Server(s) => match self.servers[s as usize].cut {
+                Some(Cut::Everyone) => true,
+                Some(Cut::MdsOnly) => other == Node::Mds,
+                None => false,
+            },
+            _ => false,
+        };
+        cut(a, b) || cut(b, a)
+    }
+
+    fn send(&mut self, from: Peer, to: Peer, message: Message) {
+        self.report.messages += 1;
+        if let (Peer::Server(s), Message::ReplicaWrite { group, epoch, .. }) = (from, &message) {
+            let writer = *self.writers.entry((group.0, epoch.0)).or_insert(s.0);
+            if writer != s.0 {
+                self.checker.violate(format!(
+                    "C1: {group} had two primaries writing in {epoch}: s{writer} and {s}"
+                ));
+            }
+        }
+        let (source, target) = (self.peer_node(from), self.peer_node(to));
+        let faults = self.spec.faults;
+        let live = !self.healed;
+        if self.cut_off(source, target)
+            || (live && faults.has(FaultKind::Loss) && self.rng.random_bool(LOSS))
+        {
+            self.trace(|| format!("lost {from:?} -> {to:?}: {}", brief(&message)));
+            return;
+        }
+        let bytes = 64 + message.payload_bytes();
+        let (a, b) = (self.node_index(source) as u32, self.node_index(target) as u32);
+        let mut arrival = self.network.send(self.now(), a, b, bytes);
+        if live && faults.has(FaultKind::Delay) && self.rng.random_bool(DELAY) {
+            arrival += VirtualDuration::from_millis(self.rng.random_range(1..=DELAY_MAX_MS));
+        }
+        let twice = live && faults.has(FaultKind::Duplication) && self.rng.random_bool(DUPLICATION);
+        if twice {
+            let later =
+                arrival + VirtualDuration::from_millis(self.rng.random_range(0..=DELAY_MAX_MS));
+            self.enqueue(later, target, from, message.clone());
+        }
+        self.enqueue(arrival, target, from, message);
+    }
+
+    fn enqueue(&mut self, at: VirtualInstant, target: Node, from: Peer, message: Message) {
+        let Some(key) = self.messages.insert((target, from, message)) else {
+            unreachable!("more than 2^32 messages in flight");
+        };
+        self.events.schedule(at, Event::Deliver(key));
+    }
+
+    fn deliver(&mut self, key: Key) {
+        let Some((target, from, message)) = self.messages.remove(key) else {
+            unreachable!("a message delivered twice");
+        };
+        if self.cut_off(self.peer_node(from), target) {
+            return;
+        }
+        if self.trace.is_some() {
+            self.trace(|| format!("{from:?} -> {target:?}: {}", brief(&message)));
+        }
+        match target {
+            Node::Mds => self.feed_mds(MdsEvent::MessageReceived { from, message }),
+            Node::Server(s) => {
+                if self.servers[s as usize].server.is_some() {
+                    self.feed_server(s, ServerEvent::MessageReceived { from, message });
+                }
+            }
+            Node::Client(c) => self.feed_client(c, ClientEvent::MessageReceived { from, message }),
+        }
+    }
+
+    /// A client's next op: its creates first, then (once every object exists) random
+    /// reads and writes until the heal.
+    fn client_next(&mut self, c: u32) {
+        if self.healed || self.clients[c as usize].op.is_some() {
+            return;
+        }
+        let op_id = self.next_op;
+        let op = if let Some(object) = self.clients[c as usize].creates_left.pop() {
+            ClientOp::Create { name: object_name(object), size_bytes: self.spec.object_bytes }
+        } else if self.objects_created < self.spec.objects {
+            let at = self.now() + VirtualDuration::from_millis(10);
+            self.events.schedule(at, Event::ClientNext(c));
+            return;
+        } else {
+            self.random_op(op_id)
+        };
+        self.next_op += 1;
+        let (is_write, stamp) = match &op {
+            ClientOp::Write { stamp, .. } => (true, *stamp),
+            _ => (false, Stamp(0)),
+        };
+        if let ClientOp::Write { name, range, .. } | ClientOp::Read { name, range } = &op {
+            let ranges = self.chunk_ranges(name, *range);
+            let stamp = is_write.then_some(stamp);
+            let now = self.now();
+            self.checker.invoke(op_id, now, &ranges, stamp);
+        }
+        self.clients[c as usize].op = Some((op_id, is_write, stamp));
+        self.feed_client(c, ClientEvent::Submit { tag: op_id, op });
+    }
+
+    fn random_op(&mut self, _op: u64) -> ClientOp {
+        let object = self.rng.random_range(0..self.spec.objects);
+        let blocks_total = self.spec.object_bytes / BLOCK_BYTES;
+        let blocks = self.rng.random_range(1..=self.spec.request_blocks_max.min(blocks_total));
+        let first = self.rng.random_range(0..=blocks_total - blocks);
+        let range = ByteRange::new(first * BLOCK_BYTES, blocks * BLOCK_BYTES);
+        let name = object_name(object);
+        if self.rng.random_bool(0.5) {
+            let stamp = Stamp(self.next_stamp);
+            self.next_stamp += 1;
+            ClientOp::Write { name, range, stamp }
+        } else {
+            ClientOp::Read { name, range }
+        }
+    }
+
+    /// An object range split into its chunks' ranges.
+    fn chunk_ranges(&self, name: &str, range: ByteRange) -> Vec<(ChunkId, ByteRange)> {
+        let index: u32 = name.trim_start_matches("object-").parse().unwrap_or(0);
+        let object = self.objects.get(index as usize).copied().unwrap_or(ObjectId(0));
+        let chunk = self.spec.chunk_bytes;
+        let mut parts = Vec::new();
+        let mut start = range.start;
+        while start < range.end {
+            let n = start / chunk;
+            let end = range.end.min((n + 1) * chunk);
+            let id = ChunkId { object, chunk: ChunkIndex(n as u32) };
+            parts.push((id, ByteRange::from_bounds(start - n * chunk, end - n * chunk)));
+            start = end;
+        }
+        parts
+    }
+
+    fn op_done(&mut self, c: u32, tag: u64, outcome: ClientOutcome) {
+        let Some((op_id, _, stamp)) = self.clients[c as usize].op.take() else { return };
+        debug_assert_eq!(op_id, tag);
+        self.report.ops += 1;
+        let now = self.now();
+        match outcome {
+            ClientOutcome::Object(info) => {
+                let index: usize = info.name.trim_start_matches("object-").parse().unwrap_or(0);
+                if self.objects.len() <= index {
+                    self.objects.resize(index + 1, ObjectId(0));
+                }
+                self.objects[index] = info.object;
+                self.objects_created += 1;
+            }
+            ClientOutcome::Written(parts) => {
+                self.report.writes += 1;
+                self.check_copies(&parts);
+                self.checker.written(tag, stamp, &parts);
+            }
+            ClientOutcome::Read(pieces) => {
+                self.report.reads += 1;
+                self.checker.read(tag, now, &pieces);
+            }
+            ClientOutcome::Deleted => {}
+            ClientOutcome::Failed(error) => {
+                self.checker.violate(format!("client c{c} op {tag} failed: {error}"));
+            }
+        }
+        let think = self.exp_delay(THINK_MEAN_MS / 1e3);
+        self.events.schedule(now + think, Event::ClientNext(c));
+    }
+
+    /// C3 as the world sees it: when a write is acknowledged, every replica of its
+    /// chunk (up or crashed: a crash keeps what was durable) holds it or a newer
+    /// version on every block, in as many racks as replicas.
+    fn check_copies(&mut self, parts: &[(ChunkId, ByteRange, somnus_types::Version)]) {
+        for (chunk, range, version) in parts {
+            let replicas = self.mds.view(self.group_of(*chunk)).replicas;
+            let mut racks = Vec::new();
+            for replica in &replicas {
+                let slot = &self.servers[replica.index()];
+                let store = match (&slot.server, &slot.down_store) {
+                    (Some(server), _) => server.store(),
+                    (None, Some(store)) => store,
+                    (None, None) => continue,
+                };
+                let contents = store.contents(*chunk);
+                let mut covered = range.start;
+                for piece in contents.iter().filter(|p| p.range.overlaps(*range)) {
+                    if piece.range.start > covered || piece.version < *version {
+                        break;
+                    }
+                    covered = piece.range.end;
+                }
+                if covered >= range.end && !racks.contains(&slot.rack) {
+                    racks.push(slot.rack);
+                }
+            }
+            if racks.len() < replicas.len() {
+                self.checker.violate(format!(
+                    "C3: write of {chunk:?} {range:?} at {version:?} acknowledged with copies in {} racks, not {}",
+                    racks.len(),
+                    replicas.len()
+                ));
+            }
+        }
+    }
+
+    /// Racks with a server down or cut off now (faults are kept to r - 1 of them).
+    fn racks_down(&self, except: Option<u32>) -> Vec<RackId> {
+        let mut racks: Vec<RackId> = self
+            .servers
+            .iter()
+            .enumerate()
+            .filter(|(i, s)| Some(*i as u32) != except && (s.server.is_none() || s.cut.is_some()))
+            .map(|(_, s)| s.rack)
+            .collect();
+        racks.sort_unstable();
+        racks.dedup();
+        racks
+    }
+
+    /// A server that may fail now without more than r - 1 fault domains down.
+    fn pick_victim(&mut self) -> Option<u32> {
+        let s = self.rng.random_range(0..self.spec.servers);
+        let slot = &self.servers[s as usize];
+        if slot.server.is_none() || slot.cut.is_some() {
+            return None;
+        }
+        let mut racks = self.racks_down(None);
+        if !racks.contains(&slot.rack) {
+            racks.push(slot.rack);
+        }
+        (racks.len() < self.spec.replicas as usize).then_some(s)
+    }
+
+    fn crash(&mut self) {
+        if self.healed {
+            return;
+        }
+        if let Some(s) = self.pick_victim() {
+            self.report.crashes += 1;
+            let slot = &mut self.servers[s as usize];
+            if let Some(server) = slot.server.take() {
+                slot.down_store = Some(server.into_store());
+            }
+            slot.incarnation += 1;
+            slot.disk = Disk::default();
+            self.trace(|| format!("crash s{s}"));
+            let down = VirtualDuration::from_millis(self.rng.random_range(1_000..=15_000));
+            let at = self.now() + down;
+            self.events.schedule(at, Event::Restart(s));
+        }
+        self.again(CRASH_EVERY_S, Event::Crash);
+    }
+
+    fn restart(&mut self, s: u32) {
+        let now = self.now();
+        let slot = &mut self.servers[s as usize];
+        let Some(store) = slot.down_store.take() else { return };
+        slot.server = Some(Server::new(ServerId(s), self.config, store, now, self.spec.broken));
+        self.trace(|| format!("restart s{s}"));
+        self.drain(Node::Server(s));
+    }
+
+    fn partition(&mut self) {
+        if self.healed {
+            return;
+        }
+        if let Some(s) = self.pick_victim() {
+            self.report.partitions += 1;
+            let cut = if self.rng.random_bool(0.5) { Cut::Everyone } else { Cut::MdsOnly };
+            self.servers[s as usize].cut = Some(cut);
+            self.trace(|| format!("partition s{s} from {cut:?}"));
+            let at =
+                self.now() + VirtualDuration::from_millis(self.rng.random_range(1_000..=8_000));
+            self.events.schedule(at, Event::PartitionEnd(s));
+        }
+        self.again(PARTITION_EVERY_S, Event::Partition);
+    }
+
+    fn corrupt(&mut self) {
+        if self.healed {
+            return;
+        }
+        let s = self.rng.random_range(0..self.spec.servers) as usize;
+        let chunks: Vec<ChunkId> = match &self.servers[s].server {
+            Some(server) => server.store().chunk_ids().collect(),
+            None => Vec::new(),
+        };
+        if !chunks.is_empty() {
+            let chunk = chunks[self.rng.random_range(0..chunks.len())];
+            let offset = self.rng.random_range(0..self.spec.chunk_bytes);
+            let hit = self.servers[s]
+                .server
+                .as_mut()
+                .is_some_and(|server| server.store_mut().corrupt_block(chunk, offset));
+            if hit {
+                self.report.corruptions += 1;
+                self.trace(|| format!("corrupt s{s} {chunk:?} at {offset}"));
+            }
+        }
+        self.again(CORRUPT_EVERY_S, Event::Corrupt);
+    }
+
+    fn slow_disk(&mut self) {
+        if self.healed {
+            return;
+        }
+        let s = self.rng.random_range(0..self.spec.servers);
+        self.servers[s as usize].slow = true;
+        let at = self.now() + VirtualDuration::from_millis(self.rng.random_range(2_000..=10_000));
+        self.events.schedule(at, Event::SlowEnd(s));
+        self.again(SLOW_EVERY_S, Event::SlowDisk);
+    }
+
+    fn finish(mut self) -> SeedReport {
+        let unfinished = self.clients.iter().filter(|c| c.op.is_some()).count() as u64;
+        if unfinished > 0 {
+            self.checker.violate(format!(
+                "liveness: {unfinished} ops unfinished {}s after every fault healed",
+                QUIESCE_MAX.as_secs_f64()
+            ));
+        }
+        for chunk in self.checker.chunks() {
+            let group = self.group_of(chunk);
+            let replicas: Vec<(String, Vec<somnus_core::cluster::Piece>)> = self
+                .mds
+                .view(group)
+                .replicas
+                .iter()
+                .filter_map(|s| {
+                    let server = self.servers[s.index()].server.as_ref()?;
+                    Some((format!("s{}", s.0), server.store().contents(chunk)))
+                })
+                .collect();
+            self.checker.check_final(chunk, &replicas);
+        }
+        let mds = self.mds.counters();
+        self.report.view_changes = mds.view_changes;
+        self.report.client_retries = self.clients.iter().map(|c| c.client.counters().retries).sum();
+        self.report.blocks_repaired = self
+            .servers
+            .iter()
+            .filter_map(|s| s.server.as_ref())
+            .map(|s| s.counters().blocks_repaired)
+            .sum();
+        self.report.ops_unfinished = unfinished;
+        self.report.virtual_nanos = self.now().duration_since(VirtualInstant::ZERO).as_nanos();
+        self.report.violations = self.checker.violations().to_vec();
+        self.report.violation_count = self.checker.violation_count();
+        self.report
+    }
+
+    fn group_of(&self, chunk: ChunkId) -> somnus_types::ChunkGroupId {
+        let index = self.objects.iter().position(|o| *o == chunk.object).unwrap_or(0);
+        match self.mds.info(&object_name(index as u32)) {
+            Ok(info) => info.chunk_groups[chunk.chunk.0 as usize],
+            Err(_) => unreachable!("the simulation never deletes its objects"),
+        }
+    }
+}
+
+fn object_name(index: u32) -> String {
+    format!("object-{index}")
+}
+
+/// A message in one line for the event trace.
+fn brief(message: &Message) -> String {
+    let text = format!("{message:?}");
+    if text.len() > 160 { format!("{}...", &text[..160]) } else { text }
+}
+
+/// The disks of the simulated servers: the Seagate Cheetah 15K.4 of the built-in
+/// profiles.
+fn disk_mechanics() -> DiskMechanics {
+    let profile = somnus_core::power::builtin_profile("seagate-cheetah-15k4-146gb");
+    match profile.map(|p| p.mechanics) {
+        Ok(Some(mechanics)) => mechanics,
+        _ => unreachable!("the built-in Cheetah profile has mechanics"),
+    }
+}
+
+/// Runs seeds `seeds` of `spec`, calling `each` with every report.
+pub fn run_seeds(
+    spec: &ClusterSpec,
+    seeds: std::ops::RangeInclusive<u64>,
+    mut each: impl FnMut(&SeedReport),
+) -> Vec<SeedReport> {
+    let mut reports = Vec::new();
+    for seed in seeds {
+        let report = ClusterSim::new(spec, seed, None).run();
+        each(&report);
+        reports.push(report);
+    }
+    reports
+}
