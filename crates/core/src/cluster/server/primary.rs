@@ -19,6 +19,25 @@ use crate::cluster::{
 /// Bits of a version below the epoch: 2^40 writes per epoch.
 const SEQUENCE_BITS: u32 = 40;
 
+/// Which replicas a pending write is sent to.
+#[derive(Clone, Copy, Debug)]
+enum Targets {
+    All,
+    Only(ServerId),
+    /// All but the primary's own replica (its copy is on its own disk queue).
+    Remote,
+}
+
+impl Targets {
+    fn includes(self, replica: ServerId, own: ServerId) -> bool {
+        match self {
+            Targets::All => true,
+            Targets::Only(only) => replica == only,
+            Targets::Remote => replica != own,
+        }
+    }
+}
+
 /// A client request the primary has not started: it waits for the primary's own
 /// replica to be synced and for overlapping writes before it to commit.
 #[derive(Clone, Debug)]
@@ -311,12 +330,12 @@ impl Server {
             client: Some((w.client, w.request)),
         };
         led.pending.insert(version, pending);
-        self.send_write(group, version, None);
+        self.send_write(group, version, Targets::All);
     }
 
-    /// Sends the pending write `version` to every synced replica that has not acked it
-    /// (or only to `only`).
-    fn send_write(&mut self, group: ChunkGroupId, version: Version, only: Option<ServerId>) {
+    /// Sends the pending write `version` to the synced `targets` that have not acked it.
+    fn send_write(&mut self, group: ChunkGroupId, version: Version, targets: Targets) {
+        let own = self.id;
         let Some(led) = self.led.get_mut(&group) else { return };
         let stable = led.stable();
         let epoch = led.epoch;
@@ -327,7 +346,7 @@ impl Server {
             .replicas
             .iter()
             .enumerate()
-            .filter(|(i, r)| led.synced[*i] && !pending.acked[*i] && only.is_none_or(|o| o == **r))
+            .filter(|(i, r)| led.synced[*i] && !pending.acked[*i] && targets.includes(**r, own))
             .map(|(_, r)| *r)
             .collect();
         for replica in targets {
@@ -493,8 +512,9 @@ impl Server {
         self.counters.writes_adopted += adopted.len() as u64;
         let under_way: Vec<Version> = led.pending.keys().copied().collect();
         for version in under_way {
-            let only = if adopted.contains(&version) { None } else { Some(replica) };
-            self.send_write(group, version, only);
+            let targets =
+                if adopted.contains(&version) { Targets::All } else { Targets::Only(replica) };
+            self.send_write(group, version, targets);
         }
         self.admit(group);
     }
@@ -579,22 +599,6 @@ impl Server {
     /// Sends a pending write again to the synced remote replicas that have not acked
     /// it (the local copy is in flight on this server's own disk).
     fn resend_remote(&mut self, group: ChunkGroupId, version: Version) {
-        let Some(led) = self.led.get_mut(&group) else { return };
-        let stable = led.stable();
-        let epoch = led.epoch;
-        let own = self.id;
-        let Some(pending) = led.pending.get_mut(&version) else { return };
-        pending.sent_at = self.now;
-        let write = pending.write;
-        let targets: Vec<ServerId> = led
-            .replicas
-            .iter()
-            .enumerate()
-            .filter(|(i, r)| **r != own && led.synced[*i] && !pending.acked[*i])
-            .map(|(_, r)| *r)
-            .collect();
-        for replica in targets {
-            self.send(Peer::Server(replica), Message::ReplicaWrite { group, epoch, write, stable });
-        }
+        self.send_write(group, version, Targets::Remote);
     }
 }
