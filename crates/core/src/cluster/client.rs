@@ -13,8 +13,8 @@ use std::collections::{BTreeMap, VecDeque};
 use somnus_types::{ByteRange, ChunkGroupId, Version, VirtualInstant};
 
 use super::{
-    ChunkId, ChunkIndex, ClientId, ClusterConfig, GroupView, Message, MetadataError, ObjectInfo,
-    Peer, Piece, ReplyBody, Stamp,
+    ChunkId, ClientId, ClusterConfig, GroupView, Message, MetadataError, ObjectInfo, Peer, Piece,
+    ReplyBody, Stamp,
 };
 
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -193,19 +193,12 @@ impl Client {
     pub fn poll_timeout(&self) -> Option<VirtualInstant> {
         let timeout = self.config.request_timeout;
         let lookups = self.lookups.values().map(|(_, at)| at.saturating_add(timeout));
-        self.ops
-            .values()
-            .flat_map(|op| -> Vec<VirtualInstant> {
-                match &op.state {
-                    OpState::NeedsInfo => Vec::new(),
-                    OpState::Metadata { at, .. } => vec![at.saturating_add(timeout)],
-                    OpState::Data { parts, .. } => {
-                        parts.iter().filter_map(|p| p.deadline(timeout)).collect()
-                    }
-                }
-            })
-            .chain(lookups)
-            .min()
+        let ops = self.ops.values().filter_map(|op| match &op.state {
+            OpState::NeedsInfo => None,
+            OpState::Metadata { at, .. } => Some(at.saturating_add(timeout)),
+            OpState::Data { parts, .. } => parts.iter().filter_map(|p| p.deadline(timeout)).min(),
+        });
+        ops.chain(lookups).min()
     }
 
     fn request_id(&mut self, tag: u64, part: Option<usize>) -> u64 {
@@ -277,24 +270,15 @@ impl Client {
             self.finish(tag, ClientOutcome::Failed(error));
             return;
         }
-        let chunk_size = info.chunk_size_bytes;
-        let mut parts = Vec::new();
-        let mut start = range.start;
-        while start < range.end {
-            let index = start / chunk_size;
-            let end = range.end.min((index + 1) * chunk_size);
-            let chunk = ChunkId { object: info.object, chunk: ChunkIndex(index as u32) };
-            let within =
-                ByteRange::from_bounds(start - index * chunk_size, end - index * chunk_size);
-            let group = info.chunk_groups[index as usize];
-            parts.push(Part {
+        let now = self.now;
+        let parts = ChunkId::split(info.object, info.chunk_size_bytes, range)
+            .map(|(chunk, within)| Part {
                 chunk,
-                group,
+                group: info.chunk_groups[chunk.chunk.0 as usize],
                 range: within,
-                state: PartState::Backoff { at: self.now },
-            });
-            start = end;
-        }
+                state: PartState::Backoff { at: now },
+            })
+            .collect();
         if let Some(op) = self.ops.get_mut(&tag) {
             op.state = OpState::Data { parts, written: Vec::new(), read: Vec::new() };
         }

@@ -37,6 +37,25 @@ pub struct ChunkId {
     pub chunk: ChunkIndex,
 }
 
+impl ChunkId {
+    /// The chunks `range` of an object covers, in order, each with its part of the
+    /// range as offsets within the chunk.
+    pub fn split(
+        object: ObjectId,
+        chunk_size_bytes: u64,
+        range: ByteRange,
+    ) -> impl Iterator<Item = (ChunkId, ByteRange)> {
+        let chunks = range.start / chunk_size_bytes..range.end.div_ceil(chunk_size_bytes);
+        chunks.map(move |index| {
+            let base = index * chunk_size_bytes;
+            let start = range.start.max(base) - base;
+            let end = range.end.min(base + chunk_size_bytes) - base;
+            let chunk = ChunkId { object, chunk: ChunkIndex(index as u32) };
+            (chunk, ByteRange::from_bounds(start, end))
+        })
+    }
+}
+
 /// What a write puts in every block of its range. The simulation carries stamps
 /// (which client op wrote it: the checker's ground truth) while the request's size
 /// drives the disk and network models; 0 is never written (it marks unwritten space).

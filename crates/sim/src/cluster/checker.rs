@@ -10,7 +10,8 @@
 //!   (the latest acknowledged write, or anything newer that was read), of a write
 //!   invoked before the read completed and covering that block;
 //! - one version of a chunk is one write (two primaries that wrote in one epoch would
-//!   hand out the same versions: C1).
+//!   hand out the same versions: C1), and one server sends a group's replica writes
+//!   in each epoch (C1 on the wire).
 //!
 //! At the end, every block's floor must still be held by every replica (no
 //! acknowledged write lost) and the replicas of every chunk must be equal.
@@ -18,8 +19,8 @@
 use std::collections::BTreeMap;
 
 use somnus_core::cluster::store::BLOCK_BYTES;
-use somnus_core::cluster::{ChunkId, Piece, Stamp};
-use somnus_types::{ByteRange, Version, VirtualInstant};
+use somnus_core::cluster::{ChunkId, Epoch, Piece, Stamp};
+use somnus_types::{ByteRange, ChunkGroupId, ServerId, Version, VirtualInstant};
 
 /// One block of one chunk.
 type Block = (ChunkId, u64);
@@ -43,6 +44,8 @@ pub struct Checker {
     /// Which stamp each version of a chunk belongs to.
     versions: BTreeMap<(ChunkId, Version), Stamp>,
     open: BTreeMap<u64, Invocation>,
+    /// The server that sent replica writes for each group and epoch.
+    writers: BTreeMap<(ChunkGroupId, Epoch), ServerId>,
     violations: Vec<String>,
     /// Violations beyond this many are counted, not described.
     violations_more: u64,
@@ -92,6 +95,16 @@ impl Checker {
         if let Some(stamp) = stamp {
             let record = WriteRecord { chunk_ranges: chunk_ranges.to_vec(), invoked: now };
             self.writes.insert(stamp, record);
+        }
+    }
+
+    /// `server` sent a replica write of `group` in `epoch`: only one server may (C1).
+    pub fn replica_write_sent(&mut self, group: ChunkGroupId, epoch: Epoch, server: ServerId) {
+        let writer = *self.writers.entry((group, epoch)).or_insert(server);
+        if writer != server {
+            self.violate(format!(
+                "C1: {group} had two primaries writing in {epoch}: {writer} and {server}"
+            ));
         }
     }
 
@@ -178,12 +191,9 @@ impl Checker {
                 }
             }
         }
-        let floors: BTreeMap<u64, Version> = self
-            .floors
-            .iter()
-            .filter(|((c, _), _)| *c == chunk)
-            .map(|((_, b), v)| (*b, *v))
-            .collect();
+        let blocks = (chunk, 0)..=(chunk, u64::MAX);
+        let floors: Vec<(u64, Version)> =
+            self.floors.range(blocks).map(|((_, b), v)| (*b, *v)).collect();
         for (name, contents) in replicas {
             for (block, floor) in &floors {
                 let range = ByteRange::new(block * BLOCK_BYTES, BLOCK_BYTES);
@@ -243,6 +253,18 @@ mod tests {
         checker.invoke(2, at(2), &[(CHUNK, BLOCK0)], None);
         checker.read(2, at(3), &[piece(5, 7)]);
         assert_eq!(checker.violation_count(), 0, "{:?}", checker.violations());
+    }
+
+    #[test]
+    fn two_servers_writing_one_groups_epoch_are_caught() {
+        let mut checker = Checker::new();
+        let (group, epoch) = (ChunkGroupId(3), Epoch(2));
+        checker.replica_write_sent(group, epoch, ServerId(1));
+        checker.replica_write_sent(group, epoch, ServerId(1));
+        checker.replica_write_sent(group, Epoch(3), ServerId(4));
+        assert_eq!(checker.violation_count(), 0);
+        checker.replica_write_sent(group, epoch, ServerId(4));
+        assert_eq!(checker.violation_count(), 1, "{:?}", checker.violations());
     }
 
     #[test]

@@ -15,17 +15,21 @@
 mod checker;
 mod faults;
 
+use std::collections::BTreeMap;
+
 use rand::{Rng, SeedableRng};
 use rand_pcg::Pcg64;
 use somnus_core::cluster::client::{Client, ClientAction, ClientEvent, ClientOp, ClientOutcome};
 use somnus_core::cluster::mds::{Mds, MdsAction, MdsEvent};
 use somnus_core::cluster::server::{Broken, Server, ServerAction, ServerEvent};
 use somnus_core::cluster::store::{BLOCK_BYTES, ChunkStore};
-use somnus_core::cluster::{ChunkId, ChunkIndex, ClientId, ClusterConfig, Message, Peer, Stamp};
+use somnus_core::cluster::{ChunkId, ClientId, ClusterConfig, Message, Peer, Stamp};
 use somnus_core::layout::{Layout, LayoutSpec, RackAssignment, Scheme};
 use somnus_core::power::DiskMechanics;
 use somnus_core::slab::{Key, Slab};
-use somnus_types::{ByteRange, IoId, ObjectId, RackId, ServerId, VirtualDuration, VirtualInstant};
+use somnus_types::{
+    ByteRange, ChunkGroupId, IoId, ObjectId, RackId, ServerId, VirtualDuration, VirtualInstant,
+};
 
 pub use checker::Checker;
 pub use faults::{FaultKind, FaultSet};
@@ -157,10 +161,18 @@ struct ServerSlot {
     cut: Option<Cut>,
 }
 
+/// A client's op in flight: its id, the object (index) it is on, and the stamp of a
+/// write (for the checker).
+#[derive(Clone, Copy, Debug)]
+struct OpInFlight {
+    id: u64,
+    object: u32,
+    stamp: Option<Stamp>,
+}
+
 struct ClientSlot {
     client: Client,
-    /// The op in flight: its id and what the checker needs.
-    op: Option<(u64, bool, Stamp)>,
+    op: Option<OpInFlight>,
     creates_left: Vec<u32>,
 }
 
@@ -178,13 +190,14 @@ pub struct ClusterSim<'t> {
     slow_model: DiskModel,
     messages: Slab<(Node, Peer, Message)>,
     checker: Checker,
-    objects: Vec<ObjectId>,
+    /// Each object's id once created, by index (`object-{index}`).
+    objects: Vec<Option<ObjectId>>,
+    /// The chunk group of every chunk of every object created.
+    chunk_groups: BTreeMap<ObjectId, Vec<ChunkGroupId>>,
     objects_created: u32,
     next_op: u64,
     next_stamp: u64,
     healed: bool,
-    /// Which server sent replica writes for each (group, epoch): C1 on the wire.
-    writers: std::collections::BTreeMap<(u32, u64), u32>,
     report: SeedReport,
     trace: Option<&'t mut dyn FnMut(String)>,
 }
@@ -261,12 +274,12 @@ impl<'t> ClusterSim<'t> {
             slow_model: DiskModel::new(&slow),
             messages: Slab::new(u32::MAX as usize),
             checker: Checker::new(),
-            objects: Vec::new(),
+            objects: vec![None; spec.objects as usize],
+            chunk_groups: BTreeMap::new(),
             objects_created: 0,
             next_op: 1,
             next_stamp: 1,
             healed: false,
-            writers: std::collections::BTreeMap::new(),
             report: SeedReport { seed, ..SeedReport::default() },
             trace,
         };
@@ -532,12 +545,7 @@ impl<'t> ClusterSim<'t> {
     fn send(&mut self, from: Peer, to: Peer, message: Message) {
         self.report.messages += 1;
         if let (Peer::Server(s), Message::ReplicaWrite { group, epoch, .. }) = (from, &message) {
-            let writer = *self.writers.entry((group.0, epoch.0)).or_insert(s.0);
-            if writer != s.0 {
-                self.checker.violate(format!(
-                    "C1: {group} had two primaries writing in {epoch}: s{writer} and {s}"
-                ));
-            }
+            self.checker.replica_write_sent(*group, *epoch, s);
         }
         let (source, target) = (self.peer_node(from), self.peer_node(to));
         let faults = self.spec.faults;
@@ -597,82 +605,66 @@ impl<'t> ClusterSim<'t> {
         if self.healed || self.clients[c as usize].op.is_some() {
             return;
         }
-        let op_id = self.next_op;
-        let op = if let Some(object) = self.clients[c as usize].creates_left.pop() {
-            ClientOp::Create { name: object_name(object), size_bytes: self.spec.object_bytes }
+        let id = self.next_op;
+        let (object, op) = if let Some(object) = self.clients[c as usize].creates_left.pop() {
+            let size_bytes = self.spec.object_bytes;
+            (object, ClientOp::Create { name: object_name(object), size_bytes })
         } else if self.objects_created < self.spec.objects {
             let at = self.now() + VirtualDuration::from_millis(10);
             self.events.schedule(at, Event::ClientNext(c));
             return;
         } else {
-            self.random_op(op_id)
+            self.random_op()
         };
         self.next_op += 1;
-        let (is_write, stamp) = match &op {
-            ClientOp::Write { stamp, .. } => (true, *stamp),
-            _ => (false, Stamp(0)),
+        let stamp = match &op {
+            ClientOp::Write { stamp, .. } => Some(*stamp),
+            _ => None,
         };
-        if let ClientOp::Write { name, range, .. } | ClientOp::Read { name, range } = &op {
-            let ranges = self.chunk_ranges(name, *range);
-            let stamp = is_write.then_some(stamp);
+        if let (ClientOp::Write { range, .. } | ClientOp::Read { range, .. }, Some(id_of)) =
+            (&op, self.objects[object as usize])
+        {
+            let ranges: Vec<_> = ChunkId::split(id_of, self.spec.chunk_bytes, *range).collect();
             let now = self.now();
-            self.checker.invoke(op_id, now, &ranges, stamp);
+            self.checker.invoke(id, now, &ranges, stamp);
         }
-        self.clients[c as usize].op = Some((op_id, is_write, stamp));
-        self.feed_client(c, ClientEvent::Submit { tag: op_id, op });
+        self.clients[c as usize].op = Some(OpInFlight { id, object, stamp });
+        self.feed_client(c, ClientEvent::Submit { tag: id, op });
     }
 
-    fn random_op(&mut self, _op: u64) -> ClientOp {
+    /// A random read or write of whole blocks of a random object.
+    fn random_op(&mut self) -> (u32, ClientOp) {
         let object = self.rng.random_range(0..self.spec.objects);
         let blocks_total = self.spec.object_bytes / BLOCK_BYTES;
         let blocks = self.rng.random_range(1..=self.spec.request_blocks_max.min(blocks_total));
         let first = self.rng.random_range(0..=blocks_total - blocks);
         let range = ByteRange::new(first * BLOCK_BYTES, blocks * BLOCK_BYTES);
         let name = object_name(object);
-        if self.rng.random_bool(0.5) {
+        let op = if self.rng.random_bool(0.5) {
             let stamp = Stamp(self.next_stamp);
             self.next_stamp += 1;
             ClientOp::Write { name, range, stamp }
         } else {
             ClientOp::Read { name, range }
-        }
-    }
-
-    /// An object range split into its chunks' ranges.
-    fn chunk_ranges(&self, name: &str, range: ByteRange) -> Vec<(ChunkId, ByteRange)> {
-        let index: u32 = name.trim_start_matches("object-").parse().unwrap_or(0);
-        let object = self.objects.get(index as usize).copied().unwrap_or(ObjectId(0));
-        let chunk = self.spec.chunk_bytes;
-        let mut parts = Vec::new();
-        let mut start = range.start;
-        while start < range.end {
-            let n = start / chunk;
-            let end = range.end.min((n + 1) * chunk);
-            let id = ChunkId { object, chunk: ChunkIndex(n as u32) };
-            parts.push((id, ByteRange::from_bounds(start - n * chunk, end - n * chunk)));
-            start = end;
-        }
-        parts
+        };
+        (object, op)
     }
 
     fn op_done(&mut self, c: u32, tag: u64, outcome: ClientOutcome) {
-        let Some((op_id, _, stamp)) = self.clients[c as usize].op.take() else { return };
-        debug_assert_eq!(op_id, tag);
+        let Some(op) = self.clients[c as usize].op.take() else { return };
+        debug_assert_eq!(op.id, tag);
         self.report.ops += 1;
         let now = self.now();
         match outcome {
             ClientOutcome::Object(info) => {
-                let index: usize = info.name.trim_start_matches("object-").parse().unwrap_or(0);
-                if self.objects.len() <= index {
-                    self.objects.resize(index + 1, ObjectId(0));
-                }
-                self.objects[index] = info.object;
+                self.objects[op.object as usize] = Some(info.object);
+                self.chunk_groups.insert(info.object, info.chunk_groups);
                 self.objects_created += 1;
             }
             ClientOutcome::Written(parts) => {
                 self.report.writes += 1;
                 self.check_copies(&parts);
-                self.checker.written(tag, stamp, &parts);
+                self.checker.written(tag, op.stamp.unwrap_or_default(), &parts);
             }
             ClientOutcome::Read(pieces) => {
                 self.report.reads += 1;
@@ -869,11 +861,10 @@ impl<'t> ClusterSim<'t> {
         self.report
     }
 
-    fn group_of(&self, chunk: ChunkId) -> somnus_types::ChunkGroupId {
-        let index = self.objects.iter().position(|o| *o == chunk.object).unwrap_or(0);
-        match self.mds.info(&object_name(index as u32)) {
-            Ok(info) => info.chunk_groups[chunk.chunk.0 as usize],
-            Err(_) => unreachable!("the simulation never deletes its objects"),
+    fn group_of(&self, chunk: ChunkId) -> ChunkGroupId {
+        match self.chunk_groups.get(&chunk.object) {
+            Some(groups) => groups[chunk.chunk.0 as usize],
+            None => unreachable!("a chunk of an object the simulation did not create"),
         }
     }
 }
@@ -896,19 +887,4 @@ fn disk_mechanics() -> DiskMechanics {
         Ok(Some(mechanics)) => mechanics,
         _ => unreachable!("the built-in Cheetah profile has mechanics"),
     }
-}
-
-/// Runs seeds `seeds` of `spec`, calling `each` with every report.
-pub fn run_seeds(
-    spec: &ClusterSpec,
-    seeds: std::ops::RangeInclusive<u64>,
-    mut each: impl FnMut(&SeedReport),
-) -> Vec<SeedReport> {
-    let mut reports = Vec::new();
-    for seed in seeds {
-        let report = ClusterSim::new(spec, seed, None).run();
-        each(&report);
-        reports.push(report);
-    }
-    reports
 }

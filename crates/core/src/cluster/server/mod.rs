@@ -355,7 +355,7 @@ impl Server {
             return;
         }
         *self.writes_in_flight.entry(group).or_default() += 1;
-        let (position, bytes) = (disk_position(&write), write.range.size_bytes());
+        let (position, bytes) = (disk_position(write.chunk, write.range), write.range.size_bytes());
         self.disk(Io::ReplicaWrite { group, epoch, primary, write, stable }, true, position, bytes);
     }
 
@@ -410,12 +410,7 @@ impl Server {
     ) {
         let pieces = self.store.read(chunk, range).ok();
         let message = Message::RepairData { group, epoch, chunk, range, pieces };
-        let position = disk_position(&UnstableWrite {
-            chunk,
-            range,
-            version: Version(0),
-            stamp: super::Stamp(0),
-        });
+        let position = disk_position(chunk, range);
         self.disk(Io::RepairRead { to: primary, message }, false, position, range.size_bytes());
     }
 
@@ -460,7 +455,7 @@ impl Server {
 
 /// Where a chunk's range lies on the server's disk: chunks spread by a hash of their
 /// id, so the disk model sees seeks between chunks and sequential runs within one.
-fn disk_position(write: &UnstableWrite) -> u64 {
-    let chunk = super::mds::mix(write.chunk.object.0 << 32 | u64::from(write.chunk.chunk.0));
-    (chunk % (1 << 20)) * (1 << 26) + write.range.start
+fn disk_position(chunk: super::ChunkId, range: ByteRange) -> u64 {
+    let slot = super::mds::mix(chunk.object.0 << 32 | u64::from(chunk.chunk.0));
+    (slot % (1 << 20)) * (1 << 26) + range.start
 }

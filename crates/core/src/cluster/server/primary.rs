@@ -362,12 +362,7 @@ impl Server {
     fn start_read(&mut self, group: ChunkGroupId, w: Waiting) {
         match self.store.read(w.chunk, w.range) {
             Ok(pieces) => {
-                let position = disk_position(&UnstableWrite {
-                    chunk: w.chunk,
-                    range: w.range,
-                    version: Version(0),
-                    stamp: Stamp(0),
-                });
+                let position = disk_position(w.chunk, w.range);
                 let io = Io::ClientRead { group, client: w.client, request: w.request, pieces };
                 self.disk(io, false, position, w.range.size_bytes());
             }
@@ -537,12 +532,7 @@ impl Server {
         let (Some(led), Some(index)) = (led, found) else {
             // A scrub's answer: repair the blocks that are still corrupt.
             if let Some(pieces) = pieces {
-                let position = disk_position(&UnstableWrite {
-                    chunk,
-                    range,
-                    version: Version(0),
-                    stamp: Stamp(0),
-                });
+                let position = disk_position(chunk, range);
                 self.disk(
                     Io::Repair { group, chunk, range, pieces },
                     true,
@@ -557,12 +547,7 @@ impl Server {
             Some(pieces) => {
                 // Write the repaired blocks, then serve the read again from the start.
                 led.waiting.push_front(waiting);
-                let position = disk_position(&UnstableWrite {
-                    chunk,
-                    range,
-                    version: Version(0),
-                    stamp: Stamp(0),
-                });
+                let position = disk_position(chunk, range);
                 let io = Io::Repair { group, chunk, range, pieces };
                 self.disk(io, true, position, range.size_bytes());
             }
