@@ -102,23 +102,42 @@ impl ChunkStore {
         if corrupt.is_empty() { Ok(pieces) } else { Err(Corrupt { ranges: corrupt }) }
     }
 
-    /// Overwrites the corrupt blocks of `range` with `pieces` (another replica's
-    /// intact copy); intact blocks keep what they hold.
+    /// Whether `pieces` (another replica's copy of `range`) hold every corrupt block
+    /// of it at the version this store expects or newer: an older copy would undo a
+    /// write this replica acknowledged.
+    pub fn repairable(&self, chunk: ChunkId, range: ByteRange, pieces: &[Piece]) -> bool {
+        let Some(extents) = self.chunks.get(&chunk) else { return true };
+        let mut fits = true;
+        extents.split(range, |bad, cell| {
+            let Some(cell) = cell.filter(|c| !c.intact()) else { return };
+            let mut covered = bad.start;
+            for piece in pieces.iter().filter(|p| p.range.overlaps(bad)) {
+                if piece.range.start > covered || piece.version < cell.version {
+                    break;
+                }
+                covered = piece.range.end;
+            }
+            fits &= covered >= bad.end;
+        });
+        fits
+    }
+
+    /// Overwrites the corrupt blocks of `range` with the pieces of `pieces` (another
+    /// replica's intact copy) that are at their expected version or newer; intact
+    /// blocks keep what they hold.
     pub fn repair(&mut self, chunk: ChunkId, range: ByteRange, pieces: &[Piece]) {
         let extents = self.chunks.entry(chunk).or_default();
         let mut corrupt = Vec::new();
         extents.split(range, |piece, cell| {
-            if cell.is_some_and(|c| !c.intact()) {
-                corrupt.push(piece);
+            if let Some(cell) = cell.filter(|c| !c.intact()) {
+                corrupt.push((piece, cell.version));
             }
         });
-        for bad in corrupt {
-            extents.remove_where(bad, |_| true, |_, _| {});
-            for piece in pieces {
+        for (bad, expected) in corrupt {
+            for piece in pieces.iter().filter(|p| p.version >= expected) {
                 let Some(overlap) = piece.range.intersection(bad) else { continue };
-                if piece.stamp != Stamp(0) {
-                    extents.insert(overlap, Cell::new(piece.version, piece.stamp), |_, _| {});
-                }
+                let cell = Cell::new(piece.version, piece.stamp);
+                extents.insert(overlap, cell, |_, _| {});
             }
         }
     }
@@ -249,7 +268,13 @@ mod tests {
         let range = ByteRange::new(0, 4 * BLOCK_BYTES);
         let corrupt = store.read(CHUNK, range).unwrap_err();
         assert_eq!(corrupt.ranges, [ByteRange::new(2 * BLOCK_BYTES, BLOCK_BYTES)]);
-        store.repair(CHUNK, range, &copy.read(CHUNK, range).unwrap());
+        let older = [Piece { range, version: Version(6), stamp: Stamp(60) }];
+        assert!(!store.repairable(CHUNK, range, &older), "an older copy must not repair");
+        store.repair(CHUNK, range, &older);
+        assert!(store.read(CHUNK, range).is_err());
+        let copy_pieces = copy.read(CHUNK, range).unwrap();
+        assert!(store.repairable(CHUNK, range, &copy_pieces));
+        store.repair(CHUNK, range, &copy_pieces);
         assert!(store.read(CHUNK, range).is_ok());
         assert_eq!(store.contents(CHUNK), copy.contents(CHUNK));
     }

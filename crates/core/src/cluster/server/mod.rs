@@ -134,9 +134,11 @@ pub struct Server {
     fencing: BTreeMap<ChunkGroupId, Epoch>,
     next_heartbeat: VirtualInstant,
     next_scrub: VirtualInstant,
-    /// The server that last wrote to each group as primary (where a scrub of a
-    /// replica that leads nothing asks for an intact copy).
-    primary_of: BTreeMap<ChunkGroupId, ServerId>,
+    /// Scrubs so far: each asks the next replica for a copy of what is still corrupt.
+    scrubs: u64,
+    /// The replicas of each group this server has heard of (from a grant or the MDS):
+    /// where a scrub asks for intact copies.
+    replicas_of: BTreeMap<ChunkGroupId, Vec<ServerId>>,
     actions: VecDeque<ServerAction>,
     counters: ServerCounters,
 }
@@ -165,7 +167,8 @@ impl Server {
             fencing: BTreeMap::new(),
             next_heartbeat: now,
             next_scrub: now.saturating_add(config.scrub_interval),
-            primary_of: BTreeMap::new(),
+            scrubs: 0,
+            replicas_of: BTreeMap::new(),
             actions: VecDeque::new(),
             counters: ServerCounters::default(),
         };
@@ -266,20 +269,27 @@ impl Server {
         self.next_heartbeat = self.now.saturating_add(self.config.heartbeat_interval);
     }
 
-    /// Verifies every block held and asks an intact copy for each corrupt range: of a
-    /// replica if this server leads the group, else of the group's last primary.
+    /// Verifies every block held and asks another replica for a copy of each corrupt
+    /// range, the next replica at each scrub (a copy too old or corrupt too is not
+    /// used): a primary asks its synced replicas, which hold every committed write.
     fn scrub(&mut self) {
         self.next_scrub = self.now.saturating_add(self.config.scrub_interval);
+        self.scrubs += 1;
         for (group, chunk, range) in self.store.corrupt_ranges() {
-            let source = match self.led.get(&group) {
-                Some(led) => led.repair_source(self.id),
-                None => self.primary_of.get(&group).copied().filter(|p| *p != self.id),
+            let sources: Vec<ServerId> = match self.led.get(&group) {
+                Some(led) => led.synced_others(self.id),
+                None => self.replicas_of.get(&group).map_or_else(Vec::new, |replicas| {
+                    replicas.iter().copied().filter(|r| *r != self.id).collect()
+                }),
             };
-            let Some(source) = source else {
-                // Not heard from the group's primary since a restart: ask the MDS.
-                self.send(Peer::Mds, Message::LookupGroup { request: 0, group });
+            if sources.is_empty() {
+                if !self.led.contains_key(&group) {
+                    // Not heard of the group's replicas since a restart: ask the MDS.
+                    self.send(Peer::Mds, Message::LookupGroup { request: 0, group });
+                }
                 continue;
-            };
+            }
+            let source = sources[(self.scrubs % sources.len() as u64) as usize];
             let epoch = self.store.epoch(group);
             self.send(Peer::Server(source), Message::RepairRead { group, epoch, chunk, range });
         }
@@ -319,9 +329,7 @@ impl Server {
             Message::GrantLease { view, lease_from, .. } => self.granted(view, lease_from),
             Message::MigratePrimary { group, epoch, .. } => self.migrate(group, epoch),
             Message::GroupFound { view, .. } => {
-                if let Some(primary) = view.primary {
-                    self.primary_of.insert(view.group, primary);
-                }
+                self.replicas_of.insert(view.group, view.replicas);
             }
             Message::EnterStandby => {
                 if self.led.is_empty() {
@@ -343,7 +351,6 @@ impl Server {
         write: UnstableWrite,
         stable: Version,
     ) {
-        self.primary_of.insert(group, primary);
         let known = self.known_epoch(group);
         if epoch != known && self.broken != Some(Broken::SkipEpochCheck) {
             if primary == self.id {
@@ -369,7 +376,8 @@ impl Server {
     fn sync_request(&mut self, primary: ServerId, group: ChunkGroupId, epoch: Epoch) {
         let known = self.known_epoch(group);
         if epoch < known {
-            self.send(Peer::Server(primary), Message::ReplicaRefused { group, epoch, known });
+            // To this server's own primary too: a newer primary fenced it, it steps down.
+            self.answer_primary(primary, Message::ReplicaRefused { group, epoch, known });
         } else if epoch == self.store.epoch(group) {
             // A repeated request (the reply was lost): fenced already.
             self.reply_sync_when_settled(primary, group, epoch);

@@ -50,6 +50,15 @@ struct Waiting {
     stamp: Option<Stamp>,
 }
 
+/// A read held while a replica is asked for a copy of its corrupt blocks.
+#[derive(Clone, Debug)]
+struct Repairing {
+    read: Waiting,
+    /// The replicas asked so far, the last one now.
+    asked: Vec<ServerId>,
+    sent_at: VirtualInstant,
+}
+
 /// A write sent to the replicas and not yet durable on all of them.
 #[derive(Clone, Debug)]
 struct Pending {
@@ -78,7 +87,7 @@ pub(super) struct Led {
     pending: BTreeMap<Version, Pending>,
     waiting: VecDeque<Waiting>,
     /// Reads held while corrupt blocks are repaired, with the replicas asked so far.
-    repairing: Vec<(Waiting, Vec<ServerId>)>,
+    repairing: Vec<Repairing>,
 }
 
 impl Led {
@@ -99,7 +108,8 @@ impl Led {
             .filter(|(_, synced)| !**synced)
             .filter_map(|(at, _)| *at);
         let writes = self.pending.values().map(|p| p.sent_at);
-        let oldest = syncs.chain(writes).min().map(|at| at.saturating_add(retry));
+        let repairs = self.repairing.iter().map(|r| r.sent_at);
+        let oldest = syncs.chain(writes).chain(repairs).min().map(|at| at.saturating_add(retry));
         let lease = Some(self.lease_until).filter(|at| *at > now);
         oldest.into_iter().chain(lease).min()
     }
@@ -116,13 +126,10 @@ impl Led {
         self.replicas.iter().position(|r| *r == replica)
     }
 
-    /// A synced replica other than `own` to repair from.
-    pub(super) fn repair_source(&self, own: ServerId) -> Option<ServerId> {
-        self.replicas
-            .iter()
-            .zip(&self.synced)
-            .find(|(r, synced)| **r != own && **synced)
-            .map(|(r, _)| *r)
+    /// The synced replicas other than `own`: they hold every committed write.
+    pub(super) fn synced_others(&self, own: ServerId) -> Vec<ServerId> {
+        let synced = self.replicas.iter().zip(&self.synced).filter(|(r, s)| **r != own && **s);
+        synced.map(|(r, _)| *r).collect()
     }
 
     fn overlaps_pending(&self, chunk: ChunkId, range: ByteRange) -> bool {
@@ -143,6 +150,7 @@ impl Server {
             self.counters.messages_dropped += 1;
             return;
         }
+        self.replicas_of.insert(view.group, view.replicas.clone());
         self.step_down(view.group);
         let replicas = view.replicas.len();
         let led = Led {
@@ -188,7 +196,7 @@ impl Server {
     fn step_down(&mut self, group: ChunkGroupId) {
         let Some(led) = self.led.remove(&group) else { return };
         let known = led.epoch;
-        let refused = led.waiting.into_iter().chain(led.repairing.into_iter().map(|(w, _)| w));
+        let refused = led.waiting.into_iter().chain(led.repairing.into_iter().map(|r| r.read));
         for waiting in refused {
             self.refuse(waiting.client, waiting.request, RequestError::NotPrimary { known });
         }
@@ -391,7 +399,7 @@ impl Server {
         asked.push(source);
         let message =
             Message::RepairRead { group, epoch: led.epoch, chunk: w.chunk, range: w.range };
-        led.repairing.push((w, asked));
+        led.repairing.push(Repairing { read: w, asked, sent_at: self.now });
         self.send(Peer::Server(source), message);
     }
 
@@ -523,33 +531,29 @@ impl Server {
         range: ByteRange,
         pieces: Option<Vec<Piece>>,
     ) {
+        // A copy is used only if it repairs every corrupt block at its version.
+        let pieces = pieces.filter(|p| self.store.repairable(chunk, range, p));
         let led = self.led.get_mut(&group).filter(|l| l.epoch == epoch);
         let found = led.as_ref().and_then(|led| {
-            led.repairing.iter().position(|(w, asked)| {
-                w.chunk == chunk && w.range == range && asked.last() == Some(&replica)
+            led.repairing.iter().position(|r| {
+                r.read.chunk == chunk && r.read.range == range && r.asked.last() == Some(&replica)
             })
         });
+        let repair = |pieces| Io::Repair { group, chunk, range, pieces };
+        let (position, bytes) = (disk_position(chunk, range), range.size_bytes());
         let (Some(led), Some(index)) = (led, found) else {
-            // A scrub's answer: repair the blocks that are still corrupt.
+            // A scrub's answer (a useless one waits for the next scrub).
             if let Some(pieces) = pieces {
-                let position = disk_position(chunk, range);
-                self.disk(
-                    Io::Repair { group, chunk, range, pieces },
-                    true,
-                    position,
-                    range.size_bytes(),
-                );
+                self.disk(repair(pieces), true, position, bytes);
             }
             return;
         };
-        let (waiting, asked) = led.repairing.swap_remove(index);
+        let Repairing { read: waiting, asked, .. } = led.repairing.swap_remove(index);
         match pieces {
             Some(pieces) => {
                 // Write the repaired blocks, then serve the read again from the start.
                 led.waiting.push_front(waiting);
-                let position = disk_position(chunk, range);
-                let io = Io::Repair { group, chunk, range, pieces };
-                self.disk(io, true, position, range.size_bytes());
+                self.disk(repair(pieces), true, position, bytes);
             }
             None => self.ask_for_repair(group, waiting, asked),
         }
@@ -578,6 +582,21 @@ impl Server {
             for version in due {
                 self.resend_remote(group, version);
             }
+            self.repairs_timed_out(group);
+        }
+    }
+
+    /// A replica asked for a copy that has not answered (it is down, or the message
+    /// was lost): the read asks the next one.
+    fn repairs_timed_out(&mut self, group: ChunkGroupId) {
+        let (now, retry) = (self.now, self.config.retry_interval);
+        let Some(led) = self.led.get_mut(&group) else { return };
+        let (late, waiting): (Vec<Repairing>, Vec<Repairing>) = std::mem::take(&mut led.repairing)
+            .into_iter()
+            .partition(|r| r.sent_at.saturating_add(retry) <= now);
+        led.repairing = waiting;
+        for repairing in late {
+            self.ask_for_repair(group, repairing.read, repairing.asked);
         }
     }
 
