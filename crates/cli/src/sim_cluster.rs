@@ -49,6 +49,10 @@ enum BrokenChoice {
     AckAfterOneReplica,
     /// No epoch or lease is checked, by primaries or replicas.
     SkipEpochCheck,
+    /// A new primary recovers its DVL from one logger fewer than L - r_L + 1.
+    TooFewLoggers,
+    /// Loggers answer a DVL recovery without fencing the old epoch first.
+    ReclaimBeforeFencing,
 }
 
 fn parse_seeds(text: &str) -> Result<RangeInclusive<u64>, String> {
@@ -77,6 +81,8 @@ pub(crate) fn run(args: &ClusterArgs) -> Result<()> {
     let broken = args.broken.map(|b| match b {
         BrokenChoice::AckAfterOneReplica => Broken::AckAfterOneReplica,
         BrokenChoice::SkipEpochCheck => Broken::SkipEpochCheck,
+        BrokenChoice::TooFewLoggers => Broken::TooFewLoggers,
+        BrokenChoice::ReclaimBeforeFencing => Broken::ReclaimBeforeFencing,
     });
     let spec = ClusterSpec {
         servers: args.servers,
@@ -145,11 +151,10 @@ pub(crate) fn run(args: &ClusterArgs) -> Result<()> {
 
 /// The command that runs `seed` again exactly, with its event trace.
 fn replay_command(args: &ClusterArgs, seed: u64) -> String {
-    let broken = match args.broken {
-        Some(BrokenChoice::AckAfterOneReplica) => " --broken ack-after-one-replica",
-        Some(BrokenChoice::SkipEpochCheck) => " --broken skip-epoch-check",
-        None => "",
-    };
+    let broken = args
+        .broken
+        .and_then(|b| b.to_possible_value())
+        .map_or_else(String::new, |value| format!(" --broken {}", value.get_name()));
     format!(
         "somnus sim cluster --seeds {seed} --servers {} --replicas {} --racks {} --clients {} --faults {} --virtual-secs {}{broken} --trace",
         args.servers, args.replicas, args.racks, args.clients, args.faults, args.virtual_secs

@@ -135,26 +135,41 @@ pub struct ObjectInfo {
     pub views: Vec<GroupView>,
 }
 
-/// One range a DVL holds logged: where and at what version.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct LoggedExtent {
-    pub object: ObjectId,
-    pub chunk: ChunkIndex,
+/// A write a DVL logged, without its data: the owner is the epoch of the primary that
+/// logged it (each epoch appends under its own owner, whose versions grow, D1).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
+pub struct LogRecord {
+    pub owner: Epoch,
+    pub chunk: ChunkId,
     pub range: ByteRange,
     pub version: Version,
-    /// The loggers holding a copy (r - 1 of them, in distinct racks).
-    pub loggers: Vec<ServerId>,
 }
 
-/// Bytes of one `LoggedExtent` on the wire (ids, range, version, r - 1 loggers).
-const LOGGED_EXTENT_WIRE_BYTES: u64 = 48;
+/// Bytes of one `LogRecord` on the wire.
+const LOG_RECORD_WIRE_BYTES: u64 = 40;
+
+/// A logged write in a DVL's map: the loggers that hold it (they acknowledged it or
+/// reported it), every logger that may (each gets its deletion marker), and the
+/// replicas that have it applied.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct LoggedExtent {
+    pub record: LogRecord,
+    pub holders: Vec<ServerId>,
+    pub loggers: Vec<ServerId>,
+    pub applied: Vec<ServerId>,
+}
+
+/// Bytes of one `LoggedExtent` on the wire (a record, r - 1 loggers, r replicas).
+const LOGGED_EXTENT_WIRE_BYTES: u64 = 64;
 
 /// A DVL's state handed from a primary that migrates to the next (Sierra 3.3.2): what
-/// is logged and where, and the next version to use.
+/// is logged, where, and which replicas have it.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct DvlHandoff {
-    pub next_version: Version,
     pub extents: Vec<LoggedExtent>,
+    /// Loggers of the view a recovery has not heard from yet: the next primary asks
+    /// them, so the copies they hold are found and invalidated too.
+    pub unrecovered: Vec<ServerId>,
 }
 
 /// Why the MDS refused a metadata request.
@@ -188,6 +203,9 @@ pub enum Message {
         sent_at: VirtualInstant,
         renewed: Vec<(ChunkGroupId, Epoch)>,
         revoked: Vec<(ChunkGroupId, Epoch)>,
+        /// The servers that do not serve now (asleep, waking, failed, removed): their
+        /// primaries log for them (D2).
+        down: Vec<ServerId>,
     },
     /// Lead `view.group` in `view.epoch`, for the lease counted from `lease_from` (the
     /// send time of the server's last heartbeat the MDS received); with a handoff take
@@ -215,16 +233,18 @@ pub enum Message {
     EnterStandby,
     /// A server is about to sleep (sent once its primaries have moved).
     Standby,
-    /// A primary adds loggers to its DVL's view before its first write to them.
-    ExtendLoggerView {
+    /// A primary sets its DVL's logger view: before its first write to a logger, and
+    /// empty once nothing is logged (D3). `seq` orders a primary's changes in its epoch.
+    SetLoggerView {
         group: ChunkGroupId,
         epoch: Epoch,
+        seq: u64,
         loggers: Vec<ServerId>,
     },
-    LoggerViewExtended {
+    LoggerViewSet {
         group: ChunkGroupId,
         epoch: Epoch,
-        loggers: Vec<ServerId>,
+        seq: u64,
     },
     /// Metadata requests of a client; `request` is echoed in the answer.
     CreateObject {
@@ -328,12 +348,80 @@ pub enum Message {
         /// None: the replica's copy is corrupt too.
         pieces: Option<Vec<Piece>>,
     },
+    /// A primary logs writes at a logger, under the owner of its epoch, in version
+    /// order; one batch in flight per group and logger (D1).
+    LogAppend {
+        group: ChunkGroupId,
+        epoch: Epoch,
+        writes: Vec<UnstableWrite>,
+    },
+    /// The logger made these versions durable.
+    LogAck {
+        group: ChunkGroupId,
+        epoch: Epoch,
+        versions: Vec<Version>,
+    },
+    /// The logger has no room for these versions now (D6: the write waits).
+    LogFull {
+        group: ChunkGroupId,
+        epoch: Epoch,
+        versions: Vec<Version>,
+    },
+    /// The logger is fenced at a newer epoch for the group (C1).
+    LogRefused {
+        group: ChunkGroupId,
+        epoch: Epoch,
+        known: Epoch,
+    },
+    /// A new primary fences older epochs at a logger and asks what it holds (D4).
+    LogRecover {
+        group: ChunkGroupId,
+        epoch: Epoch,
+    },
+    LogRecovered {
+        group: ChunkGroupId,
+        epoch: Epoch,
+        records: Vec<LogRecord>,
+    },
+    /// A primary reads logged writes back (to adopt them, or to reclaim them).
+    LogRead {
+        group: ChunkGroupId,
+        epoch: Epoch,
+        records: Vec<LogRecord>,
+    },
+    /// The writes asked for; none where no byte of the record is visible any more.
+    LogData {
+        group: ChunkGroupId,
+        epoch: Epoch,
+        writes: Vec<(LogRecord, Option<UnstableWrite>)>,
+    },
+    /// Versioned deletion markers for records every replica has applied (D5).
+    LogInvalidate {
+        group: ChunkGroupId,
+        epoch: Epoch,
+        records: Vec<LogRecord>,
+    },
+    LogInvalidated {
+        group: ChunkGroupId,
+        epoch: Epoch,
+        records: Vec<LogRecord>,
+    },
 }
 
 impl Message {
     /// The bytes the message carries besides its header (the network charges them).
     pub fn payload_bytes(&self) -> u64 {
         match self {
+            Message::LogAppend { writes, .. } => writes.iter().map(|w| w.range.size_bytes()).sum(),
+            Message::LogData { writes, .. } => {
+                writes.iter().filter_map(|(_, w)| w.map(|w| w.range.size_bytes())).sum()
+            }
+            Message::LogRecovered { records, .. }
+            | Message::LogRead { records, .. }
+            | Message::LogInvalidate { records, .. }
+            | Message::LogInvalidated { records, .. } => {
+                records.len() as u64 * LOG_RECORD_WIRE_BYTES
+            }
             Message::GrantLease { handoff: Some(h), .. }
             | Message::CancelLease { handoff: h, .. } => {
                 h.extents.len() as u64 * LOGGED_EXTENT_WIRE_BYTES

@@ -3,17 +3,52 @@
 //! sans-IO state machine. Messages between them are one enum, [`Message`].
 
 pub mod client;
+pub mod logvolume;
 pub mod mds;
 mod message;
 pub mod server;
 pub mod store;
 
 pub use message::{
-    ChunkId, ChunkIndex, ClientId, DvlHandoff, Epoch, GroupView, LoggedExtent, Message,
+    ChunkId, ChunkIndex, ClientId, DvlHandoff, Epoch, GroupView, LogRecord, LoggedExtent, Message,
     MetadataError, ObjectInfo, Peer, Piece, ReplyBody, RequestError, Stamp, UnstableWrite,
 };
 
-use somnus_types::VirtualDuration;
+use somnus_types::{GearGroupId, RackId, ServerId, VirtualDuration};
+
+use crate::layout::Layout;
+
+/// Where every server is: its rack and gear group (the DVL's logger choice, 3.3.1).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Topology {
+    racks: Vec<RackId>,
+    gear_groups: Vec<GearGroupId>,
+}
+
+impl Topology {
+    pub fn of(layout: &Layout) -> Topology {
+        let servers = layout.servers();
+        Topology {
+            racks: servers.iter().map(|s| s.rack).collect(),
+            // A layout without gear groups (naive random) puts each server in its own.
+            gear_groups: (0..servers.len())
+                .map(|i| servers[i].gear_group.unwrap_or(GearGroupId(u32::MAX - i as u32)))
+                .collect(),
+        }
+    }
+
+    pub fn rack(&self, server: ServerId) -> RackId {
+        self.racks[server.index()]
+    }
+
+    pub fn gear_group(&self, server: ServerId) -> GearGroupId {
+        self.gear_groups[server.index()]
+    }
+
+    pub fn servers(&self) -> impl Iterator<Item = ServerId> + '_ {
+        (0..self.racks.len()).map(|i| ServerId(i as u32))
+    }
+}
 
 /// A server's power state as the MDS records it (docs/protocol.md, P1-P3).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, serde::Serialize)]
@@ -37,6 +72,11 @@ impl ServerPower {
     /// Whether the server takes requests now.
     pub fn serves(self) -> bool {
         self == ServerPower::On
+    }
+
+    /// Whether it applies writes as a replica (a draining server still does).
+    pub fn serves_replicas(self) -> bool {
+        matches!(self, ServerPower::On | ServerPower::Draining)
     }
 }
 
@@ -69,6 +109,10 @@ pub struct ClusterConfig {
     pub view_ttl: VirtualDuration,
     /// How often a server verifies the checksums of everything it holds.
     pub scrub_interval: VirtualDuration,
+    /// Room of each server's logger (D6: a write that finds every logger full waits).
+    pub logger_capacity_bytes: u64,
+    /// Logged writes a primary reclaims at once: reclaim is background work (D5).
+    pub reclaim_reads_max: u32,
     /// Seed of the MDS's random choices (chunk groups of new chunks, initial primaries).
     pub seed: u64,
 }
@@ -89,6 +133,8 @@ impl ClusterConfig {
             request_timeout: VirtualDuration::from_secs(1),
             scrub_interval: VirtualDuration::from_secs(5),
             view_ttl: VirtualDuration::from_secs(2),
+            logger_capacity_bytes: 1 << 30,
+            reclaim_reads_max: 8,
             seed: 1,
         }
     }

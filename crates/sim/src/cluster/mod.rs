@@ -16,14 +16,15 @@ mod checker;
 mod faults;
 
 use std::collections::BTreeMap;
+use std::sync::Arc;
 
 use rand::{Rng, SeedableRng};
 use rand_pcg::Pcg64;
 use somnus_core::cluster::client::{Client, ClientAction, ClientEvent, ClientOp, ClientOutcome};
 use somnus_core::cluster::mds::{Mds, MdsAction, MdsEvent};
-use somnus_core::cluster::server::{Broken, Server, ServerAction, ServerEvent};
-use somnus_core::cluster::store::{BLOCK_BYTES, ChunkStore};
-use somnus_core::cluster::{ChunkId, ClientId, ClusterConfig, Message, Peer, Stamp};
+use somnus_core::cluster::server::{Broken, Durable, Server, ServerAction, ServerEvent};
+use somnus_core::cluster::store::BLOCK_BYTES;
+use somnus_core::cluster::{ChunkId, ClientId, ClusterConfig, Message, Peer, Stamp, Topology};
 use somnus_core::layout::{Layout, LayoutSpec, RackAssignment, Scheme};
 use somnus_core::power::DiskMechanics;
 use somnus_core::slab::{Key, Slab};
@@ -102,6 +103,8 @@ pub struct SeedReport {
 }
 
 /// After the heal, how long the cluster may take to finish every op and go idle.
+/// Timers due at once in a row before a node is reported stuck.
+const TIMER_REFIRES_MAX: u32 = 100_000;
 const QUIESCE_MAX: VirtualDuration = VirtualDuration::from_secs(300);
 /// How often the quiesce is probed.
 const PROBE_INTERVAL: VirtualDuration = VirtualDuration::from_millis(100);
@@ -112,6 +115,10 @@ const LOSS: f64 = 0.01;
 const DUPLICATION: f64 = 0.01;
 const DELAY: f64 = 0.05;
 const DELAY_MAX_MS: u64 = 50;
+/// A few messages are held far longer than a lease's margin (a stalled link, a paused
+/// process): only the epochs and fences, not the leases' timing, keep them harmless.
+const STALL: f64 = 0.002;
+const STALL_MS: std::ops::RangeInclusive<u64> = 500..=8_000;
 const CRASH_EVERY_S: f64 = 4.0;
 const PARTITION_EVERY_S: f64 = 6.0;
 const CORRUPT_EVERY_S: f64 = 2.0;
@@ -152,8 +159,8 @@ enum Cut {
 
 struct ServerSlot {
     server: Option<Server>,
-    /// The store of a crashed server, until it restarts.
-    down_store: Option<ChunkStore>,
+    /// The disk of a crashed server, until it restarts.
+    down_store: Option<Durable>,
     incarnation: u32,
     rack: RackId,
     disk: Disk,
@@ -179,12 +186,15 @@ struct ClientSlot {
 pub struct ClusterSim<'t> {
     spec: ClusterSpec,
     config: ClusterConfig,
+    topology: Arc<Topology>,
     rng: Pcg64,
     events: EventQueue<Event>,
     mds: Mds,
     servers: Vec<ServerSlot>,
     clients: Vec<ClientSlot>,
     timers: Vec<Option<VirtualInstant>>,
+    /// Per node, its timers in a row that were due at once (a stuck state machine).
+    timers_due_now: Vec<u32>,
     network: Network,
     disk_model: DiskModel,
     slow_model: DiskModel,
@@ -221,12 +231,14 @@ impl<'t> ClusterSim<'t> {
             ClusterConfig { chunk_size_bytes: spec.chunk_bytes, seed, ..ClusterConfig::sierra() };
         let config = ClusterConfig { replicas: spec.replicas, ..config };
         let start = VirtualInstant::ZERO;
+        let topology = Arc::new(Topology::of(&layout));
         let servers = (0..spec.servers)
             .map(|s| ServerSlot {
                 server: Some(Server::new(
                     ServerId(s),
                     config,
-                    ChunkStore::new(),
+                    topology.clone(),
+                    Durable::new(&config),
                     start,
                     spec.broken,
                 )),
@@ -255,6 +267,7 @@ impl<'t> ClusterSim<'t> {
             ..mechanics
         };
         let mut sim = ClusterSim {
+            topology,
             spec: spec.clone(),
             config,
             rng: Pcg64::seed_from_u64(seed),
@@ -263,6 +276,7 @@ impl<'t> ClusterSim<'t> {
             servers,
             clients,
             timers: vec![None; nodes as usize],
+            timers_due_now: vec![0; nodes as usize],
             network: Network::new(
                 NetworkParams {
                     round_trip: VirtualDuration::from_micros(200),
@@ -415,6 +429,10 @@ impl<'t> ClusterSim<'t> {
             .servers
             .iter()
             .all(|s| s.server.as_ref().is_some_and(|s| s.is_idle() && !s.holds_corrupt()));
+        let logs_empty = self.servers.iter().all(|s| {
+            s.server.as_ref().is_some_and(|s| s.dvls_empty() && s.log_volume().write_count() == 0)
+        });
+        let servers_idle = servers_idle && logs_empty;
         if clients_done && servers_idle && self.messages.is_empty() {
             return true;
         }
@@ -433,8 +451,24 @@ impl<'t> ClusterSim<'t> {
 
     fn arm(&mut self, node: Node, deadline: Option<VirtualInstant>) {
         let Some(deadline) = deadline else { return };
-        let deadline = deadline.max(self.now());
         let index = self.node_index(node);
+        // A timer due at once, again and again, is a state machine that does not
+        // advance: reported, and not armed again (the run would never end).
+        if deadline <= self.now() {
+            self.timers_due_now[index] += 1;
+            if self.timers_due_now[index] == TIMER_REFIRES_MAX {
+                let now = self.now();
+                self.checker.violate(format!(
+                    "liveness: the timer of {node:?} is due at once {TIMER_REFIRES_MAX} times at {now:?}"
+                ));
+            }
+            if self.timers_due_now[index] >= TIMER_REFIRES_MAX {
+                return;
+            }
+        } else {
+            self.timers_due_now[index] = 0;
+        }
+        let deadline = deadline.max(self.now());
         if self.timers[index].is_none_or(|at| deadline < at) {
             self.timers[index] = Some(deadline);
             self.events.schedule(deadline, Event::Timer(node));
@@ -561,6 +595,9 @@ impl<'t> ClusterSim<'t> {
         let mut arrival = self.network.send(self.now(), a, b, bytes);
         if live && faults.has(FaultKind::Delay) && self.rng.random_bool(DELAY) {
             arrival += VirtualDuration::from_millis(self.rng.random_range(1..=DELAY_MAX_MS));
+            if self.rng.random_bool(STALL / DELAY) {
+                arrival += VirtualDuration::from_millis(self.rng.random_range(STALL_MS));
+            }
         }
         let twice = live && faults.has(FaultKind::Duplication) && self.rng.random_bool(DUPLICATION);
         if twice {
@@ -688,9 +725,9 @@ impl<'t> ClusterSim<'t> {
             let mut racks = Vec::new();
             for replica in &replicas {
                 let slot = &self.servers[replica.index()];
-                let store = match (&slot.server, &slot.down_store) {
-                    (Some(server), _) => server.store(),
-                    (None, Some(store)) => store,
+                let (store, _) = match (&slot.server, &slot.down_store) {
+                    (Some(server), _) => (server.store(), server.log_volume()),
+                    (None, Some(durable)) => (&durable.store, &durable.log),
                     (None, None) => continue,
                 };
                 let contents = store.contents(*chunk);
@@ -702,6 +739,17 @@ impl<'t> ClusterSim<'t> {
                     covered = piece.range.end;
                 }
                 if covered >= range.end && !racks.contains(&slot.rack) {
+                    racks.push(slot.rack);
+                }
+            }
+            // Log records count too (D2): the DVL holds them for the down replicas.
+            for slot in &self.servers {
+                let log = match (&slot.server, &slot.down_store) {
+                    (Some(server), _) => server.log_volume(),
+                    (None, Some(durable)) => &durable.log,
+                    (None, None) => continue,
+                };
+                if !racks.contains(&slot.rack) && log.holds(*chunk, *range, *version) {
                     racks.push(slot.rack);
                 }
             }
@@ -751,7 +799,7 @@ impl<'t> ClusterSim<'t> {
             self.report.crashes += 1;
             let slot = &mut self.servers[s as usize];
             if let Some(server) = slot.server.take() {
-                slot.down_store = Some(server.into_store());
+                slot.down_store = Some(server.into_durable());
             }
             slot.incarnation += 1;
             slot.disk = Disk::default();
@@ -766,8 +814,10 @@ impl<'t> ClusterSim<'t> {
     fn restart(&mut self, s: u32) {
         let now = self.now();
         let slot = &mut self.servers[s as usize];
-        let Some(store) = slot.down_store.take() else { return };
-        slot.server = Some(Server::new(ServerId(s), self.config, store, now, self.spec.broken));
+        let Some(durable) = slot.down_store.take() else { return };
+        let topology = self.topology.clone();
+        let broken = self.spec.broken;
+        slot.server = Some(Server::new(ServerId(s), self.config, topology, durable, now, broken));
         self.trace(|| format!("restart s{s}"));
         self.drain(Node::Server(s));
     }
@@ -824,6 +874,21 @@ impl<'t> ClusterSim<'t> {
     }
 
     fn finish(mut self) -> SeedReport {
+        // D5: once the faults healed and the cluster is quiet, every DVL is reclaimed
+        // and every logger's space is free.
+        for (s, slot) in self.servers.iter().enumerate() {
+            let Some(server) = slot.server.as_ref() else { continue };
+            let log = server.log_volume();
+            if !server.dvls_empty() || log.write_count() > 0 || log.live_bytes() > 0 {
+                self.checker.violate(format!(
+                    "D5: after the heal s{s} still has a DVL to reclaim or a logger holding \
+                     {} records ({} live bytes), first {:?}",
+                    log.write_count(),
+                    log.live_bytes(),
+                    log.held().first()
+                ));
+            }
+        }
         let unfinished = self.clients.iter().filter(|c| c.op.is_some()).count() as u64;
         if unfinished > 0 {
             self.checker.violate(format!(
@@ -876,7 +941,7 @@ fn object_name(index: u32) -> String {
 /// A message in one line for the event trace.
 fn brief(message: &Message) -> String {
     let text = format!("{message:?}");
-    if text.len() > 160 { format!("{}...", &text[..160]) } else { text }
+    if text.len() > 1600 { format!("{}...", &text[..1600]) } else { text }
 }
 
 /// The disks of the simulated servers: the Seagate Cheetah 15K.4 of the built-in

@@ -80,8 +80,11 @@ pub enum Command {
     SetGear {
         gear: u32,
     },
-    ExtendLoggerView {
+    /// The primary of `epoch` set the group's logger view, its change `seq`.
+    SetLoggerView {
         group: ChunkGroupId,
+        epoch: Epoch,
+        seq: u64,
         loggers: Vec<ServerId>,
     },
 }
@@ -124,6 +127,8 @@ struct GroupEntry {
     /// The server a migration under way hands the group to.
     migrating_to: Option<ServerId>,
     logger_view: Vec<ServerId>,
+    /// The (epoch, seq) of the change that set `logger_view`: older ones are ignored.
+    logger_view_set: (Epoch, u64),
 }
 
 #[derive(Clone, Debug)]
@@ -203,6 +208,7 @@ impl Mds {
                 handoff: Some(DvlHandoff::default()),
                 migrating_to: None,
                 logger_view: Vec::new(),
+                logger_view_set: (Epoch(0), 0),
             });
         }
         mds
@@ -320,12 +326,11 @@ impl Mds {
             }
             Command::SetPower { server, power } => self.servers[server.index()].power = *power,
             Command::SetGear { gear } => self.gear = *gear,
-            Command::ExtendLoggerView { group, loggers } => {
-                let view = &mut self.groups[group.index()].logger_view;
-                for logger in loggers {
-                    if !view.contains(logger) {
-                        view.push(*logger);
-                    }
+            Command::SetLoggerView { group, epoch, seq, loggers } => {
+                let entry = &mut self.groups[group.index()];
+                if (*epoch, *seq) > entry.logger_view_set {
+                    entry.logger_view = loggers.clone();
+                    entry.logger_view_set = (*epoch, *seq);
                 }
             }
         }
@@ -366,8 +371,8 @@ impl Mds {
                 let view = self.view(group);
                 self.send(Peer::Server(server), Message::GroupFound { request, view });
             }
-            Message::ExtendLoggerView { group, epoch, loggers } => {
-                self.extend_logger_view(server, group, epoch, loggers);
+            Message::SetLoggerView { group, epoch, seq, loggers } => {
+                self.set_logger_view(server, group, epoch, seq, loggers);
             }
             _ => self.counters.messages_dropped += 1,
         }
@@ -406,7 +411,9 @@ impl Mds {
                 _ => revoked.push((group, epoch)),
             }
         }
-        self.send(Peer::Server(server), Message::HeartbeatReply { sent_at, renewed, revoked });
+        let down = self.down_servers();
+        let reply = Message::HeartbeatReply { sent_at, renewed, revoked, down };
+        self.send(Peer::Server(server), reply);
         self.regrant_lost(server, leads);
         self.send_pending_grants(server);
         if self.servers[server.index()].power == ServerPower::Draining {
@@ -533,11 +540,14 @@ impl Mds {
         led
     }
 
-    fn extend_logger_view(
+    /// D3: only the group's primary sets its logger view; a change older than the one
+    /// applied (a late or repeated message) is answered but changes nothing.
+    fn set_logger_view(
         &mut self,
         server: ServerId,
         group: ChunkGroupId,
         epoch: Epoch,
+        seq: u64,
         loggers: Vec<ServerId>,
     ) {
         let current = self
@@ -549,8 +559,14 @@ impl Mds {
             self.counters.messages_dropped += 1;
             return;
         }
-        self.commit(Command::ExtendLoggerView { group, loggers: loggers.clone() });
-        self.send(Peer::Server(server), Message::LoggerViewExtended { group, epoch, loggers });
+        self.commit(Command::SetLoggerView { group, epoch, seq, loggers });
+        self.send(Peer::Server(server), Message::LoggerViewSet { group, epoch, seq });
+    }
+
+    /// The servers that do not serve now: primaries log for them.
+    fn down_servers(&self) -> Vec<ServerId> {
+        let down = self.servers.iter().enumerate().filter(|(_, s)| !s.power.serves_replicas());
+        down.map(|(index, _)| ServerId(index as u32)).collect()
     }
 }
 

@@ -119,7 +119,7 @@ impl Harness {
                 fake.leases
                     .insert(view.group, (view.epoch, lease_from.saturating_add(self.config.lease)));
             }
-            Message::HeartbeatReply { sent_at, renewed, revoked } => {
+            Message::HeartbeatReply { sent_at, renewed, revoked, .. } => {
                 for (group, epoch) in renewed {
                     if let Some(lease) = fake.leases.get_mut(&group).filter(|l| l.0 == epoch) {
                         lease.1 = lease.1.max(sent_at.saturating_add(self.config.lease));

@@ -15,14 +15,18 @@
 //! [`Server::poll_timeout`]. A crash is the shell dropping the server: what survives is
 //! [`Server::into_store`], whose changes were made only at `DiskDone`.
 
+mod dvl;
+mod logging;
 mod primary;
 
-use std::collections::{BTreeMap, VecDeque};
+use std::collections::{BTreeMap, BTreeSet, VecDeque};
+use std::sync::Arc;
 
 use somnus_types::{ByteRange, ChunkGroupId, IoId, ServerId, Version, VirtualInstant};
 
+use super::logvolume::LogVolume;
 use super::store::ChunkStore;
-use super::{ClusterConfig, Epoch, Message, Peer, ServerPower, UnstableWrite};
+use super::{ClusterConfig, Epoch, LogRecord, Message, Peer, ServerPower, Topology, UnstableWrite};
 use crate::slab::{Key, Slab};
 
 use primary::Led;
@@ -72,6 +76,29 @@ pub enum Broken {
     /// it or a newer primary fenced its replicas, and replicas take writes of any
     /// epoch (C1, C2).
     SkipEpochCheck,
+    /// A new primary recovers its DVL from one logger fewer than L - r_L + 1 (D4).
+    TooFewLoggers,
+    /// Loggers answer a recovery at once, without fencing the old epoch or waiting for
+    /// the appends they accepted from it (D4): the new primary reclaims from a log the
+    /// old primary still writes to.
+    ReclaimBeforeFencing,
+}
+
+/// What a storage server keeps across a crash: its replicas and its logger's log.
+#[derive(Clone, Debug)]
+pub struct Durable {
+    pub store: ChunkStore,
+    pub log: LogVolume,
+}
+
+impl Durable {
+    /// An empty disk.
+    pub fn new(config: &ClusterConfig) -> Durable {
+        Durable {
+            store: ChunkStore::new(),
+            log: LogVolume::new(config.chunk_size_bytes, config.logger_capacity_bytes),
+        }
+    }
 }
 
 /// What a server did, for tests and metrics.
@@ -85,6 +112,8 @@ pub struct ServerCounters {
     pub retransmits: u64,
     /// Unstable writes a new primary wrote again everywhere.
     pub writes_adopted: u64,
+    /// Logged writes read back and sent to replicas that lacked them.
+    pub writes_reclaimed: u64,
     pub messages_dropped: u64,
 }
 
@@ -112,6 +141,16 @@ enum Io {
         range: ByteRange,
         pieces: Vec<super::Piece>,
     },
+    /// The logger's append of a batch of a primary's writes.
+    LogAppend { group: ChunkGroupId, epoch: Epoch, primary: ServerId, writes: Vec<UnstableWrite> },
+    /// The logger's durable record that `group` is fenced at `epoch` in its log.
+    LogFence { group: ChunkGroupId, epoch: Epoch, primary: ServerId },
+    /// The logger's read of records a primary asked for.
+    LogRead { to: ServerId, message: Message },
+    /// The logger's deletion markers.
+    LogInvalidate { group: ChunkGroupId, epoch: Epoch, primary: ServerId, records: Vec<LogRecord> },
+    /// Copies a collection wrote: nothing waits for them.
+    LogCollect,
 }
 
 /// Disk I/Os in flight at once: far above what any run reaches.
@@ -120,10 +159,20 @@ const IOS_MAX: usize = 1 << 24;
 pub struct Server {
     id: ServerId,
     config: ClusterConfig,
+    topology: Arc<Topology>,
     broken: Option<Broken>,
     now: VirtualInstant,
     power: ServerPower,
     store: ChunkStore,
+    log: LogVolume,
+    /// Per group: log appends in flight, recoveries waiting for them, fences in flight.
+    log_in_flight: BTreeMap<ChunkGroupId, u32>,
+    log_recoveries_waiting: BTreeMap<ChunkGroupId, Vec<(ServerId, Epoch)>>,
+    log_fencing: BTreeMap<ChunkGroupId, Epoch>,
+    /// Where the log's next write goes on the disk (it is written sequentially).
+    log_position: u64,
+    /// The servers the MDS last reported down.
+    down: BTreeSet<ServerId>,
     led: BTreeMap<ChunkGroupId, Led>,
     ios: Slab<Io>,
     /// Per group: replica writes in flight, and the fences waiting for them to end (a
@@ -149,17 +198,25 @@ impl Server {
     pub fn new(
         id: ServerId,
         config: ClusterConfig,
-        store: ChunkStore,
+        topology: Arc<Topology>,
+        durable: Durable,
         now: VirtualInstant,
         broken: Option<Broken>,
     ) -> Server {
         let mut server = Server {
             id,
             config,
+            topology,
             broken,
             now,
             power: ServerPower::On,
-            store,
+            store: durable.store,
+            log: durable.log,
+            log_in_flight: BTreeMap::new(),
+            log_recoveries_waiting: BTreeMap::new(),
+            log_fencing: BTreeMap::new(),
+            log_position: LOG_REGION_START,
+            down: BTreeSet::new(),
             led: BTreeMap::new(),
             ios: Slab::new(IOS_MAX),
             writes_in_flight: BTreeMap::new(),
@@ -189,8 +246,13 @@ impl Server {
     }
 
     /// What survives a crash.
-    pub fn into_store(self) -> ChunkStore {
-        self.store
+    pub fn into_durable(self) -> Durable {
+        Durable { store: self.store, log: self.log }
+    }
+
+    /// Whether every DVL this server leads is empty (the simulation's end check).
+    pub fn dvls_empty(&self) -> bool {
+        self.led.values().all(|led| led.dvl().is_empty())
     }
 
     pub fn counters(&self) -> ServerCounters {
@@ -316,6 +378,13 @@ impl Server {
             (Peer::Server(primary), Message::RepairRead { group, epoch, chunk, range }) => {
                 self.repair_read(primary, group, epoch, chunk, range);
             }
+            (
+                Peer::Server(primary),
+                message @ (Message::LogAppend { .. }
+                | Message::LogRecover { .. }
+                | Message::LogRead { .. }
+                | Message::LogInvalidate { .. }),
+            ) => self.logger_message(primary, message),
             (Peer::Server(replica), message) => self.replica_message(replica, message),
             (Peer::Client(_), message) => self.client_message(from, message),
         }
@@ -323,10 +392,16 @@ impl Server {
 
     fn mds_message(&mut self, message: Message) {
         match message {
-            Message::HeartbeatReply { sent_at, renewed, revoked } => {
+            Message::HeartbeatReply { sent_at, renewed, revoked, down } => {
                 self.leases_renewed(sent_at, &renewed, &revoked);
+                self.set_down(down);
             }
-            Message::GrantLease { view, lease_from, .. } => self.granted(view, lease_from),
+            Message::GrantLease { view, lease_from, logger_view, handoff } => {
+                self.granted(view, lease_from, logger_view, handoff);
+            }
+            Message::LoggerViewSet { group, epoch, seq } => {
+                self.logger_view_set(group, epoch, seq);
+            }
             Message::MigratePrimary { group, epoch, .. } => self.migrate(group, epoch),
             Message::GroupFound { view, .. } => {
                 self.replicas_of.insert(view.group, view.replicas);
@@ -451,7 +526,17 @@ impl Server {
             Io::ClientRead { group, client, request, pieces } => {
                 self.read_done(group, client, request, pieces);
             }
-            Io::RepairRead { to, message } => self.send(Peer::Server(to), message),
+            Io::RepairRead { to, message } | Io::LogRead { to, message } => {
+                self.answer_primary(to, message);
+            }
+            Io::LogAppend { group, epoch, primary, writes } => {
+                self.log_append_done(group, epoch, primary, writes);
+            }
+            Io::LogFence { group, epoch, primary } => self.log_fence_done(group, epoch, primary),
+            Io::LogInvalidate { group, epoch, primary, records } => {
+                self.log_invalidate_done(group, epoch, primary, records);
+            }
+            Io::LogCollect => {}
             Io::Repair { group, chunk, range, pieces } => {
                 self.store.repair(chunk, range, &pieces);
                 self.counters.blocks_repaired += range.size_bytes() / super::store::BLOCK_BYTES;
@@ -460,6 +545,27 @@ impl Server {
         }
     }
 }
+
+impl Server {
+    /// The MDS's list of servers that do not serve: a replica among them is no longer
+    /// synced (it is fenced again when it is back) and its primaries log for it.
+    fn set_down(&mut self, down: Vec<ServerId>) {
+        let down: BTreeSet<ServerId> = down.into_iter().filter(|s| *s != self.id).collect();
+        if down == self.down {
+            return;
+        }
+        self.down = down;
+        let groups: Vec<ChunkGroupId> = self.led.keys().copied().collect();
+        for group in groups {
+            let Some(led) = self.led.get_mut(&group) else { continue };
+            led.forget_down(&self.down);
+            self.log_pending(group);
+        }
+    }
+}
+
+/// Where the log lies on the disk: past every chunk.
+const LOG_REGION_START: u64 = 1 << 46;
 
 /// Where a chunk's range lies on the server's disk: chunks spread by a hash of their
 /// id, so the disk model sees seeks between chunks and sequential runs within one.

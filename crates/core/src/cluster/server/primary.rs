@@ -9,6 +9,7 @@ use std::collections::{BTreeMap, VecDeque};
 
 use somnus_types::{ByteRange, ChunkGroupId, ServerId, Version, VirtualDuration, VirtualInstant};
 
+use super::dvl::Dvl;
 use super::{Broken, Io, Server, disk_position};
 use crate::cluster::store::BLOCK_BYTES;
 use crate::cluster::{
@@ -21,7 +22,7 @@ const SEQUENCE_BITS: u32 = 40;
 
 /// Which replicas a pending write is sent to.
 #[derive(Clone, Copy, Debug)]
-enum Targets {
+pub(super) enum Targets {
     All,
     Only(ServerId),
     /// All but the primary's own replica (its copy is on its own disk queue).
@@ -61,30 +62,47 @@ struct Repairing {
 
 /// A write sent to the replicas and not yet durable on all of them.
 #[derive(Clone, Debug)]
-struct Pending {
-    write: UnstableWrite,
+pub(super) struct Pending {
+    pub(super) write: UnstableWrite,
     /// Per replica (in `Led::replicas` order): its copy is durable.
     acked: Vec<bool>,
     sent_at: VirtualInstant,
-    /// The client to answer, none for a write adopted from a replica.
+    /// The client to answer, none for a write adopted from a replica or the log.
     client: Option<(Peer, u64)>,
+    /// The loggers it was sent to while a replica is down, and which acknowledged.
+    pub(super) logged: Vec<(ServerId, bool)>,
+    /// Loggers given up on (down, or full) that may hold a copy: it is invalidated there
+    /// too, so no record is left behind (D5).
+    abandoned: Vec<ServerId>,
+}
+
+impl Pending {
+    /// Logs the write elsewhere than `logger`, which has not acknowledged it.
+    pub(super) fn abandon(&mut self, logger: ServerId) {
+        let before = self.logged.len();
+        self.logged.retain(|(l, acked)| *l != logger || *acked);
+        if self.logged.len() < before && !self.abandoned.contains(&logger) {
+            self.abandoned.push(logger);
+        }
+    }
 }
 
 /// A group this server leads.
 #[derive(Clone, Debug)]
 pub(super) struct Led {
     pub(super) epoch: Epoch,
-    replicas: Vec<ServerId>,
+    pub(super) replicas: Vec<ServerId>,
     lease_until: VirtualInstant,
     next_sequence: u64,
     /// The highest version written or adopted (the stable mark when nothing pends).
-    last_version: Version,
+    pub(super) last_version: Version,
     /// The MDS asked for the group back: new requests are refused with `Retry`.
     migrating: bool,
     /// Per replica: fenced at this epoch with its unstable writes adopted.
-    synced: Vec<bool>,
+    pub(super) synced: Vec<bool>,
     sync_sent_at: Vec<Option<VirtualInstant>>,
-    pending: BTreeMap<Version, Pending>,
+    pub(super) pending: BTreeMap<Version, Pending>,
+    pub(super) dvl: Dvl,
     waiting: VecDeque<Waiting>,
     /// Reads held while corrupt blocks are repaired, with the replicas asked so far.
     repairing: Vec<Repairing>,
@@ -92,7 +110,53 @@ pub(super) struct Led {
 
 impl Led {
     pub(super) fn is_idle(&self) -> bool {
-        self.pending.is_empty() && self.waiting.is_empty() && self.repairing.is_empty()
+        self.pending.is_empty()
+            && self.waiting.is_empty()
+            && self.repairing.is_empty()
+            && self.dvl.ready()
+    }
+
+    /// The DVL, for the simulation's end checks.
+    pub(super) fn dvl(&self) -> &Dvl {
+        &self.dvl
+    }
+
+    /// A replica is down: writes go to the own replica and the DVL (D2).
+    pub(super) fn logging(&self, down: &std::collections::BTreeSet<ServerId>) -> bool {
+        self.replicas.iter().any(|r| down.contains(r))
+    }
+
+    /// C3: every replica has the write, or the own replica and r - 1 loggers do.
+    pub(super) fn durable(&self, pending: &Pending, own: ServerId, r_l: usize) -> bool {
+        if pending.acked.iter().all(|a| *a) {
+            return true;
+        }
+        let own_acked = self.index_of(own).is_some_and(|i| pending.acked[i]);
+        own_acked && pending.logged.iter().filter(|(_, acked)| *acked).count() >= r_l
+    }
+
+    /// Replicas now down are no longer synced: back, they are fenced again.
+    pub(super) fn forget_down(&mut self, down: &std::collections::BTreeSet<ServerId>) {
+        for (index, replica) in self.replicas.iter().enumerate() {
+            if down.contains(replica) {
+                self.synced[index] = false;
+                self.sync_sent_at[index] = None;
+            }
+        }
+    }
+
+    /// A write recovered from a replica or the log, written again everywhere.
+    pub(super) fn insert_adopted(&mut self, write: UnstableWrite, now: VirtualInstant) {
+        let acked = vec![false; self.replicas.len()];
+        let pending = Pending {
+            write,
+            acked,
+            sent_at: now,
+            client: None,
+            logged: Vec::new(),
+            abandoned: Vec::new(),
+        };
+        self.pending.insert(write.version, pending);
     }
 
     /// The next retransmission due, or the lease's end if it is still ahead.
@@ -109,13 +173,16 @@ impl Led {
             .filter_map(|(at, _)| *at);
         let writes = self.pending.values().map(|p| p.sent_at);
         let repairs = self.repairing.iter().map(|r| r.sent_at);
-        let oldest = syncs.chain(writes).chain(repairs).min().map(|at| at.saturating_add(retry));
+        let dvl = self.dvl.oldest_sent();
+        let oldest = syncs.chain(writes).chain(repairs).chain(dvl).min();
+        let oldest = oldest.map(|at| at.saturating_add(retry));
+        let work = self.dvl.has_work().then(|| now.saturating_add(retry));
         let lease = Some(self.lease_until).filter(|at| *at > now);
-        oldest.into_iter().chain(lease).min()
+        oldest.into_iter().chain(work).chain(lease).min()
     }
 
     /// Every write up to this version is durable on all replicas.
-    fn stable(&self) -> Version {
+    pub(super) fn stable(&self) -> Version {
         match self.pending.keys().next() {
             Some(first) => Version(first.0.saturating_sub(1)),
             None => self.last_version,
@@ -139,7 +206,13 @@ impl Led {
 
 impl Server {
     /// The MDS made this server primary of `view.group` in `view.epoch`.
-    pub(super) fn granted(&mut self, view: GroupView, lease_from: VirtualInstant) {
+    pub(super) fn granted(
+        &mut self,
+        view: GroupView,
+        lease_from: VirtualInstant,
+        logger_view: Vec<ServerId>,
+        handoff: Option<DvlHandoff>,
+    ) {
         let lease_until = lease_from.saturating_add(self.config.lease);
         let known = self.led.get(&view.group).map(|led| led.epoch);
         if lease_until <= self.now || known.is_some_and(|e| e >= view.epoch) {
@@ -163,11 +236,13 @@ impl Server {
             synced: vec![false; replicas],
             sync_sent_at: vec![None; replicas],
             pending: BTreeMap::new(),
+            dvl: Dvl::new(logger_view, handoff, self.config.replicas as usize - 1),
             waiting: VecDeque::new(),
             repairing: Vec::new(),
         };
         self.led.insert(view.group, led);
         self.send_syncs(view.group);
+        self.send_recovery(view.group);
     }
 
     /// Sends a `SyncRequest` to every replica not yet synced whose last one is due.
@@ -177,7 +252,7 @@ impl Server {
         let mut targets = Vec::new();
         for (index, replica) in led.replicas.iter().enumerate() {
             let due = led.sync_sent_at[index].is_none_or(|at| at.saturating_add(retry) <= now);
-            if !led.synced[index] && due {
+            if !led.synced[index] && due && !self.down.contains(replica) {
                 led.sync_sent_at[index] = Some(now);
                 targets.push(*replica);
             }
@@ -193,7 +268,7 @@ impl Server {
 
     /// Stops leading `group`: requests not started are refused; writes under way are
     /// left to the next primary (their clients time out and retry).
-    fn step_down(&mut self, group: ChunkGroupId) {
+    pub(super) fn step_down(&mut self, group: ChunkGroupId) {
         let Some(led) = self.led.remove(&group) else { return };
         let known = led.epoch;
         let refused = led.waiting.into_iter().chain(led.repairing.into_iter().map(|r| r.read));
@@ -246,7 +321,7 @@ impl Server {
         let drained = self.led.get(&group).is_some_and(|led| led.migrating && led.is_idle());
         if drained {
             let Some(led) = self.led.remove(&group) else { return };
-            let handoff = DvlHandoff { next_version: Version(0), extents: Vec::new() };
+            let handoff = led.dvl.handoff();
             self.send(Peer::Mds, Message::CancelLease { group, epoch: led.epoch, handoff });
         }
     }
@@ -296,7 +371,7 @@ impl Server {
     pub(super) fn admit(&mut self, group: ChunkGroupId) {
         let Some(led) = self.led.get_mut(&group) else { return };
         let own = led.index_of(self.id).is_some_and(|i| led.synced[i]);
-        if !own {
+        if !own || !led.dvl.ready() {
             return;
         }
         let mut blocked: Vec<(ChunkId, ByteRange)> = Vec::new();
@@ -305,7 +380,9 @@ impl Server {
         let waiting = std::mem::take(&mut led.waiting);
         for w in waiting {
             let behind = blocked.iter().any(|(c, r)| *c == w.chunk && r.overlaps(w.range));
-            if behind || led.overlaps_pending(w.chunk, w.range) {
+            // A read waits, too, while the own replica lacks a logged write over it.
+            let stale = w.stamp.is_none() && led.dvl.hides(self.id, w.chunk, w.range);
+            if behind || stale || led.overlaps_pending(w.chunk, w.range) {
                 blocked.push((w.chunk, w.range));
                 kept.push_back(w);
             } else {
@@ -336,15 +413,20 @@ impl Server {
             acked: vec![false; led.replicas.len()],
             sent_at: self.now,
             client: Some((w.client, w.request)),
+            logged: Vec::new(),
+            abandoned: Vec::new(),
         };
         led.pending.insert(version, pending);
         self.send_write(group, version, Targets::All);
+        self.log_pending(group);
     }
 
     /// Sends the pending write `version` to the synced `targets` that have not acked it.
-    fn send_write(&mut self, group: ChunkGroupId, version: Version, targets: Targets) {
+    pub(super) fn send_write(&mut self, group: ChunkGroupId, version: Version, targets: Targets) {
         let own = self.id;
         let Some(led) = self.led.get_mut(&group) else { return };
+        // While a replica is down only the own replica takes writes; the DVL the rest.
+        let targets = if led.logging(&self.down) { Targets::Only(own) } else { targets };
         let stable = led.stable();
         let epoch = led.epoch;
         let Some(pending) = led.pending.get_mut(&version) else { return };
@@ -443,6 +525,12 @@ impl Server {
             Message::RepairData { group, epoch, chunk, range, pieces } => {
                 self.repair_data(replica, group, epoch, chunk, range, pieces);
             }
+            message @ (Message::LogAck { .. }
+            | Message::LogFull { .. }
+            | Message::LogRefused { .. }
+            | Message::LogRecovered { .. }
+            | Message::LogData { .. }
+            | Message::LogInvalidated { .. }) => self.dvl_message(replica, message),
             _ => self.counters.messages_dropped += 1,
         }
     }
@@ -452,9 +540,11 @@ impl Server {
         let own = self.id;
         let Some(led) = self.led.get_mut(&group).filter(|l| l.epoch == epoch) else { return };
         let Some(index) = led.index_of(replica) else { return };
-        let Some(pending) = led.pending.get_mut(&version) else { return };
+        let Some(pending) = led.pending.get_mut(&version) else {
+            self.reclaim_acked(group, replica, version);
+            return;
+        };
         pending.acked[index] = true;
-        let all = pending.acked.iter().all(|a| *a);
         let early = if broken == Some(Broken::AckAfterOneReplica) && replica == own {
             // The broken variant answers the client once its own copy is durable.
             pending.client.take()
@@ -468,11 +558,33 @@ impl Server {
                 Message::ClientReply { request, body: ReplyBody::Written { version } },
             );
         }
-        if !all {
+        self.try_complete(group, version);
+    }
+
+    /// Answers a pending write once it is durable (C3) and starts what waited for it.
+    pub(super) fn try_complete(&mut self, group: ChunkGroupId, version: Version) {
+        let (own, r_l) = (self.id, self.config.replicas as usize - 1);
+        let Some(led) = self.led.get_mut(&group) else { return };
+        let Some(pending) = led.pending.get(&version) else { return };
+        if !led.durable(pending, own, r_l) {
             return;
         }
-        let Some(led) = self.led.get_mut(&group) else { return };
         let Some(pending) = led.pending.remove(&version) else { return };
+        let applied: Vec<ServerId> = led
+            .replicas
+            .iter()
+            .zip(&pending.acked)
+            .filter(|(_, acked)| **acked)
+            .map(|(r, _)| *r)
+            .collect();
+        let holders: Vec<ServerId> =
+            pending.logged.iter().filter(|(_, acked)| *acked).map(|(l, _)| *l).collect();
+        let mut loggers: Vec<ServerId> = pending.logged.iter().map(|(l, _)| *l).collect();
+        for logger in &pending.abandoned {
+            if !loggers.contains(logger) {
+                loggers.push(*logger);
+            }
+        }
         if let Some((client, request)) = pending.client {
             self.counters.writes_acknowledged += 1;
             self.send(
@@ -480,6 +592,7 @@ impl Server {
                 Message::ClientReply { request, body: ReplyBody::Written { version } },
             );
         }
+        self.logged_write_done(group, pending.write, holders, loggers, applied);
         self.admit(group);
         self.cancel_if_drained(group);
     }
@@ -508,8 +621,7 @@ impl Server {
                 continue;
             }
             led.last_version = led.last_version.max(write.version);
-            let acked = vec![false; led.replicas.len()];
-            led.pending.insert(write.version, Pending { write, acked, sent_at: now, client: None });
+            led.insert_adopted(write, now);
             adopted.push(write.version);
         }
         self.counters.writes_adopted += adopted.len() as u64;
@@ -519,6 +631,7 @@ impl Server {
                 if adopted.contains(&version) { Targets::All } else { Targets::Only(replica) };
             self.send_write(group, version, targets);
         }
+        self.log_pending(group);
         self.admit(group);
     }
 
@@ -583,6 +696,7 @@ impl Server {
                 self.resend_remote(group, version);
             }
             self.repairs_timed_out(group);
+            self.dvl_timer(group);
         }
     }
 

@@ -1,0 +1,857 @@
+//! A primary's distributed virtual log (Sierra 3.3, docs/protocol.md "The DVL").
+//!
+//! While a replica of the group is down (asleep or failed, as the MDS reports), a
+//! write goes to the primary's own replica and to r - 1 loggers in distinct racks,
+//! away from the primary's rack and from the down replicas' gear groups, chosen in
+//! 3.3.1's order (a replica's server, a replica's rack, the rest; least loaded first).
+//! It is durable when the own copy and r - 1 log records are (C3). The DVL's map holds
+//! every logged write until every replica has it applied (reclaim, background and
+//! rate-limited, data read back from a logger) and every logger that may hold it has
+//! appended its deletion marker (D5).
+//!
+//! A primary granted the group without a handoff recovers the map first: it fences
+//! the old epoch at the loggers of the view and waits for L - r_L + 1 of them (D4),
+//! then reads every record back and writes it again as its own, durably, before it
+//! serves (the same adoption as a replica's unstable writes).
+
+use std::collections::BTreeMap;
+
+use somnus_types::{ChunkGroupId, ServerId, Version, VirtualInstant};
+
+use super::primary::Led;
+use super::{Broken, Server};
+use crate::cluster::{DvlHandoff, Epoch, LogRecord, LoggedExtent, Message, Peer, UnstableWrite};
+
+/// One logger as a primary sees it: writes queued, one batch in flight (so the logger
+/// appends the owner's versions in order, D1), and the newest version queued.
+#[derive(Clone, Debug, Default)]
+struct Link {
+    queue: Vec<UnstableWrite>,
+    in_flight: Vec<UnstableWrite>,
+    sent_at: Option<VirtualInstant>,
+    newest: Version,
+    /// It answered full: not chosen again before this time.
+    full_until: Option<VirtualInstant>,
+}
+
+impl Link {
+    fn load_bytes(&self) -> u64 {
+        self.queue.iter().chain(&self.in_flight).map(|w| w.range.size_bytes()).sum()
+    }
+}
+
+/// Why a logged record is being read back.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Purpose {
+    /// Recovered: write it again as this primary's own before serving.
+    Adopt,
+    /// Apply it to the replicas that lack it.
+    Reclaim,
+}
+
+#[derive(Clone, Debug)]
+struct Read {
+    purpose: Purpose,
+    /// The loggers asked so far, the last one now.
+    asked: Vec<ServerId>,
+    sent_at: VirtualInstant,
+}
+
+/// A logged write in the map.
+#[derive(Clone, Debug, Default)]
+struct Extent {
+    /// The loggers known to hold it: reads back ask them.
+    holders: Vec<ServerId>,
+    /// Every logger that may hold it: each appends its deletion marker.
+    loggers: Vec<ServerId>,
+    applied: Vec<ServerId>,
+    /// Loggers that appended its deletion marker.
+    invalidated: Vec<ServerId>,
+    invalidate_sent_at: Option<VirtualInstant>,
+}
+
+/// A recovery from the loggers of the view: complete at L - r_L + 1 answers; the
+/// later answers still name copies to invalidate (and writes never acknowledged).
+#[derive(Clone, Debug)]
+struct Recovery {
+    complete: bool,
+    need: usize,
+    answered: Vec<ServerId>,
+    found: BTreeMap<LogRecord, Vec<ServerId>>,
+    sent_at: VirtualInstant,
+}
+
+impl Recovery {
+    /// Answers a recovery waits for; the broken variant stops one short of L - r_L + 1.
+    fn need(&self, broken: Option<Broken>) -> usize {
+        match broken {
+            Some(Broken::TooFewLoggers) => self.need - 1,
+            _ => self.need,
+        }
+    }
+}
+
+#[derive(Clone, Debug, Default)]
+pub(super) struct Dvl {
+    /// The logger view the MDS holds, and a change of it in flight.
+    view: Vec<ServerId>,
+    view_seq: u64,
+    view_change: Option<(u64, Vec<ServerId>, VirtualInstant)>,
+    recovery: Option<Recovery>,
+    reads: BTreeMap<LogRecord, Read>,
+    extents: BTreeMap<LogRecord, Extent>,
+    links: BTreeMap<ServerId, Link>,
+}
+
+impl Dvl {
+    /// The DVL of a new primary: the handed-off map, or one to recover from the view.
+    pub(super) fn new(view: Vec<ServerId>, handoff: Option<DvlHandoff>, r_l: usize) -> Dvl {
+        let mut dvl = Dvl { view, ..Dvl::default() };
+        match handoff {
+            Some(handoff) => {
+                if !handoff.unrecovered.is_empty() {
+                    let answered =
+                        dvl.view.iter().copied().filter(|l| !handoff.unrecovered.contains(l));
+                    dvl.recovery = Some(Recovery {
+                        complete: true,
+                        need: 0,
+                        answered: answered.collect(),
+                        found: BTreeMap::new(),
+                        sent_at: VirtualInstant::ZERO,
+                    });
+                }
+                for e in handoff.extents {
+                    let extent = Extent {
+                        holders: e.holders,
+                        loggers: e.loggers,
+                        applied: e.applied,
+                        ..Extent::default()
+                    };
+                    dvl.extents.insert(e.record, extent);
+                }
+            }
+            None if !dvl.view.is_empty() => {
+                // Any r_L loggers of the view meet any L - r_L + 1 of them (D4).
+                let l = dvl.view.len();
+                let need = (l + 1).saturating_sub(r_l).clamp(1, l);
+                dvl.recovery = Some(Recovery {
+                    complete: false,
+                    need,
+                    answered: Vec::new(),
+                    found: BTreeMap::new(),
+                    sent_at: VirtualInstant::ZERO,
+                });
+            }
+            None => {}
+        }
+        dvl
+    }
+
+    /// Recovered and every recovered record read back: the primary may serve.
+    pub(super) fn ready(&self) -> bool {
+        self.recovery.as_ref().is_none_or(|r| r.complete)
+            && !self.reads.values().any(|r| r.purpose == Purpose::Adopt)
+    }
+
+    /// Nothing logged, nothing under way: the simulation's end check.
+    pub(super) fn is_empty(&self) -> bool {
+        self.extents.is_empty() && self.reads.is_empty() && self.recovery.is_none()
+    }
+
+    /// Whether a read of `range` of `chunk` must wait: the own replica lacks a logged
+    /// write over it (it was down when the write was logged).
+    pub(super) fn hides(
+        &self,
+        own: ServerId,
+        chunk: crate::cluster::ChunkId,
+        range: somnus_types::ByteRange,
+    ) -> bool {
+        self.extents.iter().any(|(record, extent)| {
+            record.chunk == chunk && record.range.overlaps(range) && !extent.applied.contains(&own)
+        })
+    }
+
+    /// The state handed to the next primary with the lease (Sierra 3.3.2).
+    pub(super) fn handoff(&self) -> DvlHandoff {
+        let extents = self.extents.iter().map(|(record, extent)| LoggedExtent {
+            record: *record,
+            holders: extent.holders.clone(),
+            loggers: extent.loggers.clone(),
+            applied: extent.applied.clone(),
+        });
+        let unrecovered = match &self.recovery {
+            Some(recovery) => {
+                self.view.iter().copied().filter(|l| !recovery.answered.contains(l)).collect()
+            }
+            None => Vec::new(),
+        };
+        DvlHandoff { extents: extents.collect(), unrecovered }
+    }
+
+    /// The earliest time a message of the DVL is due again, or none.
+    pub(super) fn oldest_sent(&self) -> Option<VirtualInstant> {
+        let links = self.links.values().filter_map(|l| l.sent_at);
+        let reads = self.reads.values().map(|r| r.sent_at);
+        let invalidations = self.extents.values().filter_map(|e| e.invalidate_sent_at);
+        let view = self.view_change.iter().map(|(_, _, at)| *at);
+        let recovery = self.recovery.iter().map(|r| r.sent_at);
+        links.chain(reads).chain(invalidations).chain(view).chain(recovery).min()
+    }
+
+    /// Whether work waits on a retry without a message in flight (reclaim to do).
+    pub(super) fn has_work(&self) -> bool {
+        !self.extents.is_empty() || self.links.values().any(|l| !l.queue.is_empty())
+    }
+}
+
+impl Server {
+    fn r_l(&self) -> usize {
+        self.config.replicas as usize - 1
+    }
+
+    /// Sends recovery requests to the loggers of the view that have not answered.
+    pub(super) fn send_recovery(&mut self, group: ChunkGroupId) {
+        let (now, broken) = (self.now, self.broken);
+        let Some(led) = self.led.get_mut(&group) else { return };
+        let epoch = led.epoch;
+        let Some(recovery) = led.dvl.recovery.as_mut() else { return };
+        if !recovery.complete && recovery.need(broken) == 0 {
+            // Only the broken variant gets here: it trusts an empty answer.
+            led.dvl.recovery = None;
+            return;
+        }
+        recovery.sent_at = now;
+        let asked: Vec<ServerId> =
+            led.dvl.view.iter().copied().filter(|l| !recovery.answered.contains(l)).collect();
+        for logger in asked {
+            self.send_logger(logger, Message::LogRecover { group, epoch });
+        }
+    }
+
+    fn send_logger(&mut self, logger: ServerId, message: Message) {
+        if logger == self.id {
+            self.logger_message(self.id, message);
+        } else {
+            self.send(Peer::Server(logger), message);
+        }
+    }
+
+    /// Answers of loggers to this server's primaries.
+    pub(super) fn dvl_message(&mut self, logger: ServerId, message: Message) {
+        let (group, epoch) = match &message {
+            Message::LogAck { group, epoch, .. }
+            | Message::LogFull { group, epoch, .. }
+            | Message::LogRefused { group, epoch, .. }
+            | Message::LogRecovered { group, epoch, .. }
+            | Message::LogData { group, epoch, .. }
+            | Message::LogInvalidated { group, epoch, .. } => (*group, *epoch),
+            _ => return,
+        };
+        if self.led.get(&group).is_none_or(|led| led.epoch != epoch) {
+            return;
+        }
+        match message {
+            Message::LogAck { versions, .. } => self.log_acked(group, logger, &versions),
+            Message::LogFull { versions, .. } => self.log_full(group, logger, &versions),
+            // A newer primary fenced this logger: this one is deposed.
+            Message::LogRefused { known, .. }
+                if known > epoch && self.broken != Some(Broken::SkipEpochCheck) =>
+            {
+                self.step_down(group);
+            }
+            Message::LogRecovered { records, .. } => self.log_recovered(group, logger, records),
+            Message::LogData { writes, .. } => self.log_data(group, logger, writes),
+            Message::LogInvalidated { records, .. } => {
+                self.log_invalidated(group, logger, &records)
+            }
+            _ => {}
+        }
+    }
+
+    fn log_recovered(&mut self, group: ChunkGroupId, logger: ServerId, records: Vec<LogRecord>) {
+        let (broken, now) = (self.broken, self.now);
+        let Some(led) = self.led.get_mut(&group) else { return };
+        let Some(recovery) = led.dvl.recovery.as_mut() else { return };
+        if !led.dvl.view.contains(&logger) || recovery.answered.contains(&logger) {
+            return;
+        }
+        recovery.answered.push(logger);
+        if recovery.complete {
+            // A late answer: its copies are invalidated with the rest; a write only it
+            // holds was never acknowledged, and is reclaimed like any other.
+            for record in records {
+                let extent = led.dvl.extents.entry(record).or_default();
+                add(&mut extent.holders, [logger]);
+                add(&mut extent.loggers, [logger]);
+            }
+            if recovery.answered.len() == led.dvl.view.len() {
+                led.dvl.recovery = None;
+            }
+            return;
+        }
+        for record in records {
+            recovery.found.entry(record).or_default().push(logger);
+        }
+        let need = recovery.need(broken);
+        if recovery.answered.len() < need {
+            return;
+        }
+        recovery.complete = true;
+        let found = std::mem::take(&mut recovery.found);
+        // The broken variant asks no one more once it has its (too few) answers.
+        if recovery.answered.len() == led.dvl.view.len() || broken == Some(Broken::TooFewLoggers) {
+            led.dvl.recovery = None;
+        }
+        for (record, loggers) in found {
+            let extent = Extent { holders: loggers.clone(), loggers, ..Extent::default() };
+            led.dvl.extents.insert(record, extent);
+            led.dvl
+                .reads
+                .insert(record, Read { purpose: Purpose::Adopt, asked: Vec::new(), sent_at: now });
+        }
+        self.send_reads(group, false);
+        self.admit(group);
+    }
+
+    /// Asks the next logger of each read not yet asked (or whose logger is late).
+    fn send_reads(&mut self, group: ChunkGroupId, late_only: bool) {
+        let (now, retry, own) = (self.now, self.config.retry_interval, self.id);
+        let down = self.down.clone();
+        let Some(led) = self.led.get_mut(&group) else { return };
+        let epoch = led.epoch;
+        let mut batches: BTreeMap<ServerId, Vec<LogRecord>> = BTreeMap::new();
+        let mut gone = Vec::new();
+        for (record, read) in led.dvl.reads.iter_mut() {
+            let late = read.sent_at.saturating_add(retry) <= now;
+            if late_only && !late {
+                continue;
+            }
+            if !read.asked.is_empty() && !late_only {
+                continue;
+            }
+            let Some(extent) = led.dvl.extents.get(record) else {
+                gone.push(*record);
+                continue;
+            };
+            let up: Vec<ServerId> =
+                extent.holders.iter().copied().filter(|l| *l == own || !down.contains(l)).collect();
+            let next = up.iter().find(|l| !read.asked.contains(l)).or(up.first());
+            let Some(&logger) = next else {
+                // Every holder is down: try again after the retry interval.
+                read.sent_at = now;
+                continue;
+            };
+            if read.asked.contains(&logger) {
+                read.asked.clear();
+            }
+            read.asked.push(logger);
+            read.sent_at = now;
+            batches.entry(logger).or_default().push(*record);
+        }
+        for record in gone {
+            led.dvl.reads.remove(&record);
+        }
+        for (logger, records) in batches {
+            self.send_logger(logger, Message::LogRead { group, epoch, records });
+        }
+    }
+
+    fn log_data(
+        &mut self,
+        group: ChunkGroupId,
+        logger: ServerId,
+        writes: Vec<(LogRecord, Option<UnstableWrite>)>,
+    ) {
+        let replicas = match self.led.get(&group) {
+            Some(led) => led.replicas.clone(),
+            None => return,
+        };
+        for (record, write) in writes {
+            let Some(led) = self.led.get_mut(&group) else { return };
+            let Some(read) = led.dvl.reads.get(&record) else { continue };
+            if read.asked.last() != Some(&logger) {
+                continue;
+            }
+            let purpose = read.purpose;
+            let Some(write) = write else {
+                // No byte of it is visible at this holder: ask the next one; when no
+                // holder shows a byte, newer writes the same primary logged over all of it
+                // were applied everywhere and invalidated (it is superseded).
+                let tried_all = led
+                    .dvl
+                    .extents
+                    .get(&record)
+                    .is_none_or(|e| e.holders.iter().all(|l| read.asked.contains(l)));
+                if tried_all {
+                    led.dvl.reads.remove(&record);
+                    if let Some(extent) = led.dvl.extents.get_mut(&record) {
+                        extent.applied = replicas.clone();
+                    }
+                } else if let Some(read) = led.dvl.reads.get_mut(&record) {
+                    read.sent_at = VirtualInstant::ZERO;
+                }
+                continue;
+            };
+            led.dvl.reads.remove(&record);
+            match purpose {
+                Purpose::Adopt => self.adopt_logged(group, write),
+                Purpose::Reclaim => self.reclaim_write(group, &record, write),
+            }
+        }
+        self.send_reads(group, true);
+        self.admit(group);
+    }
+
+    /// Writes again, under this epoch, a write recovered from the loggers; its old
+    /// records are invalidated once the new copies are durable.
+    fn adopt_logged(&mut self, group: ChunkGroupId, write: UnstableWrite) {
+        let now = self.now;
+        let Some(led) = self.led.get_mut(&group) else { return };
+        if led.pending.contains_key(&write.version) {
+            return;
+        }
+        led.last_version = led.last_version.max(write.version);
+        led.insert_adopted(write, now);
+        self.counters.writes_adopted += 1;
+        self.send_write(group, write.version, super::primary::Targets::All);
+        self.log_pending(group);
+    }
+
+    /// Sends a logged write read back to every replica that lacks it.
+    fn reclaim_write(&mut self, group: ChunkGroupId, record: &LogRecord, write: UnstableWrite) {
+        let Some(led) = self.led.get(&group) else { return };
+        let Some(extent) = led.dvl.extents.get(record) else { return };
+        let (epoch, stable) = (led.epoch, led.stable());
+        let targets: Vec<ServerId> = led
+            .replicas
+            .iter()
+            .enumerate()
+            .filter(|(i, r)| led.synced[*i] && !extent.applied.contains(r))
+            .map(|(_, r)| *r)
+            .collect();
+        self.counters.writes_reclaimed += 1;
+        for replica in targets {
+            if replica == self.id {
+                self.replica_write(self.id, group, epoch, write, stable);
+            } else {
+                let message = Message::ReplicaWrite { group, epoch, write, stable };
+                self.send(Peer::Server(replica), message);
+            }
+        }
+    }
+
+    /// A replica acknowledged a version no write pends at: a reclaimed one.
+    pub(super) fn reclaim_acked(
+        &mut self,
+        group: ChunkGroupId,
+        replica: ServerId,
+        version: Version,
+    ) {
+        let Some(led) = self.led.get_mut(&group) else { return };
+        for (record, extent) in led.dvl.extents.iter_mut() {
+            if record.version == version && !extent.applied.contains(&replica) {
+                extent.applied.push(replica);
+            }
+        }
+        self.send_invalidations(group);
+    }
+
+    /// A write of this primary that is durable: if it was logged, it joins the map;
+    /// if it was adopted from the log, its old records are superseded.
+    pub(super) fn logged_write_done(
+        &mut self,
+        group: ChunkGroupId,
+        write: UnstableWrite,
+        holders: Vec<ServerId>,
+        loggers: Vec<ServerId>,
+        applied: Vec<ServerId>,
+    ) {
+        let Some(led) = self.led.get_mut(&group) else { return };
+        let epoch = led.epoch;
+        let replicas = led.replicas.clone();
+        // Durable already: copies not yet sent are not needed.
+        for link in led.dvl.links.values_mut() {
+            link.queue.retain(|w| w.version != write.version);
+        }
+        for (record, extent) in led.dvl.extents.iter_mut() {
+            if record.version == write.version && record.owner != epoch {
+                // An older epoch's record of an adopted write: the new copies replace it.
+                extent.applied = replicas.clone();
+            }
+        }
+        if !loggers.is_empty() {
+            let record = LogRecord {
+                owner: epoch,
+                chunk: write.chunk,
+                range: write.range,
+                version: write.version,
+            };
+            // The same write adopted twice (from two replicas) is logged twice: one
+            // extent names every copy.
+            let extent = led.dvl.extents.entry(record).or_default();
+            add(&mut extent.holders, holders);
+            add(&mut extent.loggers, loggers);
+            add(&mut extent.applied, applied);
+        }
+        self.send_invalidations(group);
+    }
+
+    fn log_acked(&mut self, group: ChunkGroupId, logger: ServerId, versions: &[Version]) {
+        let Some(led) = self.led.get_mut(&group) else { return };
+        if let Some(link) = led.dvl.links.get_mut(&logger) {
+            link.in_flight.retain(|w| !versions.contains(&w.version));
+            if link.in_flight.is_empty() {
+                link.sent_at = None;
+            }
+        }
+        for version in versions {
+            if let Some(pending) = led.pending.get_mut(version) {
+                for (l, acked) in pending.logged.iter_mut() {
+                    if *l == logger {
+                        *acked = true;
+                    }
+                }
+            }
+        }
+        self.flush_link(group, logger);
+        for version in versions {
+            self.try_complete(group, *version);
+        }
+    }
+
+    fn log_full(&mut self, group: ChunkGroupId, logger: ServerId, versions: &[Version]) {
+        let until = self.now.saturating_add(self.config.retry_interval);
+        let Some(led) = self.led.get_mut(&group) else { return };
+        if let Some(link) = led.dvl.links.get_mut(&logger) {
+            link.full_until = Some(until);
+            link.in_flight.retain(|w| !versions.contains(&w.version));
+            if link.in_flight.is_empty() {
+                link.sent_at = None;
+            }
+        }
+        for version in versions {
+            if let Some(pending) = led.pending.get_mut(version) {
+                pending.abandon(logger);
+            }
+        }
+        self.log_pending(group);
+    }
+
+    /// Sends the logger's queued writes as one batch if none is in flight.
+    fn flush_link(&mut self, group: ChunkGroupId, logger: ServerId) {
+        let now = self.now;
+        let Some(led) = self.led.get_mut(&group) else { return };
+        let epoch = led.epoch;
+        let Some(link) = led.dvl.links.get_mut(&logger) else { return };
+        if !link.in_flight.is_empty() || link.queue.is_empty() {
+            return;
+        }
+        link.in_flight = std::mem::take(&mut link.queue);
+        link.sent_at = Some(now);
+        let writes = link.in_flight.clone();
+        self.send_logger(logger, Message::LogAppend { group, epoch, writes });
+    }
+
+    /// Gives every pending write that a down replica cannot take r - 1 loggers (D2).
+    pub(super) fn log_pending(&mut self, group: ChunkGroupId) {
+        let r_l = self.r_l();
+        let Some(led) = self.led.get(&group) else { return };
+        if !led.logging(&self.down) {
+            return;
+        }
+        let short: Vec<Version> = led
+            .pending
+            .iter()
+            .filter(|(_, p)| p.logged.len() < r_l && !led.durable(p, self.id, r_l))
+            .map(|(v, _)| *v)
+            .collect();
+        let mut wanted_view = Vec::new();
+        for version in short {
+            let Some(led) = self.led.get(&group) else { return };
+            let Some(pending) = led.pending.get(&version) else { continue };
+            let chosen = self.choose_loggers(led, pending.write.version, &pending.logged);
+            let Some(chosen) = chosen else { continue };
+            if chosen.iter().any(|l| !led.dvl.view.contains(l)) {
+                wanted_view.extend(chosen.iter().copied());
+                continue;
+            }
+            let Some(led) = self.led.get_mut(&group) else { return };
+            let Some(pending) = led.pending.get_mut(&version) else { continue };
+            let write = pending.write;
+            for logger in &chosen {
+                pending.logged.push((*logger, false));
+                let link = led.dvl.links.entry(*logger).or_default();
+                link.queue.push(write);
+                link.newest = link.newest.max(write.version);
+            }
+            for logger in chosen {
+                self.flush_link(group, logger);
+            }
+        }
+        if !wanted_view.is_empty() {
+            self.extend_view(group, wanted_view);
+        }
+    }
+
+    /// Asks the MDS to add loggers to the view before any write goes to them (D3).
+    fn extend_view(&mut self, group: ChunkGroupId, loggers: Vec<ServerId>) {
+        let Some(led) = self.led.get_mut(&group) else { return };
+        if led.dvl.view_change.is_some() {
+            return;
+        }
+        let mut view = led.dvl.view.clone();
+        for logger in loggers {
+            if !view.contains(&logger) {
+                view.push(logger);
+            }
+        }
+        self.set_view(group, view);
+    }
+
+    fn set_view(&mut self, group: ChunkGroupId, loggers: Vec<ServerId>) {
+        let now = self.now;
+        let Some(led) = self.led.get_mut(&group) else { return };
+        led.dvl.view_seq += 1;
+        let (epoch, seq) = (led.epoch, led.dvl.view_seq);
+        led.dvl.view_change = Some((seq, loggers.clone(), now));
+        self.send(Peer::Mds, Message::SetLoggerView { group, epoch, seq, loggers });
+    }
+
+    pub(super) fn logger_view_set(&mut self, group: ChunkGroupId, epoch: Epoch, seq: u64) {
+        let Some(led) = self.led.get_mut(&group).filter(|led| led.epoch == epoch) else { return };
+        let Some((pending_seq, loggers, _)) = led.dvl.view_change.take() else { return };
+        if pending_seq != seq {
+            led.dvl.view_change = Some((pending_seq, loggers, self.now));
+            return;
+        }
+        led.dvl.view = loggers;
+        self.log_pending(group);
+    }
+
+    /// Up to r - 1 loggers for a write of `version`, in 3.3.1's order, or none if the
+    /// constraints cannot be met now.
+    fn choose_loggers(
+        &self,
+        led: &Led,
+        version: Version,
+        already: &[(ServerId, bool)],
+    ) -> Option<Vec<ServerId>> {
+        let topology = &self.topology;
+        let own_rack = topology.rack(self.id);
+        let down_gears: Vec<_> = led
+            .replicas
+            .iter()
+            .filter(|r| self.down.contains(r))
+            .map(|r| topology.gear_group(*r))
+            .collect();
+        let replica_racks: Vec<_> = led.replicas.iter().map(|r| topology.rack(*r)).collect();
+        let mut candidates: Vec<(u8, u64, ServerId)> = topology
+            .servers()
+            .filter(|s| *s != self.id && !self.down.contains(s))
+            .filter(|s| !already.iter().any(|(l, _)| l == s))
+            .filter(|s| topology.rack(*s) != own_rack)
+            .filter(|s| !down_gears.contains(&topology.gear_group(*s)))
+            .filter_map(|s| {
+                let link = led.dvl.links.get(&s);
+                let full = link.and_then(|l| l.full_until).is_some_and(|t| t > self.now);
+                let ordered = link.is_none_or(|l| l.newest < version);
+                (!full && ordered).then(|| {
+                    let class = if led.replicas.contains(&s) {
+                        0
+                    } else if replica_racks.contains(&topology.rack(s)) {
+                        1
+                    } else {
+                        2
+                    };
+                    (class, link.map_or(0, Link::load_bytes), s)
+                })
+            })
+            .collect();
+        candidates.sort();
+        let mut racks: Vec<_> = already.iter().map(|(l, _)| topology.rack(*l)).collect();
+        let mut chosen = Vec::new();
+        let wanted = self.r_l() - already.len();
+        for (_, _, server) in candidates {
+            if chosen.len() == wanted {
+                break;
+            }
+            let rack = topology.rack(server);
+            if !racks.contains(&rack) {
+                racks.push(rack);
+                chosen.push(server);
+            }
+        }
+        (chosen.len() == wanted).then_some(chosen)
+    }
+
+    /// Reads back logged writes for the replicas that lack them and are up to take
+    /// them, at-risk ones (a logger down) first, a few at a time (D5).
+    fn reclaim(&mut self, group: ChunkGroupId) {
+        let (now, own, max) = (self.now, self.id, self.config.reclaim_reads_max as usize);
+        let down = self.down.clone();
+        let Some(led) = self.led.get_mut(&group) else { return };
+        let reclaiming = led.dvl.reads.values().filter(|r| r.purpose == Purpose::Reclaim).count();
+        if reclaiming >= max || !led.dvl.ready() {
+            return;
+        }
+        let ready: Vec<ServerId> = led
+            .replicas
+            .iter()
+            .enumerate()
+            .filter(|(i, r)| led.synced[*i] && !down.contains(r))
+            .map(|(_, r)| *r)
+            .collect();
+        let mut wanted: Vec<(bool, LogRecord)> = led
+            .dvl
+            .extents
+            .iter()
+            .filter(|(record, _)| !led.dvl.reads.contains_key(record))
+            .filter(|(record, _)| !led.pending.contains_key(&record.version))
+            .filter(|(_, e)| ready.iter().any(|r| !e.applied.contains(r)))
+            .map(|(record, e)| {
+                let at_risk = e.holders.iter().any(|l| *l != own && down.contains(l));
+                (!at_risk, *record)
+            })
+            .collect();
+        wanted.sort();
+        for (_, record) in wanted.into_iter().take(max - reclaiming) {
+            led.dvl.reads.insert(
+                record,
+                Read { purpose: Purpose::Reclaim, asked: Vec::new(), sent_at: now },
+            );
+        }
+        self.send_reads(group, false);
+    }
+
+    /// Appends deletion markers for the records every replica has.
+    fn send_invalidations(&mut self, group: ChunkGroupId) {
+        let (now, retry, own) = (self.now, self.config.retry_interval, self.id);
+        let down = self.down.clone();
+        let Some(led) = self.led.get_mut(&group) else { return };
+        let epoch = led.epoch;
+        let replicas = led.replicas.clone();
+        let mut batches: BTreeMap<ServerId, Vec<LogRecord>> = BTreeMap::new();
+        let dvl = &mut led.dvl;
+        for (record, extent) in dvl.extents.iter_mut() {
+            let everywhere = replicas.iter().all(|r| extent.applied.contains(r));
+            let due = extent.invalidate_sent_at.is_none_or(|at| at.saturating_add(retry) <= now);
+            if !everywhere || !due {
+                continue;
+            }
+            extent.invalidate_sent_at = Some(now);
+            for logger in &extent.loggers {
+                // A marker must not overtake the append it hides (it would hide nothing).
+                let appending = dvl.links.get(logger).is_some_and(|link| {
+                    link.queue.iter().chain(&link.in_flight).any(|w| w.version == record.version)
+                });
+                let up = *logger == own || !down.contains(logger);
+                if !extent.invalidated.contains(logger) && up && !appending {
+                    batches.entry(*logger).or_default().push(*record);
+                }
+            }
+        }
+        for (logger, records) in batches {
+            self.send_logger(logger, Message::LogInvalidate { group, epoch, records });
+        }
+    }
+
+    fn log_invalidated(&mut self, group: ChunkGroupId, logger: ServerId, records: &[LogRecord]) {
+        let Some(led) = self.led.get_mut(&group) else { return };
+        for record in records {
+            let Some(extent) = led.dvl.extents.get_mut(record) else { continue };
+            if !extent.invalidated.contains(&logger) {
+                extent.invalidated.push(logger);
+            }
+            if extent.loggers.iter().all(|l| extent.invalidated.contains(l)) {
+                led.dvl.extents.remove(record);
+            }
+        }
+    }
+
+    /// Retransmissions and background work of the DVL, at each timer.
+    pub(super) fn dvl_timer(&mut self, group: ChunkGroupId) {
+        let (now, retry) = (self.now, self.config.retry_interval);
+        let Some(led) = self.led.get_mut(&group) else { return };
+        if led.dvl.recovery.as_ref().is_some_and(|r| r.sent_at.saturating_add(retry) <= now) {
+            self.send_recovery(group);
+        }
+        let Some(led) = self.led.get_mut(&group) else { return };
+        if let Some((seq, loggers, at)) = led.dvl.view_change.clone()
+            && at.saturating_add(retry) <= now
+        {
+            led.dvl.view_change = Some((seq, loggers.clone(), now));
+            let epoch = led.epoch;
+            self.send(Peer::Mds, Message::SetLoggerView { group, epoch, seq, loggers });
+        }
+        self.resend_links(group);
+        self.send_reads(group, true);
+        self.log_pending(group);
+        self.reclaim(group);
+        self.send_invalidations(group);
+        self.shrink_view(group);
+    }
+
+    /// Batches not acknowledged in time are sent again; a logger that went down is
+    /// given up and its writes logged elsewhere.
+    fn resend_links(&mut self, group: ChunkGroupId) {
+        let (now, retry) = (self.now, self.config.retry_interval);
+        let down = self.down.clone();
+        let Some(led) = self.led.get_mut(&group) else { return };
+        let epoch = led.epoch;
+        let late: Vec<ServerId> = led
+            .dvl
+            .links
+            .iter()
+            .filter(|(_, l)| l.sent_at.is_some_and(|at| at.saturating_add(retry) <= now))
+            .map(|(s, _)| *s)
+            .collect();
+        let mut resend = Vec::new();
+        for logger in late {
+            if down.contains(&logger) {
+                let Some(link) = led.dvl.links.remove(&logger) else { continue };
+                for write in link.queue.iter().chain(&link.in_flight) {
+                    if let Some(pending) = led.pending.get_mut(&write.version) {
+                        pending.abandon(logger);
+                    }
+                }
+                continue;
+            }
+            let Some(link) = led.dvl.links.get_mut(&logger) else { continue };
+            link.sent_at = Some(now);
+            resend.push((logger, link.in_flight.clone()));
+        }
+        self.counters.retransmits += resend.len() as u64;
+        for (logger, writes) in resend {
+            self.send_logger(logger, Message::LogAppend { group, epoch, writes });
+        }
+    }
+
+    /// Once nothing is logged, the view is emptied, so a later recovery asks no one.
+    fn shrink_view(&mut self, group: ChunkGroupId) {
+        let Some(led) = self.led.get(&group) else { return };
+        let idle_links =
+            led.dvl.links.values().all(|l| l.queue.is_empty() && l.in_flight.is_empty());
+        let logging = led.pending.values().any(|p| !p.logged.is_empty());
+        if led.dvl.view.is_empty()
+            || led.dvl.view_change.is_some()
+            || !led.dvl.is_empty()
+            || !idle_links
+            || logging
+        {
+            return;
+        }
+        if let Some(led) = self.led.get_mut(&group) {
+            led.dvl.links.clear();
+        }
+        self.set_view(group, Vec::new());
+    }
+}
+
+/// Adds the servers not in `to` yet.
+fn add(to: &mut Vec<ServerId>, servers: impl IntoIterator<Item = ServerId>) {
+    for server in servers {
+        if !to.contains(&server) {
+            to.push(server);
+        }
+    }
+}
