@@ -108,14 +108,17 @@ pub(crate) fn run(args: &ClusterArgs) -> Result<()> {
             format!("FAIL ({} violations)", report.violation_count)
         };
         outln!(
-            "seed {seed}: {verdict}: {} ops ({} writes, {} reads), {} crashes, {} partitions, {} corruptions, {} view changes, {} client retries, {:.1} virtual s",
+            "seed {seed}: {verdict}: {} ops ({} writes, {} reads), {} crashes, {} partitions, {} corruptions, {} gear shifts, {} view changes, {} writes logged, {} reclaimed, {} client retries, {:.1} virtual s",
             report.ops,
             report.writes,
             report.reads,
             report.crashes,
             report.partitions,
             report.corruptions,
+            report.gear_shifts,
             report.view_changes,
+            report.writes_logged,
+            report.writes_reclaimed,
             report.client_retries,
             report.virtual_nanos as f64 / 1e9
         )?;
@@ -130,17 +133,19 @@ pub(crate) fn run(args: &ClusterArgs) -> Result<()> {
         totals.messages += report.messages;
         totals.disk_ios += report.disk_ios;
         totals.crashes += report.crashes;
+        totals.writes_logged += report.writes_logged;
         totals.violation_count += report.violation_count;
     }
     let seeds = args.seeds.end() - args.seeds.start() + 1;
     outln!(
-        "{seeds} seeds, {} failing, {} violations; {} ops, {} messages, {} disk I/Os, {} crashes in {:.2} s",
+        "{seeds} seeds, {} failing, {} violations; {} ops, {} messages, {} disk I/Os, {} crashes, {} writes logged in {:.2} s",
         failing.len(),
         totals.violation_count,
         totals.ops,
         totals.messages,
         totals.disk_ios,
         totals.crashes,
+        totals.writes_logged,
         started.elapsed().as_secs_f64()
     )?;
     if !failing.is_empty() {

@@ -231,8 +231,16 @@ pub enum Message {
     },
     /// The MDS asks a server that leads nothing any more to go to standby.
     EnterStandby,
-    /// A server is about to sleep (sent once its primaries have moved).
-    Standby,
+    /// A server is ready to sleep (sent once its primaries have moved, again until
+    /// answered); heartbeats it sent before `sent_at` are stale from then on.
+    Standby {
+        sent_at: VirtualInstant,
+    },
+    /// The MDS's answer: sleep (it is recorded asleep, its peers log for it), or stay
+    /// on (a gear shift back up, or a primary granted since).
+    StandbyAnswer {
+        sleep: bool,
+    },
     /// A primary sets its DVL's logger view: before its first write to a logger, and
     /// empty once nothing is logged (D3). `seq` orders a primary's changes in its epoch.
     SetLoggerView {

@@ -20,10 +20,16 @@ pub enum FaultKind {
     Corrupt,
     /// A server's disk ten times slower for 2-10 s.
     SlowDisk,
+    /// Every logger holds 8 MiB only: loggers fill, and a write that finds every
+    /// logger full waits for collection.
+    FullDisk,
+    /// Gear shifts (every 7 s on average, to a gear from 1 to r): servers drain their
+    /// primaries and sleep, or wake, while the other faults go on.
+    Gear,
 }
 
 impl FaultKind {
-    pub const ALL: [FaultKind; 7] = [
+    pub const ALL: [FaultKind; 9] = [
         FaultKind::Loss,
         FaultKind::Duplication,
         FaultKind::Delay,
@@ -31,6 +37,8 @@ impl FaultKind {
         FaultKind::Crash,
         FaultKind::Corrupt,
         FaultKind::SlowDisk,
+        FaultKind::FullDisk,
+        FaultKind::Gear,
     ];
 
     pub fn name(self) -> &'static str {
@@ -42,6 +50,8 @@ impl FaultKind {
             FaultKind::Crash => "crash",
             FaultKind::Corrupt => "corrupt",
             FaultKind::SlowDisk => "slow-disk",
+            FaultKind::FullDisk => "full-disk",
+            FaultKind::Gear => "gear",
         }
     }
 }

@@ -95,6 +95,10 @@ pub struct SeedReport {
     pub view_changes: u64,
     pub client_retries: u64,
     pub blocks_repaired: u64,
+    pub gear_shifts: u64,
+    /// Writes the DVLs logged (a replica was down), and logged writes reclaimed.
+    pub writes_logged: u64,
+    pub writes_reclaimed: u64,
     pub ops_unfinished: u64,
     /// Virtual time the run took, heal and quiesce included.
     pub virtual_nanos: u64,
@@ -102,9 +106,9 @@ pub struct SeedReport {
     pub violation_count: u64,
 }
 
-/// After the heal, how long the cluster may take to finish every op and go idle.
 /// Timers due at once in a row before a node is reported stuck.
 const TIMER_REFIRES_MAX: u32 = 100_000;
+/// After the heal, how long the cluster may take to finish every op and go idle.
 const QUIESCE_MAX: VirtualDuration = VirtualDuration::from_secs(300);
 /// How often the quiesce is probed.
 const PROBE_INTERVAL: VirtualDuration = VirtualDuration::from_millis(100);
@@ -124,6 +128,9 @@ const PARTITION_EVERY_S: f64 = 6.0;
 const CORRUPT_EVERY_S: f64 = 2.0;
 const SLOW_EVERY_S: f64 = 5.0;
 const SLOWDOWN: f64 = 10.0;
+const GEAR_EVERY_S: f64 = 7.0;
+/// A logger's room under the full-disk fault.
+const FULL_LOGGER_BYTES: u64 = 8 << 20;
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
 enum Node {
@@ -146,6 +153,7 @@ enum Event {
     SlowDisk,
     SlowEnd(u32),
     Wake(u32),
+    Gear,
     Heal,
     Probe,
 }
@@ -230,6 +238,11 @@ impl<'t> ClusterSim<'t> {
         let config =
             ClusterConfig { chunk_size_bytes: spec.chunk_bytes, seed, ..ClusterConfig::sierra() };
         let config = ClusterConfig { replicas: spec.replicas, ..config };
+        let config = if spec.faults.has(FaultKind::FullDisk) {
+            ClusterConfig { logger_capacity_bytes: FULL_LOGGER_BYTES, ..config }
+        } else {
+            config
+        };
         let start = VirtualInstant::ZERO;
         let topology = Arc::new(Topology::of(&layout));
         let servers = (0..spec.servers)
@@ -344,6 +357,7 @@ impl<'t> ClusterSim<'t> {
             (FaultKind::Partition, PARTITION_EVERY_S, Event::Partition),
             (FaultKind::Corrupt, CORRUPT_EVERY_S, Event::Corrupt),
             (FaultKind::SlowDisk, SLOW_EVERY_S, Event::SlowDisk),
+            (FaultKind::Gear, GEAR_EVERY_S, Event::Gear),
         ];
         for (kind, every, event) in plan {
             if faults.has(kind) {
@@ -401,15 +415,30 @@ impl<'t> ClusterSim<'t> {
                     self.feed_server(s, ServerEvent::Woken);
                 }
             }
+            Event::Gear => self.gear_shift(),
             Event::Heal => self.heal(),
             Event::Probe => return self.quiet(),
         }
         false
     }
 
+    /// A gear shift to a random gear (the MDS keeps at least `g_min` gear groups on).
+    fn gear_shift(&mut self) {
+        if self.healed {
+            return;
+        }
+        let gear = self.rng.random_range(1..=self.spec.replicas);
+        self.report.gear_shifts += 1;
+        self.trace(|| format!("gear {gear}"));
+        self.feed_mds(MdsEvent::GearSet { gear });
+        self.again(GEAR_EVERY_S, Event::Gear);
+    }
+
     fn heal(&mut self) {
         self.healed = true;
         self.trace(|| "heal: faults end, workload stops".to_owned());
+        // Top gear: every server wakes, so every DVL can be reclaimed.
+        self.feed_mds(MdsEvent::GearSet { gear: self.spec.replicas });
         for s in 0..self.spec.servers {
             let slot = &mut self.servers[s as usize];
             slot.cut = None;
@@ -913,12 +942,11 @@ impl<'t> ClusterSim<'t> {
         let mds = self.mds.counters();
         self.report.view_changes = mds.view_changes;
         self.report.client_retries = self.clients.iter().map(|c| c.client.counters().retries).sum();
-        self.report.blocks_repaired = self
-            .servers
-            .iter()
-            .filter_map(|s| s.server.as_ref())
-            .map(|s| s.counters().blocks_repaired)
-            .sum();
+        let counters: Vec<_> =
+            self.servers.iter().filter_map(|s| s.server.as_ref()).map(Server::counters).collect();
+        self.report.blocks_repaired = counters.iter().map(|c| c.blocks_repaired).sum();
+        self.report.writes_logged = counters.iter().map(|c| c.writes_logged).sum();
+        self.report.writes_reclaimed = counters.iter().map(|c| c.writes_reclaimed).sum();
         self.report.ops_unfinished = unfinished;
         self.report.virtual_nanos = self.now().duration_since(VirtualInstant::ZERO).as_nanos();
         self.report.violations = self.checker.violations().to_vec();

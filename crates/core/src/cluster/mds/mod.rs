@@ -365,7 +365,7 @@ impl Mds {
             Message::CancelLease { group, epoch, handoff } => {
                 self.lease_cancelled(server, group, epoch, handoff);
             }
-            Message::Standby => self.standby(server),
+            Message::Standby { sent_at } => self.standby(server, sent_at),
             Message::LookupGroup { request, group } if group.index() < self.groups.len() => {
                 // A replica's scrub looks for an intact copy.
                 let view = self.view(group);

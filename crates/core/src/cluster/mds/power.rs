@@ -3,7 +3,7 @@
 //! serve; a failure wakes the sleeping replicas of the failed server's groups; a
 //! sleeping server is never declared failed.
 
-use somnus_types::{ChunkGroupId, GearGroupId, ServerId};
+use somnus_types::{ChunkGroupId, GearGroupId, ServerId, VirtualInstant};
 
 use super::{Command, Mds, MdsAction};
 use crate::cluster::{DvlHandoff, Epoch, Message, Peer, ServerPower};
@@ -96,7 +96,7 @@ impl Mds {
         }
     }
 
-    /// The primary gave `group` back with its DVL state (D5): the migration's target
+    /// The primary gave `group` back with its DVL state (P1): the migration's target
     /// leads the next epoch with that state.
     pub(super) fn lease_cancelled(
         &mut self,
@@ -120,14 +120,25 @@ impl Mds {
     }
 
     /// The server announced standby: its peers log for it from now on (P2).
-    pub(super) fn standby(&mut self, server: ServerId) {
-        if self.primaries_of(server) > 0 {
-            // Standby with primaries left would leave their groups unserved until the
-            // leases run out: refused, the server is told again once drained.
-            self.counters.messages_dropped += 1;
-            return;
+    /// A drained server may sleep; the answer is sent (again) to every `Standby`, so a
+    /// lost one is repaired, and the server sleeps only once the MDS records it asleep.
+    pub(super) fn standby(&mut self, server: ServerId, sent_at: VirtualInstant) {
+        // A heartbeat sent before the standby and delivered late must not read as the
+        // server coming back.
+        let entry = &mut self.servers[server.index()];
+        entry.heartbeat_sent = entry.heartbeat_sent.max(Some(sent_at));
+        let power = entry.power;
+        // Standby with primaries left would leave their groups unserved until the
+        // leases run out: refused, the server is told again once drained.
+        let sleep = match power {
+            ServerPower::Asleep => true,
+            ServerPower::Draining => self.primaries_of(server) == 0,
+            _ => false,
+        };
+        if sleep && power == ServerPower::Draining {
+            self.commit(Command::SetPower { server, power: ServerPower::Asleep });
         }
-        self.commit(Command::SetPower { server, power: ServerPower::Asleep });
+        self.send(Peer::Server(server), Message::StandbyAnswer { sleep });
     }
 
     pub(super) fn wake(&mut self, server: ServerId) {

@@ -145,10 +145,11 @@ impl Harness {
             Message::EnterStandby => {
                 self.event(MdsEvent::MessageReceived {
                     from: Peer::Server(server),
-                    message: Message::Standby,
+                    message: Message::Standby { sent_at: self.now },
                 });
-                self.servers[server.index()].asleep = true;
             }
+            // The fake server sleeps once the MDS records it asleep.
+            Message::StandbyAnswer { sleep } => self.servers[server.index()].asleep = sleep,
             other => panic!("a server got {other:?}"),
         }
     }

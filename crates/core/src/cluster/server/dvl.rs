@@ -67,6 +67,9 @@ struct Extent {
     applied: Vec<ServerId>,
     /// Loggers that appended its deletion marker.
     invalidated: Vec<ServerId>,
+    /// When its reclaimed copy was sent to the replicas lacking it: not read back
+    /// again before their answers are due.
+    reclaim_sent_at: Option<VirtualInstant>,
     invalidate_sent_at: Option<VirtualInstant>,
 }
 
@@ -76,12 +79,19 @@ struct Extent {
 struct Recovery {
     complete: bool,
     need: usize,
+    /// The loggers it recovers from: the view at the grant (the view may grow while
+    /// the recovery runs, with loggers that hold none of the old epochs' records).
+    from: Vec<ServerId>,
     answered: Vec<ServerId>,
     found: BTreeMap<LogRecord, Vec<ServerId>>,
     sent_at: VirtualInstant,
 }
 
 impl Recovery {
+    fn unanswered(&self) -> Vec<ServerId> {
+        self.from.iter().copied().filter(|l| !self.answered.contains(l)).collect()
+    }
+
     /// Answers a recovery waits for; the broken variant stops one short of L - r_L + 1.
     fn need(&self, broken: Option<Broken>) -> usize {
         match broken {
@@ -110,12 +120,11 @@ impl Dvl {
         match handoff {
             Some(handoff) => {
                 if !handoff.unrecovered.is_empty() {
-                    let answered =
-                        dvl.view.iter().copied().filter(|l| !handoff.unrecovered.contains(l));
                     dvl.recovery = Some(Recovery {
                         complete: true,
                         need: 0,
-                        answered: answered.collect(),
+                        from: handoff.unrecovered,
+                        answered: Vec::new(),
                         found: BTreeMap::new(),
                         sent_at: VirtualInstant::ZERO,
                     });
@@ -137,6 +146,7 @@ impl Dvl {
                 dvl.recovery = Some(Recovery {
                     complete: false,
                     need,
+                    from: dvl.view.clone(),
                     answered: Vec::new(),
                     found: BTreeMap::new(),
                     sent_at: VirtualInstant::ZERO,
@@ -179,12 +189,7 @@ impl Dvl {
             loggers: extent.loggers.clone(),
             applied: extent.applied.clone(),
         });
-        let unrecovered = match &self.recovery {
-            Some(recovery) => {
-                self.view.iter().copied().filter(|l| !recovery.answered.contains(l)).collect()
-            }
-            None => Vec::new(),
-        };
+        let unrecovered = self.recovery.as_ref().map_or_else(Vec::new, Recovery::unanswered);
         DvlHandoff { extents: extents.collect(), unrecovered }
     }
 
@@ -221,8 +226,7 @@ impl Server {
             return;
         }
         recovery.sent_at = now;
-        let asked: Vec<ServerId> =
-            led.dvl.view.iter().copied().filter(|l| !recovery.answered.contains(l)).collect();
+        let asked = recovery.unanswered();
         for logger in asked {
             self.send_logger(logger, Message::LogRecover { group, epoch });
         }
@@ -272,19 +276,20 @@ impl Server {
         let (broken, now) = (self.broken, self.now);
         let Some(led) = self.led.get_mut(&group) else { return };
         let Some(recovery) = led.dvl.recovery.as_mut() else { return };
-        if !led.dvl.view.contains(&logger) || recovery.answered.contains(&logger) {
+        if !recovery.from.contains(&logger) || recovery.answered.contains(&logger) {
             return;
         }
         recovery.answered.push(logger);
         if recovery.complete {
             // A late answer: its copies are invalidated with the rest; a write only it
             // holds was never acknowledged, and is reclaimed like any other.
-            for record in records {
+            let epoch = led.epoch;
+            for record in records.into_iter().filter(|r| r.owner != epoch) {
                 let extent = led.dvl.extents.entry(record).or_default();
                 add(&mut extent.holders, [logger]);
                 add(&mut extent.loggers, [logger]);
             }
-            if recovery.answered.len() == led.dvl.view.len() {
+            if recovery.unanswered().is_empty() {
                 led.dvl.recovery = None;
             }
             return;
@@ -299,12 +304,18 @@ impl Server {
         recovery.complete = true;
         let found = std::mem::take(&mut recovery.found);
         // The broken variant asks no one more once it has its (too few) answers.
-        if recovery.answered.len() == led.dvl.view.len() || broken == Some(Broken::TooFewLoggers) {
+        if recovery.unanswered().is_empty() || broken == Some(Broken::TooFewLoggers) {
             led.dvl.recovery = None;
         }
+        let epoch = led.epoch;
         for (record, loggers) in found {
-            let extent = Extent { holders: loggers.clone(), loggers, ..Extent::default() };
-            led.dvl.extents.insert(record, extent);
+            // This primary's own records (logged while the recovery ran) are known.
+            if record.owner == epoch {
+                continue;
+            }
+            let extent = led.dvl.extents.entry(record).or_default();
+            add(&mut extent.holders, loggers.iter().copied());
+            add(&mut extent.loggers, loggers);
             led.dvl
                 .reads
                 .insert(record, Read { purpose: Purpose::Adopt, asked: Vec::new(), sent_at: now });
@@ -420,8 +431,13 @@ impl Server {
     /// Sends a logged write read back to every replica that lacks it.
     fn reclaim_write(&mut self, group: ChunkGroupId, record: &LogRecord, write: UnstableWrite) {
         let Some(led) = self.led.get(&group) else { return };
-        let Some(extent) = led.dvl.extents.get(record) else { return };
         let (epoch, stable) = (led.epoch, led.stable());
+        let now = self.now;
+        let Some(led) = self.led.get_mut(&group) else { return };
+        let Some(extent) = led.dvl.extents.get_mut(record) else { return };
+        extent.reclaim_sent_at = Some(now);
+        let extent = extent.clone();
+        let Some(led) = self.led.get(&group) else { return };
         let targets: Vec<ServerId> = led
             .replicas
             .iter()
@@ -430,14 +446,7 @@ impl Server {
             .map(|(_, r)| *r)
             .collect();
         self.counters.writes_reclaimed += 1;
-        for replica in targets {
-            if replica == self.id {
-                self.replica_write(self.id, group, epoch, write, stable);
-            } else {
-                let message = Message::ReplicaWrite { group, epoch, write, stable };
-                self.send(Peer::Server(replica), message);
-            }
-        }
+        self.write_to(targets, group, epoch, write, stable);
     }
 
     /// A replica acknowledged a version no write pends at: a reclaimed one.
@@ -578,6 +587,9 @@ impl Server {
             let Some(led) = self.led.get_mut(&group) else { return };
             let Some(pending) = led.pending.get_mut(&version) else { continue };
             let write = pending.write;
+            if pending.logged.is_empty() {
+                self.counters.writes_logged += 1;
+            }
             for logger in &chosen {
                 pending.logged.push((*logger, false));
                 let link = led.dvl.links.entry(*logger).or_default();
@@ -690,7 +702,11 @@ impl Server {
         let (now, own, max) = (self.now, self.id, self.config.reclaim_reads_max as usize);
         let down = self.down.clone();
         let Some(led) = self.led.get_mut(&group) else { return };
-        let reclaiming = led.dvl.reads.values().filter(|r| r.purpose == Purpose::Reclaim).count();
+        let timeout = self.config.request_timeout;
+        let writing =
+            |e: &Extent| e.reclaim_sent_at.is_some_and(|at| at.saturating_add(timeout) > now);
+        let reclaiming = led.dvl.reads.values().filter(|r| r.purpose == Purpose::Reclaim).count()
+            + led.dvl.extents.values().filter(|e| writing(e)).count();
         if reclaiming >= max || !led.dvl.ready() {
             return;
         }
@@ -707,6 +723,7 @@ impl Server {
             .iter()
             .filter(|(record, _)| !led.dvl.reads.contains_key(record))
             .filter(|(record, _)| !led.pending.contains_key(&record.version))
+            .filter(|(_, e)| !writing(e))
             .filter(|(_, e)| ready.iter().any(|r| !e.applied.contains(r)))
             .map(|(record, e)| {
                 let at_risk = e.holders.iter().any(|l| *l != own && down.contains(l));
@@ -808,7 +825,13 @@ impl Server {
         let mut resend = Vec::new();
         for logger in late {
             if down.contains(&logger) {
-                let Some(link) = led.dvl.links.remove(&logger) else { continue };
+                // The link stays, with its newest version: the logger takes only newer
+                // ones from this owner (it counts older ones as repeats).
+                let Some(link) = led.dvl.links.get_mut(&logger) else { continue };
+                let link = std::mem::replace(
+                    link,
+                    Link { newest: link.newest, full_until: link.full_until, ..Link::default() },
+                );
                 for write in link.queue.iter().chain(&link.in_flight) {
                     if let Some(pending) = led.pending.get_mut(&write.version) {
                         pending.abandon(logger);
@@ -839,9 +862,6 @@ impl Server {
             || logging
         {
             return;
-        }
-        if let Some(led) = self.led.get_mut(&group) {
-            led.dvl.links.clear();
         }
         self.set_view(group, Vec::new());
     }

@@ -112,6 +112,8 @@ pub struct ServerCounters {
     pub retransmits: u64,
     /// Unstable writes a new primary wrote again everywhere.
     pub writes_adopted: u64,
+    /// Writes a primary logged because a replica was down.
+    pub writes_logged: u64,
     /// Logged writes read back and sent to replicas that lacked them.
     pub writes_reclaimed: u64,
     pub messages_dropped: u64,
@@ -183,6 +185,8 @@ pub struct Server {
     fencing: BTreeMap<ChunkGroupId, Epoch>,
     next_heartbeat: VirtualInstant,
     next_scrub: VirtualInstant,
+    /// A `Standby` sent and not answered: sent again each retry interval.
+    standby_sent_at: Option<VirtualInstant>,
     /// Scrubs so far: each asks the next replica for a copy of what is still corrupt.
     scrubs: u64,
     /// The replicas of each group this server has heard of (from a grant or the MDS):
@@ -224,6 +228,7 @@ impl Server {
             fencing: BTreeMap::new(),
             next_heartbeat: now,
             next_scrub: now.saturating_add(config.scrub_interval),
+            standby_sent_at: None,
             scrubs: 0,
             replicas_of: BTreeMap::new(),
             actions: VecDeque::new(),
@@ -297,7 +302,8 @@ impl Server {
         }
         let primaries =
             self.led.values().filter_map(|led| led.deadline(self.now, self.config.retry_interval));
-        primaries.chain([self.next_heartbeat, self.next_scrub]).min()
+        let standby = self.standby_sent_at.map(|at| at.saturating_add(self.config.retry_interval));
+        primaries.chain([self.next_heartbeat, self.next_scrub]).chain(standby).min()
     }
 
     fn send(&mut self, to: Peer, message: Message) {
@@ -320,6 +326,13 @@ impl Server {
         }
         if self.now >= self.next_scrub {
             self.scrub();
+        }
+        if self
+            .standby_sent_at
+            .is_some_and(|at| at.saturating_add(self.config.retry_interval) <= self.now)
+        {
+            self.standby_sent_at = Some(self.now);
+            self.send(Peer::Mds, Message::Standby { sent_at: self.now });
         }
         self.primaries_timer();
     }
@@ -408,7 +421,13 @@ impl Server {
             }
             Message::EnterStandby => {
                 if self.led.is_empty() {
-                    self.send(Peer::Mds, Message::Standby);
+                    self.standby_sent_at = Some(self.now);
+                    self.send(Peer::Mds, Message::Standby { sent_at: self.now });
+                }
+            }
+            Message::StandbyAnswer { sleep } => {
+                let waiting = self.standby_sent_at.take().is_some();
+                if sleep && waiting && self.led.is_empty() {
                     self.power = ServerPower::Asleep;
                     self.actions.push_back(ServerAction::Sleep);
                 }

@@ -439,7 +439,19 @@ impl Server {
             .filter(|(i, r)| led.synced[*i] && !pending.acked[*i] && targets.includes(**r, own))
             .map(|(_, r)| *r)
             .collect();
-        for replica in targets {
+        self.write_to(targets, group, epoch, write, stable);
+    }
+
+    /// Sends `write` to each of `replicas`: this server's own through its disk queue.
+    pub(super) fn write_to(
+        &mut self,
+        replicas: Vec<ServerId>,
+        group: ChunkGroupId,
+        epoch: Epoch,
+        write: UnstableWrite,
+        stable: Version,
+    ) {
+        for replica in replicas {
             if replica == self.id {
                 self.replica_write(self.id, group, epoch, write, stable);
             } else {
