@@ -327,7 +327,7 @@ impl Server {
     /// Asks the next logger of each read not yet asked (or whose logger is late).
     fn send_reads(&mut self, group: ChunkGroupId, late_only: bool) {
         let (now, retry, own) = (self.now, self.config.retry_interval, self.id);
-        let down = self.down.clone();
+        let down = &self.down;
         let Some(led) = self.led.get_mut(&group) else { return };
         let epoch = led.epoch;
         let mut batches: BTreeMap<ServerId, Vec<LogRecord>> = BTreeMap::new();
@@ -430,14 +430,11 @@ impl Server {
 
     /// Sends a logged write read back to every replica that lacks it.
     fn reclaim_write(&mut self, group: ChunkGroupId, record: &LogRecord, write: UnstableWrite) {
-        let Some(led) = self.led.get(&group) else { return };
-        let (epoch, stable) = (led.epoch, led.stable());
         let now = self.now;
         let Some(led) = self.led.get_mut(&group) else { return };
+        let (epoch, stable) = (led.epoch, led.stable());
         let Some(extent) = led.dvl.extents.get_mut(record) else { return };
         extent.reclaim_sent_at = Some(now);
-        let extent = extent.clone();
-        let Some(led) = self.led.get(&group) else { return };
         let targets: Vec<ServerId> = led
             .replicas
             .iter()
@@ -700,7 +697,7 @@ impl Server {
     /// them, at-risk ones (a logger down) first, a few at a time (D5).
     fn reclaim(&mut self, group: ChunkGroupId) {
         let (now, own, max) = (self.now, self.id, self.config.reclaim_reads_max as usize);
-        let down = self.down.clone();
+        let down = &self.down;
         let Some(led) = self.led.get_mut(&group) else { return };
         let timeout = self.config.request_timeout;
         let writing =
@@ -743,10 +740,10 @@ impl Server {
     /// Appends deletion markers for the records every replica has.
     fn send_invalidations(&mut self, group: ChunkGroupId) {
         let (now, retry, own) = (self.now, self.config.retry_interval, self.id);
-        let down = self.down.clone();
+        let down = &self.down;
         let Some(led) = self.led.get_mut(&group) else { return };
         let epoch = led.epoch;
-        let replicas = led.replicas.clone();
+        let replicas = &led.replicas;
         let mut batches: BTreeMap<ServerId, Vec<LogRecord>> = BTreeMap::new();
         let dvl = &mut led.dvl;
         for (record, extent) in dvl.extents.iter_mut() {
@@ -812,7 +809,7 @@ impl Server {
     /// given up and its writes logged elsewhere.
     fn resend_links(&mut self, group: ChunkGroupId) {
         let (now, retry) = (self.now, self.config.retry_interval);
-        let down = self.down.clone();
+        let down = &self.down;
         let Some(led) = self.led.get_mut(&group) else { return };
         let epoch = led.epoch;
         let late: Vec<ServerId> = led
