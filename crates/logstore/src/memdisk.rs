@@ -48,6 +48,8 @@ struct State {
     crashed: bool,
     space_bytes: Option<u64>,
     syncs_until_failure: Option<u64>,
+    /// How long a sync takes, like a device's flush (none: at once).
+    sync_latency: Option<std::time::Duration>,
     short_reads: bool,
     writes: u64,
     syncs: u64,
@@ -131,6 +133,12 @@ impl MemDisk {
     /// Lets `count` more syncs succeed, then fails every sync with EIO (`None`: never).
     pub fn fail_syncs_after(&self, count: Option<u64>) {
         lock(&self.state).syncs_until_failure = count;
+    }
+
+    /// Makes every sync take `latency` (the caller waits, as for a device's flush), so
+    /// appenders of a group commit overlap however the threads are scheduled.
+    pub fn set_sync_latency(&self, latency: Option<std::time::Duration>) {
+        lock(&self.state).sync_latency = latency;
     }
 
     /// Makes every read return at most half of what it asks for.
@@ -221,9 +229,15 @@ impl MemFile {
             None => {}
         }
         state.syncs += 1;
+        let latency = state.sync_latency;
+        drop(state);
         let mut data = lock(&self.data);
         data.durable = data.current.clone();
         data.unsynced.clear();
+        drop(data);
+        if let Some(latency) = latency {
+            std::thread::sleep(latency);
+        }
         Ok(())
     }
 }

@@ -371,10 +371,17 @@ fn one_appender_costs_one_sync_per_append_and_many_share_syncs() {
 
     let threads = 16;
     let per_thread = 40;
+    // Each flush takes a millisecond, as a device's does: the appenders that arrive
+    // while one runs form the next batch, however the threads are scheduled (without
+    // it a busy machine could run them one after another and no batch would form).
+    disk.set_sync_latency(Some(std::time::Duration::from_millis(1)));
+    let start = std::sync::Barrier::new(threads as usize);
     std::thread::scope(|scope| {
         for t in 0..threads {
             let store = store.clone();
+            let start = &start;
             scope.spawn(move || {
+                start.wait();
                 for i in 0..per_thread {
                     let owner = OwnerId(100 + t);
                     let range = ByteRange::new(i * 64, 64);
