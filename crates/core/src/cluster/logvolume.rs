@@ -153,11 +153,13 @@ impl LogVolume {
         self.writes.get(&(group, record.owner, record.version)).copied()
     }
 
-    /// Whether a record of the write of `version` over `range` of `chunk` is held
-    /// (the simulation's check of copies at acknowledgement).
+    /// Whether a record of the write of `version` over `range` of `chunk`, or of a
+    /// newer write over all of it, is held (the simulation's check of copies at
+    /// acknowledgement: an acknowledgement delayed past a rewrite of its bytes finds
+    /// the older record hidden, and the newer one keeps what a read must return).
     pub fn holds(&self, chunk: ChunkId, range: ByteRange, version: Version) -> bool {
         self.writes.values().any(|w| {
-            w.version == version
+            w.version >= version
                 && w.chunk == chunk
                 && w.range.start <= range.start
                 && range.end <= w.range.end

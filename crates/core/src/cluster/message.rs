@@ -216,6 +216,9 @@ pub enum Message {
         lease_from: VirtualInstant,
         logger_view: Vec<ServerId>,
         handoff: Option<DvlHandoff>,
+        /// Replicas whose copy is being rebuilt (R1): the primary copies the group's
+        /// chunks to them and reports each done.
+        rebuilding: Vec<ServerId>,
     },
     /// Hand the group over to `target` (it sleeps, or `target` woke and rebalances).
     MigratePrimary {
@@ -356,6 +359,32 @@ pub enum Message {
         /// None: the replica's copy is corrupt too.
         pieces: Option<Vec<Piece>>,
     },
+    /// Rebuild (R1): the primary's copy of one chunk of the group, every piece at its
+    /// version, for a replica that replaces a lost one; applied where newer.
+    RebuildData {
+        group: ChunkGroupId,
+        epoch: Epoch,
+        chunk: ChunkId,
+        pieces: Vec<Piece>,
+    },
+    /// The new replica holds the chunk durably.
+    RebuildAck {
+        group: ChunkGroupId,
+        epoch: Epoch,
+        chunk: ChunkId,
+    },
+    /// The primary copied every chunk of the group to `server` (sent again until
+    /// recorded): the group has r full copies again (R2).
+    RebuildDone {
+        group: ChunkGroupId,
+        epoch: Epoch,
+        server: ServerId,
+    },
+    RebuildRecorded {
+        group: ChunkGroupId,
+        epoch: Epoch,
+        server: ServerId,
+    },
     /// A primary logs writes at a logger, under the owner of its epoch, in version
     /// order; one batch in flight per group and logger (D1).
     LogAppend {
@@ -438,7 +467,8 @@ impl Message {
             Message::ClientWrite { range, .. } => range.size_bytes(),
             Message::ReplicaWrite { write, .. } => write.range.size_bytes(),
             Message::ClientReply { body: ReplyBody::Read { pieces }, .. }
-            | Message::RepairData { pieces: Some(pieces), .. } => {
+            | Message::RepairData { pieces: Some(pieces), .. }
+            | Message::RebuildData { pieces, .. } => {
                 pieces.iter().map(|p| p.range.size_bytes()).sum()
             }
             Message::SyncReply { unstable, .. } => {

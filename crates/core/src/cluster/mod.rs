@@ -113,6 +113,9 @@ pub struct ClusterConfig {
     pub logger_capacity_bytes: u64,
     /// Logged writes a primary reclaims at once: reclaim is background work (D5).
     pub reclaim_reads_max: u32,
+    /// Chunks a primary copies to rebuilt replicas at once, over all the groups it
+    /// leads: rebuild is background work (R1).
+    pub rebuild_chunks_max: u32,
     /// Seed of the MDS's random choices (chunk groups of new chunks, initial primaries).
     pub seed: u64,
 }
@@ -135,6 +138,7 @@ impl ClusterConfig {
             view_ttl: VirtualDuration::from_secs(2),
             logger_capacity_bytes: 1 << 30,
             reclaim_reads_max: 8,
+            rebuild_chunks_max: 4,
             seed: 1,
         }
     }

@@ -216,6 +216,21 @@ impl ChunkStore {
         record.unstable = newer;
     }
 
+    /// The chunks of `group` this store holds (a rebuild copies them).
+    pub fn chunks_of(&self, group: ChunkGroupId) -> Vec<ChunkId> {
+        self.group_of.iter().filter(|(_, g)| **g == group).map(|(c, _)| *c).collect()
+    }
+
+    /// Applies another replica's copy of `chunk` (a rebuild), where newer.
+    pub fn paint_copy(&mut self, group: ChunkGroupId, chunk: ChunkId, pieces: &[Piece]) {
+        self.group_of.insert(chunk, group);
+        for piece in pieces {
+            let write =
+                UnstableWrite { chunk, range: piece.range, version: piece.version, stamp: piece.stamp };
+            self.paint(&write);
+        }
+    }
+
     pub fn unstable(&self, group: ChunkGroupId) -> Vec<UnstableWrite> {
         self.groups.get(&group).map_or_else(Vec::new, |g| g.unstable.values().copied().collect())
     }

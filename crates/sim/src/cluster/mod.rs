@@ -461,7 +461,17 @@ impl<'t> ClusterSim<'t> {
         let logs_empty = self.servers.iter().all(|s| {
             s.server.as_ref().is_some_and(|s| s.dvls_empty() && s.log_volume().write_count() == 0)
         });
-        let servers_idle = servers_idle && logs_empty;
+        // Every group is led where the MDS says: a primary that stepped down (its lease
+        // ran out while cut off) is noticed at its next heartbeat, and the view change
+        // that follows brings its replicas level.
+        let led_as_granted = (0..self.mds.group_count()).all(|g| {
+            let view = self.mds.view(ChunkGroupId(g as u32));
+            view.primary.is_some_and(|p| {
+                let server = self.servers[p.index()].server.as_ref();
+                server.is_some_and(|s| s.leads_at(view.group, view.epoch))
+            })
+        });
+        let servers_idle = servers_idle && logs_empty && led_as_granted;
         if clients_done && servers_idle && self.messages.is_empty() {
             return true;
         }

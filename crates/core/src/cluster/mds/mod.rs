@@ -15,6 +15,7 @@
 
 mod namespace;
 mod power;
+mod rebuild;
 
 use std::collections::{BTreeMap, VecDeque};
 
@@ -36,6 +37,11 @@ pub enum MdsEvent {
     /// The operator or the gear scheduler set the gear (`set_gear`).
     GearSet {
         gear: u32,
+    },
+    /// The operator declared `server` lost for good: its replicas are rebuilt on the
+    /// other servers of its gear group (3.2).
+    DeclareLost {
+        server: ServerId,
     },
 }
 
@@ -79,6 +85,17 @@ pub enum Command {
     },
     SetGear {
         gear: u32,
+    },
+    /// `with` replaces the lost `lost` among `group`'s replicas, its copy to be built.
+    ReplaceReplica {
+        group: ChunkGroupId,
+        lost: ServerId,
+        with: ServerId,
+    },
+    /// `server`'s copy of `group` is complete.
+    RebuildDone {
+        group: ChunkGroupId,
+        server: ServerId,
     },
     /// The primary of `epoch` set the group's logger view, its change `seq`.
     SetLoggerView {
@@ -129,6 +146,8 @@ struct GroupEntry {
     logger_view: Vec<ServerId>,
     /// The (epoch, seq) of the change that set `logger_view`: older ones are ignored.
     logger_view_set: (Epoch, u64),
+    /// Replicas whose copy is being rebuilt: never made primary until done (R1).
+    rebuilding: Vec<ServerId>,
 }
 
 #[derive(Clone, Debug)]
@@ -209,6 +228,7 @@ impl Mds {
                 migrating_to: None,
                 logger_view: Vec::new(),
                 logger_view_set: (Epoch(0), 0),
+                rebuilding: Vec::new(),
             });
         }
         mds
@@ -221,6 +241,7 @@ impl Mds {
             MdsEvent::MessageReceived { from, message } => self.handle_message(from, message),
             MdsEvent::TimerFired => self.handle_timer(),
             MdsEvent::GearSet { gear } => self.set_gear(gear),
+            MdsEvent::DeclareLost { server } => self.declare_lost(server),
         }
     }
 
@@ -326,6 +347,17 @@ impl Mds {
             }
             Command::SetPower { server, power } => self.servers[server.index()].power = *power,
             Command::SetGear { gear } => self.gear = *gear,
+            Command::ReplaceReplica { group, lost, with } => {
+                let entry = &mut self.groups[group.index()];
+                if let Some(slot) = entry.replicas.iter_mut().find(|r| **r == *lost) {
+                    *slot = *with;
+                    entry.rebuilding.retain(|r| r != lost);
+                    entry.rebuilding.push(*with);
+                }
+            }
+            Command::RebuildDone { group, server } => {
+                self.groups[group.index()].rebuilding.retain(|r| r != server);
+            }
             Command::SetLoggerView { group, epoch, seq, loggers } => {
                 let entry = &mut self.groups[group.index()];
                 if (*epoch, *seq) > entry.logger_view_set {
@@ -373,6 +405,9 @@ impl Mds {
             }
             Message::SetLoggerView { group, epoch, seq, loggers } => {
                 self.set_logger_view(server, group, epoch, seq, loggers);
+            }
+            Message::RebuildDone { group, epoch, server: rebuilt } => {
+                self.rebuild_done(server, group, epoch, rebuilt);
             }
             _ => self.counters.messages_dropped += 1,
         }
@@ -471,8 +506,10 @@ impl Mds {
             entry.granted_at = self.now;
             entry.lease_expires = Some(lease_end);
             let logger_view = entry.logger_view.clone();
+            let rebuilding = entry.rebuilding.clone();
             let view = self.view(group);
-            let grant = Message::GrantLease { view, lease_from, logger_view, handoff };
+            let grant =
+                Message::GrantLease { view, lease_from, logger_view, handoff, rebuilding };
             self.send(Peer::Server(server), grant);
         }
     }
@@ -508,6 +545,7 @@ impl Mds {
             .iter()
             .copied()
             .filter(|s| self.servers[s.index()].power.serves() && Some(*s) != old)
+            .filter(|s| !entry.rebuilding.contains(s))
             .collect();
         let next = preferred
             .filter(|p| candidates.contains(p))

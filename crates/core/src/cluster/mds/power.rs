@@ -127,6 +127,9 @@ impl Mds {
         // server coming back.
         let entry = &mut self.servers[server.index()];
         entry.heartbeat_sent = entry.heartbeat_sent.max(Some(sent_at));
+        // A server waiting for its answer sends no heartbeat (it would read as the
+        // server back on after it sleeps): the `Standby` shows it alive.
+        entry.heartbeat_received = entry.heartbeat_received.max(self.now);
         let power = entry.power;
         // Standby with primaries left would leave their groups unserved until the
         // leases run out: refused, the server is told again once drained.

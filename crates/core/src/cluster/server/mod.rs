@@ -18,6 +18,7 @@
 mod dvl;
 mod logging;
 mod primary;
+mod rebuild;
 
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
 use std::sync::Arc;
@@ -116,6 +117,9 @@ pub struct ServerCounters {
     pub writes_logged: u64,
     /// Logged writes read back and sent to replicas that lacked them.
     pub writes_reclaimed: u64,
+    /// Bytes a primary copied to replicas being rebuilt, and the chunks.
+    pub rebuilt_bytes: u64,
+    pub rebuilt_chunks: u64,
     pub messages_dropped: u64,
 }
 
@@ -141,6 +145,16 @@ enum Io {
         group: ChunkGroupId,
         chunk: super::ChunkId,
         range: ByteRange,
+        pieces: Vec<super::Piece>,
+    },
+    /// A primary's read of a chunk it copies to a replica being rebuilt.
+    RebuildRead { to: ServerId, message: Message },
+    /// A new replica's write of a chunk its primary copied to it.
+    RebuildWrite {
+        group: ChunkGroupId,
+        epoch: Epoch,
+        primary: ServerId,
+        chunk: super::ChunkId,
         pieces: Vec<super::Piece>,
     },
     /// The logger's append of a batch of a primary's writes.
@@ -273,6 +287,11 @@ impl Server {
         self.led.iter().map(|(g, led)| (*g, led.epoch)).collect()
     }
 
+    /// Whether this server leads `group` at `epoch`.
+    pub fn leads_at(&self, group: ChunkGroupId, epoch: Epoch) -> bool {
+        self.led.get(&group).is_some_and(|led| led.epoch == epoch)
+    }
+
     /// Whether any request or replica work is under way (the simulation's quiesce).
     pub fn is_idle(&self) -> bool {
         self.ios.is_empty() && self.led.values().all(Led::is_idle)
@@ -289,6 +308,13 @@ impl Server {
                 self.power = ServerPower::On;
                 self.heartbeat();
             }
+        }
+        // P1: a migrating group is handed over as soon as its last work ends, whatever
+        // ended it (an acknowledgement, a read, a DVL recovery or reclaim finishing).
+        let migrating: Vec<ChunkGroupId> =
+            self.led.iter().filter(|(_, led)| led.migrating).map(|(group, _)| *group).collect();
+        for group in migrating {
+            self.cancel_if_drained(group);
         }
     }
 
@@ -321,8 +347,15 @@ impl Server {
         if self.power == ServerPower::Asleep {
             return;
         }
+        // A server waiting for its `Standby` answer is heard through the `Standby` it
+        // repeats: a heartbeat sent now, delivered after the MDS let it sleep, would
+        // read as the server coming back, and the MDS would count a sleeper as on.
         if self.now >= self.next_heartbeat {
-            self.heartbeat();
+            if self.standby_sent_at.is_none() {
+                self.heartbeat();
+            } else {
+                self.next_heartbeat = self.now.saturating_add(self.config.heartbeat_interval);
+            }
         }
         if self.now >= self.next_scrub {
             self.scrub();
@@ -391,6 +424,9 @@ impl Server {
             (Peer::Server(primary), Message::RepairRead { group, epoch, chunk, range }) => {
                 self.repair_read(primary, group, epoch, chunk, range);
             }
+            (Peer::Server(primary), Message::RebuildData { group, epoch, chunk, pieces }) => {
+                self.rebuild_data(primary, group, epoch, chunk, pieces);
+            }
             (
                 Peer::Server(primary),
                 message @ (Message::LogAppend { .. }
@@ -409,8 +445,11 @@ impl Server {
                 self.leases_renewed(sent_at, &renewed, &revoked);
                 self.set_down(down);
             }
-            Message::GrantLease { view, lease_from, logger_view, handoff } => {
-                self.granted(view, lease_from, logger_view, handoff);
+            Message::GrantLease { view, lease_from, logger_view, handoff, rebuilding } => {
+                self.granted(view, lease_from, logger_view, handoff, rebuilding);
+            }
+            Message::RebuildRecorded { group, epoch, server } => {
+                self.rebuild_recorded(group, epoch, server);
             }
             Message::LoggerViewSet { group, epoch, seq } => {
                 self.logger_view_set(group, epoch, seq);
@@ -556,6 +595,11 @@ impl Server {
                 self.log_invalidate_done(group, epoch, primary, records);
             }
             Io::LogCollect => {}
+            Io::RebuildRead { to, message } => self.send(Peer::Server(to), message),
+            Io::RebuildWrite { group, epoch, primary, chunk, pieces } => {
+                self.store.paint_copy(group, chunk, &pieces);
+                self.answer_primary(primary, Message::RebuildAck { group, epoch, chunk });
+            }
             Io::Repair { group, chunk, range, pieces } => {
                 self.store.repair(chunk, range, &pieces);
                 self.counters.blocks_repaired += range.size_bytes() / super::store::BLOCK_BYTES;

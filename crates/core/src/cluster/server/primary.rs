@@ -10,6 +10,7 @@ use std::collections::{BTreeMap, VecDeque};
 use somnus_types::{ByteRange, ChunkGroupId, ServerId, Version, VirtualDuration, VirtualInstant};
 
 use super::dvl::Dvl;
+use super::rebuild::Rebuild;
 use super::{Broken, Io, Server, disk_position};
 use crate::cluster::store::BLOCK_BYTES;
 use crate::cluster::{
@@ -97,7 +98,7 @@ pub(super) struct Led {
     /// The highest version written or adopted (the stable mark when nothing pends).
     pub(super) last_version: Version,
     /// The MDS asked for the group back: new requests are refused with `Retry`.
-    migrating: bool,
+    pub(super) migrating: bool,
     /// Per replica: fenced at this epoch with its unstable writes adopted.
     pub(super) synced: Vec<bool>,
     sync_sent_at: Vec<Option<VirtualInstant>>,
@@ -106,6 +107,8 @@ pub(super) struct Led {
     waiting: VecDeque<Waiting>,
     /// Reads held while corrupt blocks are repaired, with the replicas asked so far.
     repairing: Vec<Repairing>,
+    /// Replicas replacing a lost one, and the copy to each (R1).
+    pub(super) rebuilds: Vec<Rebuild>,
 }
 
 impl Led {
@@ -174,7 +177,8 @@ impl Led {
         let writes = self.pending.values().map(|p| p.sent_at);
         let repairs = self.repairing.iter().map(|r| r.sent_at);
         let dvl = self.dvl.oldest_sent();
-        let oldest = syncs.chain(writes).chain(repairs).chain(dvl).min();
+        let rebuilds = self.rebuilds.iter().filter_map(Rebuild::oldest_sent);
+        let oldest = syncs.chain(writes).chain(repairs).chain(dvl).chain(rebuilds).min();
         let oldest = oldest.map(|at| at.saturating_add(retry));
         let work = self.dvl.has_work().then(|| now.saturating_add(retry));
         let lease = Some(self.lease_until).filter(|at| *at > now);
@@ -189,6 +193,11 @@ impl Led {
         }
     }
 
+    /// Whether `replica` is fenced at this epoch and holds every committed write.
+    pub(super) fn synced_at(&self, replica: ServerId) -> bool {
+        self.index_of(replica).is_some_and(|i| self.synced[i])
+    }
+
     fn index_of(&self, replica: ServerId) -> Option<usize> {
         self.replicas.iter().position(|r| *r == replica)
     }
@@ -196,6 +205,7 @@ impl Led {
     /// The synced replicas other than `own`: they hold every committed write.
     pub(super) fn synced_others(&self, own: ServerId) -> Vec<ServerId> {
         let synced = self.replicas.iter().zip(&self.synced).filter(|(r, s)| **r != own && **s);
+        let synced = synced.filter(|(r, _)| !self.rebuilding(**r));
         synced.map(|(r, _)| *r).collect()
     }
 
@@ -212,6 +222,7 @@ impl Server {
         lease_from: VirtualInstant,
         logger_view: Vec<ServerId>,
         handoff: Option<DvlHandoff>,
+        rebuilding: Vec<ServerId>,
     ) {
         let lease_until = lease_from.saturating_add(self.config.lease);
         let known = self.led.get(&view.group).map(|led| led.epoch);
@@ -239,6 +250,7 @@ impl Server {
             dvl: Dvl::new(logger_view, handoff, self.config.replicas as usize - 1),
             waiting: VecDeque::new(),
             repairing: Vec::new(),
+            rebuilds: rebuilding.into_iter().map(Rebuild::new).collect(),
         };
         self.led.insert(view.group, led);
         self.send_syncs(view.group);
@@ -317,7 +329,7 @@ impl Server {
         self.cancel_if_drained(group);
     }
 
-    fn cancel_if_drained(&mut self, group: ChunkGroupId) {
+    pub(super) fn cancel_if_drained(&mut self, group: ChunkGroupId) {
         let drained = self.led.get(&group).is_some_and(|led| led.migrating && led.is_idle());
         if drained {
             let Some(led) = self.led.remove(&group) else { return };
@@ -482,7 +494,9 @@ impl Server {
             .replicas
             .iter()
             .enumerate()
-            .find(|(i, r)| **r != self.id && led.synced[*i] && !asked.contains(r))
+            .find(|(i, r)| {
+                **r != self.id && led.synced[*i] && !asked.contains(r) && !led.rebuilding(**r)
+            })
             .map(|(_, r)| *r);
         let Some(source) = source else {
             // No intact copy reachable now: the client retries (the read stays unserved
@@ -536,6 +550,9 @@ impl Server {
             }
             Message::RepairData { group, epoch, chunk, range, pieces } => {
                 self.repair_data(replica, group, epoch, chunk, range, pieces);
+            }
+            Message::RebuildAck { group, epoch, chunk } => {
+                self.rebuild_acked(replica, group, epoch, chunk);
             }
             message @ (Message::LogAck { .. }
             | Message::LogFull { .. }
@@ -709,6 +726,7 @@ impl Server {
             }
             self.repairs_timed_out(group);
             self.dvl_timer(group);
+            self.rebuild_timer(group);
         }
     }
 

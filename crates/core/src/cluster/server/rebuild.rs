@@ -1,0 +1,192 @@
+//! Rebuild (Sierra 3.2, 4.4; docs/protocol.md R1, R2): a replica that replaces a lost
+//! one starts empty. Its group's primary copies every chunk of the group it holds to
+//! it, a few chunks at a time over all the groups it leads, each at the versions it
+//! holds; the new replica applies them where newer, so writes that reach it during
+//! the copy are never undone. Once every chunk is acknowledged the primary tells the
+//! MDS, which may then make the new replica primary. A copy cut short (the new
+//! replica went down, the primary changed) starts again from the first chunk.
+
+use std::collections::{BTreeMap, VecDeque};
+
+use somnus_types::{ByteRange, ChunkGroupId, ServerId, VirtualInstant};
+
+use super::primary::Led;
+use super::{Io, Server, disk_position};
+use crate::cluster::{ChunkId, Epoch, Message, Peer, Piece};
+
+#[derive(Clone, Debug)]
+pub(super) struct Rebuild {
+    target: ServerId,
+    /// Chunks still to copy, once the copy started.
+    todo: Option<VecDeque<ChunkId>>,
+    /// Chunks sent (or read, or found corrupt and waiting for the scrub) and when.
+    in_flight: BTreeMap<ChunkId, VirtualInstant>,
+    /// When `RebuildDone` was last sent: the copy is complete.
+    done_sent_at: Option<VirtualInstant>,
+}
+
+impl Rebuild {
+    pub(super) fn new(target: ServerId) -> Rebuild {
+        Rebuild { target, todo: None, in_flight: BTreeMap::new(), done_sent_at: None }
+    }
+
+    pub(super) fn oldest_sent(&self) -> Option<VirtualInstant> {
+        self.in_flight.values().copied().chain(self.done_sent_at).min()
+    }
+
+    fn restart(&mut self) {
+        self.todo = None;
+        self.in_flight.clear();
+        self.done_sent_at = None;
+    }
+}
+
+impl Led {
+    /// Whether `server`'s copy is still being built (it holds only part of the group).
+    pub(super) fn rebuilding(&self, server: ServerId) -> bool {
+        self.rebuilds.iter().any(|r| r.target == server)
+    }
+
+    fn rebuild_mut(&mut self, target: ServerId) -> Option<&mut Rebuild> {
+        self.rebuilds.iter_mut().find(|r| r.target == target)
+    }
+}
+
+impl Server {
+    /// Starts copies whose new replica is fenced, takes back chunks unanswered for a
+    /// retry interval, repeats `RebuildDone` until recorded.
+    pub(super) fn rebuild_timer(&mut self, group: ChunkGroupId) {
+        let (now, retry, id) = (self.now, self.config.retry_interval, self.id);
+        let Some(led) = self.led.get_mut(&group) else { return };
+        if led.rebuilds.is_empty() {
+            return;
+        }
+        let ready = led.synced_at(id) && led.dvl.ready();
+        let mut done = Vec::new();
+        for index in 0..led.rebuilds.len() {
+            let target = led.rebuilds[index].target;
+            let fenced = led.synced_at(target) && !self.down.contains(&target);
+            let rebuild = &mut led.rebuilds[index];
+            if !fenced || !ready {
+                rebuild.restart();
+                continue;
+            }
+            if rebuild.todo.is_none() {
+                rebuild.todo = Some(self.store.chunks_of(group).into());
+            }
+            let late: Vec<ChunkId> = rebuild
+                .in_flight
+                .iter()
+                .filter(|(_, at)| at.saturating_add(retry) <= now)
+                .map(|(c, _)| *c)
+                .collect();
+            for chunk in late {
+                rebuild.in_flight.remove(&chunk);
+                if let Some(todo) = rebuild.todo.as_mut() {
+                    todo.push_front(chunk);
+                }
+            }
+            if rebuild.done_sent_at.is_some_and(|at| at.saturating_add(retry) <= now) {
+                rebuild.done_sent_at = Some(now);
+                done.push(target);
+            }
+        }
+        let epoch = led.epoch;
+        for server in done {
+            self.send(Peer::Mds, Message::RebuildDone { group, epoch, server });
+        }
+        self.rebuild_pump(group);
+    }
+
+    /// Copies chunks while this server has fewer than `rebuild_chunks_max` in flight.
+    fn rebuild_pump(&mut self, group: ChunkGroupId) {
+        let max = self.config.rebuild_chunks_max as usize;
+        let chunk_range = ByteRange::new(0, self.config.chunk_size_bytes);
+        let now = self.now;
+        let mut in_flight: usize = self.rebuilds_in_flight();
+        let Some(led) = self.led.get_mut(&group) else { return };
+        let epoch = led.epoch;
+        let mut reads = Vec::new();
+        let mut done = Vec::new();
+        for rebuild in &mut led.rebuilds {
+            let Some(todo) = rebuild.todo.as_mut() else { continue };
+            while in_flight < max {
+                let Some(chunk) = todo.pop_front() else { break };
+                in_flight += 1;
+                rebuild.in_flight.insert(chunk, now);
+                // A corrupt copy is not sent: the chunk waits for the scrub's repair
+                // and is tried again when its retry interval has passed.
+                if let Ok(pieces) = self.store.read(chunk, chunk_range) {
+                    let pieces: Vec<Piece> =
+                        pieces.into_iter().filter(|p| p.version.0 > 0).collect();
+                    reads.push((rebuild.target, chunk, pieces));
+                }
+            }
+            let complete = todo.is_empty() && rebuild.in_flight.is_empty();
+            if complete && rebuild.done_sent_at.is_none() {
+                rebuild.done_sent_at = Some(now);
+                done.push(rebuild.target);
+            }
+        }
+        for (target, chunk, pieces) in reads {
+            let bytes: u64 = pieces.iter().map(|p| p.range.size_bytes()).sum();
+            self.counters.rebuilt_bytes += bytes;
+            self.counters.rebuilt_chunks += 1;
+            let message = Message::RebuildData { group, epoch, chunk, pieces };
+            let position = disk_position(chunk, chunk_range);
+            self.disk(Io::RebuildRead { to: target, message }, false, position, bytes.max(1));
+        }
+        for server in done {
+            self.send(Peer::Mds, Message::RebuildDone { group, epoch, server });
+        }
+    }
+
+    fn rebuilds_in_flight(&self) -> usize {
+        let rebuilds = self.led.values().flat_map(|led| &led.rebuilds);
+        rebuilds.map(|r| r.in_flight.len()).sum()
+    }
+
+    /// The new replica holds `chunk`: the next ones go, in this group or another.
+    pub(super) fn rebuild_acked(
+        &mut self,
+        replica: ServerId,
+        group: ChunkGroupId,
+        epoch: Epoch,
+        chunk: ChunkId,
+    ) {
+        let Some(led) = self.led.get_mut(&group).filter(|l| l.epoch == epoch) else { return };
+        let Some(rebuild) = led.rebuild_mut(replica) else { return };
+        if rebuild.in_flight.remove(&chunk).is_none() {
+            return;
+        }
+        let groups: Vec<ChunkGroupId> = self.led.keys().copied().collect();
+        for group in groups {
+            self.rebuild_pump(group);
+        }
+    }
+
+    pub(super) fn rebuild_recorded(&mut self, group: ChunkGroupId, epoch: Epoch, server: ServerId) {
+        let Some(led) = self.led.get_mut(&group).filter(|l| l.epoch == epoch) else { return };
+        led.rebuilds.retain(|r| r.target != server || r.done_sent_at.is_none());
+    }
+
+    /// The new replica's side: C1 as for a write, then the copy is applied where newer.
+    pub(super) fn rebuild_data(
+        &mut self,
+        primary: ServerId,
+        group: ChunkGroupId,
+        epoch: Epoch,
+        chunk: ChunkId,
+        pieces: Vec<Piece>,
+    ) {
+        let known = self.known_epoch(group);
+        if epoch != known {
+            self.send(Peer::Server(primary), Message::ReplicaRefused { group, epoch, known });
+            return;
+        }
+        let bytes: u64 = pieces.iter().map(|p| p.range.size_bytes()).sum();
+        let position = disk_position(chunk, ByteRange::new(0, self.config.chunk_size_bytes));
+        let io = Io::RebuildWrite { group, epoch, primary, chunk, pieces };
+        self.disk(io, true, position, bytes.max(1));
+    }
+}
