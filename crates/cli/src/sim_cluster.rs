@@ -108,7 +108,7 @@ pub(crate) fn run(args: &ClusterArgs) -> Result<()> {
             format!("FAIL ({} violations)", report.violation_count)
         };
         outln!(
-            "seed {seed}: {verdict}: {} ops ({} writes, {} reads), {} crashes, {} partitions, {} corruptions, {} gear shifts, {} view changes, {} writes logged, {} reclaimed, {} client retries, {:.1} virtual s",
+            "seed {seed}: {verdict}: {} ops ({} writes, {} reads), {} crashes, {} partitions, {} corruptions, {} gear shifts, {} lost ({:.1} MiB rebuilt), {} view changes, {} writes logged, {} reclaimed, {} client retries, {:.1} virtual s",
             report.ops,
             report.writes,
             report.reads,
@@ -116,6 +116,8 @@ pub(crate) fn run(args: &ClusterArgs) -> Result<()> {
             report.partitions,
             report.corruptions,
             report.gear_shifts,
+            report.losses,
+            report.rebuilt_bytes as f64 / (1u64 << 20) as f64,
             report.view_changes,
             report.writes_logged,
             report.writes_reclaimed,

@@ -206,6 +206,9 @@ pub enum Message {
         /// The servers that do not serve now (asleep, waking, failed, removed): their
         /// primaries log for them (D2).
         down: Vec<ServerId>,
+        /// The servers declared lost for good (among `down`): their log records are
+        /// gone, so no deletion marker waits for them.
+        lost: Vec<ServerId>,
     },
     /// Lead `view.group` in `view.epoch`, for the lease counted from `lease_from` (the
     /// send time of the server's last heartbeat the MDS received); with a handoff take

@@ -225,8 +225,12 @@ impl ChunkStore {
     pub fn paint_copy(&mut self, group: ChunkGroupId, chunk: ChunkId, pieces: &[Piece]) {
         self.group_of.insert(chunk, group);
         for piece in pieces {
-            let write =
-                UnstableWrite { chunk, range: piece.range, version: piece.version, stamp: piece.stamp };
+            let write = UnstableWrite {
+                chunk,
+                range: piece.range,
+                version: piece.version,
+                stamp: piece.stamp,
+            };
             self.paint(&write);
         }
     }

@@ -26,10 +26,14 @@ pub enum FaultKind {
     /// Gear shifts (every 7 s on average, to a gear from 1 to r): servers drain their
     /// primaries and sleep, or wake, while the other faults go on.
     Gear,
+    /// A server lost for good, once a run: it crashes, the operator declares it lost
+    /// 2 s later, and it never comes back; its replicas are rebuilt on the other
+    /// servers of its gear group.
+    Lost,
 }
 
 impl FaultKind {
-    pub const ALL: [FaultKind; 9] = [
+    pub const ALL: [FaultKind; 10] = [
         FaultKind::Loss,
         FaultKind::Duplication,
         FaultKind::Delay,
@@ -39,6 +43,7 @@ impl FaultKind {
         FaultKind::SlowDisk,
         FaultKind::FullDisk,
         FaultKind::Gear,
+        FaultKind::Lost,
     ];
 
     pub fn name(self) -> &'static str {
@@ -52,6 +57,7 @@ impl FaultKind {
             FaultKind::SlowDisk => "slow-disk",
             FaultKind::FullDisk => "full-disk",
             FaultKind::Gear => "gear",
+            FaultKind::Lost => "lost",
         }
     }
 }

@@ -96,6 +96,9 @@ pub struct SeedReport {
     pub client_retries: u64,
     pub blocks_repaired: u64,
     pub gear_shifts: u64,
+    /// Servers lost for good, and the bytes their replicas' rebuild copied.
+    pub losses: u64,
+    pub rebuilt_bytes: u64,
     /// Writes the DVLs logged (a replica was down), and logged writes reclaimed.
     pub writes_logged: u64,
     pub writes_reclaimed: u64,
@@ -154,6 +157,8 @@ enum Event {
     SlowEnd(u32),
     Wake(u32),
     Gear,
+    Lose,
+    DeclareLost(u32),
     Heal,
     Probe,
 }
@@ -174,6 +179,12 @@ struct ServerSlot {
     disk: Disk,
     slow: bool,
     cut: Option<Cut>,
+    /// Lost for good (the `lost` fault): never restarted.
+    lost: bool,
+    /// What a lost server held, for the check of copies at acknowledgement only: a
+    /// write it acknowledged before it was lost had its copy when the primary counted
+    /// it, however late the client hears.
+    lost_store: Option<Durable>,
 }
 
 /// A client's op in flight: its id, the object (index) it is on, and the stamp of a
@@ -261,6 +272,8 @@ impl<'t> ClusterSim<'t> {
                 disk: Disk::default(),
                 slow: false,
                 cut: None,
+                lost: false,
+                lost_store: None,
             })
             .collect();
         let clients = (0..spec.clients)
@@ -365,6 +378,12 @@ impl<'t> ClusterSim<'t> {
                 self.events.schedule(at, event);
             }
         }
+        if faults.has(FaultKind::Lost) {
+            // Early enough that the rebuild runs under the other faults.
+            let window = (self.spec.virtual_secs * 1_000 / 2).max(1);
+            let at = self.now() + VirtualDuration::from_millis(self.rng.random_range(0..window));
+            self.events.schedule(at, Event::Lose);
+        }
     }
 
     fn again(&mut self, every_s: f64, event: Event) {
@@ -416,6 +435,11 @@ impl<'t> ClusterSim<'t> {
                 }
             }
             Event::Gear => self.gear_shift(),
+            Event::Lose => self.lose(),
+            Event::DeclareLost(s) => {
+                self.trace(|| format!("s{s} declared lost"));
+                self.feed_mds(MdsEvent::DeclareLost { server: ServerId(s) });
+            }
             Event::Heal => self.heal(),
             Event::Probe => return self.quiet(),
         }
@@ -454,13 +478,15 @@ impl<'t> ClusterSim<'t> {
     /// Whether every op finished and every server is idle (then the run ends).
     fn quiet(&mut self) -> bool {
         let clients_done = self.clients.iter().all(|c| c.op.is_none());
-        let servers_idle = self
-            .servers
-            .iter()
+        let live = self.servers.iter().filter(|s| !s.lost);
+        let servers_idle = live
+            .clone()
             .all(|s| s.server.as_ref().is_some_and(|s| s.is_idle() && !s.holds_corrupt()));
-        let logs_empty = self.servers.iter().all(|s| {
+        let logs_empty = live.clone().all(|s| {
             s.server.as_ref().is_some_and(|s| s.dvls_empty() && s.log_volume().write_count() == 0)
         });
+        let rebuilt = self.mds.rebuilds_under_way() == 0;
+        let logs_empty = logs_empty && rebuilt;
         // Every group is led where the MDS says: a primary that stepped down (its lease
         // ran out while cut off) is noticed at its next heartbeat, and the view change
         // that follows brings its replicas level.
@@ -761,12 +787,15 @@ impl<'t> ClusterSim<'t> {
     fn check_copies(&mut self, parts: &[(ChunkId, ByteRange, somnus_types::Version)]) {
         for (chunk, range, version) in parts {
             let replicas = self.mds.view(self.group_of(*chunk)).replicas;
+            let lost = self.servers.iter().enumerate().filter(|(_, s)| s.lost);
+            let lost: Vec<ServerId> = lost.map(|(i, _)| ServerId(i as u32)).collect();
             let mut racks = Vec::new();
-            for replica in &replicas {
+            for replica in replicas.iter().chain(&lost) {
                 let slot = &self.servers[replica.index()];
-                let (store, _) = match (&slot.server, &slot.down_store) {
-                    (Some(server), _) => (server.store(), server.log_volume()),
-                    (None, Some(durable)) => (&durable.store, &durable.log),
+                let durable = slot.down_store.as_ref().or(slot.lost_store.as_ref());
+                let store = match (&slot.server, durable) {
+                    (Some(server), _) => server.store(),
+                    (None, Some(durable)) => &durable.store,
                     (None, None) => continue,
                 };
                 let contents = store.contents(*chunk);
@@ -783,7 +812,8 @@ impl<'t> ClusterSim<'t> {
             }
             // Log records count too (D2): the DVL holds them for the down replicas.
             for slot in &self.servers {
-                let log = match (&slot.server, &slot.down_store) {
+                let durable = slot.down_store.as_ref().or(slot.lost_store.as_ref());
+                let log = match (&slot.server, durable) {
                     (Some(server), _) => server.log_volume(),
                     (None, Some(durable)) => &durable.log,
                     (None, None) => continue,
@@ -809,11 +839,19 @@ impl<'t> ClusterSim<'t> {
             .iter()
             .enumerate()
             .filter(|(i, s)| Some(*i as u32) != except && (s.server.is_none() || s.cut.is_some()))
+            .filter(|(i, s)| !s.lost || self.rebuilt_from(ServerId(*i as u32)).is_none())
             .map(|(_, s)| s.rack)
             .collect();
         racks.sort_unstable();
         racks.dedup();
         racks
+    }
+
+    /// For a lost server, whether its replicas are all rebuilt elsewhere (`Some`) or
+    /// not yet (`None`): until then its rack counts as a fault domain down.
+    fn rebuilt_from(&self, server: ServerId) -> Option<()> {
+        let declared = self.mds.server_power(server) == somnus_core::cluster::ServerPower::Removed;
+        (declared && self.mds.rebuilds_under_way() == 0).then_some(())
     }
 
     /// A server that may fail now without more than r - 1 fault domains down.
@@ -848,6 +886,27 @@ impl<'t> ClusterSim<'t> {
             self.events.schedule(at, Event::Restart(s));
         }
         self.again(CRASH_EVERY_S, Event::Crash);
+    }
+
+    /// The `lost` fault: a server crashes and never returns; the operator declares it
+    /// lost a little later. Tried again a second later when no server may go down.
+    fn lose(&mut self) {
+        if self.healed {
+            return;
+        }
+        let Some(s) = self.pick_victim() else {
+            let at = self.now() + VirtualDuration::from_secs(1);
+            self.events.schedule(at, Event::Lose);
+            return;
+        };
+        self.report.losses += 1;
+        let slot = &mut self.servers[s as usize];
+        slot.lost_store = slot.server.take().map(Server::into_durable).or(slot.down_store.take());
+        slot.lost = true;
+        slot.incarnation += 1;
+        self.trace(|| format!("lose s{s}"));
+        let at = self.now() + VirtualDuration::from_secs(2);
+        self.events.schedule(at, Event::DeclareLost(s));
     }
 
     fn restart(&mut self, s: u32) {
@@ -920,8 +979,9 @@ impl<'t> ClusterSim<'t> {
             let log = server.log_volume();
             if !server.dvls_empty() || log.write_count() > 0 || log.live_bytes() > 0 {
                 self.checker.violate(format!(
-                    "D5: after the heal s{s} still has a DVL to reclaim or a logger holding \
-                     {} records ({} live bytes), first {:?}",
+                    "D5: after the heal s{s} still has a DVL to reclaim ({:?}) or a logger \
+                     holding {} records ({} live bytes), first {:?}",
+                    server.dvl_left(),
                     log.write_count(),
                     log.live_bytes(),
                     log.held().first()
@@ -957,6 +1017,7 @@ impl<'t> ClusterSim<'t> {
         self.report.blocks_repaired = counters.iter().map(|c| c.blocks_repaired).sum();
         self.report.writes_logged = counters.iter().map(|c| c.writes_logged).sum();
         self.report.writes_reclaimed = counters.iter().map(|c| c.writes_reclaimed).sum();
+        self.report.rebuilt_bytes = counters.iter().map(|c| c.rebuilt_bytes).sum();
         self.report.ops_unfinished = unfinished;
         self.report.virtual_nanos = self.now().duration_since(VirtualInstant::ZERO).as_nanos();
         self.report.violations = self.checker.violations().to_vec();

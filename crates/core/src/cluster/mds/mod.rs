@@ -447,7 +447,8 @@ impl Mds {
             }
         }
         let down = self.down_servers();
-        let reply = Message::HeartbeatReply { sent_at, renewed, revoked, down };
+        let lost = self.lost_servers();
+        let reply = Message::HeartbeatReply { sent_at, renewed, revoked, down, lost };
         self.send(Peer::Server(server), reply);
         self.regrant_lost(server, leads);
         self.send_pending_grants(server);
@@ -508,8 +509,7 @@ impl Mds {
             let logger_view = entry.logger_view.clone();
             let rebuilding = entry.rebuilding.clone();
             let view = self.view(group);
-            let grant =
-                Message::GrantLease { view, lease_from, logger_view, handoff, rebuilding };
+            let grant = Message::GrantLease { view, lease_from, logger_view, handoff, rebuilding };
             self.send(Peer::Server(server), grant);
         }
     }
@@ -599,6 +599,11 @@ impl Mds {
         }
         self.commit(Command::SetLoggerView { group, epoch, seq, loggers });
         self.send(Peer::Server(server), Message::LoggerViewSet { group, epoch, seq });
+    }
+
+    fn lost_servers(&self) -> Vec<ServerId> {
+        let lost = self.servers.iter().enumerate().filter(|(_, s)| s.power == ServerPower::Removed);
+        lost.map(|(index, _)| ServerId(index as u32)).collect()
     }
 
     /// The servers that do not serve now: primaries log for them.

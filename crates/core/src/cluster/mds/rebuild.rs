@@ -1,6 +1,7 @@
 //! Rebuild after a permanent loss (Sierra 3.2, 4.4): every replica the lost server
 //! held moves to another server of its gear group, the least loaded first, so the
-//! copies are written on N/r - 1 servers in parallel; each group's primary copies
+//! copies are written on N/r - 1 servers in parallel (in a rack the group's other
+//! replicas are not in: if its gear group has none, another gear group's); each group's primary copies
 //! its chunks to the new replica and reports it done (docs/protocol.md R1, R2).
 //!
 //! Sleep is never loss (P2): only `declare_lost` starts a rebuild.
@@ -44,26 +45,33 @@ impl Mds {
         }
     }
 
-    /// Another server of the lost one's gear group, in a rack none of the group's
-    /// other replicas is in if one is; the one holding fewest replicas.
+    /// Another server of the lost one's gear group in a rack none of the group's
+    /// other replicas is in, the one holding fewest replicas. When the gear group has
+    /// none in a free rack (a rotated layout of few racks), a server of another gear
+    /// group in a free rack: r distinct fault domains are a durability rule, one
+    /// replica per gear group only a power one (the group then keeps more servers on).
+    /// Serving servers first, then ones down for now (the copy waits for them); none
+    /// when no free rack has a server left.
     fn replacement(&self, group: ChunkGroupId, lost: ServerId, held: &[u32]) -> Option<ServerId> {
         let replicas = &self.groups[group.index()].replicas;
         let gear_group = self.servers[lost.index()].gear_group;
-        let racks: Vec<_> = replicas
-            .iter()
-            .filter(|r| **r != lost)
-            .map(|r| self.servers[r.index()].rack)
-            .collect();
+        let racks: Vec<_> =
+            replicas.iter().filter(|r| **r != lost).map(|r| self.servers[r.index()].rack).collect();
         (0..self.servers.len() as u32)
             .map(ServerId)
             .filter(|s| {
                 let entry = &self.servers[s.index()];
-                entry.gear_group == gear_group
-                    && entry.power != ServerPower::Removed
-                    && entry.power != ServerPower::Failed
+                entry.power != ServerPower::Removed
                     && !replicas.contains(s)
+                    && !racks.contains(&entry.rack)
             })
-            .min_by_key(|s| (racks.contains(&self.servers[s.index()].rack), held[s.index()], s.0))
+            .min_by_key(|s| {
+                let entry = &self.servers[s.index()];
+                // A server down for now may take it (the copy waits for it): better
+                // than a group left a copy short.
+                let serving = entry.power.serves_replicas();
+                (entry.gear_group != gear_group, !serving, held[s.index()], s.0)
+            })
     }
 
     /// A new epoch for a group whose replicas changed: its primary keeps it if it

@@ -168,6 +168,23 @@ impl Dvl {
         self.extents.is_empty() && self.reads.is_empty() && self.recovery.is_none()
     }
 
+    /// What is left, in a line: the first extent, reads, the recovery.
+    pub(super) fn describe(&self) -> String {
+        let first = self.extents.iter().next().map(|(record, e)| {
+            format!(
+                "{record:?} holders {:?} loggers {:?} applied {:?} invalidated {:?}",
+                e.holders, e.loggers, e.applied, e.invalidated
+            )
+        });
+        let recovery =
+            self.recovery.as_ref().map(|r| (r.complete, r.from.clone(), r.answered.clone()));
+        format!(
+            "{} extents (first {first:?}), {} reads, recovery {recovery:?}",
+            self.extents.len(),
+            self.reads.len()
+        )
+    }
+
     /// Whether a read of `range` of `chunk` must wait: the own replica lacks a logged
     /// write over it (it was down when the write was logged).
     pub(super) fn hides(
@@ -222,6 +239,13 @@ impl Server {
         let Some(recovery) = led.dvl.recovery.as_mut() else { return };
         if !recovery.complete && recovery.need(broken) == 0 {
             // Only the broken variant gets here: it trusts an empty answer.
+            led.dvl.recovery = None;
+            return;
+        }
+        // A lost logger never answers; the L - r_L + 1 answers needed stay as many.
+        let lost = &self.lost;
+        recovery.from.retain(|l| !lost.contains(l));
+        if recovery.complete && recovery.unanswered().is_empty() {
             led.dvl.recovery = None;
             return;
         }
@@ -377,6 +401,7 @@ impl Server {
             Some(led) => led.replicas.clone(),
             None => return,
         };
+        let lost = self.lost.clone();
         for (record, write) in writes {
             let Some(led) = self.led.get_mut(&group) else { return };
             let Some(read) = led.dvl.reads.get(&record) else { continue };
@@ -388,11 +413,10 @@ impl Server {
                 // No byte of it is visible at this holder: ask the next one; when no
                 // holder shows a byte, newer writes the same primary logged over all of it
                 // were applied everywhere and invalidated (it is superseded).
-                let tried_all = led
-                    .dvl
-                    .extents
-                    .get(&record)
-                    .is_none_or(|e| e.holders.iter().all(|l| read.asked.contains(l)));
+                let tried_all = led.dvl.extents.get(&record).is_none_or(|e| {
+                    // A lost holder's copy is gone: the others decide.
+                    e.holders.iter().all(|l| read.asked.contains(l) || lost.contains(l))
+                });
                 if tried_all {
                     led.dvl.reads.remove(&record);
                     if let Some(extent) = led.dvl.extents.get_mut(&record) {
@@ -740,12 +764,19 @@ impl Server {
     /// Appends deletion markers for the records every replica has.
     fn send_invalidations(&mut self, group: ChunkGroupId) {
         let (now, retry, own) = (self.now, self.config.retry_interval, self.id);
-        let down = &self.down;
+        let (down, lost) = (&self.down, &self.lost);
         let Some(led) = self.led.get_mut(&group) else { return };
         let epoch = led.epoch;
         let replicas = &led.replicas;
         let mut batches: BTreeMap<ServerId, Vec<LogRecord>> = BTreeMap::new();
         let dvl = &mut led.dvl;
+        // A lost logger's records are gone with it: a record every replica has and
+        // every other logger hid is finished.
+        dvl.extents.retain(|_, extent| {
+            let everywhere = replicas.iter().all(|r| extent.applied.contains(r));
+            let hidden = |l: &ServerId| extent.invalidated.contains(l) || lost.contains(l);
+            !(everywhere && extent.loggers.iter().all(hidden))
+        });
         for (record, extent) in dvl.extents.iter_mut() {
             let everywhere = replicas.iter().all(|r| extent.applied.contains(r));
             let due = extent.invalidate_sent_at.is_none_or(|at| at.saturating_add(retry) <= now);

@@ -189,6 +189,8 @@ pub struct Server {
     log_position: u64,
     /// The servers the MDS last reported down.
     down: BTreeSet<ServerId>,
+    /// The servers declared lost for good (from the MDS's heartbeat replies).
+    lost: BTreeSet<ServerId>,
     led: BTreeMap<ChunkGroupId, Led>,
     ios: Slab<Io>,
     /// Per group: replica writes in flight, and the fences waiting for them to end (a
@@ -235,6 +237,7 @@ impl Server {
             log_fencing: BTreeMap::new(),
             log_position: LOG_REGION_START,
             down: BTreeSet::new(),
+            lost: BTreeSet::new(),
             led: BTreeMap::new(),
             ios: Slab::new(IOS_MAX),
             writes_in_flight: BTreeMap::new(),
@@ -272,6 +275,12 @@ impl Server {
     /// Whether every DVL this server leads is empty (the simulation's end check).
     pub fn dvls_empty(&self) -> bool {
         self.led.values().all(|led| led.dvl().is_empty())
+    }
+
+    /// The first DVL with work left, described (the simulation's D5 report).
+    pub fn dvl_left(&self) -> Option<String> {
+        let (group, led) = self.led.iter().find(|(_, led)| !led.dvl().is_empty())?;
+        Some(format!("{group} epoch {}: {}", led.epoch, led.dvl().describe()))
     }
 
     pub fn counters(&self) -> ServerCounters {
@@ -441,8 +450,9 @@ impl Server {
 
     fn mds_message(&mut self, message: Message) {
         match message {
-            Message::HeartbeatReply { sent_at, renewed, revoked, down } => {
+            Message::HeartbeatReply { sent_at, renewed, revoked, down, lost } => {
                 self.leases_renewed(sent_at, &renewed, &revoked);
+                self.lost = lost.into_iter().collect();
                 self.set_down(down);
             }
             Message::GrantLease { view, lease_from, logger_view, handoff, rebuilding } => {
