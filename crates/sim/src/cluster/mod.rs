@@ -785,10 +785,10 @@ impl<'t> ClusterSim<'t> {
     /// chunk (up or crashed: a crash keeps what was durable) holds it or a newer
     /// version on every block, in as many racks as replicas.
     fn check_copies(&mut self, parts: &[(ChunkId, ByteRange, somnus_types::Version)]) {
+        let lost = self.servers.iter().enumerate().filter(|(_, s)| s.lost);
+        let lost: Vec<ServerId> = lost.map(|(i, _)| ServerId(i as u32)).collect();
         for (chunk, range, version) in parts {
             let replicas = self.mds.view(self.group_of(*chunk)).replicas;
-            let lost = self.servers.iter().enumerate().filter(|(_, s)| s.lost);
-            let lost: Vec<ServerId> = lost.map(|(i, _)| ServerId(i as u32)).collect();
             let mut racks = Vec::new();
             for replica in replicas.iter().chain(&lost) {
                 let slot = &self.servers[replica.index()];
@@ -839,7 +839,7 @@ impl<'t> ClusterSim<'t> {
             .iter()
             .enumerate()
             .filter(|(i, s)| Some(*i as u32) != except && (s.server.is_none() || s.cut.is_some()))
-            .filter(|(i, s)| !s.lost || self.rebuilt_from(ServerId(*i as u32)).is_none())
+            .filter(|(i, s)| !s.lost || !self.rebuilt_from(ServerId(*i as u32)))
             .map(|(_, s)| s.rack)
             .collect();
         racks.sort_unstable();
@@ -847,11 +847,11 @@ impl<'t> ClusterSim<'t> {
         racks
     }
 
-    /// For a lost server, whether its replicas are all rebuilt elsewhere (`Some`) or
-    /// not yet (`None`): until then its rack counts as a fault domain down.
-    fn rebuilt_from(&self, server: ServerId) -> Option<()> {
+    /// For a lost server, whether its replicas are all rebuilt elsewhere: until then
+    /// its rack counts as a fault domain down.
+    fn rebuilt_from(&self, server: ServerId) -> bool {
         let declared = self.mds.server_power(server) == somnus_core::cluster::ServerPower::Removed;
-        (declared && self.mds.rebuilds_under_way() == 0).then_some(())
+        declared && self.mds.rebuilds_under_way() == 0
     }
 
     /// A server that may fail now without more than r - 1 fault domains down.

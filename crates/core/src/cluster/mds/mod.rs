@@ -588,10 +588,7 @@ impl Mds {
         seq: u64,
         loggers: Vec<ServerId>,
     ) {
-        let current = self
-            .groups
-            .get(group.index())
-            .is_some_and(|g| g.primary == Some(server) && g.epoch == epoch);
+        let current = self.leads_now(server, group, epoch);
         let known = loggers.iter().all(|l| l.index() < self.servers.len());
         if !current || !known {
             self.counters.messages_dropped += 1;
@@ -599,6 +596,14 @@ impl Mds {
         }
         self.commit(Command::SetLoggerView { group, epoch, seq, loggers });
         self.send(Peer::Server(server), Message::LoggerViewSet { group, epoch, seq });
+    }
+
+    /// Whether `server` is `group`'s primary in `epoch`: only it may change the
+    /// group's DVL view, give the lease back or report a rebuild.
+    fn leads_now(&self, server: ServerId, group: ChunkGroupId, epoch: Epoch) -> bool {
+        self.groups
+            .get(group.index())
+            .is_some_and(|g| g.primary == Some(server) && g.epoch == epoch)
     }
 
     fn lost_servers(&self) -> Vec<ServerId> {

@@ -105,11 +105,7 @@ impl Mds {
         epoch: Epoch,
         handoff: DvlHandoff,
     ) {
-        let current = self
-            .groups
-            .get(group.index())
-            .is_some_and(|g| g.primary == Some(server) && g.epoch == epoch);
-        if !current {
+        if !self.leads_now(server, group, epoch) {
             self.counters.messages_dropped += 1;
             return;
         }

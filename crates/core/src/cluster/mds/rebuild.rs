@@ -104,11 +104,7 @@ impl Mds {
         epoch: Epoch,
         rebuilt: ServerId,
     ) {
-        let current = self
-            .groups
-            .get(group.index())
-            .is_some_and(|g| g.primary == Some(primary) && g.epoch == epoch);
-        if !current {
+        if !self.leads_now(primary, group, epoch) {
             self.counters.messages_dropped += 1;
             return;
         }

@@ -770,15 +770,16 @@ impl Server {
         let replicas = &led.replicas;
         let mut batches: BTreeMap<ServerId, Vec<LogRecord>> = BTreeMap::new();
         let dvl = &mut led.dvl;
-        // A lost logger's records are gone with it: a record every replica has and
-        // every other logger hid is finished.
-        dvl.extents.retain(|_, extent| {
-            let everywhere = replicas.iter().all(|r| extent.applied.contains(r));
-            let hidden = |l: &ServerId| extent.invalidated.contains(l) || lost.contains(l);
-            !(everywhere && extent.loggers.iter().all(hidden))
-        });
+        let mut finished = Vec::new();
         for (record, extent) in dvl.extents.iter_mut() {
             let everywhere = replicas.iter().all(|r| extent.applied.contains(r));
+            // A lost logger's records are gone with it: a record every replica has and
+            // every other logger hid is finished.
+            let hidden = |l: &ServerId| extent.invalidated.contains(l) || lost.contains(l);
+            if everywhere && extent.loggers.iter().all(hidden) {
+                finished.push(*record);
+                continue;
+            }
             let due = extent.invalidate_sent_at.is_none_or(|at| at.saturating_add(retry) <= now);
             if !everywhere || !due {
                 continue;
@@ -794,6 +795,9 @@ impl Server {
                     batches.entry(*logger).or_default().push(*record);
                 }
             }
+        }
+        for record in finished {
+            dvl.extents.remove(&record);
         }
         for (logger, records) in batches {
             self.send_logger(logger, Message::LogInvalidate { group, epoch, records });

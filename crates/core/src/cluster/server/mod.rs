@@ -117,9 +117,8 @@ pub struct ServerCounters {
     pub writes_logged: u64,
     /// Logged writes read back and sent to replicas that lacked them.
     pub writes_reclaimed: u64,
-    /// Bytes a primary copied to replicas being rebuilt, and the chunks.
+    /// Bytes a primary copied to replicas being rebuilt.
     pub rebuilt_bytes: u64,
-    pub rebuilt_chunks: u64,
     pub messages_dropped: u64,
 }
 

@@ -131,7 +131,6 @@ impl Server {
         for (target, chunk, pieces) in reads {
             let bytes: u64 = pieces.iter().map(|p| p.range.size_bytes()).sum();
             self.counters.rebuilt_bytes += bytes;
-            self.counters.rebuilt_chunks += 1;
             let message = Message::RebuildData { group, epoch, chunk, pieces };
             let position = disk_position(chunk, chunk_range);
             self.disk(Io::RebuildRead { to: target, message }, false, position, bytes.max(1));
