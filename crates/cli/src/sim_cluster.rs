@@ -53,6 +53,8 @@ enum BrokenChoice {
     TooFewLoggers,
     /// Loggers answer a DVL recovery without fencing the old epoch first.
     ReclaimBeforeFencing,
+    /// A rebuild reports the new replica complete without copying a chunk.
+    RebuildWithoutCopy,
 }
 
 fn parse_seeds(text: &str) -> Result<RangeInclusive<u64>, String> {
@@ -83,6 +85,7 @@ pub(crate) fn run(args: &ClusterArgs) -> Result<()> {
         BrokenChoice::SkipEpochCheck => Broken::SkipEpochCheck,
         BrokenChoice::TooFewLoggers => Broken::TooFewLoggers,
         BrokenChoice::ReclaimBeforeFencing => Broken::ReclaimBeforeFencing,
+        BrokenChoice::RebuildWithoutCopy => Broken::RebuildWithoutCopy,
     });
     let spec = ClusterSpec {
         servers: args.servers,

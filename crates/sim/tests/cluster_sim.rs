@@ -55,6 +55,20 @@ fn a_lost_server_is_rebuilt_on_its_peers_and_nothing_is_lost() {
 }
 
 #[test]
+fn a_rebuild_that_copies_nothing_is_caught() {
+    // R2: a primary that reports the new replica complete without copying leaves it
+    // without the writes acknowledged before the loss; the end checks find them.
+    let faults = FaultSet::parse("lost,loss,delay").unwrap();
+    let spec =
+        ClusterSpec { faults, broken: Some(Broken::RebuildWithoutCopy), ..ClusterSpec::small() };
+    let caught = (1..=10).find(|seed| {
+        let report = run(&spec, *seed);
+        report.violations.iter().any(|v| v.starts_with("C3") || v.starts_with("convergence"))
+    });
+    assert!(caught.is_some(), "rebuild-without-copy passed 10 seeds");
+}
+
+#[test]
 fn a_primary_that_acknowledges_after_one_replica_is_caught_at_once() {
     // The checker is shown to fail: every one of the first four seeds of the broken
     // variant reports a C3 violation.

@@ -83,6 +83,8 @@ pub enum Broken {
     /// the appends they accepted from it (D4): the new primary reclaims from a log the
     /// old primary still writes to.
     ReclaimBeforeFencing,
+    /// A rebuild reports the new replica complete without copying a chunk (R2).
+    RebuildWithoutCopy,
 }
 
 /// What a storage server keeps across a crash: its replicas and its logger's log.

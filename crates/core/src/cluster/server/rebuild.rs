@@ -11,7 +11,7 @@ use std::collections::{BTreeMap, VecDeque};
 use somnus_types::{ByteRange, ChunkGroupId, ServerId, VirtualInstant};
 
 use super::primary::Led;
-use super::{Io, Server, disk_position};
+use super::{Broken, Io, Server, disk_position};
 use crate::cluster::{ChunkId, Epoch, Message, Peer, Piece};
 
 #[derive(Clone, Debug)]
@@ -72,7 +72,11 @@ impl Server {
                 continue;
             }
             if rebuild.todo.is_none() {
-                rebuild.todo = Some(self.store.chunks_of(group).into());
+                let chunks = match self.broken {
+                    Some(Broken::RebuildWithoutCopy) => Vec::new(),
+                    _ => self.store.chunks_of(group),
+                };
+                rebuild.todo = Some(chunks.into());
             }
             let late: Vec<ChunkId> = rebuild
                 .in_flight
