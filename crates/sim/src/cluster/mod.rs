@@ -854,6 +854,48 @@ impl<'t> ClusterSim<'t> {
         declared && self.mds.rebuilds_under_way() == 0
     }
 
+    /// Per block of `chunk`, how many servers hold it corrupt now (running or crashed).
+    fn corrupt_copies(&self, chunk: ChunkId) -> BTreeMap<u64, usize> {
+        let mut copies = BTreeMap::new();
+        for slot in &self.servers {
+            let store = match (&slot.server, &slot.down_store) {
+                (Some(server), _) => server.store(),
+                (None, Some(durable)) => &durable.store,
+                (None, None) => continue,
+            };
+            for (_, corrupt, range) in store.corrupt_ranges() {
+                if corrupt == chunk {
+                    for block in range.start / BLOCK_BYTES..range.end.div_ceil(BLOCK_BYTES) {
+                        *copies.entry(block).or_insert(0) += 1;
+                    }
+                }
+            }
+        }
+        copies
+    }
+
+    fn losses_not_rebuilt(&self) -> usize {
+        let lost = self.servers.iter().enumerate().filter(|(_, s)| s.lost);
+        lost.filter(|(i, _)| !self.rebuilt_from(ServerId(*i as u32))).count()
+    }
+
+    /// Whether losing server `s` leaves a block of a chunk it holds with more than
+    /// r - 1 copies lost or corrupt (the victim's own corrupt copy is lost either way).
+    fn loss_exceeds_faults(&self, s: usize) -> bool {
+        let Some(server) = &self.servers[s].server else { return false };
+        let own: Vec<(ChunkId, ByteRange)> =
+            server.store().corrupt_ranges().into_iter().map(|(_, c, r)| (c, r)).collect();
+        let budget = self.spec.replicas as usize - 1;
+        server.store().chunk_ids().any(|chunk| {
+            self.corrupt_copies(chunk).iter().any(|(block, copies)| {
+                let offset = block * BLOCK_BYTES;
+                let own_corrupt =
+                    own.iter().any(|(c, r)| *c == chunk && r.start <= offset && offset < r.end);
+                copies - usize::from(own_corrupt) + 1 + self.losses_not_rebuilt() > budget
+            })
+        })
+    }
+
     /// A server that may fail now without more than r - 1 fault domains down.
     fn pick_victim(&mut self) -> Option<u32> {
         let s = self.rng.random_range(0..self.spec.servers);
@@ -894,7 +936,8 @@ impl<'t> ClusterSim<'t> {
         if self.healed {
             return;
         }
-        let Some(s) = self.pick_victim() else {
+        let victim = self.pick_victim().filter(|s| !self.loss_exceeds_faults(*s as usize));
+        let Some(s) = victim else {
             let at = self.now() + VirtualDuration::from_secs(1);
             self.events.schedule(at, Event::Lose);
             return;
@@ -948,10 +991,16 @@ impl<'t> ClusterSim<'t> {
         if !chunks.is_empty() {
             let chunk = chunks[self.rng.random_range(0..chunks.len())];
             let offset = self.rng.random_range(0..self.spec.chunk_bytes);
-            let hit = self.servers[s]
-                .server
-                .as_mut()
-                .is_some_and(|server| server.store_mut().corrupt_block(chunk, offset));
+            // Each copy of a block that is corrupt or lost is a fault of its own: the
+            // run stays within r - 1 of them, as the checker's promise assumes.
+            let block = offset / BLOCK_BYTES;
+            let faults = self.corrupt_copies(chunk).get(&block).copied().unwrap_or(0)
+                + self.losses_not_rebuilt();
+            let hit = faults < self.spec.replicas as usize - 1
+                && self.servers[s]
+                    .server
+                    .as_mut()
+                    .is_some_and(|server| server.store_mut().corrupt_block(chunk, offset));
             if hit {
                 self.report.corruptions += 1;
                 self.trace(|| format!("corrupt s{s} {chunk:?} at {offset}"));

@@ -601,7 +601,13 @@ impl Server {
             let Some(pending) = led.pending.get(&version) else { continue };
             let chosen = self.choose_loggers(led, pending.write.version, &pending.logged);
             let Some(chosen) = chosen else { continue };
-            if chosen.iter().any(|l| !led.dvl.view.contains(l)) {
+            // A logger must be in the view the MDS holds and in any view it is about to
+            // hold: a write logged under a shrink still in flight would be orphaned (D3).
+            let pending_view = led.dvl.view_change.as_ref().map(|(_, view, _)| view);
+            if chosen
+                .iter()
+                .any(|l| !led.dvl.view.contains(l) || pending_view.is_some_and(|v| !v.contains(l)))
+            {
                 wanted_view.extend(chosen.iter().copied());
                 continue;
             }
@@ -886,7 +892,9 @@ impl Server {
         let Some(led) = self.led.get(&group) else { return };
         let idle_links =
             led.dvl.links.values().all(|l| l.queue.is_empty() && l.in_flight.is_empty());
-        let logging = led.pending.values().any(|p| !p.logged.is_empty());
+        // A logger given up on may still append a write sent before: it stays in the
+        // view until the write's markers are appended.
+        let logging = led.pending.values().any(|p| p.may_be_logged());
         if led.dvl.view.is_empty()
             || led.dvl.view_change.is_some()
             || !led.dvl.is_empty()

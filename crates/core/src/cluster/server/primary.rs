@@ -86,6 +86,11 @@ impl Pending {
             self.abandoned.push(logger);
         }
     }
+
+    /// Whether a logger may hold a copy: one it was sent to, acknowledged or given up.
+    pub(super) fn may_be_logged(&self) -> bool {
+        !self.logged.is_empty() || !self.abandoned.is_empty()
+    }
 }
 
 /// A group this server leads.
