@@ -17,6 +17,7 @@ mod report;
 mod reproduce;
 mod sim_cluster;
 mod sim_cmd;
+mod sim_scenarios;
 mod trace_cmd;
 
 use std::process::ExitCode;

@@ -388,6 +388,14 @@ pub enum Message {
         epoch: Epoch,
         server: ServerId,
     },
+    /// The primary of `epoch` has a write it can neither send to every replica nor
+    /// log at r - 1 loggers that meet D2 (a logger failed in a low gear): the MDS
+    /// keeps the group's replicas on and wakes those asleep (P4; sent again every
+    /// retry interval while the write waits).
+    WakeReplicas {
+        group: ChunkGroupId,
+        epoch: Epoch,
+    },
     /// A primary logs writes at a logger, under the owner of its epoch, in version
     /// order; one batch in flight per group and logger (D1).
     LogAppend {

@@ -93,7 +93,9 @@ pub struct ClusterConfig {
     pub lease: VirtualDuration,
     /// Extra wait at the MDS past a lease before a view change (clock drift).
     pub lease_margin: VirtualDuration,
-    /// Silence after which the MDS declares a server failed.
+    /// Silence after which the MDS declares a server failed. Just past the lease and
+    /// its margin: the view change that deposes a silent primary is soon followed by
+    /// the down list that lets its peers log for it instead of waiting on it.
     pub failure_timeout: VirtualDuration,
     /// Time a woken server has to send its first heartbeat before it is failed.
     pub wake_timeout: VirtualDuration,
@@ -129,7 +131,7 @@ impl ClusterConfig {
             heartbeat_interval: VirtualDuration::from_secs(1),
             lease: VirtualDuration::from_secs(5),
             lease_margin: VirtualDuration::from_millis(500),
-            failure_timeout: VirtualDuration::from_secs(10),
+            failure_timeout: VirtualDuration::from_secs(6),
             wake_timeout: VirtualDuration::from_secs(60),
             gear_min: 1,
             retry_interval: VirtualDuration::from_millis(200),

@@ -14,6 +14,9 @@
 
 mod checker;
 mod faults;
+pub mod scenario;
+
+pub use scenario::{Injection, OpKind, OpRecord};
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -58,6 +61,11 @@ pub struct ClusterSpec {
     pub virtual_secs: u64,
     pub faults: FaultSet,
     pub broken: Option<Broken>,
+    /// The lowest gear the MDS shifts to (`ClusterConfig::gear_min`).
+    pub gear_min: u32,
+    /// Before the random ops, the clients write every chunk of every object whole, so
+    /// every replica holds a chunk's worth of data (a rebuild's measure).
+    pub fill: bool,
 }
 
 impl ClusterSpec {
@@ -76,6 +84,8 @@ impl ClusterSpec {
             virtual_secs: 20,
             faults: FaultSet::all(),
             broken: None,
+            gear_min: 1,
+            fill: false,
         }
     }
 }
@@ -194,12 +204,15 @@ struct OpInFlight {
     id: u64,
     object: u32,
     stamp: Option<Stamp>,
+    started: VirtualInstant,
 }
 
 struct ClientSlot {
     client: Client,
     op: Option<OpInFlight>,
     creates_left: Vec<u32>,
+    /// Whole-chunk writes left of the fill (`ClusterSpec::fill`): object, chunk index.
+    fill_left: Vec<(u32, u64)>,
 }
 
 pub struct ClusterSim<'t> {
@@ -228,6 +241,8 @@ pub struct ClusterSim<'t> {
     next_stamp: u64,
     healed: bool,
     report: SeedReport,
+    /// Every read and write finished, when a scenario asks (`record_ops`).
+    op_log: Option<Vec<OpRecord>>,
     trace: Option<&'t mut dyn FnMut(String)>,
 }
 
@@ -248,7 +263,7 @@ impl<'t> ClusterSim<'t> {
         .unwrap_or_else(|error| panic!("cluster spec {spec:?}: {error}"));
         let config =
             ClusterConfig { chunk_size_bytes: spec.chunk_bytes, seed, ..ClusterConfig::sierra() };
-        let config = ClusterConfig { replicas: spec.replicas, ..config };
+        let config = ClusterConfig { replicas: spec.replicas, gear_min: spec.gear_min, ..config };
         let config = if spec.faults.has(FaultKind::FullDisk) {
             ClusterConfig { logger_capacity_bytes: FULL_LOGGER_BYTES, ..config }
         } else {
@@ -281,6 +296,13 @@ impl<'t> ClusterSim<'t> {
                 client: Client::new(ClientId(c), config, start),
                 op: None,
                 creates_left: (0..spec.objects).filter(|o| o % spec.clients == c).collect(),
+                fill_left: if spec.fill {
+                    let chunks = spec.object_bytes.div_ceil(spec.chunk_bytes);
+                    let mine = (0..spec.objects).filter(|o| o % spec.clients == c);
+                    mine.flat_map(|o| (0..chunks).map(move |k| (o, k))).collect()
+                } else {
+                    Vec::new()
+                },
             })
             .collect();
         let nodes = 1 + spec.servers + spec.clients;
@@ -321,6 +343,7 @@ impl<'t> ClusterSim<'t> {
             next_stamp: 1,
             healed: false,
             report: SeedReport { seed, ..SeedReport::default() },
+            op_log: None,
             trace,
         };
         sim.drain(Node::Mds);
@@ -331,14 +354,17 @@ impl<'t> ClusterSim<'t> {
             sim.events.schedule(start, Event::ClientNext(c));
         }
         sim.schedule_faults();
+        sim.events.schedule(sim.heal_at(), Event::Heal);
         sim
+    }
+
+    fn heal_at(&self) -> VirtualInstant {
+        VirtualInstant::ZERO + VirtualDuration::from_secs(self.spec.virtual_secs)
     }
 
     /// Runs the seed to its end and checks it.
     pub fn run(mut self) -> SeedReport {
-        let heal_at = VirtualInstant::ZERO + VirtualDuration::from_secs(self.spec.virtual_secs);
-        self.events.schedule(heal_at, Event::Heal);
-        let deadline = heal_at + QUIESCE_MAX;
+        let deadline = self.heal_at() + QUIESCE_MAX;
         while let Some((_, event)) = self.events.pop_until(deadline) {
             if self.handle(event) {
                 break;
@@ -715,6 +741,13 @@ impl<'t> ClusterSim<'t> {
             let at = self.now() + VirtualDuration::from_millis(10);
             self.events.schedule(at, Event::ClientNext(c));
             return;
+        } else if let Some((object, chunk)) = self.clients[c as usize].fill_left.pop() {
+            let start = chunk * self.spec.chunk_bytes;
+            let end = (start + self.spec.chunk_bytes).min(self.spec.object_bytes);
+            let range = ByteRange::new(start, end - start);
+            let stamp = Stamp(self.next_stamp);
+            self.next_stamp += 1;
+            (object, ClientOp::Write { name: object_name(object), range, stamp })
         } else {
             self.random_op()
         };
@@ -730,7 +763,8 @@ impl<'t> ClusterSim<'t> {
             let now = self.now();
             self.checker.invoke(id, now, &ranges, stamp);
         }
-        self.clients[c as usize].op = Some(OpInFlight { id, object, stamp });
+        let started = self.now();
+        self.clients[c as usize].op = Some(OpInFlight { id, object, stamp, started });
         self.feed_client(c, ClientEvent::Submit { tag: id, op });
     }
 
@@ -757,6 +791,16 @@ impl<'t> ClusterSim<'t> {
         debug_assert_eq!(op.id, tag);
         self.report.ops += 1;
         let now = self.now();
+        if let Some(log) = self.op_log.as_mut() {
+            let kind = match &outcome {
+                ClientOutcome::Written(_) => Some(OpKind::Write),
+                ClientOutcome::Read(_) => Some(OpKind::Read),
+                _ => None,
+            };
+            if let Some(kind) = kind {
+                log.push(OpRecord { kind, started: op.started, done: now });
+            }
+        }
         match outcome {
             ClientOutcome::Object(info) => {
                 self.objects[op.object as usize] = Some(info.object);
@@ -915,19 +959,24 @@ impl<'t> ClusterSim<'t> {
             return;
         }
         if let Some(s) = self.pick_victim() {
-            self.report.crashes += 1;
-            let slot = &mut self.servers[s as usize];
-            if let Some(server) = slot.server.take() {
-                slot.down_store = Some(server.into_durable());
-            }
-            slot.incarnation += 1;
-            slot.disk = Disk::default();
-            self.trace(|| format!("crash s{s}"));
+            self.crash_server(s);
             let down = VirtualDuration::from_millis(self.rng.random_range(1_000..=15_000));
             let at = self.now() + down;
             self.events.schedule(at, Event::Restart(s));
         }
         self.again(CRASH_EVERY_S, Event::Crash);
+    }
+
+    /// Server `s` stops: what its disk had not finished is lost.
+    fn crash_server(&mut self, s: u32) {
+        self.report.crashes += 1;
+        let slot = &mut self.servers[s as usize];
+        if let Some(server) = slot.server.take() {
+            slot.down_store = Some(server.into_durable());
+        }
+        slot.incarnation += 1;
+        slot.disk = Disk::default();
+        self.trace(|| format!("crash s{s}"));
     }
 
     /// The `lost` fault: a server crashes and never returns; the operator declares it
@@ -942,14 +991,19 @@ impl<'t> ClusterSim<'t> {
             self.events.schedule(at, Event::Lose);
             return;
         };
+        self.lose_server(s);
+        let at = self.now() + VirtualDuration::from_secs(2);
+        self.events.schedule(at, Event::DeclareLost(s));
+    }
+
+    /// Server `s` is gone for good (it is never restarted).
+    fn lose_server(&mut self, s: u32) {
         self.report.losses += 1;
         let slot = &mut self.servers[s as usize];
         slot.lost_store = slot.server.take().map(Server::into_durable).or(slot.down_store.take());
         slot.lost = true;
         slot.incarnation += 1;
         self.trace(|| format!("lose s{s}"));
-        let at = self.now() + VirtualDuration::from_secs(2);
-        self.events.schedule(at, Event::DeclareLost(s));
     }
 
     fn restart(&mut self, s: u32) {

@@ -97,6 +97,11 @@ pub enum Command {
         group: ChunkGroupId,
         server: ServerId,
     },
+    /// The group's primary could not log a write: its replicas stay on until the next
+    /// gear shift (P4).
+    KeepReplicasOn {
+        group: ChunkGroupId,
+    },
     /// The primary of `epoch` set the group's logger view, its change `seq`.
     SetLoggerView {
         group: ChunkGroupId,
@@ -148,6 +153,8 @@ struct GroupEntry {
     logger_view_set: (Epoch, u64),
     /// Replicas whose copy is being rebuilt: never made primary until done (R1).
     rebuilding: Vec<ServerId>,
+    /// Its replicas stay on whatever the gear, until the next shift (P4).
+    kept_on: bool,
 }
 
 #[derive(Clone, Debug)]
@@ -229,6 +236,7 @@ impl Mds {
                 logger_view: Vec::new(),
                 logger_view_set: (Epoch(0), 0),
                 rebuilding: Vec::new(),
+                kept_on: false,
             });
         }
         mds
@@ -346,7 +354,13 @@ impl Mds {
                 entry.migrating_to = None;
             }
             Command::SetPower { server, power } => self.servers[server.index()].power = *power,
-            Command::SetGear { gear } => self.gear = *gear,
+            Command::SetGear { gear } => {
+                self.gear = *gear;
+                for group in &mut self.groups {
+                    group.kept_on = false;
+                }
+            }
+            Command::KeepReplicasOn { group } => self.groups[group.index()].kept_on = true,
             Command::ReplaceReplica { group, lost, with } => {
                 let entry = &mut self.groups[group.index()];
                 if let Some(slot) = entry.replicas.iter_mut().find(|r| **r == *lost) {
@@ -408,6 +422,9 @@ impl Mds {
             }
             Message::RebuildDone { group, epoch, server: rebuilt } => {
                 self.rebuild_done(server, group, epoch, rebuilt);
+            }
+            Message::WakeReplicas { group, epoch } if self.leads_now(server, group, epoch) => {
+                self.keep_replicas_on(group);
             }
             _ => self.counters.messages_dropped += 1,
         }

@@ -42,10 +42,29 @@ impl Mds {
         }
         self.groups.iter().any(|g| {
             g.replicas.contains(&server)
-                && g.replicas
-                    .iter()
-                    .any(|r| on(r) && self.servers[r.index()].power == ServerPower::Failed)
+                && (g.kept_on
+                    || g.replicas
+                        .iter()
+                        .any(|r| on(r) && self.servers[r.index()].power == ServerPower::Failed))
         })
+    }
+
+    /// P4: a primary that cannot log a write gets its replicas back: those draining
+    /// stay on, those asleep wake, and the gear leaves them on until it shifts again.
+    pub(super) fn keep_replicas_on(&mut self, group: ChunkGroupId) {
+        if self.groups[group.index()].kept_on {
+            return;
+        }
+        self.commit(Command::KeepReplicasOn { group });
+        for server in self.groups[group.index()].replicas.clone() {
+            match self.servers[server.index()].power {
+                ServerPower::Draining => {
+                    self.commit(Command::SetPower { server, power: ServerPower::On });
+                }
+                ServerPower::Asleep => self.wake(server),
+                _ => {}
+            }
+        }
     }
 
     /// Drains the servers on that the gear has off and no failure needs.

@@ -111,6 +111,8 @@ pub(super) struct Dvl {
     reads: BTreeMap<LogRecord, Read>,
     extents: BTreeMap<LogRecord, Extent>,
     links: BTreeMap<ServerId, Link>,
+    /// When the MDS was last asked to wake the replicas: a write found no loggers (P4).
+    wake_asked_at: Option<VirtualInstant>,
 }
 
 impl Dvl {
@@ -351,9 +353,10 @@ impl Server {
     /// Asks the next logger of each read not yet asked (or whose logger is late).
     fn send_reads(&mut self, group: ChunkGroupId, late_only: bool) {
         let (now, retry, own) = (self.now, self.config.retry_interval, self.id);
-        let down = &self.down;
+        let (down, lost) = (&self.down, &self.lost);
         let Some(led) = self.led.get_mut(&group) else { return };
         let epoch = led.epoch;
+        let replicas = led.replicas.clone();
         let mut batches: BTreeMap<ServerId, Vec<LogRecord>> = BTreeMap::new();
         let mut gone = Vec::new();
         for (record, read) in led.dvl.reads.iter_mut() {
@@ -364,10 +367,17 @@ impl Server {
             if !read.asked.is_empty() && !late_only {
                 continue;
             }
-            let Some(extent) = led.dvl.extents.get(record) else {
+            let Some(extent) = led.dvl.extents.get_mut(record) else {
                 gone.push(*record);
                 continue;
             };
+            if extent.holders.iter().all(|l| lost.contains(l)) {
+                // R3: every copy in the log is gone with its logger; as when no holder
+                // shows a byte, the record is done with (the replicas decide).
+                extent.applied = replicas.clone();
+                gone.push(*record);
+                continue;
+            }
             let up: Vec<ServerId> =
                 extent.holders.iter().copied().filter(|l| *l == own || !down.contains(l)).collect();
             let next = up.iter().find(|l| !read.asked.contains(l)).or(up.first());
@@ -600,7 +610,10 @@ impl Server {
             let Some(led) = self.led.get(&group) else { return };
             let Some(pending) = led.pending.get(&version) else { continue };
             let chosen = self.choose_loggers(led, pending.write.version, &pending.logged);
-            let Some(chosen) = chosen else { continue };
+            let Some(chosen) = chosen else {
+                self.ask_wake(group);
+                continue;
+            };
             // A logger must be in the view the MDS holds and in any view it is about to
             // hold: a write logged under a shrink still in flight would be orphaned (D3).
             let pending_view = led.dvl.view_change.as_ref().map(|(_, view, _)| view);
@@ -630,6 +643,19 @@ impl Server {
         if !wanted_view.is_empty() {
             self.extend_view(group, wanted_view);
         }
+    }
+
+    /// No r - 1 loggers meet D2 for a write: the replicas must serve it (P4). Asked once
+    /// per retry interval while writes wait.
+    fn ask_wake(&mut self, group: ChunkGroupId) {
+        let (now, retry) = (self.now, self.config.retry_interval);
+        let Some(led) = self.led.get_mut(&group) else { return };
+        if led.dvl.wake_asked_at.is_some_and(|at| at.saturating_add(retry) > now) {
+            return;
+        }
+        led.dvl.wake_asked_at = Some(now);
+        let epoch = led.epoch;
+        self.send(Peer::Mds, Message::WakeReplicas { group, epoch });
     }
 
     /// Asks the MDS to add loggers to the view before any write goes to them (D3).

@@ -198,6 +198,10 @@ pub struct Server {
     /// `SyncReply` must list every write accepted before the fence).
     writes_in_flight: BTreeMap<ChunkGroupId, u32>,
     fences_waiting: BTreeMap<ChunkGroupId, Vec<(ServerId, Epoch)>>,
+    /// Replica writes whose disk write is under way: a primary's retransmission of one
+    /// is answered by that write's acknowledgement, not written again (a returning
+    /// replica with a long queue would otherwise drown in repeats).
+    replica_writes_queued: BTreeSet<(ChunkGroupId, Epoch, Version)>,
     /// The epoch a fence in flight will set: older writes are refused already.
     fencing: BTreeMap<ChunkGroupId, Epoch>,
     next_heartbeat: VirtualInstant,
@@ -242,6 +246,7 @@ impl Server {
             led: BTreeMap::new(),
             ios: Slab::new(IOS_MAX),
             writes_in_flight: BTreeMap::new(),
+            replica_writes_queued: BTreeSet::new(),
             fences_waiting: BTreeMap::new(),
             fencing: BTreeMap::new(),
             next_heartbeat: now,
@@ -505,6 +510,9 @@ impl Server {
             self.send(Peer::Server(primary), Message::ReplicaRefused { group, epoch, known });
             return;
         }
+        if !self.replica_writes_queued.insert((group, epoch, write.version)) {
+            return;
+        }
         *self.writes_in_flight.entry(group).or_default() += 1;
         let (position, bytes) = (disk_position(write.chunk, write.range), write.range.size_bytes());
         self.disk(Io::ReplicaWrite { group, epoch, primary, write, stable }, true, position, bytes);
@@ -572,6 +580,7 @@ impl Server {
         };
         match io {
             Io::ReplicaWrite { group, epoch, primary, write, stable } => {
+                self.replica_writes_queued.remove(&(group, epoch, write.version));
                 self.store.paint(&write);
                 self.store.hold_unstable(group, write, stable);
                 let in_flight = self.writes_in_flight.entry(group).or_default();
