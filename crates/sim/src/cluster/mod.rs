@@ -24,9 +24,12 @@ use std::sync::Arc;
 use rand::{Rng, SeedableRng};
 use rand_pcg::Pcg64;
 use somnus_core::cluster::client::{Client, ClientAction, ClientEvent, ClientOp, ClientOutcome};
+use somnus_core::cluster::logvolume::LogVolume;
 use somnus_core::cluster::mds::{Mds, MdsAction, MdsEvent};
-use somnus_core::cluster::server::{Broken, Durable, Server, ServerAction, ServerEvent};
-use somnus_core::cluster::store::BLOCK_BYTES;
+use somnus_core::cluster::server::{
+    Broken, Durable, Server, ServerAction, ServerCounters, ServerEvent,
+};
+use somnus_core::cluster::store::{BLOCK_BYTES, ChunkStore};
 use somnus_core::cluster::{ChunkId, ClientId, ClusterConfig, Message, Peer, Stamp, Topology};
 use somnus_core::layout::{Layout, LayoutSpec, RackAssignment, Scheme};
 use somnus_core::power::DiskMechanics;
@@ -195,6 +198,23 @@ struct ServerSlot {
     /// write it acknowledged before it was lost had its copy when the primary counted
     /// it, however late the client hears.
     lost_store: Option<Durable>,
+}
+
+impl ServerSlot {
+    /// What the slot's disk holds: the running server's, or a crashed or lost one's.
+    fn store(&self) -> Option<&ChunkStore> {
+        match (&self.server, self.down_store.as_ref().or(self.lost_store.as_ref())) {
+            (Some(server), _) => Some(server.store()),
+            (None, durable) => durable.map(|d| &d.store),
+        }
+    }
+
+    fn log(&self) -> Option<&LogVolume> {
+        match (&self.server, self.down_store.as_ref().or(self.lost_store.as_ref())) {
+            (Some(server), _) => Some(server.log_volume()),
+            (None, durable) => durable.map(|d| &d.log),
+        }
+    }
 }
 
 /// A client's op in flight: its id, the object (index) it is on, and the stamp of a
@@ -836,12 +856,7 @@ impl<'t> ClusterSim<'t> {
             let mut racks = Vec::new();
             for replica in replicas.iter().chain(&lost) {
                 let slot = &self.servers[replica.index()];
-                let durable = slot.down_store.as_ref().or(slot.lost_store.as_ref());
-                let store = match (&slot.server, durable) {
-                    (Some(server), _) => server.store(),
-                    (None, Some(durable)) => &durable.store,
-                    (None, None) => continue,
-                };
+                let Some(store) = slot.store() else { continue };
                 let contents = store.contents(*chunk);
                 let mut covered = range.start;
                 for piece in contents.iter().filter(|p| p.range.overlaps(*range)) {
@@ -856,12 +871,7 @@ impl<'t> ClusterSim<'t> {
             }
             // Log records count too (D2): the DVL holds them for the down replicas.
             for slot in &self.servers {
-                let durable = slot.down_store.as_ref().or(slot.lost_store.as_ref());
-                let log = match (&slot.server, durable) {
-                    (Some(server), _) => server.log_volume(),
-                    (None, Some(durable)) => &durable.log,
-                    (None, None) => continue,
-                };
+                let Some(log) = slot.log() else { continue };
                 if !racks.contains(&slot.rack) && log.holds(*chunk, *range, *version) {
                     racks.push(slot.rack);
                 }
@@ -874,6 +884,12 @@ impl<'t> ClusterSim<'t> {
                 ));
             }
         }
+    }
+
+    /// A counter summed over the running servers.
+    fn servers_total(&self, counter: fn(&ServerCounters) -> u64) -> u64 {
+        let servers = self.servers.iter().filter_map(|s| s.server.as_ref());
+        servers.map(|s| counter(&s.counters())).sum()
     }
 
     /// Racks with a server down or cut off now (faults are kept to r - 1 of them).
@@ -901,12 +917,9 @@ impl<'t> ClusterSim<'t> {
     /// Per block of `chunk`, how many servers hold it corrupt now (running or crashed).
     fn corrupt_copies(&self, chunk: ChunkId) -> BTreeMap<u64, usize> {
         let mut copies = BTreeMap::new();
-        for slot in &self.servers {
-            let store = match (&slot.server, &slot.down_store) {
-                (Some(server), _) => server.store(),
-                (None, Some(durable)) => &durable.store,
-                (None, None) => continue,
-            };
+        // A lost server's copies count as lost, not corrupt.
+        for slot in self.servers.iter().filter(|s| !s.lost) {
+            let Some(store) = slot.store() else { continue };
             for (_, corrupt, range) in store.corrupt_ranges() {
                 if corrupt == chunk {
                     for block in range.start / BLOCK_BYTES..range.end.div_ceil(BLOCK_BYTES) {
@@ -1115,12 +1128,10 @@ impl<'t> ClusterSim<'t> {
         let mds = self.mds.counters();
         self.report.view_changes = mds.view_changes;
         self.report.client_retries = self.clients.iter().map(|c| c.client.counters().retries).sum();
-        let counters: Vec<_> =
-            self.servers.iter().filter_map(|s| s.server.as_ref()).map(Server::counters).collect();
-        self.report.blocks_repaired = counters.iter().map(|c| c.blocks_repaired).sum();
-        self.report.writes_logged = counters.iter().map(|c| c.writes_logged).sum();
-        self.report.writes_reclaimed = counters.iter().map(|c| c.writes_reclaimed).sum();
-        self.report.rebuilt_bytes = counters.iter().map(|c| c.rebuilt_bytes).sum();
+        self.report.blocks_repaired = self.servers_total(|c| c.blocks_repaired);
+        self.report.writes_logged = self.servers_total(|c| c.writes_logged);
+        self.report.writes_reclaimed = self.servers_total(|c| c.writes_reclaimed);
+        self.report.rebuilt_bytes = self.servers_total(|c| c.rebuilt_bytes);
         self.report.ops_unfinished = unfinished;
         self.report.virtual_nanos = self.now().duration_since(VirtualInstant::ZERO).as_nanos();
         self.report.violations = self.checker.violations().to_vec();

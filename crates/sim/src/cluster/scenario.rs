@@ -97,12 +97,10 @@ impl ClusterSim<'_> {
                 self.feed_mds(MdsEvent::GearSet { gear });
             }
             Injection::Lose(s) => self.lose_server(s),
-            Injection::DeclareLost(s) => self.handle_event(Event::DeclareLost(s)),
+            Injection::DeclareLost(s) => {
+                self.handle(Event::DeclareLost(s));
+            }
         }
-    }
-
-    fn handle_event(&mut self, event: Event) {
-        self.handle(event);
     }
 
     pub fn mds(&self) -> &Mds {
@@ -133,13 +131,11 @@ impl ClusterSim<'_> {
     }
 
     pub fn rebuilt_bytes(&self) -> u64 {
-        let servers = self.servers.iter().filter_map(|s| s.server.as_ref());
-        servers.map(|s| s.counters().rebuilt_bytes).sum()
+        self.servers_total(|c| c.rebuilt_bytes)
     }
 
     pub fn writes_logged(&self) -> u64 {
-        let servers = self.servers.iter().filter_map(|s| s.server.as_ref());
-        servers.map(|s| s.counters().writes_logged).sum()
+        self.servers_total(|c| c.writes_logged)
     }
 
     /// Whether every object is created and every client sent its last fill write
@@ -158,6 +154,13 @@ impl ClusterSim<'_> {
 /// A scripted run's cluster: no random faults, a write-heavy load.
 fn scripted(spec: ClusterSpec) -> ClusterSpec {
     ClusterSpec { faults: FaultSet::none(), ..spec }
+}
+
+/// A run of `spec` that records every read and write.
+fn recorded(spec: &ClusterSpec, seed: u64) -> ClusterSim<'static> {
+    let mut sim = ClusterSim::new(spec, seed, None);
+    sim.record_ops();
+    sim
 }
 
 fn at(secs: f64) -> VirtualInstant {
@@ -192,8 +195,7 @@ fn max(values: &[f64]) -> f64 {
 /// through the DVL, the returning replica is reclaimed level, the loggers emptied.
 pub fn secondary_crash(seed: u64) -> CaseReport {
     let spec = scripted(ClusterSpec { virtual_secs: 40, ..ClusterSpec::small() });
-    let mut sim = ClusterSim::new(&spec, seed, None);
-    sim.record_ops();
+    let mut sim = recorded(&spec, seed);
     sim.run_until(at(3.0));
     // The server that is a secondary of the most groups in use and primary of none.
     let groups = sim.groups_in_use();
@@ -212,7 +214,7 @@ pub fn secondary_crash(seed: u64) -> CaseReport {
     let logged = sim.writes_logged() - logged_before;
     sim.inject(Injection::Restart(victim));
     // Writes acknowledged once the MDS reported it down, until it returned.
-    let down_at = crash + spec_failure_timeout();
+    let down_at = crash + sim.config.failure_timeout;
     let during = ops_in(sim.ops(), OpKind::Write, down_at, restart);
     let before = ops_in(sim.ops(), OpKind::Write, at(1.0), crash);
     let end = sim.finish_run();
@@ -231,17 +233,12 @@ pub fn secondary_crash(seed: u64) -> CaseReport {
     }
 }
 
-fn spec_failure_timeout() -> VirtualDuration {
-    somnus_core::cluster::ClusterConfig::sierra().failure_timeout
-}
-
 /// The primary of the most groups in use crashes under load and stays down: each of its
 /// groups changes view, the new primary recovers the DVL, and every write acknowledged
 /// reads back (the end checks).
 pub fn primary_crash(seed: u64) -> CaseReport {
     let spec = scripted(ClusterSpec { virtual_secs: 30, ..ClusterSpec::small() });
-    let mut sim = ClusterSim::new(&spec, seed, None);
-    sim.record_ops();
+    let mut sim = recorded(&spec, seed);
     sim.run_until(at(3.0));
     let groups = sim.groups_in_use();
     let led_by = |sim: &ClusterSim, s: u32| -> Vec<ChunkGroupId> {
@@ -283,8 +280,7 @@ pub fn gear_shift(seed: u64, servers: u32) -> CaseReport {
         virtual_secs: 40,
         ..ClusterSpec::small()
     });
-    let mut sim = ClusterSim::new(&spec, seed, None);
-    sim.record_ops();
+    let mut sim = recorded(&spec, seed);
     let groups: Vec<ChunkGroupId> =
         (0..sim.mds.group_count()).map(|g| ChunkGroupId(g as u32)).collect();
     let mut figures = Vec::new();
@@ -347,8 +343,7 @@ pub fn gear_shift(seed: u64, servers: u32) -> CaseReport {
 pub fn lowest_gear_failure(seed: u64, gear_min: u32) -> CaseReport {
     let spec =
         scripted(ClusterSpec { virtual_secs: 40, gear_min, clients: 16, ..ClusterSpec::small() });
-    let mut sim = ClusterSim::new(&spec, seed, None);
-    sim.record_ops();
+    let mut sim = recorded(&spec, seed);
     sim.run_until(at(2.0));
     sim.inject(Injection::Gear(1));
     sim.run_until(at(12.0));

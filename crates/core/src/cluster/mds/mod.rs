@@ -173,6 +173,10 @@ pub struct Mds {
     groups: Vec<GroupEntry>,
     /// Groups each server leads (follows `SetPrimary`; read in loops over groups).
     led: Vec<u32>,
+    /// The servers that do not serve now, and those lost for good (follow
+    /// `SetPower`; every heartbeat reply carries them).
+    down: Vec<ServerId>,
+    lost: Vec<ServerId>,
     objects: BTreeMap<String, ObjectEntry>,
     next_object: u64,
     gear: u32,
@@ -207,6 +211,8 @@ impl Mds {
             servers,
             groups: Vec::with_capacity(layout.chunk_group_count()),
             led: vec![0; layout.servers().len()],
+            down: Vec::new(),
+            lost: Vec::new(),
             objects: BTreeMap::new(),
             next_object: 1,
             gear: config.replicas,
@@ -214,6 +220,7 @@ impl Mds {
             counters: MdsCounters::default(),
             now,
         };
+        mds.list_power();
         for replicas in layout.groups() {
             // The least loaded replica leads; ties go by a hash of the seed and group.
             let index = mds.groups.len() as u64;
@@ -353,7 +360,10 @@ impl Mds {
                 entry.lease_expires = None;
                 entry.migrating_to = None;
             }
-            Command::SetPower { server, power } => self.servers[server.index()].power = *power,
+            Command::SetPower { server, power } => {
+                self.servers[server.index()].power = *power;
+                self.list_power();
+            }
             Command::SetGear { gear } => {
                 self.gear = *gear;
                 for group in &mut self.groups {
@@ -408,8 +418,13 @@ impl Mds {
         }
         match message {
             Message::Heartbeat { sent_at, leads, .. } => self.heartbeat(server, sent_at, &leads),
-            Message::CancelLease { group, epoch, handoff } => {
-                self.lease_cancelled(server, group, epoch, handoff);
+            // Only a group's primary in its epoch gives the lease back, sets the DVL's
+            // view, reports a rebuild or asks for its replicas; a late or deposed one's
+            // message is dropped.
+            Message::CancelLease { group, epoch, handoff }
+                if self.leads_now(server, group, epoch) =>
+            {
+                self.lease_cancelled(server, group, handoff);
             }
             Message::Standby { sent_at } => self.standby(server, sent_at),
             Message::LookupGroup { request, group } if group.index() < self.groups.len() => {
@@ -417,10 +432,14 @@ impl Mds {
                 let view = self.view(group);
                 self.send(Peer::Server(server), Message::GroupFound { request, view });
             }
-            Message::SetLoggerView { group, epoch, seq, loggers } => {
+            Message::SetLoggerView { group, epoch, seq, loggers }
+                if self.leads_now(server, group, epoch) =>
+            {
                 self.set_logger_view(server, group, epoch, seq, loggers);
             }
-            Message::RebuildDone { group, epoch, server: rebuilt } => {
+            Message::RebuildDone { group, epoch, server: rebuilt }
+                if self.leads_now(server, group, epoch) =>
+            {
                 self.rebuild_done(server, group, epoch, rebuilt);
             }
             Message::WakeReplicas { group, epoch } if self.leads_now(server, group, epoch) => {
@@ -463,8 +482,7 @@ impl Mds {
                 _ => revoked.push((group, epoch)),
             }
         }
-        let down = self.down_servers();
-        let lost = self.lost_servers();
+        let (down, lost) = (self.down.clone(), self.lost.clone());
         let reply = Message::HeartbeatReply { sent_at, renewed, revoked, down, lost };
         self.send(Peer::Server(server), reply);
         self.regrant_lost(server, leads);
@@ -595,7 +613,7 @@ impl Mds {
         led
     }
 
-    /// D3: only the group's primary sets its logger view; a change older than the one
+    /// D3: the group's primary sets its logger view; a change older than the one
     /// applied (a late or repeated message) is answered but changes nothing.
     fn set_logger_view(
         &mut self,
@@ -605,9 +623,7 @@ impl Mds {
         seq: u64,
         loggers: Vec<ServerId>,
     ) {
-        let current = self.leads_now(server, group, epoch);
-        let known = loggers.iter().all(|l| l.index() < self.servers.len());
-        if !current || !known {
+        if !loggers.iter().all(|l| l.index() < self.servers.len()) {
             self.counters.messages_dropped += 1;
             return;
         }
@@ -616,22 +632,22 @@ impl Mds {
     }
 
     /// Whether `server` is `group`'s primary in `epoch`: only it may change the
-    /// group's DVL view, give the lease back or report a rebuild.
+    /// group's DVL view, give the lease back, report a rebuild or ask for its replicas.
     fn leads_now(&self, server: ServerId, group: ChunkGroupId, epoch: Epoch) -> bool {
         self.groups
             .get(group.index())
             .is_some_and(|g| g.primary == Some(server) && g.epoch == epoch)
     }
 
-    fn lost_servers(&self) -> Vec<ServerId> {
-        let lost = self.servers.iter().enumerate().filter(|(_, s)| s.power == ServerPower::Removed);
-        lost.map(|(index, _)| ServerId(index as u32)).collect()
-    }
-
-    /// The servers that do not serve now: primaries log for them.
-    fn down_servers(&self) -> Vec<ServerId> {
-        let down = self.servers.iter().enumerate().filter(|(_, s)| !s.power.serves_replicas());
-        down.map(|(index, _)| ServerId(index as u32)).collect()
+    /// Lists the servers that do not serve now (primaries log for them) and those
+    /// lost for good, after a power change.
+    fn list_power(&mut self) {
+        let ids = |keep: &dyn Fn(ServerPower) -> bool| {
+            let servers = self.servers.iter().enumerate().filter(|(_, s)| keep(s.power));
+            servers.map(|(index, _)| ServerId(index as u32)).collect()
+        };
+        self.down = ids(&|power| !power.serves_replicas());
+        self.lost = ids(&|power| power == ServerPower::Removed);
     }
 }
 

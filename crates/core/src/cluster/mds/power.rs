@@ -6,7 +6,7 @@
 use somnus_types::{ChunkGroupId, GearGroupId, ServerId, VirtualInstant};
 
 use super::{Command, Mds, MdsAction};
-use crate::cluster::{DvlHandoff, Epoch, Message, Peer, ServerPower};
+use crate::cluster::{DvlHandoff, Message, Peer, ServerPower};
 
 impl Mds {
     /// Gear g keeps gear groups 0..g on (at least `g_min` of them): the others drain
@@ -121,13 +121,8 @@ impl Mds {
         &mut self,
         server: ServerId,
         group: ChunkGroupId,
-        epoch: Epoch,
         handoff: DvlHandoff,
     ) {
-        if !self.leads_now(server, group, epoch) {
-            self.counters.messages_dropped += 1;
-            return;
-        }
         let target = self.groups[group.index()].migrating_to;
         self.groups[group.index()].handoff = Some(handoff);
         self.change_view(group, target);

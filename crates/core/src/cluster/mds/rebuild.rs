@@ -104,10 +104,6 @@ impl Mds {
         epoch: Epoch,
         rebuilt: ServerId,
     ) {
-        if !self.leads_now(primary, group, epoch) {
-            self.counters.messages_dropped += 1;
-            return;
-        }
         if self.groups[group.index()].rebuilding.contains(&rebuilt) {
             self.commit(Command::RebuildDone { group, server: rebuilt });
         }

@@ -38,6 +38,15 @@ impl Link {
     fn load_bytes(&self) -> u64 {
         self.queue.iter().chain(&self.in_flight).map(|w| w.range.size_bytes()).sum()
     }
+
+    /// The logger answered for `versions` (appended, or full): they leave the batch in
+    /// flight, and an emptied batch is due no retransmission.
+    fn answered(&mut self, versions: &[Version]) {
+        self.in_flight.retain(|w| !versions.contains(&w.version));
+        if self.in_flight.is_empty() {
+            self.sent_at = None;
+        }
+    }
 }
 
 /// Why a logged record is being read back.
@@ -539,10 +548,7 @@ impl Server {
     fn log_acked(&mut self, group: ChunkGroupId, logger: ServerId, versions: &[Version]) {
         let Some(led) = self.led.get_mut(&group) else { return };
         if let Some(link) = led.dvl.links.get_mut(&logger) {
-            link.in_flight.retain(|w| !versions.contains(&w.version));
-            if link.in_flight.is_empty() {
-                link.sent_at = None;
-            }
+            link.answered(versions);
         }
         for version in versions {
             if let Some(pending) = led.pending.get_mut(version) {
@@ -564,10 +570,7 @@ impl Server {
         let Some(led) = self.led.get_mut(&group) else { return };
         if let Some(link) = led.dvl.links.get_mut(&logger) {
             link.full_until = Some(until);
-            link.in_flight.retain(|w| !versions.contains(&w.version));
-            if link.in_flight.is_empty() {
-                link.sent_at = None;
-            }
+            link.answered(versions);
         }
         for version in versions {
             if let Some(pending) = led.pending.get_mut(version) {
@@ -934,7 +937,7 @@ impl Server {
 }
 
 /// Adds the servers not in `to` yet.
-fn add(to: &mut Vec<ServerId>, servers: impl IntoIterator<Item = ServerId>) {
+pub(super) fn add(to: &mut Vec<ServerId>, servers: impl IntoIterator<Item = ServerId>) {
     for server in servers {
         if !to.contains(&server) {
             to.push(server);

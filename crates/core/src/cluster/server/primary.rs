@@ -78,6 +78,29 @@ pub(super) struct Pending {
 }
 
 impl Pending {
+    /// A write just sent, to `replicas` replicas; `client` is answered when it is durable.
+    fn new(
+        write: UnstableWrite,
+        replicas: usize,
+        now: VirtualInstant,
+        client: Option<(Peer, u64)>,
+    ) -> Pending {
+        let acked = vec![false; replicas];
+        Pending { write, acked, sent_at: now, client, logged: Vec::new(), abandoned: Vec::new() }
+    }
+
+    /// The loggers that acknowledged it: reads back ask them.
+    fn holders(&self) -> Vec<ServerId> {
+        self.logged.iter().filter(|(_, acked)| *acked).map(|(l, _)| *l).collect()
+    }
+
+    /// Every logger that may hold it, acknowledged or given up on: each gets its marker.
+    fn loggers(&self) -> Vec<ServerId> {
+        let mut loggers: Vec<ServerId> = self.logged.iter().map(|(l, _)| *l).collect();
+        super::dvl::add(&mut loggers, self.abandoned.iter().copied());
+        loggers
+    }
+
     /// Logs the write elsewhere than `logger`, which has not acknowledged it.
     pub(super) fn abandon(&mut self, logger: ServerId) {
         let before = self.logged.len();
@@ -155,16 +178,7 @@ impl Led {
 
     /// A write recovered from a replica or the log, written again everywhere.
     pub(super) fn insert_adopted(&mut self, write: UnstableWrite, now: VirtualInstant) {
-        let acked = vec![false; self.replicas.len()];
-        let pending = Pending {
-            write,
-            acked,
-            sent_at: now,
-            client: None,
-            logged: Vec::new(),
-            abandoned: Vec::new(),
-        };
-        self.pending.insert(write.version, pending);
+        self.pending.insert(write.version, Pending::new(write, self.replicas.len(), now, None));
     }
 
     /// The next retransmission due, or the lease's end if it is still ahead.
@@ -425,15 +439,8 @@ impl Server {
         led.next_sequence += 1;
         led.last_version = led.last_version.max(version);
         let write = UnstableWrite { chunk: w.chunk, range: w.range, version, stamp };
-        let pending = Pending {
-            write,
-            acked: vec![false; led.replicas.len()],
-            sent_at: self.now,
-            client: Some((w.client, w.request)),
-            logged: Vec::new(),
-            abandoned: Vec::new(),
-        };
-        led.pending.insert(version, pending);
+        let client = Some((w.client, w.request));
+        led.pending.insert(version, Pending::new(write, led.replicas.len(), self.now, client));
         self.send_write(group, version, Targets::All);
         self.log_pending(group);
     }
@@ -611,14 +618,7 @@ impl Server {
             .filter(|(_, acked)| **acked)
             .map(|(r, _)| *r)
             .collect();
-        let holders: Vec<ServerId> =
-            pending.logged.iter().filter(|(_, acked)| *acked).map(|(l, _)| *l).collect();
-        let mut loggers: Vec<ServerId> = pending.logged.iter().map(|(l, _)| *l).collect();
-        for logger in &pending.abandoned {
-            if !loggers.contains(logger) {
-                loggers.push(*logger);
-            }
-        }
+        let (holders, loggers) = (pending.holders(), pending.loggers());
         if let Some((client, request)) = pending.client {
             self.counters.writes_acknowledged += 1;
             self.send(

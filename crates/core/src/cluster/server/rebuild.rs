@@ -162,7 +162,8 @@ impl Server {
         if rebuild.in_flight.remove(&chunk).is_none() {
             return;
         }
-        let groups: Vec<ChunkGroupId> = self.led.keys().copied().collect();
+        let rebuilding = self.led.iter().filter(|(_, led)| !led.rebuilds.is_empty());
+        let groups: Vec<ChunkGroupId> = rebuilding.map(|(group, _)| *group).collect();
         for group in groups {
             self.rebuild_pump(group);
         }
