@@ -28,6 +28,7 @@ pub(crate) struct ScenarioArgs {
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
 enum CaseChoice {
+    /// Every case below, in this order.
     All,
     /// A secondary crashes under a write stream and returns 20 s later.
     SecondaryCrash,
