@@ -405,15 +405,17 @@ pub fn lowest_gear_failure(seed: u64, gear_min: u32) -> CaseReport {
 /// rate is the bytes copied over the time from the declaration to the last
 /// `RebuildDone` recorded.
 pub fn rebuild(seed: u64, servers: u32) -> CaseReport {
-    let groups_per_server = 12;
+    // The lost server holds 3 x this many groups: at least one per server of its gear
+    // group, so every one of them can take a share of the copy.
+    let groups_per_server = (servers / 3).max(12);
     let spec = scripted(ClusterSpec {
         servers,
         racks: servers / 3,
         clients: 32,
         groups_per_server,
-        // About one 1 MiB chunk per chunk group.
+        // About two 1 MiB chunks per chunk group.
         objects: servers * groups_per_server / 2,
-        object_bytes: 2 << 20,
+        object_bytes: 4 << 20,
         fill: true,
         virtual_secs: 200,
         ..ClusterSpec::small()
