@@ -55,6 +55,8 @@ enum BrokenChoice {
     ReclaimBeforeFencing,
     /// A rebuild reports the new replica complete without copying a chunk.
     RebuildWithoutCopy,
+    /// Clients read from a secondary, which answers from its own copy.
+    ReadFromSecondary,
 }
 
 fn parse_seeds(text: &str) -> Result<RangeInclusive<u64>, String> {
@@ -86,6 +88,7 @@ pub(crate) fn run(args: &ClusterArgs) -> Result<()> {
         BrokenChoice::TooFewLoggers => Broken::TooFewLoggers,
         BrokenChoice::ReclaimBeforeFencing => Broken::ReclaimBeforeFencing,
         BrokenChoice::RebuildWithoutCopy => Broken::RebuildWithoutCopy,
+        BrokenChoice::ReadFromSecondary => Broken::ReadFromSecondary,
     });
     let spec = ClusterSpec {
         servers: args.servers,

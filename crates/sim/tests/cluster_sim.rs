@@ -80,6 +80,19 @@ fn a_primary_that_acknowledges_after_one_replica_is_caught_at_once() {
     }
 }
 
+#[test]
+fn reads_from_a_secondary_are_caught() {
+    // With gear shifts alone (no fault at all), a secondary woken from sleep answers
+    // from its own copy before reclaim brings it level: it misses the writes logged
+    // for it while it slept (C4). Seed 1 already fails; 4 of seeds 1..20 do.
+    let faults = FaultSet::parse("gear").unwrap();
+    let spec =
+        ClusterSpec { faults, broken: Some(Broken::ReadFromSecondary), ..ClusterSpec::small() };
+    let caught =
+        (1..=20).find(|seed| run(&spec, *seed).violations.iter().any(|v| v.starts_with("C4")));
+    assert!(caught.is_some(), "read-from-secondary passed 20 seeds");
+}
+
 /// The first of `seeds` whose run reports a violation `kind` matches.
 fn first_caught(
     broken: Broken,

@@ -145,6 +145,9 @@ pub struct Client {
     next_request: u64,
     actions: VecDeque<ClientAction>,
     counters: ClientCounters,
+    /// The broken variant `ReadFromSecondary`: reads go to a replica that is not the
+    /// primary. Never set outside the tests that show the checker catches it.
+    reads_to_secondary: bool,
 }
 
 impl Client {
@@ -161,7 +164,14 @@ impl Client {
             next_request: 1,
             actions: VecDeque::new(),
             counters: ClientCounters::default(),
+            reads_to_secondary: false,
         }
+    }
+
+    /// Makes this client send its reads to a secondary: a deliberately wrong protocol
+    /// (`Broken::ReadFromSecondary`), for showing that the checker catches it.
+    pub fn send_reads_to_secondaries(&mut self) {
+        self.reads_to_secondary = true;
     }
 
     pub fn id(&self) -> ClientId {
@@ -339,7 +349,12 @@ impl Client {
         };
         self.set_part(tag, index, PartState::Sent { request, at: self.now });
         let Some(primary) = view.primary else { return };
-        self.actions.push_back(ClientAction::Send { to: Peer::Server(primary), message });
+        let secondary = view.replicas.iter().copied().find(|r| *r != primary);
+        let to = match secondary {
+            Some(secondary) if stamp.is_none() && self.reads_to_secondary => secondary,
+            _ => primary,
+        };
+        self.actions.push_back(ClientAction::Send { to: Peer::Server(to), message });
     }
 
     fn set_part(&mut self, tag: u64, index: usize, state: PartState) {

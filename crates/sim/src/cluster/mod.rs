@@ -313,7 +313,13 @@ impl<'t> ClusterSim<'t> {
             .collect();
         let clients = (0..spec.clients)
             .map(|c| ClientSlot {
-                client: Client::new(ClientId(c), config, start),
+                client: {
+                    let mut client = Client::new(ClientId(c), config, start);
+                    if spec.broken == Some(Broken::ReadFromSecondary) {
+                        client.send_reads_to_secondaries();
+                    }
+                    client
+                },
                 op: None,
                 creates_left: (0..spec.objects).filter(|o| o % spec.clients == c).collect(),
                 fill_left: if spec.fill {

@@ -85,6 +85,9 @@ pub enum Broken {
     ReclaimBeforeFencing,
     /// A rebuild reports the new replica complete without copying a chunk (R2).
     RebuildWithoutCopy,
+    /// Clients send reads to a secondary, which answers from its own copy (breaks
+    /// C4: a secondary back from sleep or a crash lacks what was logged for it).
+    ReadFromSecondary,
 }
 
 /// What a storage server keeps across a crash: its replicas and its logger's log.

@@ -391,10 +391,26 @@ impl Server {
                 }
                 self.admit(group);
             }
+            None if stamp.is_none() && broken == Some(Broken::ReadFromSecondary) => {
+                self.read_as_secondary(group, Waiting { client, request, chunk, range, stamp });
+            }
             _ => {
                 let known = led.map_or(self.store.epoch(group), |led| led.epoch);
                 self.refuse(client, request, RequestError::NotPrimary { known });
             }
+        }
+    }
+
+    /// The broken variant `ReadFromSecondary`: answers from the own copy, whatever
+    /// the primary has logged for it.
+    fn read_as_secondary(&mut self, group: ChunkGroupId, w: Waiting) {
+        match self.store.read(w.chunk, w.range) {
+            Ok(pieces) => {
+                let position = disk_position(w.chunk, w.range);
+                let io = Io::ClientRead { group, client: w.client, request: w.request, pieces };
+                self.disk(io, false, position, w.range.size_bytes());
+            }
+            Err(_) => self.refuse(w.client, w.request, RequestError::Retry),
         }
     }
 
