@@ -5,6 +5,7 @@
 #[macro_use]
 mod output;
 
+mod bench_cluster;
 mod bench_cmd;
 mod bench_ec;
 mod demo;

@@ -194,6 +194,15 @@ impl ChunkStore {
         pieces
     }
 
+    /// Whether every byte of `range` of `chunk` holds `version` or a newer one (intact
+    /// or not: a corrupt block is still a copy a repair can be told about).
+    pub fn holds(&self, chunk: ChunkId, range: ByteRange, version: Version) -> bool {
+        let Some(extents) = self.chunks.get(&chunk) else { return false };
+        let mut holds = true;
+        extents.split(range, |_, cell| holds &= cell.is_some_and(|c| c.version >= version));
+        holds
+    }
+
     pub fn epoch(&self, group: ChunkGroupId) -> Epoch {
         self.groups.get(&group).map_or(Epoch(0), |g| g.epoch)
     }

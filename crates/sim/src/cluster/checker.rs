@@ -31,15 +31,35 @@ struct WriteRecord {
     invoked: VirtualInstant,
 }
 
+/// The floors of one chunk range's blocks when an op was invoked.
+#[derive(Clone, Debug)]
+struct RangeFloors {
+    chunk: ChunkId,
+    first_block: u64,
+    floors: Vec<Version>,
+}
+
 #[derive(Clone, Debug)]
 struct Invocation {
     /// The floor of every block the op covers when it was invoked.
-    floors: Vec<(Block, Version)>,
+    ranges: Vec<RangeFloors>,
+}
+
+impl Invocation {
+    fn floor(&self, (chunk, block): Block) -> Version {
+        let range = self.ranges.iter().find(|r| {
+            r.chunk == chunk
+                && (r.first_block..r.first_block + r.floors.len() as u64).contains(&block)
+        });
+        range.map_or(Version(0), |r| r.floors[(block - r.first_block) as usize])
+    }
 }
 
 #[derive(Default)]
 pub struct Checker {
-    floors: BTreeMap<Block, Version>,
+    /// Each chunk's blocks' floors, by block index (one lookup per chunk an op
+    /// covers, not one per block: the checker runs on every op of a benchmark).
+    floors: BTreeMap<ChunkId, Vec<Version>>,
     writes: BTreeMap<Stamp, WriteRecord>,
     /// Which stamp each version of a chunk belongs to.
     versions: BTreeMap<(ChunkId, Version), Stamp>,
@@ -53,8 +73,14 @@ pub struct Checker {
 
 const VIOLATIONS_KEPT: usize = 8;
 
+/// The blocks `range` covers, as a first and an end block index.
+fn block_span(range: ByteRange) -> (u64, u64) {
+    (range.start / BLOCK_BYTES, range.end.div_ceil(BLOCK_BYTES))
+}
+
 fn blocks(chunk: ChunkId, range: ByteRange) -> impl Iterator<Item = Block> {
-    (range.start / BLOCK_BYTES..range.end.div_ceil(BLOCK_BYTES)).map(move |b| (chunk, b))
+    let (first, end) = block_span(range);
+    (first..end).map(move |b| (chunk, b))
 }
 
 impl Checker {
@@ -86,12 +112,18 @@ impl Checker {
         chunk_ranges: &[(ChunkId, ByteRange)],
         stamp: Option<Stamp>,
     ) {
-        let floors = chunk_ranges
+        let ranges = chunk_ranges
             .iter()
-            .flat_map(|(c, r)| blocks(*c, *r))
-            .map(|b| (b, self.floors.get(&b).copied().unwrap_or_default()))
+            .map(|(chunk, range)| {
+                let (first, end) = block_span(*range);
+                let held = self.floors.get(chunk).map_or(&[][..], Vec::as_slice);
+                let floors = (first..end)
+                    .map(|b| held.get(b as usize).copied().unwrap_or_default())
+                    .collect();
+                RangeFloors { chunk: *chunk, first_block: first, floors }
+            })
             .collect();
-        self.open.insert(op, Invocation { floors });
+        self.open.insert(op, Invocation { ranges });
         if let Some(stamp) = stamp {
             let record = WriteRecord { chunk_ranges: chunk_ranges.to_vec(), invoked: now };
             self.writes.insert(stamp, record);
@@ -111,41 +143,49 @@ impl Checker {
     /// A write was acknowledged with these versions.
     pub fn written(&mut self, op: u64, stamp: Stamp, parts: &[(ChunkId, ByteRange, Version)]) {
         let Some(invocation) = self.open.remove(&op) else { return };
-        let at_invoke: BTreeMap<Block, Version> = invocation.floors.into_iter().collect();
         for (chunk, range, version) in parts {
             self.claim_version(*chunk, *version, stamp);
             for block in blocks(*chunk, *range) {
-                let floor = at_invoke.get(&block).copied().unwrap_or_default();
+                let floor = invocation.floor(block);
                 if *version <= floor {
                     self.violate(format!(
                         "C4: write {stamp:?} of block {block:?} acknowledged at {version:?}, not above {floor:?} already acknowledged or read before it began"
                     ));
                 }
-                let current = self.floors.entry(block).or_default();
-                *current = (*current).max(*version);
             }
+            self.raise_floors(*chunk, *range, *version);
         }
     }
 
     /// A read returned `pieces` (per chunk, ranges within the chunk).
     pub fn read(&mut self, op: u64, now: VirtualInstant, pieces: &[(ChunkId, Piece)]) {
         let Some(invocation) = self.open.remove(&op) else { return };
-        let at_invoke: BTreeMap<Block, Version> = invocation.floors.into_iter().collect();
         for (chunk, piece) in pieces {
             if piece.stamp != Stamp(0) {
                 self.check_source(*chunk, piece, now);
             }
             for block in blocks(*chunk, piece.range) {
-                let floor = at_invoke.get(&block).copied().unwrap_or_default();
+                let floor = invocation.floor(block);
                 if piece.version < floor {
                     self.violate(format!(
                         "C4: read of block {block:?} returned {:?} (stamp {:?}), older than {floor:?} acknowledged or read before the read began",
                         piece.version, piece.stamp
                     ));
                 }
-                let current = self.floors.entry(block).or_default();
-                *current = (*current).max(piece.version);
             }
+            self.raise_floors(*chunk, piece.range, piece.version);
+        }
+    }
+
+    /// Raises the floor of every block of `range` of `chunk` to `version`.
+    fn raise_floors(&mut self, chunk: ChunkId, range: ByteRange, version: Version) {
+        let (first, end) = block_span(range);
+        let floors = self.floors.entry(chunk).or_default();
+        if floors.len() < end as usize {
+            floors.resize(end as usize, Version(0));
+        }
+        for floor in &mut floors[first as usize..end as usize] {
+            *floor = (*floor).max(version);
         }
     }
 
@@ -191,9 +231,12 @@ impl Checker {
                 }
             }
         }
-        let blocks = (chunk, 0)..=(chunk, u64::MAX);
-        let floors: Vec<(u64, Version)> =
-            self.floors.range(blocks).map(|((_, b), v)| (*b, *v)).collect();
+        let held = self.floors.get(&chunk).map_or(&[][..], Vec::as_slice);
+        // A floor of version 0 (nothing written) holds on any replica.
+        let floors: Vec<(u64, Version)> = (0..held.len() as u64)
+            .map(|b| (b, held[b as usize]))
+            .filter(|(_, v)| *v > Version(0))
+            .collect();
         for (name, contents) in replicas {
             for (block, floor) in &floors {
                 let range = ByteRange::new(block * BLOCK_BYTES, BLOCK_BYTES);
@@ -212,10 +255,7 @@ impl Checker {
 
     /// The chunks the history touched.
     pub fn chunks(&self) -> Vec<ChunkId> {
-        let mut chunks: Vec<ChunkId> = self.floors.keys().map(|(c, _)| *c).collect();
-        chunks.sort_unstable();
-        chunks.dedup();
-        chunks
+        self.floors.keys().copied().collect()
     }
 }
 

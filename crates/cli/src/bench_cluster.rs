@@ -1,0 +1,190 @@
+//! `somnus bench cluster`: simulated client requests per second of the deterministic
+//! cluster simulation (issue 11), every message and disk I/O modelled and every read
+//! checked, on one core.
+
+use std::time::Duration;
+
+use anyhow::{Result, bail};
+use clap::Args;
+use somnus_sim::cluster::{ClusterSim, ClusterSpec, FaultSet, SeedReport};
+
+use crate::bench_cmd::{median, thread_cpu_time};
+use crate::progress::now;
+
+/// The issue's target: a week of a busy data center replays in minutes.
+const TARGET_PER_S: f64 = 300_000.0;
+
+#[derive(Args)]
+pub(crate) struct BenchClusterArgs {
+    /// Cluster sizes to measure, comma-separated.
+    #[arg(long, value_delimiter = ',', default_value = "9,300")]
+    servers: Vec<u32>,
+    /// Clients per server, each with one request in flight (2 ms mean think time
+    /// between requests), reading and writing 1 to 16 blocks of 4 KiB at random.
+    #[arg(long, default_value_t = 2)]
+    clients_per_server: u32,
+    /// Virtual seconds of workload per run.
+    #[arg(long, default_value_t = 20)]
+    virtual_secs: u64,
+    /// Fault kinds injected (as `somnus sim cluster --faults`): `none` measures the
+    /// protocol's steady state, `all` every recovery path too.
+    #[arg(long, default_value = "none", value_parser = parse_faults)]
+    faults: FaultSet,
+    /// Runs of each size, seeds 1..=REPEAT; the median is reported.
+    #[arg(long, default_value_t = 3)]
+    repeat: u32,
+    /// Print the figures as one JSON document (schema `somnus-bench-cluster`).
+    #[arg(long)]
+    json: bool,
+}
+
+fn parse_faults(text: &str) -> Result<FaultSet, String> {
+    FaultSet::parse(text).map_err(|error| error.to_string())
+}
+
+/// The cluster measured for `servers` servers: ten servers to a rack (at least r
+/// racks), four chunk groups per server, and per client two objects of two 1 MiB
+/// chunks that only it reads and writes (as a VM its volumes).
+fn spec(args: &BenchClusterArgs, servers: u32) -> ClusterSpec {
+    let small = ClusterSpec::small();
+    let clients = servers * args.clients_per_server;
+    ClusterSpec {
+        servers,
+        racks: servers.div_ceil(10).max(small.replicas),
+        clients,
+        objects: clients * 2,
+        virtual_secs: args.virtual_secs,
+        faults: args.faults,
+        private_objects: true,
+        ..small
+    }
+}
+
+/// One size's figures: the median run's report, and the median wall and CPU times.
+struct Measured {
+    servers: u32,
+    spec: ClusterSpec,
+    report: SeedReport,
+    wall: Duration,
+    cpu: Option<Duration>,
+}
+
+impl Measured {
+    /// Requests per second: per CPU second where known, else per wall second.
+    fn rate(&self, count: u64) -> f64 {
+        count as f64 / self.cpu.unwrap_or(self.wall).as_secs_f64().max(1e-9)
+    }
+}
+
+pub(crate) fn run(args: &BenchClusterArgs) -> Result<()> {
+    if args.repeat == 0 || args.repeat > 100 {
+        bail!("--repeat must be between 1 and 100");
+    }
+    if args.virtual_secs == 0 || args.virtual_secs > 3600 {
+        bail!("--virtual-secs must be between 1 and 3600");
+    }
+    if args.clients_per_server == 0 || args.clients_per_server > 64 {
+        bail!("--clients-per-server must be between 1 and 64");
+    }
+    let mut measured = Vec::new();
+    for &servers in &args.servers {
+        if !(3..=3000).contains(&servers) {
+            bail!("--servers {servers}: a cluster here has 3 to 3000 servers");
+        }
+        measured.push(measure(args, servers)?);
+    }
+    print(args, &measured)
+}
+
+fn measure(args: &BenchClusterArgs, servers: u32) -> Result<Measured> {
+    let spec = spec(args, servers);
+    let mut runs = Vec::new();
+    for seed in 1..=u64::from(args.repeat) {
+        let (start, cpu_start) = (now(), thread_cpu_time());
+        let report = ClusterSim::new(&spec, seed, None).run();
+        let wall = start.elapsed();
+        let cpu = cpu_start.zip(thread_cpu_time()).map(|(a, b)| b.saturating_sub(a));
+        if report.violation_count > 0 {
+            bail!(
+                "{servers} servers, seed {seed}: the checker found {} violations, first: {}",
+                report.violation_count,
+                report.violations.first().map_or("", String::as_str)
+            );
+        }
+        runs.push((report, wall, cpu));
+    }
+    let wall = median(runs.iter().map(|r| r.1).collect());
+    let cpu = runs.iter().map(|r| r.2).collect::<Option<Vec<_>>>().map(median);
+    // The report shown is the run whose CPU (or wall) time is the median.
+    runs.sort_by_key(|r| r.2.unwrap_or(r.1));
+    let report = runs.swap_remove(runs.len() / 2).0;
+    Ok(Measured { servers, spec, report, wall, cpu })
+}
+
+fn print(args: &BenchClusterArgs, measured: &[Measured]) -> Result<()> {
+    if args.json {
+        let sizes: Vec<_> = measured
+            .iter()
+            .map(|m| {
+                serde_json::json!({
+                    "servers": m.servers,
+                    "racks": m.spec.racks,
+                    "clients": m.spec.clients,
+                    "chunk_groups": m.spec.servers * m.spec.groups_per_server,
+                    "requests": m.report.ops,
+                    "messages": m.report.messages,
+                    "disk_ios": m.report.disk_ios,
+                    "virtual_secs": m.report.virtual_nanos as f64 / 1e9,
+                    "wall_secs": m.wall.as_secs_f64(),
+                    "cpu_secs": m.cpu.map(|d| d.as_secs_f64()),
+                    "requests_per_s": m.rate(m.report.ops),
+                    "ratio_to_target": m.rate(m.report.ops) / TARGET_PER_S,
+                })
+            })
+            .collect();
+        let figures = serde_json::json!({
+            "faults": args.faults.to_string(),
+            "repeat": args.repeat,
+            "target_requests_per_s": TARGET_PER_S,
+            "sizes": sizes,
+        });
+        let document = crate::provenance::Document::new("somnus-bench-cluster", figures);
+        return outln!("{}", document.to_json()?);
+    }
+    let per = if measured.iter().all(|m| m.cpu.is_some()) { "CPU" } else { "wall" };
+    outln!(
+        "cluster simulation, faults {}, {} virtual s, median of seeds 1..{} on one core \
+         (every message and disk I/O modelled, every read checked)",
+        args.faults,
+        args.virtual_secs,
+        args.repeat
+    )?;
+    outln!(
+        "{:>7} {:>7} {:>9} {:>10} {:>10} {:>8} {:>13} {:>13} {:>11}",
+        "servers",
+        "clients",
+        "requests",
+        "messages",
+        "disk I/Os",
+        "wall s",
+        format!("req/{per} s"),
+        format!("msg/{per} s"),
+        "of target"
+    )?;
+    for m in measured {
+        let rate = m.rate(m.report.ops);
+        outln!(
+            "{:>7} {:>7} {:>9} {:>10} {:>10} {:>8.2} {:>13.0} {:>13.0} {:>10.2}x",
+            m.servers,
+            m.spec.clients,
+            m.report.ops,
+            m.report.messages,
+            m.report.disk_ios,
+            m.wall.as_secs_f64(),
+            rate,
+            m.rate(m.report.messages),
+            rate / TARGET_PER_S
+        )?;
+    }
+    outln!("target: {TARGET_PER_S:.0} requests per second of one core")
+}
