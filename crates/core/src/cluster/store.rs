@@ -11,7 +11,7 @@
 //! same writes in any order end up equal. Every extent carries a checksum of what it
 //! holds, verified on every read.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 
 use somnus_types::{ByteRange, ChunkGroupId, Version};
 
@@ -62,6 +62,9 @@ pub struct ChunkStore {
     /// The group of every chunk held (a scrub repairs through it).
     group_of: BTreeMap<ChunkId, ChunkGroupId>,
     groups: BTreeMap<ChunkGroupId, GroupRecord>,
+    /// The chunks that may hold a corrupt block: only these are verified by a scrub
+    /// (a real disk's scrub reads everything; the model knows where it garbled).
+    suspect: BTreeSet<ChunkId>,
 }
 
 impl ChunkStore {
@@ -72,10 +75,14 @@ impl ChunkStore {
     /// Applies `write` to the blocks where it is newer than what is stored.
     pub fn paint(&mut self, write: &UnstableWrite) {
         let extents = self.chunks.entry(write.chunk).or_default();
-        let mut gaps = Vec::new();
+        // The pieces this write replaces, adjacent ones joined: one insert each.
+        let mut gaps: Vec<ByteRange> = Vec::new();
         extents.split(write.range, |piece, cell| {
             if cell.is_none_or(|c| c.version < write.version) {
-                gaps.push(piece);
+                match gaps.last_mut() {
+                    Some(last) if last.end == piece.start => last.end = piece.end,
+                    _ => gaps.push(piece),
+                }
             }
         });
         let cell = Cell::new(write.version, write.stamp);
@@ -140,6 +147,9 @@ impl ChunkStore {
                 extents.insert(overlap, cell, |_, _| {});
             }
         }
+        if extents.iter().all(|(_, cell)| cell.intact()) {
+            self.suspect.remove(&chunk);
+        }
     }
 
     /// Fault injection: garbles the block at `offset` of `chunk` behind its checksum,
@@ -152,13 +162,15 @@ impl ChunkStore {
         let Some(cell) = held else { return false };
         let garbled = Cell { stamp: Stamp(cell.stamp.0 ^ 0x5a5a_5a5a), ..cell };
         extents.insert(block, garbled, |_, _| {});
+        self.suspect.insert(chunk);
         true
     }
 
     /// Every corrupt range held, with its chunk's group (a scrub's findings).
     pub fn corrupt_ranges(&self) -> Vec<(ChunkGroupId, ChunkId, ByteRange)> {
         let mut found = Vec::new();
-        for (chunk, extents) in &self.chunks {
+        for chunk in &self.suspect {
+            let Some(extents) = self.chunks.get(chunk) else { continue };
             let Some(group) = self.group_of.get(chunk) else { continue };
             for (range, cell) in extents.iter() {
                 if !cell.intact() {
