@@ -1,6 +1,7 @@
 //! `somnus bench cluster`: simulated client requests per second of the deterministic
-//! cluster simulation (issue 11), every message and disk I/O modelled and every read
-//! checked, on one core.
+//! cluster simulation (issue 11), every message and disk I/O modelled, on one core:
+//! with the history checker on (every op checked, as `somnus sim cluster` runs) and
+//! off (a replay that measures energy and latency, not correctness), in the same run.
 
 use std::time::Duration;
 
@@ -33,6 +34,13 @@ pub(crate) struct BenchClusterArgs {
     /// Runs of each size, seeds 1..=REPEAT; the median is reported.
     #[arg(long, default_value_t = 3)]
     repeat: u32,
+    /// Let every client read and write any object, instead of only its own two (more
+    /// metadata lookups, and clients contend for blocks).
+    #[arg(long)]
+    shared_objects: bool,
+    /// Measure only with the history checker on (`on`), only off (`off`), or both.
+    #[arg(long, default_value = "both", value_parser = ["both", "on", "off"])]
+    check: String,
     /// Print the figures as one JSON document (schema `somnus-bench-cluster`).
     #[arg(long)]
     json: bool,
@@ -45,7 +53,7 @@ fn parse_faults(text: &str) -> Result<FaultSet, String> {
 /// The cluster measured for `servers` servers: ten servers to a rack (at least r
 /// racks), four chunk groups per server, and per client two objects of two 1 MiB
 /// chunks that only it reads and writes (as a VM its volumes).
-fn spec(args: &BenchClusterArgs, servers: u32) -> ClusterSpec {
+fn spec(args: &BenchClusterArgs, servers: u32, check_history: bool) -> ClusterSpec {
     let small = ClusterSpec::small();
     let clients = servers * args.clients_per_server;
     ClusterSpec {
@@ -55,7 +63,8 @@ fn spec(args: &BenchClusterArgs, servers: u32) -> ClusterSpec {
         objects: clients * 2,
         virtual_secs: args.virtual_secs,
         faults: args.faults,
-        private_objects: true,
+        private_objects: !args.shared_objects,
+        check_history,
         ..small
     }
 }
@@ -91,13 +100,20 @@ pub(crate) fn run(args: &BenchClusterArgs) -> Result<()> {
         if !(3..=3000).contains(&servers) {
             bail!("--servers {servers}: a cluster here has 3 to 3000 servers");
         }
-        measured.push(measure(args, servers)?);
+        let checks = match args.check.as_str() {
+            "on" => &[true][..],
+            "off" => &[false][..],
+            _ => &[true, false][..],
+        };
+        for &check in checks {
+            measured.push(measure(args, servers, check)?);
+        }
     }
     print(args, &measured)
 }
 
-fn measure(args: &BenchClusterArgs, servers: u32) -> Result<Measured> {
-    let spec = spec(args, servers);
+fn measure(args: &BenchClusterArgs, servers: u32, check: bool) -> Result<Measured> {
+    let spec = spec(args, servers, check);
     let mut runs = Vec::new();
     for seed in 1..=u64::from(args.repeat) {
         let (start, cpu_start) = (now(), thread_cpu_time());
@@ -130,6 +146,7 @@ fn print(args: &BenchClusterArgs, measured: &[Measured]) -> Result<()> {
                     "servers": m.servers,
                     "racks": m.spec.racks,
                     "clients": m.spec.clients,
+                    "history_checked": m.spec.check_history,
                     "chunk_groups": m.spec.servers * m.spec.groups_per_server,
                     "requests": m.report.ops,
                     "messages": m.report.messages,
@@ -154,15 +171,16 @@ fn print(args: &BenchClusterArgs, measured: &[Measured]) -> Result<()> {
     let per = if measured.iter().all(|m| m.cpu.is_some()) { "CPU" } else { "wall" };
     outln!(
         "cluster simulation, faults {}, {} virtual s, median of seeds 1..{} on one core \
-         (every message and disk I/O modelled, every read checked)",
+         (every message and disk I/O modelled; checked: C1, C3, C4 on every op)",
         args.faults,
         args.virtual_secs,
         args.repeat
     )?;
     outln!(
-        "{:>7} {:>7} {:>9} {:>10} {:>10} {:>8} {:>13} {:>13} {:>11}",
+        "{:>7} {:>7} {:>7} {:>9} {:>10} {:>10} {:>8} {:>13} {:>13} {:>11}",
         "servers",
         "clients",
+        "checked",
         "requests",
         "messages",
         "disk I/Os",
@@ -174,9 +192,10 @@ fn print(args: &BenchClusterArgs, measured: &[Measured]) -> Result<()> {
     for m in measured {
         let rate = m.rate(m.report.ops);
         outln!(
-            "{:>7} {:>7} {:>9} {:>10} {:>10} {:>8.2} {:>13.0} {:>13.0} {:>10.2}x",
+            "{:>7} {:>7} {:>7} {:>9} {:>10} {:>10} {:>8.2} {:>13.0} {:>13.0} {:>10.2}x",
             m.servers,
             m.spec.clients,
+            if m.spec.check_history { "yes" } else { "no" },
             m.report.ops,
             m.report.messages,
             m.report.disk_ios,
