@@ -204,6 +204,38 @@ impl Led {
         oldest.into_iter().chain(work).chain(lease).min()
     }
 
+    /// A client's repeat of a write still waiting or under way (its answer was slow,
+    /// not lost; the stamp names the client's write): the one under way answers the
+    /// repeat instead of a second copy being queued. Without this, clients that time
+    /// out under overload multiply the disk work until nothing finishes (S1). Reads
+    /// carry no such name (two equal reads may be two ops) and are queued again.
+    fn answer_repeat(&mut self, repeat: &Waiting) -> bool {
+        let Some(stamp) = repeat.stamp else { return false };
+        let same = |w: &Waiting| {
+            w.client == repeat.client
+                && w.chunk == repeat.chunk
+                && w.range == repeat.range
+                && w.stamp == repeat.stamp
+        };
+        if let Some(waiting) = self.waiting.iter_mut().find(|w| same(w)) {
+            waiting.request = repeat.request;
+            return true;
+        }
+        let pending = self.pending.values_mut().find(|p| {
+            p.write.stamp == stamp
+                && p.write.chunk == repeat.chunk
+                && p.write.range == repeat.range
+                && p.client.is_some_and(|(c, _)| c == repeat.client)
+        });
+        match pending {
+            Some(pending) => {
+                pending.client = Some((repeat.client, repeat.request));
+                true
+            }
+            None => false,
+        }
+    }
+
     /// Every write up to this version is durable on all replicas.
     pub(super) fn stable(&self) -> Version {
         match self.pending.keys().next() {
@@ -386,7 +418,8 @@ impl Server {
             }
             Some(_) if serving => {
                 let waiting = Waiting { client, request, chunk, range, stamp };
-                if let Some(led) = self.led.get_mut(&group) {
+                let Some(led) = self.led.get_mut(&group) else { return };
+                if !led.answer_repeat(&waiting) {
                     led.waiting.push_back(waiting);
                 }
                 self.admit(group);
