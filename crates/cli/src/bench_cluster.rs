@@ -24,9 +24,11 @@ pub(crate) struct BenchClusterArgs {
     /// between requests), reading and writing 1 to 16 blocks of 4 KiB at random.
     #[arg(long, default_value_t = 2)]
     clients_per_server: u32,
-    /// Virtual seconds of workload per run.
-    #[arg(long, default_value_t = 20)]
-    virtual_secs: u64,
+    /// Virtual seconds of workload per run [default: 1800 / servers, at least 20: 200
+    /// for 9 servers, 20 for 300, so that each run simulates 100,000 requests or more
+    /// and set-up (creating the objects) weighs little].
+    #[arg(long)]
+    virtual_secs: Option<u64>,
     /// Fault kinds injected (as `somnus sim cluster --faults`): `none` measures the
     /// protocol's steady state, `all` every recovery path too.
     #[arg(long, default_value = "none", value_parser = parse_faults)]
@@ -61,12 +63,16 @@ fn spec(args: &BenchClusterArgs, servers: u32, check_history: bool) -> ClusterSp
         racks: servers.div_ceil(10).max(small.replicas),
         clients,
         objects: clients * 2,
-        virtual_secs: args.virtual_secs,
+        virtual_secs: virtual_secs(args, servers),
         faults: args.faults,
         private_objects: !args.shared_objects,
         check_history,
         ..small
     }
+}
+
+fn virtual_secs(args: &BenchClusterArgs, servers: u32) -> u64 {
+    args.virtual_secs.unwrap_or((1800 / u64::from(servers)).max(20))
 }
 
 /// One size's figures: the median run's report, and the median wall and CPU times.
@@ -89,7 +95,7 @@ pub(crate) fn run(args: &BenchClusterArgs) -> Result<()> {
     if args.repeat == 0 || args.repeat > 100 {
         bail!("--repeat must be between 1 and 100");
     }
-    if args.virtual_secs == 0 || args.virtual_secs > 3600 {
+    if args.virtual_secs.is_some_and(|s| s == 0 || s > 3600) {
         bail!("--virtual-secs must be between 1 and 3600");
     }
     if args.clients_per_server == 0 || args.clients_per_server > 64 {
@@ -114,6 +120,9 @@ pub(crate) fn run(args: &BenchClusterArgs) -> Result<()> {
 
 fn measure(args: &BenchClusterArgs, servers: u32, check: bool) -> Result<Measured> {
     let spec = spec(args, servers, check);
+    if let Err(error) = spec.layout(1) {
+        bail!("--servers {servers}: {error}");
+    }
     let mut runs = Vec::new();
     for seed in 1..=u64::from(args.repeat) {
         let (start, cpu_start) = (now(), thread_cpu_time());
@@ -151,6 +160,7 @@ fn print(args: &BenchClusterArgs, measured: &[Measured]) -> Result<()> {
                     "requests": m.report.ops,
                     "messages": m.report.messages,
                     "disk_ios": m.report.disk_ios,
+                    "workload_virtual_secs": m.spec.virtual_secs,
                     "virtual_secs": m.report.virtual_nanos as f64 / 1e9,
                     "wall_secs": m.wall.as_secs_f64(),
                     "cpu_secs": m.cpu.map(|d| d.as_secs_f64()),
@@ -170,16 +180,16 @@ fn print(args: &BenchClusterArgs, measured: &[Measured]) -> Result<()> {
     }
     let per = if measured.iter().all(|m| m.cpu.is_some()) { "CPU" } else { "wall" };
     outln!(
-        "cluster simulation, faults {}, {} virtual s, median of seeds 1..{} on one core \
-         (every message and disk I/O modelled; checked: C1, C3, C4 on every op)",
+        "cluster simulation, faults {}, median of seeds 1..{} on one core (every message and \
+         disk I/O modelled; checked: C1, C3, C4 on every op)",
         args.faults,
-        args.virtual_secs,
         args.repeat
     )?;
     outln!(
-        "{:>7} {:>7} {:>7} {:>9} {:>10} {:>10} {:>8} {:>13} {:>13} {:>11}",
+        "{:>7} {:>7} {:>7} {:>7} {:>9} {:>10} {:>10} {:>8} {:>13} {:>13} {:>11}",
         "servers",
         "clients",
+        "virt s",
         "checked",
         "requests",
         "messages",
@@ -192,9 +202,10 @@ fn print(args: &BenchClusterArgs, measured: &[Measured]) -> Result<()> {
     for m in measured {
         let rate = m.rate(m.report.ops);
         outln!(
-            "{:>7} {:>7} {:>7} {:>9} {:>10} {:>10} {:>8.2} {:>13.0} {:>13.0} {:>10.2}x",
+            "{:>7} {:>7} {:>7} {:>7} {:>9} {:>10} {:>10} {:>8.2} {:>13.0} {:>13.0} {:>10.2}x",
             m.servers,
             m.spec.clients,
+            m.spec.virtual_secs,
             if m.spec.check_history { "yes" } else { "no" },
             m.report.ops,
             m.report.messages,

@@ -100,6 +100,14 @@ pub(crate) fn run(args: &ClusterArgs) -> Result<()> {
         broken,
         ..ClusterSpec::small()
     };
+    if let Err(error) = spec.layout(*args.seeds.start()) {
+        bail!(
+            "--servers {} --replicas {} --racks {}: {error}",
+            spec.servers,
+            spec.replicas,
+            spec.racks
+        );
+    }
     let mut failing = Vec::new();
     let mut totals = SeedReport::default();
     let started = crate::progress::now();

@@ -353,6 +353,50 @@ fn bench_ec_json_has_the_documented_keys_for_every_implementation() {
     assert!(String::from_utf8_lossy(&bad.stderr).contains("unit must be B, KiB or MiB"));
 }
 
+/// `somnus bench cluster --json`: one size measured with the checker on and off, the
+/// same simulated history both times, the documented keys; a cluster that cannot be
+/// laid out is refused with the reason, not a panic. A tiny run: output, not speed.
+#[test]
+fn bench_cluster_measures_with_and_without_the_checker_and_refuses_bad_sizes() {
+    let out = ok(&somnus(&[
+        "bench",
+        "cluster",
+        "--servers",
+        "9",
+        "--virtual-secs",
+        "2",
+        "--repeat",
+        "1",
+        "--json",
+    ]));
+    let document: serde_json::Value = serde_json::from_str(&out).unwrap();
+    assert_eq!(document["schema"], "somnus-bench-cluster");
+    let sizes = document["sizes"].as_array().unwrap();
+    assert_eq!(sizes.len(), 2, "{sizes:?}");
+    assert_eq!(sizes[0]["history_checked"], true);
+    assert_eq!(sizes[1]["history_checked"], false);
+    for size in sizes {
+        assert_eq!(size["servers"], 9);
+        assert!(size["requests"].as_u64().unwrap() > 100, "{size}");
+        assert!(size["requests_per_s"].as_f64().unwrap() > 0.0, "{size}");
+        let ratio = size["requests_per_s"].as_f64().unwrap() / 300_000.0;
+        assert!((size["ratio_to_target"].as_f64().unwrap() - ratio).abs() < 1e-9, "{size}");
+    }
+    // The checker only watches: the simulated history is the same.
+    assert_eq!(sizes[0]["requests"], sizes[1]["requests"]);
+    assert_eq!(sizes[0]["messages"], sizes[1]["messages"]);
+
+    for args in
+        [&["bench", "cluster", "--servers", "10"][..], &["sim", "cluster", "--servers", "10"]]
+    {
+        let bad = somnus(args);
+        assert_eq!(bad.status.code(), Some(1), "{args:?}");
+        let message = String::from_utf8_lossy(&bad.stderr);
+        assert!(message.contains("--servers 10") && message.contains("multiple"), "{message}");
+        assert!(!message.contains("panicked"), "{message}");
+    }
+}
+
 #[test]
 fn presets_are_listed_printed_and_generate_the_papers_volumes() {
     // Goal: `show preset` lists the built-in generator configs and prints one as TOML

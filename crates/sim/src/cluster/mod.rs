@@ -101,6 +101,21 @@ impl ClusterSpec {
     }
 }
 
+impl ClusterSpec {
+    /// The power-aware layout a run of this spec builds for `seed`, or why none can be
+    /// (the shells check a user's spec with this before running it).
+    pub fn layout(&self, seed: u64) -> Result<Layout, somnus_core::layout::LayoutError> {
+        Layout::build(&LayoutSpec {
+            servers: self.servers,
+            replicas: self.replicas,
+            racks: self.racks,
+            chunk_groups: self.servers * self.groups_per_server,
+            scheme: Scheme::PowerAware(RackAssignment::Rotated),
+            seed,
+        })
+    }
+}
+
 /// What one seed's run did and found.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct SeedReport {
@@ -280,15 +295,8 @@ impl<'t> ClusterSim<'t> {
         seed: u64,
         trace: Option<&'t mut dyn FnMut(String)>,
     ) -> ClusterSim<'t> {
-        let layout = Layout::build(&LayoutSpec {
-            servers: spec.servers,
-            replicas: spec.replicas,
-            racks: spec.racks,
-            chunk_groups: spec.servers * spec.groups_per_server,
-            scheme: Scheme::PowerAware(RackAssignment::Rotated),
-            seed,
-        })
-        .unwrap_or_else(|error| panic!("cluster spec {spec:?}: {error}"));
+        let layout =
+            spec.layout(seed).unwrap_or_else(|error| panic!("cluster spec {spec:?}: {error}"));
         let config =
             ClusterConfig { chunk_size_bytes: spec.chunk_bytes, seed, ..ClusterConfig::sierra() };
         let config = ClusterConfig { replicas: spec.replicas, gear_min: spec.gear_min, ..config };
