@@ -437,14 +437,19 @@ impl Server {
     /// The broken variant `ReadFromSecondary`: answers from the own copy, whatever
     /// the primary has logged for it.
     fn read_as_secondary(&mut self, group: ChunkGroupId, w: Waiting) {
-        match self.store.read(w.chunk, w.range) {
-            Ok(pieces) => {
-                let position = disk_position(w.chunk, w.range);
-                let io = Io::ClientRead { group, client: w.client, request: w.request, pieces };
-                self.disk(io, false, position, w.range.size_bytes());
-            }
-            Err(_) => self.refuse(w.client, w.request, RequestError::Retry),
+        if let Err(w) = self.read_own_copy(group, w) {
+            self.refuse(w.client, w.request, RequestError::Retry);
         }
+    }
+
+    /// Reads the own copy of a read's range from disk, or gives the read back if a
+    /// block of it is corrupt.
+    fn read_own_copy(&mut self, group: ChunkGroupId, w: Waiting) -> Result<(), Waiting> {
+        let Ok(pieces) = self.store.read(w.chunk, w.range) else { return Err(w) };
+        let position = disk_position(w.chunk, w.range);
+        let io = Io::ClientRead { group, client: w.client, request: w.request, pieces };
+        self.disk(io, false, position, w.range.size_bytes());
+        Ok(())
     }
 
     /// Starts every waiting request that no write before it overlaps, in order.
@@ -535,16 +540,9 @@ impl Server {
     }
 
     fn start_read(&mut self, group: ChunkGroupId, w: Waiting) {
-        match self.store.read(w.chunk, w.range) {
-            Ok(pieces) => {
-                let position = disk_position(w.chunk, w.range);
-                let io = Io::ClientRead { group, client: w.client, request: w.request, pieces };
-                self.disk(io, false, position, w.range.size_bytes());
-            }
-            Err(_) => {
-                self.counters.corrupt_reads += 1;
-                self.ask_for_repair(group, w, Vec::new());
-            }
+        if let Err(w) = self.read_own_copy(group, w) {
+            self.counters.corrupt_reads += 1;
+            self.ask_for_repair(group, w, Vec::new());
         }
     }
 
