@@ -349,11 +349,10 @@ impl Client {
         };
         self.set_part(tag, index, PartState::Sent { request, at: self.now });
         let Some(primary) = view.primary else { return };
-        let secondary = view.replicas.iter().copied().find(|r| *r != primary);
-        let to = match secondary {
-            Some(secondary) if stamp.is_none() && self.reads_to_secondary => secondary,
-            _ => primary,
-        };
+        let secondary = (stamp.is_none() && self.reads_to_secondary)
+            .then(|| view.replicas.iter().copied().find(|r| *r != primary))
+            .flatten();
+        let to = secondary.unwrap_or(primary);
         self.actions.push_back(ClientAction::Send { to: Peer::Server(to), message });
     }
 

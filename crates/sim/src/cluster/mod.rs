@@ -99,9 +99,7 @@ impl ClusterSpec {
             check_history: true,
         }
     }
-}
 
-impl ClusterSpec {
     /// The power-aware layout a run of this spec builds for `seed`, or why none can be
     /// (the shells check a user's spec with this before running it).
     pub fn layout(&self, seed: u64) -> Result<Layout, somnus_core::layout::LayoutError> {
@@ -225,18 +223,19 @@ struct ServerSlot {
 
 impl ServerSlot {
     /// What the slot's disk holds: the running server's, or a crashed or lost one's.
-    fn store(&self) -> Option<&ChunkStore> {
+    fn disk_contents(&self) -> Option<(&ChunkStore, &LogVolume)> {
         match (&self.server, self.down_store.as_ref().or(self.lost_store.as_ref())) {
-            (Some(server), _) => Some(server.store()),
-            (None, durable) => durable.map(|d| &d.store),
+            (Some(server), _) => Some((server.store(), server.log_volume())),
+            (None, durable) => durable.map(|d| (&d.store, &d.log)),
         }
     }
 
+    fn store(&self) -> Option<&ChunkStore> {
+        self.disk_contents().map(|(store, _)| store)
+    }
+
     fn log(&self) -> Option<&LogVolume> {
-        match (&self.server, self.down_store.as_ref().or(self.lost_store.as_ref())) {
-            (Some(server), _) => Some(server.log_volume()),
-            (None, durable) => durable.map(|d| &d.log),
-        }
+        self.disk_contents().map(|(_, log)| log)
     }
 }
 

@@ -365,7 +365,7 @@ impl Server {
         let (down, lost) = (&self.down, &self.lost);
         let Some(led) = self.led.get_mut(&group) else { return };
         let epoch = led.epoch;
-        let replicas = led.replicas.clone();
+        let replicas = &led.replicas;
         let mut batches: BTreeMap<ServerId, Vec<LogRecord>> = BTreeMap::new();
         let mut gone = Vec::new();
         for (record, read) in led.dvl.reads.iter_mut() {

@@ -329,12 +329,10 @@ impl Server {
         }
         // P1: a migrating group is handed over as soon as its last work ends, whatever
         // ended it (an acknowledgement, a read, a DVL recovery or reclaim finishing).
-        if self.led.values().any(|led| led.migrating) {
-            let migrating: Vec<ChunkGroupId> =
-                self.led.iter().filter(|(_, led)| led.migrating).map(|(group, _)| *group).collect();
-            for group in migrating {
-                self.cancel_if_drained(group);
-            }
+        let migrating: Vec<ChunkGroupId> =
+            self.led.iter().filter(|(_, led)| led.migrating).map(|(group, _)| *group).collect();
+        for group in migrating {
+            self.cancel_if_drained(group);
         }
     }
 
