@@ -9,7 +9,8 @@ use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use somnus_types::{ByteRange, Version};
 
 use super::{
-    BATCH_BUCKETS, LogStore, Segment, SegmentFiles, SyncMode, insert_header, lock, stopwatch,
+    BATCH_BUCKETS, CommitMode, LogStore, Segment, SegmentFiles, SyncMode, insert_header, lock,
+    stopwatch,
 };
 use crate::disk::DiskFile;
 use crate::error::{Error, Request, Result};
@@ -292,9 +293,7 @@ impl LogStore {
             assert!(header.lsn < writer.next_lsn, "L2: a copy keeps its original's LSN");
         }
         let record_bytes = header.encoded_bytes();
-        let rotate =
-            writer.head.is_none_or(|head| head.bytes + record_bytes > self.options.segment_bytes);
-        let needed = record_bytes + if rotate { SEGMENT_HEADER_BYTES } else { 0 };
+        let (needed, rotate) = self.space_needed(writer, record_bytes);
         let capacity =
             self.options.capacity_bytes + if headroom { self.options.segment_bytes } else { 0 };
         if writer.used_bytes + needed > capacity {
@@ -363,6 +362,10 @@ impl LogStore {
         if value.is_err() && writer.pending.records.len() == queued_before {
             return value;
         }
+        if self.options.commit == CommitMode::Stepped {
+            // Durable at the caller's next `flush_queued`.
+            return value;
+        }
         // Something is queued (even if a later part of `enqueue` failed): see it durable.
         let ticket = writer.ticket.clone();
         if writer.leader {
@@ -379,6 +382,52 @@ impl LogStore {
                 TicketState::Lead | TicketState::Waiting => self.lead(lock(&self.writer)),
             }
         }
+    }
+
+    /// In [`CommitMode::Stepped`]: writes, syncs and applies every record queued since
+    /// the last flush, as one group commit on the calling thread; returns how many
+    /// records became durable (0 when nothing was queued). In `Group` mode the
+    /// appenders flush their own records and this only waits for nothing.
+    pub fn flush_queued(&self) -> Result<u64> {
+        let mut writer = lock(&self.writer);
+        if let Some(cause) = &writer.poisoned {
+            return Err(Error::Poisoned { cause: cause.clone() });
+        }
+        let queued = writer.pending.records.len() as u64;
+        if queued == 0 || writer.leader {
+            return Ok(0);
+        }
+        writer.leader = true;
+        self.lead(writer);
+        match &lock(&self.writer).poisoned {
+            Some(cause) => Err(Error::Poisoned { cause: cause.clone() }),
+            None => Ok(queued),
+        }
+    }
+
+    /// Whether an append of `payload_bytes` would fit now (`Full` otherwise), the
+    /// queued records counted.
+    pub fn fits(&self, payload_bytes: u64) -> bool {
+        if payload_bytes > self.payload_limit() {
+            return false;
+        }
+        let writer = lock(&self.writer);
+        let (needed, _) = self.space_needed(&writer, RECORD_HEADER_BYTES + payload_bytes);
+        writer.used_bytes + needed <= self.options.capacity_bytes
+    }
+
+    /// The highest version `owner` has appended, the queued records counted: the next
+    /// append must exceed it.
+    pub fn newest_version(&self, owner: OwnerId) -> Version {
+        lock(&self.writer).versions.get(&owner).copied().unwrap_or(Version(0))
+    }
+
+    /// Bytes a record of `record_bytes` takes at the head, a new segment's header
+    /// counted when it does not fit in the current one; and whether it starts one.
+    fn space_needed(&self, writer: &Writer, record_bytes: u64) -> (u64, bool) {
+        let rotate =
+            writer.head.is_none_or(|head| head.bytes + record_bytes > self.options.segment_bytes);
+        (record_bytes + if rotate { SEGMENT_HEADER_BYTES } else { 0 }, rotate)
     }
 
     /// Flushes the batch being filled, and the next ones while more is queued (up to
@@ -405,7 +454,8 @@ impl LogStore {
             let batch = std::mem::take(&mut writer.pending);
             let ticket = std::mem::replace(&mut writer.ticket, Arc::new(Ticket::default()));
             drop(writer);
-            let flush_started = stopwatch();
+            // A stepped log reads no clock: its flush time is not measured.
+            let flush_started = (self.options.commit == CommitMode::Group).then(stopwatch);
             let mut wake_last = || {
                 if let Some(last) = flushed_last.take() {
                     last.finish(TicketState::Done);
@@ -413,9 +463,10 @@ impl LogStore {
             };
             let flushed = self.flush(&batch, &mut wake_last);
             wake_last();
-            self.counters
-                .flush_ns
-                .fetch_add(flush_started.elapsed().as_nanos() as u64, Ordering::Relaxed);
+            if let Some(started) = flush_started {
+                let nanos = started.elapsed().as_nanos() as u64;
+                self.counters.flush_ns.fetch_add(nanos, Ordering::Relaxed);
+            }
             let batch_bytes: u64 = batch.writes.iter().map(|w| w.bytes.len() as u64).sum();
             self.counters.bytes_flushed.fetch_add(batch_bytes, Ordering::Relaxed);
             match flushed {

@@ -8,7 +8,7 @@ use std::sync::{Arc, Condvar, Mutex};
 use std::time::Duration;
 
 use super::read::{files_of, slice_of};
-use super::{CompactionReport, LogStore, insert_header, lock, stopwatch};
+use super::{CommitMode, CompactionReport, LogStore, insert_header, lock, stopwatch};
 use crate::disk::DiskFile;
 use crate::error::{Error, Result};
 use crate::format::{RecordHeader, RecordKind};
@@ -227,6 +227,15 @@ impl LogStore {
                     }
                 }
                 Ok(())
+            });
+            // A stepped log makes the copies durable here: they must be before the
+            // segment they replace is deleted.
+            let committed = committed.and_then(|()| {
+                if self.options.commit == CommitMode::Stepped {
+                    self.flush_queued().map(|_| ())
+                } else {
+                    Ok(())
+                }
             });
             match committed {
                 Ok(()) => copied.append(&mut placed),

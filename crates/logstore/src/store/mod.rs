@@ -33,7 +33,7 @@ use std::sync::{Arc, Mutex, MutexGuard, RwLock, RwLockReadGuard, RwLockWriteGuar
 use std::time::Duration;
 
 pub use compaction::Compactor;
-pub use options::{Options, SyncMode, system_clock_ms};
+pub use options::{CommitMode, Options, SyncMode, system_clock_ms};
 pub use read::{Extent, Piece, ReadResult, Reclaim, ReclaimedExtent};
 pub use report::{
     CompactionReport, OwnerUsage, RecoveryMode, RecoveryReport, SegmentDamage, Stats,
@@ -210,6 +210,10 @@ impl LogStore {
     /// scans and reports it again). Calls after this fail with `Closed`.
     pub fn close(&self) -> Result<()> {
         let next_lsn = {
+            if self.options.commit == CommitMode::Stepped {
+                // No appender leads a stepped log's batch: close flushes what is queued.
+                self.flush_queued()?;
+            }
             let mut writer = lock(&self.writer);
             writer.closed = true;
             while writer.leader || (!writer.pending.records.is_empty() && writer.poisoned.is_none())

@@ -11,6 +11,22 @@ pub enum SyncMode {
     All,
 }
 
+/// Who makes queued records durable.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum CommitMode {
+    /// Group commit on the appenders' threads: a call returns once its record is
+    /// durable, one appender leading each flush for all that queued meanwhile.
+    Group,
+    /// The deterministic mode a simulator steps: appends, invalidations and
+    /// `delete_all` only queue their record (it is not durable, and reads do not see it,
+    /// when they return); [`LogStore::flush_queued`](crate::LogStore::flush_queued)
+    /// writes, syncs and applies everything queued, as one group commit, on the
+    /// caller's thread, when the caller's events say the device is done. The engine
+    /// starts no thread and reads no clock of its own in this mode (the clock is
+    /// [`Options::clock`], which a simulator sets to its own).
+    Stepped,
+}
+
 /// How a log is opened and run.
 #[derive(Clone, Debug)]
 pub struct Options {
@@ -30,6 +46,25 @@ pub struct Options {
     pub clock: fn() -> u64,
     /// The id a new log gets (`None`: one drawn from the clock and the process id).
     pub new_log_id: Option<LogId>,
+    pub commit: CommitMode,
+}
+
+impl Options {
+    /// The options of a log a simulator steps: group commit driven by its events, no
+    /// wall clock (records carry time 0), the log id given, everything else default.
+    pub fn stepped(log: LogId) -> Options {
+        Options {
+            commit: CommitMode::Stepped,
+            clock: no_clock,
+            new_log_id: Some(log),
+            ..Options::default()
+        }
+    }
+}
+
+/// The clock of a log in virtual time: records carry no wall-clock age.
+fn no_clock() -> u64 {
+    0
 }
 
 impl Default for Options {
@@ -42,6 +77,7 @@ impl Default for Options {
             compact_live_percent_max: 50,
             clock: system_clock_ms,
             new_log_id: None,
+            commit: CommitMode::Group,
         }
     }
 }
