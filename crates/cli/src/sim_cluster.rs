@@ -6,7 +6,7 @@ use std::ops::RangeInclusive;
 use anyhow::{Result, bail};
 use clap::{Args, ValueEnum};
 use somnus_core::cluster::server::Broken;
-use somnus_sim::cluster::{ClusterSim, ClusterSpec, FaultSet, SeedReport};
+use somnus_sim::cluster::{ClusterSim, ClusterSpec, FaultSet, LoggerBackend, SeedReport};
 
 /// The most seeds one command runs.
 const SEEDS_MAX: u64 = 10_000_000;
@@ -38,9 +38,22 @@ pub(crate) struct ClusterArgs {
     /// Run a deliberately broken protocol, to see the checker catch it.
     #[arg(long, value_enum)]
     broken: Option<BrokenChoice>,
+    /// What each server's logger keeps its records in: the real `logstore` engine over
+    /// an in-memory fault-injecting disk, or the core's model of a log (no bytes; a
+    /// run prints the same on both unless they disagree).
+    #[arg(long, value_enum, default_value = "logstore")]
+    logger: LoggerChoice,
     /// Print every event of each seed (message, disk completion, fault) to stderr.
     #[arg(long)]
     trace: bool,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+enum LoggerChoice {
+    /// The `logstore` engine, stepped by the simulation's events.
+    Logstore,
+    /// The core's model of a log.
+    Model,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
@@ -98,6 +111,10 @@ pub(crate) fn run(args: &ClusterArgs) -> Result<()> {
         faults: args.faults,
         virtual_secs: args.virtual_secs,
         broken,
+        logger: match args.logger {
+            LoggerChoice::Logstore => LoggerBackend::Logstore,
+            LoggerChoice::Model => LoggerBackend::Model,
+        },
         ..ClusterSpec::small()
     };
     if let Err(error) = spec.layout(*args.seeds.start()) {
@@ -176,8 +193,9 @@ fn replay_command(args: &ClusterArgs, seed: u64) -> String {
         .broken
         .and_then(|b| b.to_possible_value())
         .map_or_else(String::new, |value| format!(" --broken {}", value.get_name()));
+    let logger = if args.logger == LoggerChoice::Model { " --logger model" } else { "" };
     format!(
-        "somnus sim cluster --seeds {seed} --servers {} --replicas {} --racks {} --clients {} --faults {} --virtual-secs {}{broken} --trace",
+        "somnus sim cluster --seeds {seed} --servers {} --replicas {} --racks {} --clients {} --faults {} --virtual-secs {}{broken}{logger} --trace",
         args.servers, args.replicas, args.racks, args.clients, args.faults, args.virtual_secs
     )
 }

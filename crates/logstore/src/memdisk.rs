@@ -36,8 +36,12 @@ struct FileData {
     /// What survives a crash.
     durable: Vec<u8>,
     /// Writes since the last sync, in order (offset, bytes); a truncation is a write of
-    /// `None` at the new length.
+    /// `None` at the new length. `durable` with these applied is `current`, unless
+    /// `tampered`.
     unsynced: Vec<(u64, Option<Vec<u8>>)>,
+    /// A fault injected behind the writes' back (a flipped bit, a cut): the next sync
+    /// copies `current` whole instead of applying the unsynced writes.
+    tampered: bool,
 }
 
 #[derive(Default)]
@@ -113,7 +117,7 @@ impl MemDisk {
             for (offset, write) in kept {
                 apply(&mut bytes, offset, write.as_deref());
             }
-            let data = FileData { current: bytes.clone(), durable: bytes, unsynced: Vec::new() };
+            let data = FileData { current: bytes.clone(), durable: bytes, ..FileData::default() };
             names.insert(name.clone(), Arc::new(Mutex::new(data)));
         }
         let fresh = State {
@@ -158,6 +162,7 @@ impl MemDisk {
         if at < file.durable.len() {
             file.durable[at] ^= 1 << bit;
         }
+        file.tampered = true;
         Ok(())
     }
 
@@ -167,6 +172,7 @@ impl MemDisk {
         let mut file = lock(&file);
         file.current.truncate(len as usize);
         file.durable.truncate(len as usize);
+        file.tampered = true;
         Ok(())
     }
 
@@ -200,6 +206,8 @@ impl MemDisk {
 fn apply(bytes: &mut Vec<u8>, offset: u64, write: Option<&[u8]>) {
     let offset = offset as usize;
     match write {
+        // An append (the log's usual write) copies once, without zeroing first.
+        Some(write) if offset == bytes.len() => bytes.extend_from_slice(write),
         Some(write) => {
             if bytes.len() < offset + write.len() {
                 bytes.resize(offset + write.len(), 0);
@@ -232,9 +240,19 @@ impl MemFile {
         let latency = state.sync_latency;
         drop(state);
         let mut data = lock(&self.data);
-        data.durable = data.current.clone();
+        let data = &mut *data;
+        if data.tampered {
+            data.durable.clone_from(&data.current);
+            data.tampered = false;
+        } else {
+            // Only what changed since the last sync is copied: a sync costs the bytes
+            // written, not the file's size.
+            for (offset, write) in &data.unsynced {
+                apply(&mut data.durable, *offset, write.as_deref());
+            }
+        }
+        debug_assert_eq!(data.durable.len(), data.current.len(), "a sync leaves them equal");
         data.unsynced.clear();
-        drop(data);
         if let Some(latency) = latency {
             std::thread::sleep(latency);
         }

@@ -5,48 +5,217 @@
 //! is collected), and per group the epoch the logger is fenced at.
 //!
 //! Like [`super::store::ChunkStore`], it changes only when the shell reports a disk
-//! write done, so a crash keeps exactly what was durable.
+//! write done, so a crash keeps exactly what was durable. The records themselves live
+//! in a [`LogBackend`]: the core's model of a log ([`ModelLog`], no payloads), or the
+//! shell's real engine (the simulator runs `somnus-logstore` over its fault-injecting
+//! in-memory disk, stepped by its events; the runtime over files). Each disk
+//! completion the shell reports is one group commit: its records are queued, then
+//! flushed together.
 //!
 //! Each primary's epoch is one owner of the log (D1): a new primary appends under its
 //! own owner, so it may log again, in its own order, writes an older epoch logged.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 
 use somnus_types::{ByteRange, ChunkGroupId, LoggerId, ObjectId, OwnerId, Version};
 
-use super::{ChunkId, Epoch, LogRecord, UnstableWrite};
-use crate::logger::{LogGeometry, Logger, LoggerError, RECORD_HEADER_BYTES};
+use super::{ChunkId, Epoch, LogRecord, Stamp, UnstableWrite};
+use crate::logger::{LogGeometry, Logger, RECORD_HEADER_BYTES};
 
 /// Bytes of one segment of a server's log: small, so collection frees space soon.
-const SEGMENT_BYTES: u64 = 4 << 20;
+pub const SEGMENT_BYTES: u64 = 4 << 20;
 
-#[derive(Clone, Debug)]
-pub struct LogVolume {
-    log: Logger,
-    chunk_size_bytes: u64,
-    /// Per group, the epoch the logger is fenced at: older primaries are refused.
-    fences: BTreeMap<ChunkGroupId, Epoch>,
-    /// The writes logged and still visible in part, by group, owner and version: what
-    /// recovery reports and reads return (the log's payload, here the stamp).
-    writes: BTreeMap<(ChunkGroupId, Epoch, Version), UnstableWrite>,
-    /// Markers that came before their append (it was delayed, or never sent): the
-    /// append is dropped when it comes, until a newer epoch fences the owner.
-    tombstones: std::collections::BTreeSet<(ChunkGroupId, Epoch, Version)>,
+/// A log a logger keeps its records in, in its owners' versions (the semantics of
+/// `crate::logger`: a deletion marker hides its version and older ones of its bytes).
+/// Appends and markers are queued; [`LogBackend::flush`] makes them durable and
+/// visible, together.
+pub trait LogBackend: std::fmt::Debug + Send {
+    /// Whether an append of `payload_bytes` would fit now, the queued ones counted.
+    fn fits(&self, payload_bytes: u64) -> bool;
+    /// The owner's newest version, the queued ones counted.
+    fn newest_version(&self, owner: OwnerId) -> Version;
+    /// Queues `version` of `range`, written by `stamp`. Only a full log refuses.
+    fn append(
+        &mut self,
+        owner: OwnerId,
+        object: ObjectId,
+        range: ByteRange,
+        version: Version,
+        stamp: Stamp,
+    ) -> Result<(), BackendError>;
+    /// Queues a deletion marker (it may use the segment of headroom past the capacity).
+    fn invalidate(
+        &mut self,
+        owner: OwnerId,
+        object: ObjectId,
+        range: ByteRange,
+        version: Version,
+    ) -> Result<(), BackendError>;
+    /// Makes everything queued durable and visible (one group commit).
+    fn flush(&mut self) -> Result<(), BackendError>;
+    /// The pieces of `range` that read as data, with their version and the stamp the
+    /// log's bytes hold (`None` from a log that keeps no payloads).
+    fn read(
+        &self,
+        owner: OwnerId,
+        object: ObjectId,
+        range: ByteRange,
+    ) -> Result<Vec<(ByteRange, Version, Option<Stamp>)>, BackendError>;
+    /// The version each piece of `range` reads as, without the bytes.
+    fn versions(
+        &self,
+        owner: OwnerId,
+        object: ObjectId,
+        range: ByteRange,
+    ) -> Vec<(ByteRange, Version)>;
+    /// Collects every segment collection may take; returns the bytes its copies wrote.
+    fn collect(&mut self) -> Result<u64, BackendError>;
+    /// Data bytes a read would see.
+    fn live_bytes(&self) -> u64;
+    fn used_bytes(&self) -> u64;
+    /// The machine crashed: the log keeps what was durable and is opened again (its
+    /// recovery runs).
+    fn crash(&mut self) -> Result<(), BackendError>;
 }
 
-impl LogVolume {
-    pub fn new(chunk_size_bytes: u64, capacity_bytes: u64) -> LogVolume {
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum BackendError {
+    #[error("the log is full")]
+    Full,
+    #[error("{0}")]
+    Failed(String),
+}
+
+/// The core's model of a log as a backend: metadata and geometry, no payloads.
+#[derive(Clone, Debug)]
+pub struct ModelLog(Logger);
+
+impl ModelLog {
+    pub fn new(capacity_bytes: u64) -> ModelLog {
         let geometry = LogGeometry {
             capacity_bytes: capacity_bytes.max(SEGMENT_BYTES),
             segment_bytes: SEGMENT_BYTES,
             compact_live_percent_max: 50,
         };
+        ModelLog(Logger::new(LoggerId(0), geometry))
+    }
+}
+
+fn failed(error: impl std::fmt::Display) -> BackendError {
+    BackendError::Failed(error.to_string())
+}
+
+impl LogBackend for ModelLog {
+    fn fits(&self, payload_bytes: u64) -> bool {
+        self.0.fits(payload_bytes)
+    }
+
+    fn newest_version(&self, owner: OwnerId) -> Version {
+        self.0.newest_version(owner)
+    }
+
+    fn append(
+        &mut self,
+        owner: OwnerId,
+        object: ObjectId,
+        range: ByteRange,
+        version: Version,
+        _stamp: Stamp,
+    ) -> Result<(), BackendError> {
+        match self.0.append(owner, object, range, version) {
+            Ok(_) => Ok(()),
+            Err(crate::logger::LoggerError::Full { .. }) => Err(BackendError::Full),
+            Err(error) => Err(failed(error)),
+        }
+    }
+
+    fn invalidate(
+        &mut self,
+        owner: OwnerId,
+        object: ObjectId,
+        range: ByteRange,
+        version: Version,
+    ) -> Result<(), BackendError> {
+        self.0.invalidate(owner, object, range, version).map(|_| ()).map_err(failed)
+    }
+
+    fn flush(&mut self) -> Result<(), BackendError> {
+        Ok(())
+    }
+
+    fn read(
+        &self,
+        owner: OwnerId,
+        object: ObjectId,
+        range: ByteRange,
+    ) -> Result<Vec<(ByteRange, Version, Option<Stamp>)>, BackendError> {
+        let (pieces, _) = self.0.read(owner, object, range);
+        Ok(pieces.into_iter().map(|(range, version)| (range, version, None)).collect())
+    }
+
+    fn versions(
+        &self,
+        owner: OwnerId,
+        object: ObjectId,
+        range: ByteRange,
+    ) -> Vec<(ByteRange, Version)> {
+        self.0.read(owner, object, range).0
+    }
+
+    fn collect(&mut self) -> Result<u64, BackendError> {
+        let mut written = 0;
+        while let Some(collection) = self.0.compact().map_err(failed)? {
+            written += collection.record_bytes_written;
+        }
+        Ok(written)
+    }
+
+    fn live_bytes(&self) -> u64 {
+        self.0.live_bytes()
+    }
+
+    fn used_bytes(&self) -> u64 {
+        self.0.used_bytes()
+    }
+
+    fn crash(&mut self) -> Result<(), BackendError> {
+        // The model holds only what was durable.
+        Ok(())
+    }
+}
+
+#[derive(Debug)]
+pub struct LogVolume {
+    log: Box<dyn LogBackend>,
+    chunk_size_bytes: u64,
+    /// Per group, the epoch the logger is fenced at: older primaries are refused.
+    fences: BTreeMap<ChunkGroupId, Epoch>,
+    /// The writes logged and still visible in part, by group, owner and version: the
+    /// logger's index of its log, what recovery reports and reads return.
+    writes: BTreeMap<(ChunkGroupId, Epoch, Version), UnstableWrite>,
+    /// Markers that came before their append (it was delayed, or never sent): the
+    /// append is dropped when it comes, until a newer epoch fences the owner.
+    tombstones: BTreeSet<(ChunkGroupId, Epoch, Version)>,
+    /// Where the log's records disagreed with this index, or the log failed: bugs of
+    /// the engine or of this index, which the simulation reports as violations.
+    faults: Vec<String>,
+}
+
+impl LogVolume {
+    /// A logger on the core's model of a log.
+    pub fn new(chunk_size_bytes: u64, capacity_bytes: u64) -> LogVolume {
+        LogVolume::on(chunk_size_bytes, Box::new(ModelLog::new(capacity_bytes)))
+    }
+
+    /// A logger keeping its records in `log`, empty.
+    pub fn on(chunk_size_bytes: u64, log: Box<dyn LogBackend>) -> LogVolume {
         LogVolume {
-            log: Logger::new(LoggerId(0), geometry),
+            log,
             chunk_size_bytes,
             fences: BTreeMap::new(),
             writes: BTreeMap::new(),
-            tombstones: std::collections::BTreeSet::new(),
+            tombstones: BTreeSet::new(),
+            faults: Vec::new(),
         }
     }
 
@@ -68,62 +237,100 @@ impl LogVolume {
         self.log.fits(write.range.size_bytes())
     }
 
-    /// Appends `write` under the owner of `epoch`. A version at or below the owner's
-    /// newest is one appended already (a primary sends a logger its batches one at a
-    /// time, in version order): it is taken as a repeat. Only `Full` fails.
-    pub fn append(
+    /// Logs a batch of writes under the owner of `epoch`, as one group commit; returns
+    /// the versions logged and those refused because the log is full. A version at or
+    /// below the owner's newest is one appended already (a primary sends a logger its
+    /// batches one at a time, in version order): it is taken as a repeat.
+    pub fn append_batch(
         &mut self,
         group: ChunkGroupId,
         epoch: Epoch,
-        write: &UnstableWrite,
-    ) -> Result<(), LoggerError> {
+        writes: &[UnstableWrite],
+    ) -> (Vec<Version>, Vec<Version>) {
         let owner = owner(group, epoch);
-        if write.version <= self.log.newest_version(owner)
-            || self.tombstones.contains(&(group, epoch, write.version))
-        {
-            return Ok(());
-        }
-        let (object, range) = self.address(write.chunk, write.range);
-        match self.log.append(owner, object, range, write.version) {
-            Ok(_) => {
-                self.writes.insert((group, epoch, write.version), *write);
-                Ok(())
+        let (mut logged, mut full) = (Vec::new(), Vec::new());
+        for write in writes {
+            if write.version <= self.log.newest_version(owner)
+                || self.tombstones.contains(&(group, epoch, write.version))
+            {
+                logged.push(write.version);
+                continue;
             }
-            Err(error @ LoggerError::Full { .. }) => Err(error),
-            Err(error) => unreachable!("a logger refused a checked append: {error}"),
+            let (object, range) = self.address(write.chunk, write.range);
+            match self.log.append(owner, object, range, write.version, write.stamp) {
+                Ok(()) => {
+                    self.writes.insert((group, epoch, write.version), *write);
+                    logged.push(write.version);
+                }
+                Err(BackendError::Full) => full.push(write.version),
+                Err(BackendError::Failed(error)) => {
+                    self.fault(format!("appending {write:?}: {error}"));
+                    full.push(write.version);
+                }
+            }
+        }
+        self.flush();
+        (logged, full)
+    }
+
+    /// Appends deletion markers for `records`, as one group commit, and forgets the
+    /// writes they leave with no visible byte. A record this logger never held needs
+    /// none.
+    pub fn invalidate_batch(&mut self, group: ChunkGroupId, records: &[LogRecord]) {
+        let mut marked = Vec::new();
+        for record in records {
+            let owner = owner(group, record.owner);
+            if record.version > self.log.newest_version(owner) {
+                self.tombstones.insert((group, record.owner, record.version));
+                continue;
+            }
+            let (object, range) = self.address(record.chunk, record.range);
+            // Markers may use the segment of headroom past the capacity, so they never
+            // fail on a log that can hold them at all.
+            if self.log.invalidate(owner, object, range, record.version).is_ok() {
+                marked.push(*record);
+            }
+        }
+        self.flush();
+        for record in &marked {
+            let hidden: Vec<Version> = self
+                .writes
+                .range((group, record.owner, Version(0))..=(group, record.owner, record.version))
+                .filter(|(_, w)| w.chunk == record.chunk && w.range.overlaps(record.range))
+                .filter(|(_, w)| !self.visible(group, record.owner, w))
+                .map(|((_, _, v), _)| *v)
+                .collect();
+            for version in hidden {
+                self.writes.remove(&(group, record.owner, version));
+            }
         }
     }
 
-    /// Appends a deletion marker for `record` and forgets the writes it leaves with no
-    /// visible byte. A record this logger never held needs none.
-    pub fn invalidate(&mut self, group: ChunkGroupId, record: &LogRecord) {
-        let owner = owner(group, record.owner);
-        if record.version > self.log.newest_version(owner) {
-            self.tombstones.insert((group, record.owner, record.version));
-            return;
+    fn flush(&mut self) {
+        if let Err(error) = self.log.flush() {
+            self.fault(format!("flushing the log: {error}"));
         }
-        let (object, range) = self.address(record.chunk, record.range);
-        // Markers may use the segment of headroom past the capacity, so they never fail
-        // on a log that can hold them at all.
-        if self.log.invalidate(owner, object, range, record.version).is_err() {
-            return;
-        }
-        let hidden: Vec<Version> = self
-            .writes
-            .range((group, record.owner, Version(0))..=(group, record.owner, record.version))
-            .filter(|(_, w)| w.chunk == record.chunk && w.range.overlaps(record.range))
-            .filter(|(_, w)| !self.visible(group, record.owner, w))
-            .map(|((_, _, v), _)| *v)
-            .collect();
-        for version in hidden {
-            self.writes.remove(&(group, record.owner, version));
-        }
+    }
+
+    fn fault(&mut self, fault: String) {
+        self.faults.push(fault);
+    }
+
+    /// The log's bytes of `write` at its version, as a piece list.
+    fn pieces(
+        &self,
+        group: ChunkGroupId,
+        epoch: Epoch,
+        write: &UnstableWrite,
+    ) -> Result<Vec<(ByteRange, Version, Option<Stamp>)>, BackendError> {
+        let (object, range) = self.address(write.chunk, write.range);
+        self.log.read(owner(group, epoch), object, range)
     }
 
     /// Whether any byte of `write` still reads as its version.
     fn visible(&self, group: ChunkGroupId, epoch: Epoch, write: &UnstableWrite) -> bool {
         let (object, range) = self.address(write.chunk, write.range);
-        let (pieces, _) = self.log.read(owner(group, epoch), object, range);
+        let pieces = self.log.versions(owner(group, epoch), object, range);
         pieces.iter().any(|(_, version)| *version == write.version)
     }
 
@@ -143,14 +350,92 @@ impl LogVolume {
 
     /// Every group with a visible write, and its records (the simulation's report).
     pub fn held(&self) -> Vec<(ChunkGroupId, LogRecord)> {
-        let groups: std::collections::BTreeSet<ChunkGroupId> =
+        let groups: BTreeSet<ChunkGroupId> =
             self.writes.keys().map(|(group, _, _)| *group).collect();
         groups.into_iter().flat_map(|g| self.records(g).into_iter().map(move |r| (g, r))).collect()
     }
 
-    /// The write `record` names, if a byte of it is still visible.
-    pub fn read(&self, group: ChunkGroupId, record: &LogRecord) -> Option<UnstableWrite> {
-        self.writes.get(&(group, record.owner, record.version)).copied()
+    /// The write `record` names, if a byte of it is still visible (the stamp is the
+    /// one the log's bytes hold, where the log keeps payloads).
+    pub fn read(&mut self, group: ChunkGroupId, record: &LogRecord) -> Option<UnstableWrite> {
+        let write = self.writes.get(&(group, record.owner, record.version)).copied()?;
+        match self.check_reads(group, record.owner, &write) {
+            Ok(pieces) => {
+                let stamp = pieces.iter().find(|(_, v, _)| *v == write.version).and_then(|p| p.2);
+                Some(UnstableWrite { stamp: stamp.unwrap_or(write.stamp), ..write })
+            }
+            Err(fault) => {
+                // The index's write is returned: a doubt never drops a logged write.
+                self.fault(fault);
+                Some(write)
+            }
+        }
+    }
+
+    /// What the log reads over `write`'s range in its owner, checked against the index
+    /// (D7): every piece is of a write the index holds as visible, with its stamp.
+    fn check_reads(
+        &self,
+        group: ChunkGroupId,
+        epoch: Epoch,
+        write: &UnstableWrite,
+    ) -> Result<Vec<(ByteRange, Version, Option<Stamp>)>, String> {
+        let pieces =
+            self.pieces(group, epoch, write).map_err(|e| format!("reading {write:?}: {e}"))?;
+        for (range, version, stamp) in &pieces {
+            match self.writes.get(&(group, epoch, *version)) {
+                None => {
+                    return Err(format!(
+                        "the log reads {version:?} of epoch {epoch:?} at {range:?}, a write \
+                         the index does not hold"
+                    ));
+                }
+                Some(held) if stamp.is_some_and(|stamp| stamp != held.stamp) => {
+                    return Err(format!("the log holds {stamp:?} at {range:?} for {held:?}"));
+                }
+                Some(_) => {}
+            }
+        }
+        Ok(pieces)
+    }
+
+    /// What the log reads over every write of the index, in index order.
+    #[allow(clippy::type_complexity)]
+    fn read_all(&mut self) -> Vec<Vec<(ByteRange, Version, Option<Stamp>)>> {
+        let writes: Vec<((ChunkGroupId, Epoch, Version), UnstableWrite)> =
+            self.writes.iter().map(|(k, w)| (*k, *w)).collect();
+        let mut reads = Vec::with_capacity(writes.len());
+        for ((group, epoch, _), write) in writes {
+            match self.check_reads(group, epoch, &write) {
+                Ok(pieces) => reads.push(pieces),
+                Err(fault) => {
+                    self.fault(fault);
+                    reads.push(Vec::new());
+                }
+            }
+        }
+        reads
+    }
+
+    /// The machine crashed: the log is opened again from what was durable (its
+    /// recovery runs). Everything it held was durable (each disk completion flushes),
+    /// so it must read back exactly as before, and hold as many live bytes (D7).
+    pub fn crash(&mut self) {
+        let (before, live_before) = (self.read_all(), self.log.live_bytes());
+        if let Err(error) = self.log.crash() {
+            self.fault(format!("opening the log after a crash: {error}"));
+            return;
+        }
+        let (after, live_after) = (self.read_all(), self.log.live_bytes());
+        if live_before != live_after {
+            self.fault(format!("{live_before} live bytes before a crash, {live_after} after"));
+        }
+        let keys: Vec<_> = self.writes.keys().copied().collect();
+        if let Some(((key, was), is)) =
+            keys.iter().zip(&before).zip(&after).find(|((_, was), is)| was != is)
+        {
+            self.fault(format!("{key:?} read {was:?} before a crash, {is:?} after"));
+        }
     }
 
     /// Whether a record of the write of `version` over `range` of `chunk`, or of a
@@ -168,11 +453,13 @@ impl LogVolume {
 
     /// Collects every segment collection may take; returns the bytes it wrote (copies).
     pub fn collect(&mut self) -> u64 {
-        let mut written = 0;
-        while let Ok(Some(collection)) = self.log.compact() {
-            written += collection.record_bytes_written;
+        match self.log.collect() {
+            Ok(written) => written,
+            Err(error) => {
+                self.fault(format!("collecting the log: {error}"));
+                0
+            }
         }
-        written
     }
 
     /// Data bytes a read would see, across groups: zero once every DVL is reclaimed.
@@ -187,6 +474,11 @@ impl LogVolume {
     /// The writes still visible, for the simulation's end check.
     pub fn write_count(&self) -> usize {
         self.writes.len()
+    }
+
+    /// Where the log disagreed with the index, or failed (empty unless a bug).
+    pub fn faults(&self) -> &[String] {
+        &self.faults
     }
 
     /// Bytes a record of `write` takes in the log.
@@ -231,17 +523,19 @@ mod tests {
         let group = ChunkGroupId(2);
         let mut log = LogVolume::new(1 << 20, 64 << 20);
         let (a, b) = (write(0, 8192, 5), write(4096, 12288, 6));
-        log.append(group, Epoch(1), &a).unwrap();
-        log.append(group, Epoch(1), &b).unwrap();
+        assert_eq!(
+            log.append_batch(group, Epoch(1), &[a, b]),
+            (vec![a.version, b.version], vec![])
+        );
         // A repeat of an appended version changes nothing.
-        log.append(group, Epoch(1), &a).unwrap();
+        assert_eq!(log.append_batch(group, Epoch(1), &[a]), (vec![a.version], vec![]));
         assert_eq!(log.records(group).len(), 2);
         assert_eq!(log.read(group, &record(1, &a)), Some(a));
         // The marker of b hides a as well (it is older) where they overlap; a's first
         // block is still visible.
-        log.invalidate(group, &record(1, &b));
+        log.invalidate_batch(group, &[record(1, &b)]);
         assert_eq!(log.records(group), vec![record(1, &a)]);
-        log.invalidate(group, &record(1, &a));
+        log.invalidate_batch(group, &[record(1, &a)]);
         assert!(log.records(group).is_empty());
         assert_eq!(log.live_bytes(), 0);
         assert_eq!(log.write_count(), 0);
@@ -251,9 +545,9 @@ mod tests {
     fn each_epoch_is_its_own_owner_and_fences_only_grow() {
         let group = ChunkGroupId(0);
         let mut log = LogVolume::new(1 << 20, 64 << 20);
-        log.append(group, Epoch(1), &write(0, 4096, 9)).unwrap();
+        log.append_batch(group, Epoch(1), &[write(0, 4096, 9)]);
         // A newer primary logs an older version again under its own owner.
-        log.append(group, Epoch(2), &write(0, 4096, 7)).unwrap();
+        assert_eq!(log.append_batch(group, Epoch(2), &[write(0, 4096, 7)]).0, vec![Version(7)]);
         assert_eq!(log.records(group).len(), 2);
         log.set_fence(group, Epoch(3));
         log.set_fence(group, Epoch(2));
@@ -270,16 +564,16 @@ mod tests {
         loop {
             version += 1;
             let w = write(0, 1 << 20, version);
-            match log.append(group, Epoch(1), &w) {
-                Ok(()) => appended.push(w),
-                Err(LoggerError::Full { .. }) => break,
-                Err(error) => panic!("{error}"),
+            let (logged, full) = log.append_batch(group, Epoch(1), &[w]);
+            if !full.is_empty() {
+                assert_eq!((logged, full), (vec![], vec![w.version]));
+                break;
             }
+            appended.push(w);
         }
         assert!(!log.fits(&write(0, 1 << 20, version)));
-        for w in &appended {
-            log.invalidate(group, &record(1, w));
-        }
+        let records: Vec<LogRecord> = appended.iter().map(|w| record(1, w)).collect();
+        log.invalidate_batch(group, &records);
         log.collect();
         assert!(log.fits(&write(0, 1 << 20, version)), "used {}", log.used_bytes());
         assert_eq!(log.live_bytes(), 0);

@@ -80,6 +80,17 @@ impl LogStore {
         Ok(ReadResult { pieces, missing })
     }
 
+    /// The version every byte of `range` reads as (the pieces of [`LogStore::read`],
+    /// without their bytes): from the index alone, no I/O.
+    pub fn versions(&self, owner: OwnerId, object: ObjectId, range: ByteRange) -> Vec<Extent> {
+        let shared = self.read_shared();
+        let (painted, _) = shared.index.read(owner, object, range);
+        painted
+            .into_iter()
+            .map(|piece| Extent { object, range: piece.range, version: piece.entry.version })
+            .collect()
+    }
+
     /// Reads a record's payload, checking that the header is the one the index names
     /// and that the checksum matches.
     pub(super) fn read_record(

@@ -13,6 +13,7 @@
 //! server is idle, the checker compares all replicas.
 
 mod checker;
+mod engine_log;
 mod faults;
 pub mod scenario;
 
@@ -24,7 +25,7 @@ use std::sync::Arc;
 use rand::{Rng, SeedableRng};
 use rand_pcg::Pcg64;
 use somnus_core::cluster::client::{Client, ClientAction, ClientEvent, ClientOp, ClientOutcome};
-use somnus_core::cluster::logvolume::LogVolume;
+use somnus_core::cluster::logvolume::{LogVolume, ModelLog};
 use somnus_core::cluster::mds::{Mds, MdsAction, MdsEvent};
 use somnus_core::cluster::server::{
     Broken, Durable, Server, ServerAction, ServerCounters, ServerEvent,
@@ -75,6 +76,19 @@ pub struct ClusterSpec {
     /// Check the history as it happens (C1, C3, C4 on every op). Off, only the end
     /// checks run (D5, liveness): a replay that measures speed, not correctness.
     pub check_history: bool,
+    /// What each server's logger keeps its records in.
+    pub logger: LoggerBackend,
+}
+
+/// What a simulated logger keeps its records in.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum LoggerBackend {
+    /// The real `somnus-logstore` engine over its fault-injecting in-memory device,
+    /// stepped by the simulation's events: the bytes-on-disk code under test.
+    Logstore,
+    /// The core's model of a log (metadata only): the engine's semantics without its
+    /// bytes, for comparison (a run must print the same on both).
+    Model,
 }
 
 impl ClusterSpec {
@@ -97,6 +111,7 @@ impl ClusterSpec {
             fill: false,
             private_objects: false,
             check_history: true,
+            logger: LoggerBackend::Logstore,
         }
     }
 
@@ -288,6 +303,19 @@ pub struct ClusterSim<'t> {
     trace: Option<&'t mut dyn FnMut(String)>,
 }
 
+/// A new server's empty disks, its logger on `logger`.
+fn durable(logger: LoggerBackend, server: u32, config: &ClusterConfig) -> Durable {
+    let capacity = config.logger_capacity_bytes;
+    let backend: Box<dyn somnus_core::cluster::logvolume::LogBackend> = match logger {
+        LoggerBackend::Model => Box::new(ModelLog::new(capacity)),
+        LoggerBackend::Logstore => match engine_log::EngineLog::new(server, capacity) {
+            Ok(engine) => Box::new(engine),
+            Err(error) => panic!("a new log on an empty in-memory disk failed: {error}"),
+        },
+    };
+    Durable { store: ChunkStore::new(), log: LogVolume::on(config.chunk_size_bytes, backend) }
+}
+
 impl<'t> ClusterSim<'t> {
     pub fn new(
         spec: &ClusterSpec,
@@ -312,7 +340,7 @@ impl<'t> ClusterSim<'t> {
                     ServerId(s),
                     config,
                     topology.clone(),
-                    Durable::new(&config),
+                    durable(spec.logger, s, &config),
                     start,
                     spec.broken,
                 )),
@@ -1014,7 +1042,11 @@ impl<'t> ClusterSim<'t> {
         self.report.crashes += 1;
         let slot = &mut self.servers[s as usize];
         if let Some(server) = slot.server.take() {
-            slot.down_store = Some(server.into_durable());
+            let mut durable = server.into_durable();
+            // The logger's engine loses what it had not synced and recovers from its
+            // segments; its index must read back from it.
+            durable.log.crash();
+            slot.down_store = Some(durable);
         }
         slot.incarnation += 1;
         slot.disk = Disk::default();
@@ -1117,6 +1149,13 @@ impl<'t> ClusterSim<'t> {
     }
 
     fn finish(mut self) -> SeedReport {
+        // D7: every logger's log (the engine's bytes, after every crash's recovery)
+        // read back what its index holds.
+        for (s, slot) in self.servers.iter().enumerate() {
+            for fault in slot.log().map(LogVolume::faults).unwrap_or_default() {
+                self.checker.violate(format!("D7: the logger of s{s}: {fault}"));
+            }
+        }
         // D5: once the faults healed and the cluster is quiet, every DVL is reclaimed
         // and every logger's space is free.
         for (s, slot) in self.servers.iter().enumerate() {

@@ -110,14 +110,7 @@ impl Server {
         writes: Vec<UnstableWrite>,
     ) {
         self.log.set_fence(group, epoch);
-        let mut versions = Vec::new();
-        let mut full = Vec::new();
-        for write in &writes {
-            match self.log.append(group, epoch, write) {
-                Ok(()) => versions.push(write.version),
-                Err(_) => full.push(write.version),
-            }
-        }
+        let (versions, full) = self.log.append_batch(group, epoch, &writes);
         let in_flight = self.log_in_flight.entry(group).or_default();
         *in_flight -= 1;
         if *in_flight == 0 {
@@ -147,9 +140,7 @@ impl Server {
         primary: ServerId,
         records: Vec<LogRecord>,
     ) {
-        for record in &records {
-            self.log.invalidate(group, record);
-        }
+        self.log.invalidate_batch(group, &records);
         // Background collection: its copies are written at the head.
         let copied = self.log.collect();
         if copied > 0 {

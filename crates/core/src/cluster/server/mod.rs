@@ -91,7 +91,7 @@ pub enum Broken {
 }
 
 /// What a storage server keeps across a crash: its replicas and its logger's log.
-#[derive(Clone, Debug)]
+#[derive(Debug)]
 pub struct Durable {
     pub store: ChunkStore,
     pub log: LogVolume,
