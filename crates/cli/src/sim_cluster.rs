@@ -70,6 +70,8 @@ enum BrokenChoice {
     RebuildWithoutCopy,
     /// Clients read from a secondary, which answers from its own copy.
     ReadFromSecondary,
+    /// A primary serves reads from its own copy though it lacks logged writes.
+    ReadWithoutLoggers,
 }
 
 fn parse_seeds(text: &str) -> Result<RangeInclusive<u64>, String> {
@@ -102,6 +104,7 @@ pub(crate) fn run(args: &ClusterArgs) -> Result<()> {
         BrokenChoice::ReclaimBeforeFencing => Broken::ReclaimBeforeFencing,
         BrokenChoice::RebuildWithoutCopy => Broken::RebuildWithoutCopy,
         BrokenChoice::ReadFromSecondary => Broken::ReadFromSecondary,
+        BrokenChoice::ReadWithoutLoggers => Broken::ReadWithoutLoggers,
     });
     let spec = ClusterSpec {
         servers: args.servers,
@@ -139,7 +142,7 @@ pub(crate) fn run(args: &ClusterArgs) -> Result<()> {
             format!("FAIL ({} violations)", report.violation_count)
         };
         outln!(
-            "seed {seed}: {verdict}: {} ops ({} writes, {} reads), {} crashes, {} partitions, {} corruptions, {} gear shifts, {} lost ({:.1} MiB rebuilt), {} view changes, {} writes logged, {} reclaimed, {} client retries, {:.1} virtual s",
+            "seed {seed}: {verdict}: {} ops ({} writes, {} reads), {} crashes, {} partitions, {} corruptions, {} gear shifts, {} lost ({:.1} MiB rebuilt), {} view changes, {} writes logged, {} reclaimed, {} reads from loggers, {} client retries, {:.1} virtual s",
             report.ops,
             report.writes,
             report.reads,
@@ -152,6 +155,7 @@ pub(crate) fn run(args: &ClusterArgs) -> Result<()> {
             report.view_changes,
             report.writes_logged,
             report.writes_reclaimed,
+            report.reads_from_loggers,
             report.client_retries,
             report.virtual_nanos as f64 / 1e9
         )?;
@@ -167,11 +171,12 @@ pub(crate) fn run(args: &ClusterArgs) -> Result<()> {
         totals.disk_ios += report.disk_ios;
         totals.crashes += report.crashes;
         totals.writes_logged += report.writes_logged;
+        totals.reads_from_loggers += report.reads_from_loggers;
         totals.violation_count += report.violation_count;
     }
     let seeds = args.seeds.end() - args.seeds.start() + 1;
     outln!(
-        "{seeds} seeds, {} failing, {} violations; {} ops, {} messages, {} disk I/Os, {} crashes, {} writes logged in {:.2} s",
+        "{seeds} seeds, {} failing, {} violations; {} ops, {} messages, {} disk I/Os, {} crashes, {} writes logged, {} reads from loggers in {:.2} s",
         failing.len(),
         totals.violation_count,
         totals.ops,
@@ -179,6 +184,7 @@ pub(crate) fn run(args: &ClusterArgs) -> Result<()> {
         totals.disk_ios,
         totals.crashes,
         totals.writes_logged,
+        totals.reads_from_loggers,
         started.elapsed().as_secs_f64()
     )?;
     if !failing.is_empty() {

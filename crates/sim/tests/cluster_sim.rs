@@ -112,6 +112,21 @@ fn reads_from_a_secondary_are_caught() {
     assert!(caught.is_some(), "read-from-secondary passed 20 seeds");
 }
 
+#[test]
+fn reads_of_writes_logged_for_the_primary_are_served_from_the_loggers() {
+    // With gear shifts alone, a primary back from sleep takes its groups back before
+    // reclaim brings its replica level: reads of what was logged for it are served
+    // with the writes read back from the loggers (Sierra 3.3), and C4 holds.
+    let spec = ClusterSpec { faults: FaultSet::parse("gear").unwrap(), ..ClusterSpec::small() };
+    let report = run(&spec, 1);
+    assert_eq!(report.violations, Vec::<String>::new());
+    assert!(report.reads_from_loggers > 0, "no read needed the loggers: {report:?}");
+    // Served from the own copy alone, the same reads miss those writes (C4).
+    let broken = ClusterSpec { broken: Some(Broken::ReadWithoutLoggers), ..spec };
+    let report = run(&broken, 1);
+    assert!(report.violations.iter().any(|v| v.starts_with("C4")), "{:?}", report.violations);
+}
+
 /// The first of `seeds` whose run reports a violation `kind` matches.
 fn first_caught(
     broken: Broken,

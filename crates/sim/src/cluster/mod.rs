@@ -151,6 +151,8 @@ pub struct SeedReport {
     /// Writes the DVLs logged (a replica was down), and logged writes reclaimed.
     pub writes_logged: u64,
     pub writes_reclaimed: u64,
+    /// Reads served with logged writes read back from the loggers on demand.
+    pub reads_from_loggers: u64,
     pub ops_unfinished: u64,
     /// Virtual time the run took, heal and quiesce included.
     pub virtual_nanos: u64,
@@ -1199,6 +1201,7 @@ impl<'t> ClusterSim<'t> {
         self.report.blocks_repaired = self.servers_total(|c| c.blocks_repaired);
         self.report.writes_logged = self.servers_total(|c| c.writes_logged);
         self.report.writes_reclaimed = self.servers_total(|c| c.writes_reclaimed);
+        self.report.reads_from_loggers = self.servers_total(|c| c.reads_from_loggers);
         self.report.rebuilt_bytes = self.servers_total(|c| c.rebuilt_bytes);
         self.report.ops_unfinished = unfinished;
         self.report.virtual_nanos = self.now().duration_since(VirtualInstant::ZERO).as_nanos();

@@ -209,6 +209,41 @@ impl Dvl {
         })
     }
 
+    /// The records over `range` of `chunk` the own replica lacks, each now read back
+    /// (a read of the reclaim's, started at once if none is under way, past the
+    /// reclaim's limit: a client waits for it).
+    pub(super) fn demand(
+        &mut self,
+        own: ServerId,
+        chunk: crate::cluster::ChunkId,
+        range: somnus_types::ByteRange,
+        now: VirtualInstant,
+    ) -> Vec<LogRecord> {
+        let lacking: Vec<LogRecord> = self
+            .extents
+            .iter()
+            .filter(|(record, extent)| {
+                record.chunk == chunk
+                    && record.range.overlaps(range)
+                    && !extent.applied.contains(&own)
+            })
+            .map(|(record, _)| *record)
+            .collect();
+        for record in &lacking {
+            self.reads.entry(*record).or_insert(Read {
+                purpose: Purpose::Reclaim,
+                asked: Vec::new(),
+                sent_at: now,
+            });
+        }
+        lacking
+    }
+
+    /// Whether `record` is being read back from a logger.
+    pub(super) fn reading(&self, record: &LogRecord) -> bool {
+        self.reads.contains_key(record)
+    }
+
     /// The state handed to the next primary with the lease (Sierra 3.3.2).
     pub(super) fn handoff(&self) -> DvlHandoff {
         let extents = self.extents.iter().map(|(record, extent)| LoggedExtent {
@@ -360,7 +395,7 @@ impl Server {
     }
 
     /// Asks the next logger of each read not yet asked (or whose logger is late).
-    fn send_reads(&mut self, group: ChunkGroupId, late_only: bool) {
+    pub(super) fn send_reads(&mut self, group: ChunkGroupId, late_only: bool) {
         let (now, retry, own) = (self.now, self.config.retry_interval, self.id);
         let (down, lost) = (&self.down, &self.lost);
         let Some(led) = self.led.get_mut(&group) else { return };
@@ -447,6 +482,7 @@ impl Server {
                 continue;
             };
             led.dvl.reads.remove(&record);
+            self.demand_found(group, &record, write);
             match purpose {
                 Purpose::Adopt => self.adopt_logged(group, write),
                 Purpose::Reclaim => self.reclaim_write(group, &record, write),

@@ -88,6 +88,9 @@ pub enum Broken {
     /// Clients send reads to a secondary, which answers from its own copy (breaks
     /// C4: a secondary back from sleep or a crash lacks what was logged for it).
     ReadFromSecondary,
+    /// A primary serves a read from its own copy although the own replica lacks
+    /// logged writes over it (no demand read from the loggers; breaks C4).
+    ReadWithoutLoggers,
 }
 
 /// What a storage server keeps across a crash: its replicas and its logger's log.
@@ -122,6 +125,9 @@ pub struct ServerCounters {
     pub writes_logged: u64,
     /// Logged writes read back and sent to replicas that lacked them.
     pub writes_reclaimed: u64,
+    /// Reads served with logged writes read back from the loggers (the own replica
+    /// lacked them).
+    pub reads_from_loggers: u64,
     /// Bytes a primary copied to replicas being rebuilt.
     pub rebuilt_bytes: u64,
     pub messages_dropped: u64,

@@ -5,6 +5,7 @@
 //! requests, gives each write a version `epoch << 40 | sequence`, sends it to every
 //! replica and acknowledges it when all r copies are durable (C3).
 
+use crate::cluster::LogRecord;
 use std::collections::{BTreeMap, VecDeque};
 
 use somnus_types::{ByteRange, ChunkGroupId, ServerId, Version, VirtualDuration, VirtualInstant};
@@ -50,6 +51,18 @@ struct Waiting {
     range: ByteRange,
     /// Some: a write of this stamp; none: a read.
     stamp: Option<Stamp>,
+}
+
+/// A read of a range the own replica lacks logged writes over (it was down when they
+/// were logged): served from the own copy and the writes read back from the loggers
+/// (Sierra 3.3: reads return the latest data, local, else the loggers).
+#[derive(Clone, Debug)]
+struct DemandRead {
+    read: Waiting,
+    /// The records still being read back (each a read of the DVL's).
+    awaiting: Vec<LogRecord>,
+    /// The writes read back so far.
+    found: Vec<UnstableWrite>,
 }
 
 /// A read held while a replica is asked for a copy of its corrupt blocks.
@@ -135,6 +148,8 @@ pub(super) struct Led {
     waiting: VecDeque<Waiting>,
     /// Reads held while corrupt blocks are repaired, with the replicas asked so far.
     repairing: Vec<Repairing>,
+    /// Reads waiting for logged writes the own replica lacks, read back on demand.
+    demand: Vec<DemandRead>,
     /// Replicas replacing a lost one, and the copy to each (R1).
     pub(super) rebuilds: Vec<Rebuild>,
 }
@@ -144,6 +159,7 @@ impl Led {
         self.pending.is_empty()
             && self.waiting.is_empty()
             && self.repairing.is_empty()
+            && self.demand.is_empty()
             && self.dvl.ready()
     }
 
@@ -301,6 +317,7 @@ impl Server {
             dvl: Dvl::new(logger_view, handoff, self.config.replicas as usize - 1),
             waiting: VecDeque::new(),
             repairing: Vec::new(),
+            demand: Vec::new(),
             rebuilds: rebuilding.into_iter().map(Rebuild::new).collect(),
         };
         self.led.insert(view.group, led);
@@ -334,7 +351,9 @@ impl Server {
     pub(super) fn step_down(&mut self, group: ChunkGroupId) {
         let Some(led) = self.led.remove(&group) else { return };
         let known = led.epoch;
-        let refused = led.waiting.into_iter().chain(led.repairing.into_iter().map(|r| r.read));
+        let held = led.repairing.into_iter().map(|r| r.read);
+        let refused =
+            led.waiting.into_iter().chain(held).chain(led.demand.into_iter().map(|d| d.read));
         for waiting in refused {
             self.refuse(waiting.client, waiting.request, RequestError::NotPrimary { known });
         }
@@ -454,22 +473,31 @@ impl Server {
 
     /// Starts every waiting request that no write before it overlaps, in order.
     pub(super) fn admit(&mut self, group: ChunkGroupId) {
+        self.serve_demand_reads(group);
+        let now = self.now;
         let Some(led) = self.led.get_mut(&group) else { return };
         let own = led.index_of(self.id).is_some_and(|i| led.synced[i]);
         if !own || !led.dvl.ready() {
             return;
         }
+        let mut demanded = false;
         let mut blocked: Vec<(ChunkId, ByteRange)> = Vec::new();
         let mut ready = Vec::new();
         let mut kept = VecDeque::new();
         let waiting = std::mem::take(&mut led.waiting);
         for w in waiting {
             let behind = blocked.iter().any(|(c, r)| *c == w.chunk && r.overlaps(w.range));
-            // A read waits, too, while the own replica lacks a logged write over it.
-            let stale = w.stamp.is_none() && led.dvl.hides(self.id, w.chunk, w.range);
-            if behind || stale || led.overlaps_pending(w.chunk, w.range) {
+            if behind || led.overlaps_pending(w.chunk, w.range) {
                 blocked.push((w.chunk, w.range));
                 kept.push_back(w);
+            } else if w.stamp.is_none()
+                && self.broken != Some(Broken::ReadWithoutLoggers)
+                && led.dvl.hides(self.id, w.chunk, w.range)
+            {
+                // The own replica lacks logged writes over it: read them back first.
+                let awaiting = led.dvl.demand(self.id, w.chunk, w.range, now);
+                led.demand.push(DemandRead { read: w, awaiting, found: Vec::new() });
+                demanded = true;
             } else {
                 if w.stamp.is_some() {
                     // Later requests to these blocks wait for this write.
@@ -484,6 +512,54 @@ impl Server {
                 Some(stamp) => self.start_write(group, w, stamp),
                 None => self.start_read(group, w),
             }
+        }
+        if demanded {
+            self.send_reads(group, false);
+        }
+    }
+
+    /// A logged write read back from a logger: the demand reads awaiting it take it.
+    pub(super) fn demand_found(
+        &mut self,
+        group: ChunkGroupId,
+        record: &LogRecord,
+        write: UnstableWrite,
+    ) {
+        let Some(led) = self.led.get_mut(&group) else { return };
+        for demand in led.demand.iter_mut().filter(|d| d.awaiting.contains(record)) {
+            demand.awaiting.retain(|r| r != record);
+            demand.found.push(write);
+        }
+    }
+
+    /// Serves every demand read whose records are all read back (or done with: a
+    /// record no longer read back was superseded, or applied to the own replica).
+    fn serve_demand_reads(&mut self, group: ChunkGroupId) {
+        let Some(led) = self.led.get_mut(&group) else { return };
+        if led.demand.is_empty() {
+            return;
+        }
+        let dvl = &led.dvl;
+        for demand in &mut led.demand {
+            demand.awaiting.retain(|record| dvl.reading(record));
+        }
+        let (done, awaiting): (Vec<DemandRead>, Vec<DemandRead>) =
+            std::mem::take(&mut led.demand).into_iter().partition(|d| d.awaiting.is_empty());
+        led.demand = awaiting;
+        for demand in done {
+            let w = demand.read;
+            let Ok(own) = self.store.read(w.chunk, w.range) else {
+                self.counters.corrupt_reads += 1;
+                self.ask_for_repair(group, w, Vec::new());
+                continue;
+            };
+            let mut found = demand.found;
+            found.sort_by_key(|write| write.version);
+            let pieces = found.iter().fold(own, overlay);
+            self.counters.reads_from_loggers += 1;
+            let position = disk_position(w.chunk, w.range);
+            let io = Io::ClientRead { group, client: w.client, request: w.request, pieces };
+            self.disk(io, false, position, w.range.size_bytes());
         }
     }
 
@@ -800,5 +876,63 @@ impl Server {
     /// it (the local copy is in flight on this server's own disk).
     fn resend_remote(&mut self, group: ChunkGroupId, version: Version) {
         self.send_write(group, version, Targets::Remote);
+    }
+}
+
+/// `pieces` (a read's answer, in order, covering its range) with `write` over the bytes
+/// where it is newer than what they hold.
+fn overlay(pieces: Vec<Piece>, write: &UnstableWrite) -> Vec<Piece> {
+    let mut out = Vec::with_capacity(pieces.len() + 2);
+    for piece in pieces {
+        let (start, end) =
+            (piece.range.start.max(write.range.start), piece.range.end.min(write.range.end));
+        if start >= end || piece.version >= write.version {
+            out.push(piece);
+            continue;
+        }
+        if piece.range.start < start {
+            out.push(Piece { range: ByteRange::from_bounds(piece.range.start, start), ..piece });
+        }
+        let range = ByteRange::from_bounds(start, end);
+        out.push(Piece { range, version: write.version, stamp: write.stamp });
+        if end < piece.range.end {
+            out.push(Piece { range: ByteRange::from_bounds(end, piece.range.end), ..piece });
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use somnus_types::ObjectId;
+
+    use super::*;
+    use crate::cluster::ChunkIndex;
+
+    fn piece(start: u64, end: u64, version: u64) -> Piece {
+        Piece {
+            range: ByteRange::from_bounds(start, end),
+            version: Version(version),
+            stamp: Stamp(version),
+        }
+    }
+
+    #[test]
+    fn a_logged_write_wins_only_where_it_is_newer() {
+        let own = vec![piece(0, 4096, 5), piece(4096, 12288, 9), piece(12288, 16384, 0)];
+        let write = UnstableWrite {
+            chunk: ChunkId { object: ObjectId(1), chunk: ChunkIndex(0) },
+            range: ByteRange::from_bounds(2048, 14336),
+            version: Version(7),
+            stamp: Stamp(7),
+        };
+        let expected = vec![
+            piece(0, 2048, 5),
+            piece(2048, 4096, 7),
+            piece(4096, 12288, 9),
+            piece(12288, 14336, 7),
+            piece(14336, 16384, 0),
+        ];
+        assert_eq!(overlay(own, &write), expected);
     }
 }
