@@ -29,7 +29,7 @@ pub(crate) struct ClusterArgs {
     #[arg(long, default_value_t = 4, value_parser = clap::value_parser!(u32).range(1..=4096))]
     clients: u32,
     /// Fault kinds: `all`, `none`, or a list of loss, duplication, delay, partition,
-    /// crash, corrupt, slow-disk.
+    /// crash, corrupt, slow-disk, full-disk, gear, lost (README: what each does).
     #[arg(long, default_value = "all", value_parser = FaultSet::parse)]
     faults: FaultSet,
     /// Virtual seconds of workload under faults; the heal and quiesce follow.
@@ -39,8 +39,9 @@ pub(crate) struct ClusterArgs {
     #[arg(long, value_enum)]
     broken: Option<BrokenChoice>,
     /// What each server's logger keeps its records in: the real `logstore` engine over
-    /// an in-memory fault-injecting disk, or the core's model of a log (no bytes; a
-    /// run prints the same on both unless they disagree).
+    /// an in-memory fault-injecting disk, or the core's model of a log (no bytes; the
+    /// two agree on reads, but their garbage collections copy different records, so a
+    /// seed's run may differ).
     #[arg(long, value_enum, default_value = "logstore")]
     logger: LoggerChoice,
     /// Print every event of each seed (message, disk completion, fault) to stderr.
@@ -60,7 +61,7 @@ enum LoggerChoice {
 enum BrokenChoice {
     /// The primary acknowledges once its own copy is durable.
     AckAfterOneReplica,
-    /// No epoch or lease is checked, by primaries or replicas.
+    /// No epoch or lease is checked, by primaries, replicas or loggers.
     SkipEpochCheck,
     /// A new primary recovers its DVL from one logger fewer than L - r_L + 1.
     TooFewLoggers,

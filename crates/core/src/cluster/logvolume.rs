@@ -22,6 +22,10 @@ use somnus_types::{ByteRange, ChunkGroupId, LoggerId, ObjectId, OwnerId, Version
 use super::{ChunkId, Epoch, LogRecord, Stamp, UnstableWrite};
 use crate::logger::{LogGeometry, Logger, RECORD_HEADER_BYTES};
 
+/// A piece a log reads: its range, the version it reads as, and the stamp its bytes
+/// hold (`None` from a log that keeps no payloads).
+pub type LogPiece = (ByteRange, Version, Option<Stamp>);
+
 /// Bytes of one segment of a server's log: small, so collection frees space soon.
 pub const SEGMENT_BYTES: u64 = 4 << 20;
 
@@ -60,7 +64,7 @@ pub trait LogBackend: std::fmt::Debug + Send {
         owner: OwnerId,
         object: ObjectId,
         range: ByteRange,
-    ) -> Result<Vec<(ByteRange, Version, Option<Stamp>)>, BackendError>;
+    ) -> Result<Vec<LogPiece>, BackendError>;
     /// The version each piece of `range` reads as, without the bytes.
     fn versions(
         &self,
@@ -148,7 +152,7 @@ impl LogBackend for ModelLog {
         owner: OwnerId,
         object: ObjectId,
         range: ByteRange,
-    ) -> Result<Vec<(ByteRange, Version, Option<Stamp>)>, BackendError> {
+    ) -> Result<Vec<LogPiece>, BackendError> {
         let (pieces, _) = self.0.read(owner, object, range);
         Ok(pieces.into_iter().map(|(range, version)| (range, version, None)).collect())
     }
@@ -196,6 +200,10 @@ pub struct LogVolume {
     /// Markers that came before their append (it was delayed, or never sent): the
     /// append is dropped when it comes, until a newer epoch fences the owner.
     tombstones: BTreeSet<(ChunkGroupId, Epoch, Version)>,
+    /// Per owner, the newest version appended: a log may forget it (the engine, once
+    /// collection took every record of the owner and a crash reopened it), and D1's
+    /// repeat check must not.
+    newest: BTreeMap<OwnerId, Version>,
     /// Where the log's records disagreed with this index, or the log failed: bugs of
     /// the engine or of this index, which the simulation reports as violations.
     faults: Vec<String>,
@@ -215,6 +223,7 @@ impl LogVolume {
             fences: BTreeMap::new(),
             writes: BTreeMap::new(),
             tombstones: BTreeSet::new(),
+            newest: BTreeMap::new(),
             faults: Vec::new(),
         }
     }
@@ -248,9 +257,9 @@ impl LogVolume {
         writes: &[UnstableWrite],
     ) -> (Vec<Version>, Vec<Version>) {
         let owner = owner(group, epoch);
-        let (mut logged, mut full) = (Vec::new(), Vec::new());
+        let (mut logged, mut full, mut appended) = (Vec::new(), Vec::new(), Vec::new());
         for write in writes {
-            if write.version <= self.log.newest_version(owner)
+            if write.version <= self.newest_version(owner)
                 || self.tombstones.contains(&(group, epoch, write.version))
             {
                 logged.push(write.version);
@@ -260,6 +269,8 @@ impl LogVolume {
             match self.log.append(owner, object, range, write.version, write.stamp) {
                 Ok(()) => {
                     self.writes.insert((group, epoch, write.version), *write);
+                    self.newest.insert(owner, write.version);
+                    appended.push(write.version);
                     logged.push(write.version);
                 }
                 Err(BackendError::Full) => full.push(write.version),
@@ -269,8 +280,23 @@ impl LogVolume {
                 }
             }
         }
-        self.flush();
+        if let Err(error) = self.log.flush() {
+            // Not durable: the batch is not acknowledged (the primary logs it again,
+            // elsewhere or later), and the index forgets it.
+            self.fault(format!("flushing the log: {error}"));
+            for version in &appended {
+                self.writes.remove(&(group, epoch, *version));
+            }
+            logged.retain(|v| !appended.contains(v));
+            full.extend(appended);
+        }
         (logged, full)
+    }
+
+    /// The owner's newest version: this logger's memory of it, or the log's.
+    fn newest_version(&self, owner: OwnerId) -> Version {
+        let remembered = self.newest.get(&owner).copied().unwrap_or_default();
+        remembered.max(self.log.newest_version(owner))
     }
 
     /// Appends deletion markers for `records`, as one group commit, and forgets the
@@ -280,7 +306,7 @@ impl LogVolume {
         let mut marked = Vec::new();
         for record in records {
             let owner = owner(group, record.owner);
-            if record.version > self.log.newest_version(owner) {
+            if record.version > self.newest_version(owner) {
                 self.tombstones.insert((group, record.owner, record.version));
                 continue;
             }
@@ -322,7 +348,7 @@ impl LogVolume {
         group: ChunkGroupId,
         epoch: Epoch,
         write: &UnstableWrite,
-    ) -> Result<Vec<(ByteRange, Version, Option<Stamp>)>, BackendError> {
+    ) -> Result<Vec<LogPiece>, BackendError> {
         let (object, range) = self.address(write.chunk, write.range);
         self.log.read(owner(group, epoch), object, range)
     }
@@ -373,13 +399,16 @@ impl LogVolume {
     }
 
     /// What the log reads over `write`'s range in its owner, checked against the index
-    /// (D7): every piece is of a write the index holds as visible, with its stamp.
+    /// (D7): every piece is of a write the index holds as visible, with its stamp. (The
+    /// converse is not checked here: a write the index holds may read as newer writes
+    /// of its owner everywhere, and is forgotten only once a marker hides it; the
+    /// crash check compares whole reads before and after.)
     fn check_reads(
         &self,
         group: ChunkGroupId,
         epoch: Epoch,
         write: &UnstableWrite,
-    ) -> Result<Vec<(ByteRange, Version, Option<Stamp>)>, String> {
+    ) -> Result<Vec<LogPiece>, String> {
         let pieces =
             self.pieces(group, epoch, write).map_err(|e| format!("reading {write:?}: {e}"))?;
         for (range, version, stamp) in &pieces {
@@ -400,8 +429,7 @@ impl LogVolume {
     }
 
     /// What the log reads over every write of the index, in index order.
-    #[allow(clippy::type_complexity)]
-    fn read_all(&mut self) -> Vec<Vec<(ByteRange, Version, Option<Stamp>)>> {
+    fn read_all(&mut self) -> Vec<Vec<LogPiece>> {
         let writes: Vec<((ChunkGroupId, Epoch, Version), UnstableWrite)> =
             self.writes.iter().map(|(k, w)| (*k, *w)).collect();
         let mut reads = Vec::with_capacity(writes.len());

@@ -387,7 +387,10 @@ impl LogStore {
     /// In [`CommitMode::Stepped`]: writes, syncs and applies every record queued since
     /// the last flush, as one group commit on the calling thread; returns how many
     /// records became durable (0 when nothing was queued). In `Group` mode the
-    /// appenders flush their own records and this only waits for nothing.
+    /// appenders flush their own records: this does nothing and returns 0.
+    ///
+    /// A stepped log is driven by one thread (the simulator's): a flush called while
+    /// another thread leads one would return before that batch is durable.
     pub fn flush_queued(&self) -> Result<u64> {
         let mut writer = lock(&self.writer);
         if let Some(cause) = &writer.poisoned {

@@ -228,15 +228,13 @@ impl LogStore {
                 }
                 Ok(())
             });
-            // A stepped log makes the copies durable here: they must be before the
-            // segment they replace is deleted.
-            let committed = committed.and_then(|()| {
-                if self.options.commit == CommitMode::Stepped {
-                    self.flush_queued().map(|_| ())
-                } else {
-                    Ok(())
-                }
-            });
+            // A stepped log makes the copies durable here, whatever part of them was
+            // queued: they must be before they join the index, and before the segment
+            // they replace is deleted. A failed flush poisons the log.
+            let committed = match self.options.commit {
+                CommitMode::Stepped => self.flush_queued().and(committed),
+                CommitMode::Group => committed,
+            };
             match committed {
                 Ok(()) => copied.append(&mut placed),
                 // The flush failed: the copies may not be on the device.

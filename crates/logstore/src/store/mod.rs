@@ -210,9 +210,10 @@ impl LogStore {
     /// scans and reports it again). Calls after this fail with `Closed`.
     pub fn close(&self) -> Result<()> {
         let next_lsn = {
+            // No appender leads a stepped log's batch: close flushes what is queued (a
+            // failure poisons the log, reported below).
             if self.options.commit == CommitMode::Stepped {
-                // No appender leads a stepped log's batch: close flushes what is queued.
-                self.flush_queued()?;
+                let _poisoned_if_failed = self.flush_queued();
             }
             let mut writer = lock(&self.writer);
             writer.closed = true;

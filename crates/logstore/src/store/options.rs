@@ -17,13 +17,15 @@ pub enum CommitMode {
     /// Group commit on the appenders' threads: a call returns once its record is
     /// durable, one appender leading each flush for all that queued meanwhile.
     Group,
-    /// The deterministic mode a simulator steps: appends, invalidations and
-    /// `delete_all` only queue their record (it is not durable, and reads do not see it,
-    /// when they return); [`LogStore::flush_queued`](crate::LogStore::flush_queued)
-    /// writes, syncs and applies everything queued, as one group commit, on the
-    /// caller's thread, when the caller's events say the device is done. The engine
-    /// starts no thread and reads no clock of its own in this mode (the clock is
-    /// [`Options::clock`], which a simulator sets to its own).
+    /// The deterministic mode a simulator steps, from one thread: appends,
+    /// invalidations and `delete_all` only queue their record (it is not durable, and
+    /// reads do not see it, when they return);
+    /// [`LogStore::flush_queued`](crate::LogStore::flush_queued) writes, syncs and
+    /// applies everything queued, as one group commit, on the caller's thread, when
+    /// the caller's events say the device is done. A compaction flushes the queue with
+    /// its copies. The engine starts no thread, and nothing it writes or decides reads
+    /// a clock: records carry [`Options::clock`] (time 0 from [`Options::stepped`]);
+    /// only the durations in recovery and compaction reports are measured.
     Stepped,
 }
 
@@ -36,6 +38,7 @@ pub struct Options {
     /// Invalidations, `delete_all` and compaction copies may go one segment past it, so
     /// that a full log can always be emptied.
     pub capacity_bytes: u64,
+    /// Which sync makes a batch durable.
     pub sync: SyncMode,
     /// Open without writing anything (no recovery repairs, no appends).
     pub read_only: bool,
@@ -46,6 +49,7 @@ pub struct Options {
     pub clock: fn() -> u64,
     /// The id a new log gets (`None`: one drawn from the clock and the process id).
     pub new_log_id: Option<LogId>,
+    /// Who flushes queued records: the appenders (group commit), or the caller.
     pub commit: CommitMode,
 }
 

@@ -11,7 +11,7 @@
 use std::sync::Arc;
 
 use somnus_core::cluster::Stamp;
-use somnus_core::cluster::logvolume::{BackendError, LogBackend, SEGMENT_BYTES};
+use somnus_core::cluster::logvolume::{BackendError, LogBackend, LogPiece, SEGMENT_BYTES};
 #[cfg(test)]
 use somnus_logstore::Disk;
 use somnus_logstore::{Crash, Error, LogId, LogStore, MemDisk, Options};
@@ -136,7 +136,7 @@ impl LogBackend for EngineLog {
         owner: OwnerId,
         object: ObjectId,
         range: ByteRange,
-    ) -> Result<Vec<(ByteRange, Version, Option<Stamp>)>, BackendError> {
+    ) -> Result<Vec<LogPiece>, BackendError> {
         let read = self.store.read(owner, object, range).map_err(failed)?;
         read.pieces
             .into_iter()
@@ -243,6 +243,38 @@ mod tests {
     #[test]
     fn a_logger_on_the_engine_reads_back_the_same_after_a_crash() {
         assert_eq!(crash_once(false), Vec::<String>::new());
+    }
+
+    #[test]
+    fn a_late_append_stays_a_repeat_after_collection_and_a_crash_emptied_the_log() {
+        let mut log = LogVolume::on(1 << 20, Box::new(EngineLog::new(0, 64 << 20).unwrap()));
+        let group = ChunkGroupId(1);
+        // Enough 8 KiB records to seal a few 4 MiB segments, then every one reclaimed.
+        let writes: Vec<UnstableWrite> = (1..=1200).map(|v| write(v % 100, v)).collect();
+        for batch in writes.chunks(50) {
+            assert_eq!(log.append_batch(group, Epoch(1), batch).1, vec![]);
+        }
+        let records: Vec<LogRecord> = writes
+            .iter()
+            .map(|w| LogRecord {
+                owner: Epoch(1),
+                chunk: w.chunk,
+                range: w.range,
+                version: w.version,
+            })
+            .collect();
+        log.invalidate_batch(group, &records);
+        // The head segment is collected once a reopen has sealed it.
+        for _ in 0..2 {
+            log.collect();
+            log.crash();
+        }
+        assert_eq!((log.write_count(), log.live_bytes()), (0, 0));
+        // A duplicate of an early batch arrives late: D1 takes it as a repeat.
+        let (logged, full) = log.append_batch(group, Epoch(1), &writes[..3]);
+        assert_eq!((logged.len(), full.len()), (3, 0));
+        assert_eq!(log.write_count(), 0, "a late repeat was logged again");
+        assert_eq!(log.faults(), &[] as &[String]);
     }
 
     #[test]

@@ -87,7 +87,8 @@ pub enum LoggerBackend {
     /// stepped by the simulation's events: the bytes-on-disk code under test.
     Logstore,
     /// The core's model of a log (metadata only): the engine's semantics without its
-    /// bytes, for comparison (a run must print the same on both).
+    /// bytes, for comparison. The two agree on reads; their garbage collections copy
+    /// different records, so log space and disk timings, and so a run, may differ.
     Model,
 }
 

@@ -204,7 +204,17 @@ impl Dvl {
         chunk: crate::cluster::ChunkId,
         range: somnus_types::ByteRange,
     ) -> bool {
-        self.extents.iter().any(|(record, extent)| {
+        self.lacking(own, chunk, range).next().is_some()
+    }
+
+    /// The logged writes over `range` of `chunk` that `own` lacks.
+    fn lacking(
+        &self,
+        own: ServerId,
+        chunk: crate::cluster::ChunkId,
+        range: somnus_types::ByteRange,
+    ) -> impl Iterator<Item = (&LogRecord, &Extent)> {
+        self.extents.iter().filter(move |(record, extent)| {
             record.chunk == chunk && record.range.overlaps(range) && !extent.applied.contains(&own)
         })
     }
@@ -212,23 +222,15 @@ impl Dvl {
     /// The records over `range` of `chunk` the own replica lacks, each now read back
     /// (a read of the reclaim's, started at once if none is under way, past the
     /// reclaim's limit: a client waits for it).
-    pub(super) fn demand(
+    pub(super) fn read_back_lacking(
         &mut self,
         own: ServerId,
         chunk: crate::cluster::ChunkId,
         range: somnus_types::ByteRange,
         now: VirtualInstant,
     ) -> Vec<LogRecord> {
-        let lacking: Vec<LogRecord> = self
-            .extents
-            .iter()
-            .filter(|(record, extent)| {
-                record.chunk == chunk
-                    && record.range.overlaps(range)
-                    && !extent.applied.contains(&own)
-            })
-            .map(|(record, _)| *record)
-            .collect();
+        let lacking: Vec<LogRecord> =
+            self.lacking(own, chunk, range).map(|(record, _)| *record).collect();
         for record in &lacking {
             self.reads.entry(*record).or_insert(Read {
                 purpose: Purpose::Reclaim,
@@ -443,6 +445,9 @@ impl Server {
         for (logger, records) in batches {
             self.send_logger(logger, Message::LogRead { group, epoch, records });
         }
+        // Records done with here (superseded, or their holders lost) may complete a
+        // demand read.
+        self.serve_demand_reads(group);
     }
 
     fn log_data(

@@ -5,7 +5,6 @@
 //! requests, gives each write a version `epoch << 40 | sequence`, sends it to every
 //! replica and acknowledges it when all r copies are durable (C3).
 
-use crate::cluster::LogRecord;
 use std::collections::{BTreeMap, VecDeque};
 
 use somnus_types::{ByteRange, ChunkGroupId, ServerId, Version, VirtualDuration, VirtualInstant};
@@ -15,8 +14,8 @@ use super::rebuild::Rebuild;
 use super::{Broken, Io, Server, disk_position};
 use crate::cluster::store::BLOCK_BYTES;
 use crate::cluster::{
-    ChunkId, DvlHandoff, Epoch, GroupView, Message, Peer, Piece, ReplyBody, RequestError, Stamp,
-    UnstableWrite,
+    ChunkId, DvlHandoff, Epoch, GroupView, LogRecord, Message, Peer, Piece, ReplyBody,
+    RequestError, Stamp, UnstableWrite,
 };
 
 /// Bits of a version below the epoch: 2^40 writes per epoch.
@@ -59,10 +58,16 @@ struct Waiting {
 #[derive(Clone, Debug)]
 struct DemandRead {
     read: Waiting,
+    /// The own copy when the read was admitted (no write over it pending then): the
+    /// writes read back are laid over it, so a write admitted later, and not yet
+    /// acknowledged, is never returned.
+    own: Vec<Piece>,
     /// The records still being read back (each a read of the DVL's).
     awaiting: Vec<LogRecord>,
     /// The writes read back so far.
     found: Vec<UnstableWrite>,
+    /// Refused with `Retry` past the request timeout (every holder may be down).
+    started: VirtualInstant,
 }
 
 /// A read held while a replica is asked for a copy of its corrupt blocks.
@@ -392,7 +397,8 @@ impl Server {
             return;
         };
         led.migrating = true;
-        let waiting: Vec<Waiting> = led.waiting.drain(..).collect();
+        let demand = led.demand.drain(..).map(|d| d.read);
+        let waiting: Vec<Waiting> = led.waiting.drain(..).chain(demand).collect();
         for w in waiting {
             self.refuse(w.client, w.request, RequestError::Retry);
         }
@@ -493,10 +499,13 @@ impl Server {
             } else if w.stamp.is_none()
                 && self.broken != Some(Broken::ReadWithoutLoggers)
                 && led.dvl.hides(self.id, w.chunk, w.range)
+                && let Ok(own) = self.store.read(w.chunk, w.range)
             {
                 // The own replica lacks logged writes over it: read them back first.
-                let awaiting = led.dvl.demand(self.id, w.chunk, w.range, now);
-                led.demand.push(DemandRead { read: w, awaiting, found: Vec::new() });
+                // (A corrupt own copy goes the way of any read: repaired, then again.)
+                let awaiting = led.dvl.read_back_lacking(self.id, w.chunk, w.range, now);
+                let found = Vec::new();
+                led.demand.push(DemandRead { read: w, own, awaiting, found, started: now });
                 demanded = true;
             } else {
                 if w.stamp.is_some() {
@@ -533,8 +542,10 @@ impl Server {
     }
 
     /// Serves every demand read whose records are all read back (or done with: a
-    /// record no longer read back was superseded, or applied to the own replica).
-    fn serve_demand_reads(&mut self, group: ChunkGroupId) {
+    /// record no longer read back was superseded, or its holders are lost, R3), and
+    /// refuses with `Retry` those waiting past the request timeout.
+    pub(super) fn serve_demand_reads(&mut self, group: ChunkGroupId) {
+        let (now, timeout) = (self.now, self.config.request_timeout);
         let Some(led) = self.led.get_mut(&group) else { return };
         if led.demand.is_empty() {
             return;
@@ -543,19 +554,20 @@ impl Server {
         for demand in &mut led.demand {
             demand.awaiting.retain(|record| dvl.reading(record));
         }
+        let (late, demand): (Vec<DemandRead>, Vec<DemandRead>) = std::mem::take(&mut led.demand)
+            .into_iter()
+            .partition(|d| !d.awaiting.is_empty() && d.started.saturating_add(timeout) <= now);
         let (done, awaiting): (Vec<DemandRead>, Vec<DemandRead>) =
-            std::mem::take(&mut led.demand).into_iter().partition(|d| d.awaiting.is_empty());
+            demand.into_iter().partition(|d| d.awaiting.is_empty());
         led.demand = awaiting;
+        for demand in late {
+            self.refuse(demand.read.client, demand.read.request, RequestError::Retry);
+        }
         for demand in done {
             let w = demand.read;
-            let Ok(own) = self.store.read(w.chunk, w.range) else {
-                self.counters.corrupt_reads += 1;
-                self.ask_for_repair(group, w, Vec::new());
-                continue;
-            };
             let mut found = demand.found;
             found.sort_by_key(|write| write.version);
-            let pieces = found.iter().fold(own, overlay);
+            let pieces = found.iter().fold(demand.own, overlay);
             self.counters.reads_from_loggers += 1;
             let position = disk_position(w.chunk, w.range);
             let io = Io::ClientRead { group, client: w.client, request: w.request, pieces };
@@ -854,6 +866,7 @@ impl Server {
             }
             self.repairs_timed_out(group);
             self.dvl_timer(group);
+            self.serve_demand_reads(group);
             self.rebuild_timer(group);
         }
     }
