@@ -173,3 +173,15 @@ fn a_seed_replays_exactly() {
     let spec = ClusterSpec::small();
     assert_eq!(run(&spec, 11), run(&spec, 11));
 }
+
+#[test]
+fn demand_reads_whose_records_are_applied_another_way_start_again() {
+    // These seeds failed C4 when a demand read whose record was applied to the own
+    // replica by a new primary's adoption (not read back) answered from the own copy
+    // it took before: it lacked that write.
+    let spec = ClusterSpec::small();
+    for seed in [1644, 2574, 2591, 11691, 12402, 19282] {
+        let report = run(&spec, seed);
+        assert_eq!(report.violations, Vec::<String>::new(), "seed {seed}");
+    }
+}

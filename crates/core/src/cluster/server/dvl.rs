@@ -445,9 +445,9 @@ impl Server {
         for (logger, records) in batches {
             self.send_logger(logger, Message::LogRead { group, epoch, records });
         }
-        // Records done with here (superseded, or their holders lost) may complete a
-        // demand read.
-        self.serve_demand_reads(group);
+        // Records done with here (superseded, or their holders lost) leave demand
+        // reads to start again.
+        self.serve_demand_reads(group, false);
     }
 
     fn log_data(

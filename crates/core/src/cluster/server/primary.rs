@@ -479,7 +479,7 @@ impl Server {
 
     /// Starts every waiting request that no write before it overlaps, in order.
     pub(super) fn admit(&mut self, group: ChunkGroupId) {
-        self.serve_demand_reads(group);
+        self.serve_demand_reads(group, true);
         let now = self.now;
         let Some(led) = self.led.get_mut(&group) else { return };
         let own = led.index_of(self.id).is_some_and(|i| led.synced[i]);
@@ -541,19 +541,36 @@ impl Server {
         }
     }
 
-    /// Serves every demand read whose records are all read back (or done with: a
-    /// record no longer read back was superseded, or its holders are lost, R3), and
-    /// refuses with `Retry` those waiting past the request timeout.
-    pub(super) fn serve_demand_reads(&mut self, group: ChunkGroupId) {
+    /// Serves every demand read whose records are all read back, and refuses with
+    /// `Retry` those waiting past the request timeout. A read one of whose records was
+    /// done with otherwise (applied to the own replica by another way, superseded, or
+    /// its holders lost, R3) starts again from the queue, with a new look at the own
+    /// copy: the one it took may lack that write. `admitting`: called by `admit`,
+    /// which takes the queue next; otherwise this admits them.
+    pub(super) fn serve_demand_reads(&mut self, group: ChunkGroupId, admitting: bool) {
         let (now, timeout) = (self.now, self.config.request_timeout);
         let Some(led) = self.led.get_mut(&group) else { return };
         if led.demand.is_empty() {
             return;
         }
         let dvl = &led.dvl;
-        for demand in &mut led.demand {
+        let mut again = Vec::new();
+        for (i, demand) in led.demand.iter_mut().enumerate() {
+            let before = demand.awaiting.len();
             demand.awaiting.retain(|record| dvl.reading(record));
+            if demand.awaiting.len() < before {
+                again.push(i);
+            }
         }
+        for i in again.iter().rev() {
+            let demand = led.demand.swap_remove(*i);
+            led.waiting.push_front(demand.read);
+        }
+        if !again.is_empty() && !admitting {
+            self.admit(group);
+            return;
+        }
+        let Some(led) = self.led.get_mut(&group) else { return };
         let (late, demand): (Vec<DemandRead>, Vec<DemandRead>) = std::mem::take(&mut led.demand)
             .into_iter()
             .partition(|d| !d.awaiting.is_empty() && d.started.saturating_add(timeout) <= now);
@@ -866,7 +883,7 @@ impl Server {
             }
             self.repairs_timed_out(group);
             self.dvl_timer(group);
-            self.serve_demand_reads(group);
+            self.serve_demand_reads(group, false);
             self.rebuild_timer(group);
         }
     }
