@@ -317,7 +317,10 @@ impl LogVolume {
                 marked.push(*record);
             }
         }
-        self.flush();
+        if let Err(error) = self.log.flush() {
+            // The markers are not durable: nothing reads as hidden, nothing is pruned.
+            self.fault(format!("flushing the log: {error}"));
+        }
         for record in &marked {
             let hidden: Vec<Version> = self
                 .writes
@@ -332,25 +335,8 @@ impl LogVolume {
         }
     }
 
-    fn flush(&mut self) {
-        if let Err(error) = self.log.flush() {
-            self.fault(format!("flushing the log: {error}"));
-        }
-    }
-
     fn fault(&mut self, fault: String) {
         self.faults.push(fault);
-    }
-
-    /// The log's bytes of `write` at its version, as a piece list.
-    fn pieces(
-        &self,
-        group: ChunkGroupId,
-        epoch: Epoch,
-        write: &UnstableWrite,
-    ) -> Result<Vec<LogPiece>, BackendError> {
-        let (object, range) = self.address(write.chunk, write.range);
-        self.log.read(owner(group, epoch), object, range)
     }
 
     /// Whether any byte of `write` still reads as its version.
@@ -381,21 +367,15 @@ impl LogVolume {
         groups.into_iter().flat_map(|g| self.records(g).into_iter().map(move |r| (g, r))).collect()
     }
 
-    /// The write `record` names, if a byte of it is still visible (the stamp is the
-    /// one the log's bytes hold, where the log keeps payloads).
+    /// The write `record` names, if a byte of it is still visible.
     pub fn read(&mut self, group: ChunkGroupId, record: &LogRecord) -> Option<UnstableWrite> {
         let write = self.writes.get(&(group, record.owner, record.version)).copied()?;
-        match self.check_reads(group, record.owner, &write) {
-            Ok(pieces) => {
-                let stamp = pieces.iter().find(|(_, v, _)| *v == write.version).and_then(|p| p.2);
-                Some(UnstableWrite { stamp: stamp.unwrap_or(write.stamp), ..write })
-            }
-            Err(fault) => {
-                // The index's write is returned: a doubt never drops a logged write.
-                self.fault(fault);
-                Some(write)
-            }
+        // Checked, the log's bytes hold the index's stamp; on a fault the index's write
+        // is returned all the same: a doubt never drops a logged write.
+        if let Err(fault) = self.check_reads(group, record.owner, &write) {
+            self.fault(fault);
         }
+        Some(write)
     }
 
     /// What the log reads over `write`'s range in its owner, checked against the index
@@ -409,8 +389,11 @@ impl LogVolume {
         epoch: Epoch,
         write: &UnstableWrite,
     ) -> Result<Vec<LogPiece>, String> {
-        let pieces =
-            self.pieces(group, epoch, write).map_err(|e| format!("reading {write:?}: {e}"))?;
+        let (object, range) = self.address(write.chunk, write.range);
+        let pieces = self
+            .log
+            .read(owner(group, epoch), object, range)
+            .map_err(|e| format!("reading {write:?}: {e}"))?;
         for (range, version, stamp) in &pieces {
             match self.writes.get(&(group, epoch, *version)) {
                 None => {
