@@ -794,4 +794,14 @@ fn sim_cluster_prints_a_line_per_seed_and_a_replay_command_for_a_failing_one() {
     let bad = somnus(&["sim", "cluster", "--faults", "crash,fire"]);
     assert_eq!(bad.status.code(), Some(2));
     assert!(String::from_utf8_lossy(&bad.stderr).contains("unknown fault \"fire\""));
+    // On the core's model of a log, the replay names it; an unknown log is refused.
+    let args = ["sim", "cluster", "--seeds", "5", "--broken", "ack-after-one-replica"];
+    let output = somnus(&[&args[..], &["--logger", "model"]].concat());
+    assert_eq!(output.status.code(), Some(1));
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    assert!(stdout.contains("--broken ack-after-one-replica --logger model --trace"), "{stdout}");
+    let bad = somnus(&["sim", "cluster", "--logger", "paper"]);
+    assert_eq!(bad.status.code(), Some(2));
+    let stderr = String::from_utf8_lossy(&bad.stderr);
+    assert!(stderr.contains("invalid value 'paper' for '--logger") && !stderr.contains("panicked"));
 }
