@@ -475,7 +475,7 @@ impl Client {
         let outcome = match message {
             Message::ObjectFound { info, .. } => {
                 self.learn_object(&info);
-                ClientOutcome::Object(info)
+                ClientOutcome::Object(*info)
             }
             Message::ObjectDeleted { name, .. } => {
                 self.objects.remove(&name);

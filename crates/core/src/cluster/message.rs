@@ -172,6 +172,36 @@ pub struct DvlHandoff {
     pub unrecovered: Vec<ServerId>,
 }
 
+/// The MDS renewed the leases of `renewed` from `sent_at`; the server must stop
+/// leading `revoked` (a view change it has not heard of).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct LeaseRenewal {
+    pub sent_at: VirtualInstant,
+    pub renewed: Vec<(ChunkGroupId, Epoch)>,
+    pub revoked: Vec<(ChunkGroupId, Epoch)>,
+    /// The servers that do not serve now (asleep, waking, failed, removed): their
+    /// primaries log for them (D2).
+    pub down: Vec<ServerId>,
+    /// The servers declared lost for good (among `down`): their log records are
+    /// gone, so no deletion marker waits for them.
+    pub lost: Vec<ServerId>,
+}
+
+/// Lead `view.group` in `view.epoch`, for the lease counted from `lease_from` (the
+/// send time of the server's last heartbeat the MDS received); with a handoff take
+/// that DVL state, else recover the DVL from the loggers of `logger_view`, fencing
+/// older epochs.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct LeaseGrant {
+    pub view: GroupView,
+    pub lease_from: VirtualInstant,
+    pub logger_view: Vec<ServerId>,
+    pub handoff: Option<DvlHandoff>,
+    /// Replicas whose copy is being rebuilt (R1): the primary copies the group's
+    /// chunks to them and reports each done.
+    pub rebuilding: Vec<ServerId>,
+}
+
 /// Why the MDS refused a metadata request.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
 pub enum MetadataError {
@@ -197,32 +227,11 @@ pub enum Message {
         power: ServerPower,
         leads: Vec<(ChunkGroupId, Epoch)>,
     },
-    /// The MDS renewed the leases of `renewed` from `sent_at`; the server must stop
-    /// leading `revoked` (a view change it has not heard of).
-    HeartbeatReply {
-        sent_at: VirtualInstant,
-        renewed: Vec<(ChunkGroupId, Epoch)>,
-        revoked: Vec<(ChunkGroupId, Epoch)>,
-        /// The servers that do not serve now (asleep, waking, failed, removed): their
-        /// primaries log for them (D2).
-        down: Vec<ServerId>,
-        /// The servers declared lost for good (among `down`): their log records are
-        /// gone, so no deletion marker waits for them.
-        lost: Vec<ServerId>,
-    },
-    /// Lead `view.group` in `view.epoch`, for the lease counted from `lease_from` (the
-    /// send time of the server's last heartbeat the MDS received); with a handoff take
-    /// that DVL state, else recover the DVL from the loggers of `logger_view`, fencing
-    /// older epochs.
-    GrantLease {
-        view: GroupView,
-        lease_from: VirtualInstant,
-        logger_view: Vec<ServerId>,
-        handoff: Option<DvlHandoff>,
-        /// Replicas whose copy is being rebuilt (R1): the primary copies the group's
-        /// chunks to them and reports each done.
-        rebuilding: Vec<ServerId>,
-    },
+    /// The MDS's answer to a heartbeat (boxed: it is large, and rare next to the
+    /// data path's messages, which every move of a `Message` copies whole).
+    HeartbeatReply(Box<LeaseRenewal>),
+    /// Lead a group (boxed, as `HeartbeatReply`).
+    GrantLease(Box<LeaseGrant>),
     /// Hand the group over to `target` (it sleeps, or `target` woke and rebalances).
     MigratePrimary {
         group: ChunkGroupId,
@@ -281,7 +290,7 @@ pub enum Message {
     /// The MDS's answers.
     ObjectFound {
         request: u64,
-        info: ObjectInfo,
+        info: Box<ObjectInfo>,
     },
     ObjectDeleted {
         request: u64,
@@ -470,8 +479,11 @@ impl Message {
             | Message::LogInvalidated { records, .. } => {
                 records.len() as u64 * LOG_RECORD_WIRE_BYTES
             }
-            Message::GrantLease { handoff: Some(h), .. }
-            | Message::CancelLease { handoff: h, .. } => {
+            Message::GrantLease(grant) => grant
+                .handoff
+                .as_ref()
+                .map_or(0, |h| h.extents.len() as u64 * LOGGED_EXTENT_WIRE_BYTES),
+            Message::CancelLease { handoff: h, .. } => {
                 h.extents.len() as u64 * LOGGED_EXTENT_WIRE_BYTES
             }
             Message::ObjectFound { info, .. } => info.chunk_groups.len() as u64 * 4,
@@ -487,5 +499,16 @@ impl Message {
             }
             _ => 0,
         }
+    }
+}
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Every hop of a message (outbox, network, inbox) moves it whole: the large,
+    /// rare ones are boxed so the data path's messages stay small.
+    #[test]
+    fn a_message_is_no_larger_than_a_replica_write() {
+        assert!(size_of::<Message>() <= 80, "Message is {} bytes", size_of::<Message>());
     }
 }

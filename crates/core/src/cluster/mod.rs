@@ -10,8 +10,9 @@ pub mod server;
 pub mod store;
 
 pub use message::{
-    ChunkId, ChunkIndex, ClientId, DvlHandoff, Epoch, GroupView, LogRecord, LoggedExtent, Message,
-    MetadataError, ObjectInfo, Peer, Piece, ReplyBody, RequestError, Stamp, UnstableWrite,
+    ChunkId, ChunkIndex, ClientId, DvlHandoff, Epoch, GroupView, LeaseGrant, LeaseRenewal,
+    LogRecord, LoggedExtent, Message, MetadataError, ObjectInfo, Peer, Piece, ReplyBody,
+    RequestError, Stamp, UnstableWrite,
 };
 
 use somnus_types::{GearGroupId, RackId, ServerId, VirtualDuration};

@@ -6,41 +6,40 @@
 //! leaves is exactly what was durable: the simulator keeps the store across a crash
 //! and hands it back to the restarted server; the runtime keeps it in files.
 //!
-//! Replicas hold stamps (see [`Stamp`]) in extents painted by version: a write lands
-//! only on the blocks where it is newer than what is there, so replicas that apply the
-//! same writes in any order end up equal. Every extent carries a checksum of what it
-//! holds, verified on every read.
+//! A replica holds, per 4 KiB block, the version and stamp (see [`Stamp`]) of the
+//! write that last painted it: a write lands only on the blocks where it is newer
+//! than what is there, so replicas that apply the same writes in any order end up
+//! equal. Blocks a fault garbled are kept apart; every read checks for them, as a
+//! real disk's checksums would fail on them.
+//!
+//! The blocks are a dense array per chunk (16 bytes for each 4 KiB block written so
+//! far), not a map of extents: requests are a few blocks at random offsets, and a
+//! write or read then touches only its own blocks' few cache lines. This is the
+//! simulation's hottest state (`somnus bench cluster`).
 
 use std::collections::{BTreeMap, BTreeSet};
 
 use somnus_types::{ByteRange, ChunkGroupId, Version};
 
-use super::mds::mix;
 use super::{ChunkId, Epoch, Piece, Stamp, UnstableWrite};
-use crate::extent::ExtentMap;
 
 /// The unit of checksums and of the stamps a write leaves: requests are whole blocks.
 pub const BLOCK_BYTES: u64 = 4096;
 
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-struct Cell {
+/// What a corrupt block reads as: its stamp garbled (the checker's replicas differ).
+const GARBLE: u64 = 0x5a5a_5a5a;
+
+/// One block of a replica; version 0 (stamp 0): never written.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+struct Block {
     version: Version,
     stamp: Stamp,
-    checksum: u64,
 }
 
-impl Cell {
-    fn new(version: Version, stamp: Stamp) -> Cell {
-        Cell { version, stamp, checksum: checksum(version, stamp) }
+impl Block {
+    fn written(self) -> bool {
+        self.version.0 > 0
     }
-
-    fn intact(self) -> bool {
-        self.checksum == checksum(self.version, self.stamp)
-    }
-}
-
-fn checksum(version: Version, stamp: Stamp) -> u64 {
-    mix(version.0 ^ mix(stamp.0))
 }
 
 #[derive(Clone, Debug, Default)]
@@ -56,129 +55,155 @@ pub struct Corrupt {
     pub ranges: Vec<ByteRange>,
 }
 
-#[derive(Clone, Debug, Default)]
+#[derive(Clone, Debug)]
 pub struct ChunkStore {
-    chunks: BTreeMap<ChunkId, ExtentMap<Cell>>,
+    /// Blocks a chunk has, past which nothing is stored (a range reaching beyond
+    /// is cut there: the primary refuses such requests, so only a bug sends one).
+    chunk_blocks: u64,
+    /// Each chunk's blocks, up to the last one written.
+    chunks: BTreeMap<ChunkId, Vec<Block>>,
     /// The group of every chunk held (a scrub repairs through it).
     group_of: BTreeMap<ChunkId, ChunkGroupId>,
     groups: BTreeMap<ChunkGroupId, GroupRecord>,
-    /// The chunks that may hold a corrupt block: only these are verified by a scrub
-    /// (a real disk's scrub reads everything; the model knows where it garbled).
-    suspect: BTreeSet<ChunkId>,
+    /// The blocks (chunk, index) a fault garbled and no write or repair has
+    /// overwritten since.
+    corrupt: BTreeSet<(ChunkId, u64)>,
+}
+
+/// The blocks `range` covers, as indices (ranges are block-aligned).
+fn blocks(range: ByteRange) -> std::ops::Range<u64> {
+    range.start / BLOCK_BYTES..range.end.div_ceil(BLOCK_BYTES)
+}
+
+fn block_range(blocks: std::ops::Range<u64>) -> ByteRange {
+    ByteRange::from_bounds(blocks.start * BLOCK_BYTES, blocks.end * BLOCK_BYTES)
 }
 
 impl ChunkStore {
-    pub fn new() -> ChunkStore {
-        ChunkStore::default()
+    pub fn new(chunk_size_bytes: u64) -> ChunkStore {
+        ChunkStore {
+            chunk_blocks: chunk_size_bytes.div_ceil(BLOCK_BYTES),
+            chunks: BTreeMap::new(),
+            group_of: BTreeMap::new(),
+            groups: BTreeMap::new(),
+            corrupt: BTreeSet::new(),
+        }
+    }
+
+    /// The blocks of `range` a chunk can hold.
+    fn clamped(&self, range: ByteRange) -> std::ops::Range<u64> {
+        let blocks = blocks(range);
+        blocks.start.min(self.chunk_blocks)..blocks.end.min(self.chunk_blocks)
+    }
+
+    fn is_corrupt(&self, chunk: ChunkId, block: u64) -> bool {
+        !self.corrupt.is_empty() && self.corrupt.contains(&(chunk, block))
     }
 
     /// Applies `write` to the blocks where it is newer than what is stored.
     pub fn paint(&mut self, write: &UnstableWrite) {
-        let extents = self.chunks.entry(write.chunk).or_default();
-        // The pieces this write replaces, adjacent ones joined: one insert each.
-        let mut gaps: Vec<ByteRange> = Vec::new();
-        extents.split(write.range, |piece, cell| {
-            if cell.is_none_or(|c| c.version < write.version) {
-                match gaps.last_mut() {
-                    Some(last) if last.end == piece.start => last.end = piece.end,
-                    _ => gaps.push(piece),
+        let range = self.clamped(write.range);
+        let held = self.chunks.entry(write.chunk).or_default();
+        if (held.len() as u64) < range.end {
+            held.resize(range.end as usize, Block::default());
+        }
+        let painted = Block { version: write.version, stamp: write.stamp };
+        for index in range {
+            let block = &mut held[index as usize];
+            if block.version < write.version {
+                *block = painted;
+                // A newer write replaces a garbled block whole.
+                if !self.corrupt.is_empty() {
+                    self.corrupt.remove(&(write.chunk, index));
                 }
             }
-        });
-        let cell = Cell::new(write.version, write.stamp);
-        for gap in gaps {
-            extents.insert(gap, cell, |_, _| {});
         }
     }
 
-    /// What `range` of `chunk` holds, in order, or the corrupt parts of it.
+    /// What `range` of `chunk` holds, in order (adjacent blocks of one write as one
+    /// piece), or the corrupt blocks of it.
     pub fn read(&self, chunk: ChunkId, range: ByteRange) -> Result<Vec<Piece>, Corrupt> {
-        let mut pieces = Vec::new();
-        let mut corrupt = Vec::new();
-        let unwritten = |range| Piece { range, version: Version(0), stamp: Stamp(0) };
-        match self.chunks.get(&chunk) {
-            None => pieces.push(unwritten(range)),
-            Some(extents) => extents.split(range, |piece, cell| match cell {
-                None => pieces.push(unwritten(piece)),
-                Some(c) if c.intact() => {
-                    pieces.push(Piece { range: piece, version: c.version, stamp: c.stamp })
-                }
-                Some(_) => corrupt.push(piece),
-            }),
+        let corrupt: Vec<ByteRange> =
+            self.corrupt_in(chunk, range).map(|block| block_range(block..block + 1)).collect();
+        if !corrupt.is_empty() {
+            return Err(Corrupt { ranges: corrupt });
         }
-        if corrupt.is_empty() { Ok(pieces) } else { Err(Corrupt { ranges: corrupt }) }
+        let mut pieces: Vec<Piece> = Vec::new();
+        let held = self.chunks.get(&chunk).map_or(&[][..], Vec::as_slice);
+        for index in blocks(range) {
+            let block = held.get(index as usize).copied().unwrap_or_default();
+            match pieces.last_mut() {
+                Some(last) if last.version == block.version && last.stamp == block.stamp => {
+                    last.range.end += BLOCK_BYTES;
+                }
+                _ => pieces.push(Piece {
+                    range: block_range(index..index + 1),
+                    version: block.version,
+                    stamp: block.stamp,
+                }),
+            }
+        }
+        Ok(pieces)
+    }
+
+    /// The corrupt blocks of `range` of `chunk`, in order.
+    fn corrupt_in(&self, chunk: ChunkId, range: ByteRange) -> impl Iterator<Item = u64> + '_ {
+        let blocks = blocks(range);
+        let within = if self.corrupt.is_empty() {
+            None
+        } else {
+            Some(self.corrupt.range((chunk, blocks.start)..(chunk, blocks.end)))
+        };
+        within.into_iter().flatten().map(|&(_, block)| block)
     }
 
     /// Whether `pieces` (another replica's copy of `range`) hold every corrupt block
     /// of it at the version this store expects or newer: an older copy would undo a
     /// write this replica acknowledged.
     pub fn repairable(&self, chunk: ChunkId, range: ByteRange, pieces: &[Piece]) -> bool {
-        let Some(extents) = self.chunks.get(&chunk) else { return true };
-        let mut fits = true;
-        extents.split(range, |bad, cell| {
-            let Some(cell) = cell.filter(|c| !c.intact()) else { return };
-            let mut covered = bad.start;
-            for piece in pieces.iter().filter(|p| p.range.overlaps(bad)) {
-                if piece.range.start > covered || piece.version < cell.version {
-                    break;
-                }
-                covered = piece.range.end;
-            }
-            fits &= covered >= bad.end;
-        });
-        fits
+        self.corrupt_in(chunk, range).all(|block| {
+            let expected = self.chunks[&chunk][block as usize].version;
+            let bad = block_range(block..block + 1);
+            pieces.iter().any(|p| p.range.contains(bad) && p.version >= expected)
+        })
     }
 
     /// Overwrites the corrupt blocks of `range` with the pieces of `pieces` (another
     /// replica's intact copy) that are at their expected version or newer; intact
     /// blocks keep what they hold.
     pub fn repair(&mut self, chunk: ChunkId, range: ByteRange, pieces: &[Piece]) {
-        let extents = self.chunks.entry(chunk).or_default();
-        let mut corrupt = Vec::new();
-        extents.split(range, |piece, cell| {
-            if let Some(cell) = cell.filter(|c| !c.intact()) {
-                corrupt.push((piece, cell.version));
+        self.chunks.entry(chunk).or_default();
+        let corrupt: Vec<u64> = self.corrupt_in(chunk, range).collect();
+        for block in corrupt {
+            let held = &mut self.chunks.get_mut(&chunk).expect("entry made above")[block as usize];
+            let bad = block_range(block..block + 1);
+            let copy = pieces.iter().find(|p| p.range.contains(bad) && p.version >= held.version);
+            if let Some(copy) = copy {
+                *held = Block { version: copy.version, stamp: copy.stamp };
+                self.corrupt.remove(&(chunk, block));
             }
-        });
-        for (bad, expected) in corrupt {
-            for piece in pieces.iter().filter(|p| p.version >= expected) {
-                let Some(overlap) = piece.range.intersection(bad) else { continue };
-                let cell = Cell::new(piece.version, piece.stamp);
-                extents.insert(overlap, cell, |_, _| {});
-            }
-        }
-        if extents.iter().all(|(_, cell)| cell.intact()) {
-            self.suspect.remove(&chunk);
         }
     }
 
-    /// Fault injection: garbles the block at `offset` of `chunk` behind its checksum,
-    /// as a bad sector would. Returns whether the block held data.
+    /// Fault injection: garbles the block at `offset` of `chunk`, as a bad sector
+    /// would. Returns whether the block held data.
     pub fn corrupt_block(&mut self, chunk: ChunkId, offset: u64) -> bool {
-        let block = ByteRange::new(offset / BLOCK_BYTES * BLOCK_BYTES, BLOCK_BYTES);
-        let Some(extents) = self.chunks.get_mut(&chunk) else { return false };
-        let mut held = None;
-        extents.for_each_overlap(block, |_, cell| held = Some(cell));
-        let Some(cell) = held else { return false };
-        let garbled = Cell { stamp: Stamp(cell.stamp.0 ^ 0x5a5a_5a5a), ..cell };
-        extents.insert(block, garbled, |_, _| {});
-        self.suspect.insert(chunk);
+        let index = offset / BLOCK_BYTES;
+        let held = self.chunks.get(&chunk).and_then(|held| held.get(index as usize));
+        if !held.is_some_and(|block| block.written()) {
+            return false;
+        }
+        self.corrupt.insert((chunk, index));
         true
     }
 
     /// Every corrupt range held, with its chunk's group (a scrub's findings).
     pub fn corrupt_ranges(&self) -> Vec<(ChunkGroupId, ChunkId, ByteRange)> {
-        let mut found = Vec::new();
-        for chunk in &self.suspect {
-            let Some(extents) = self.chunks.get(chunk) else { continue };
-            let Some(group) = self.group_of.get(chunk) else { continue };
-            for (range, cell) in extents.iter() {
-                if !cell.intact() {
-                    found.push((*group, *chunk, range));
-                }
-            }
-        }
-        found
+        let found = self.corrupt.iter().filter_map(|&(chunk, block)| {
+            let group = self.group_of.get(&chunk)?;
+            Some((*group, chunk, block_range(block..block + 1)))
+        });
+        found.collect()
     }
 
     /// The chunks this store holds, for the simulation's convergence check.
@@ -187,20 +212,29 @@ impl ChunkStore {
     }
 
     /// Every written piece of `chunk`, adjacent equal pieces merged, corrupt blocks
-    /// as their (garbled) stamps: two replicas are equal when these are.
+    /// as their garbled stamps: two replicas are equal when these are.
     pub fn contents(&self, chunk: ChunkId) -> Vec<Piece> {
         let mut pieces: Vec<Piece> = Vec::new();
-        let Some(extents) = self.chunks.get(&chunk) else { return pieces };
-        for (range, cell) in extents.iter() {
+        let Some(held) = self.chunks.get(&chunk) else { return pieces };
+        for (index, block) in (0..).zip(held) {
+            if !block.written() {
+                continue;
+            }
+            let stamp = if self.is_corrupt(chunk, index) {
+                Stamp(block.stamp.0 ^ GARBLE)
+            } else {
+                block.stamp
+            };
+            let range = block_range(index..index + 1);
             match pieces.last_mut() {
                 Some(last)
                     if last.range.end == range.start
-                        && last.version == cell.version
-                        && last.stamp == cell.stamp =>
+                        && last.version == block.version
+                        && last.stamp == stamp =>
                 {
                     last.range.end = range.end;
                 }
-                _ => pieces.push(Piece { range, version: cell.version, stamp: cell.stamp }),
+                _ => pieces.push(Piece { range, version: block.version, stamp }),
             }
         }
         pieces
@@ -209,10 +243,10 @@ impl ChunkStore {
     /// Whether every byte of `range` of `chunk` holds `version` or a newer one (intact
     /// or not: a corrupt block is still a copy a repair can be told about).
     pub fn holds(&self, chunk: ChunkId, range: ByteRange, version: Version) -> bool {
-        let Some(extents) = self.chunks.get(&chunk) else { return false };
-        let mut holds = true;
-        extents.split(range, |_, cell| holds &= cell.is_some_and(|c| c.version >= version));
-        holds
+        let Some(held) = self.chunks.get(&chunk) else { return false };
+        blocks(range).all(|index| {
+            held.get(index as usize).is_some_and(|b| b.written() && b.version >= version)
+        })
     }
 
     pub fn epoch(&self, group: ChunkGroupId) -> Epoch {
@@ -233,8 +267,11 @@ impl ChunkStore {
         if write.version > stable {
             record.unstable.insert(write.version, write);
         }
-        let newer = record.unstable.split_off(&Version(stable.0 + 1));
-        record.unstable = newer;
+        while let Some(oldest) = record.unstable.first_entry()
+            && *oldest.key() <= stable
+        {
+            oldest.remove();
+        }
     }
 
     /// The chunks of `group` this store holds (a rebuild copies them).
@@ -269,6 +306,7 @@ mod tests {
     use crate::cluster::ChunkIndex;
 
     const CHUNK: ChunkId = ChunkId { object: ObjectId(1), chunk: ChunkIndex(0) };
+    const CHUNK_BYTES: u64 = 1 << 20;
 
     fn write(start: u64, blocks: u64, version: u64, stamp: u64) -> UnstableWrite {
         UnstableWrite {
@@ -283,8 +321,8 @@ mod tests {
     fn writes_applied_in_any_order_leave_equal_replicas() {
         let writes =
             [write(0, 4, 3, 30), write(2, 4, 5, 50), write(1, 1, 4, 40), write(5, 2, 1, 10)];
-        let mut forward = ChunkStore::new();
-        let mut backward = ChunkStore::new();
+        let mut forward = ChunkStore::new(CHUNK_BYTES);
+        let mut backward = ChunkStore::new(CHUNK_BYTES);
         for w in &writes {
             forward.paint(w);
         }
@@ -299,8 +337,8 @@ mod tests {
 
     #[test]
     fn a_corrupt_block_is_found_on_read_and_repaired_from_a_copy() {
-        let mut store = ChunkStore::new();
-        let mut copy = ChunkStore::new();
+        let mut store = ChunkStore::new(CHUNK_BYTES);
+        let mut copy = ChunkStore::new(CHUNK_BYTES);
         for s in [&mut store, &mut copy] {
             s.paint(&write(0, 4, 7, 70));
         }
@@ -320,8 +358,44 @@ mod tests {
     }
 
     #[test]
+    fn a_block_garbled_twice_stays_corrupt_until_a_newer_write_or_a_repair() {
+        let mut store = ChunkStore::new(CHUNK_BYTES);
+        store.paint(&write(0, 2, 7, 70));
+        assert!(!store.corrupt_block(CHUNK, 5 * BLOCK_BYTES), "an unwritten block holds no data");
+        assert!(store.corrupt_block(CHUNK, BLOCK_BYTES));
+        assert!(store.corrupt_block(CHUNK, BLOCK_BYTES + 100));
+        let range = ByteRange::new(0, 2 * BLOCK_BYTES);
+        assert_eq!(
+            store.read(CHUNK, range).unwrap_err().ranges,
+            [ByteRange::new(BLOCK_BYTES, BLOCK_BYTES)]
+        );
+        // The same write again is not newer: the block stays garbled.
+        store.paint(&write(1, 1, 7, 70));
+        assert!(store.read(CHUNK, range).is_err());
+        store.paint(&write(1, 1, 8, 80));
+        let pieces = store.read(CHUNK, range).unwrap();
+        let stamps: Vec<u64> = pieces.iter().map(|p| p.stamp.0).collect();
+        assert_eq!(stamps, [70, 80]);
+        assert!(store.corrupt_ranges().is_empty());
+    }
+
+    #[test]
+    fn a_range_past_the_chunk_is_cut_at_its_end() {
+        let mut store = ChunkStore::new(4 * BLOCK_BYTES);
+        store.paint(&write(2, 1_000_000, 3, 30));
+        assert_eq!(
+            store.contents(CHUNK),
+            [Piece {
+                range: ByteRange::new(2 * BLOCK_BYTES, 2 * BLOCK_BYTES),
+                version: Version(3),
+                stamp: Stamp(30)
+            }]
+        );
+    }
+
+    #[test]
     fn unstable_writes_up_to_the_stable_version_are_forgotten() {
-        let mut store = ChunkStore::new();
+        let mut store = ChunkStore::new(CHUNK_BYTES);
         let group = ChunkGroupId(3);
         store.hold_unstable(group, write(0, 1, 5, 1), Version(0));
         store.hold_unstable(group, write(1, 1, 6, 2), Version(0));

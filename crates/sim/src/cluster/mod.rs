@@ -316,7 +316,10 @@ fn durable(logger: LoggerBackend, server: u32, config: &ClusterConfig) -> Durabl
             Err(error) => panic!("a new log on an empty in-memory disk failed: {error}"),
         },
     };
-    Durable { store: ChunkStore::new(), log: LogVolume::on(config.chunk_size_bytes, backend) }
+    Durable {
+        store: ChunkStore::new(config.chunk_size_bytes),
+        log: LogVolume::on(config.chunk_size_bytes, backend),
+    }
 }
 
 impl<'t> ClusterSim<'t> {

@@ -21,7 +21,10 @@ use std::collections::{BTreeMap, VecDeque};
 
 use somnus_types::{ChunkGroupId, GearGroupId, ObjectId, RackId, ServerId, VirtualInstant};
 
-use super::{ClientId, ClusterConfig, DvlHandoff, Epoch, GroupView, Message, Peer, ServerPower};
+use super::{
+    ClientId, ClusterConfig, DvlHandoff, Epoch, GroupView, LeaseGrant, LeaseRenewal, Message, Peer,
+    ServerPower,
+};
 use crate::layout::Layout;
 
 pub use namespace::{NAME_BYTES_MAX, OBJECT_CHUNKS_MAX, OBJECTS_MAX};
@@ -483,7 +486,13 @@ impl Mds {
             }
         }
         let (down, lost) = (self.down.clone(), self.lost.clone());
-        let reply = Message::HeartbeatReply { sent_at, renewed, revoked, down, lost };
+        let reply = Message::HeartbeatReply(Box::new(LeaseRenewal {
+            sent_at,
+            renewed,
+            revoked,
+            down,
+            lost,
+        }));
         self.send(Peer::Server(server), reply);
         self.regrant_lost(server, leads);
         self.send_pending_grants(server);
@@ -544,7 +553,8 @@ impl Mds {
             let logger_view = entry.logger_view.clone();
             let rebuilding = entry.rebuilding.clone();
             let view = self.view(group);
-            let grant = Message::GrantLease { view, lease_from, logger_view, handoff, rebuilding };
+            let grant = LeaseGrant { view, lease_from, logger_view, handoff, rebuilding };
+            let grant = Message::GrantLease(Box::new(grant));
             self.send(Peer::Server(server), grant);
         }
     }

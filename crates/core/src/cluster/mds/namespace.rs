@@ -20,11 +20,12 @@ impl Mds {
             Message::CreateObject { request, name, size_bytes } => (
                 request,
                 self.create(&name, size_bytes, (client, request))
-                    .map(|info| Message::ObjectFound { request, info }),
+                    .map(|info| Message::ObjectFound { request, info: Box::new(info) }),
             ),
-            Message::LookupObject { request, name } => {
-                (request, self.info(&name).map(|info| Message::ObjectFound { request, info }))
-            }
+            Message::LookupObject { request, name } => (
+                request,
+                self.info(&name).map(|info| Message::ObjectFound { request, info: Box::new(info) }),
+            ),
             Message::DeleteObject { request, name } => {
                 (request, self.delete(&name).map(|()| Message::ObjectDeleted { request, name }))
             }

@@ -115,11 +115,13 @@ impl Harness {
             return;
         }
         match message {
-            Message::GrantLease { view, lease_from, .. } => {
+            Message::GrantLease(grant) => {
+                let LeaseGrant { view, lease_from, .. } = *grant;
                 fake.leases
                     .insert(view.group, (view.epoch, lease_from.saturating_add(self.config.lease)));
             }
-            Message::HeartbeatReply { sent_at, renewed, revoked, .. } => {
+            Message::HeartbeatReply(reply) => {
+                let LeaseRenewal { sent_at, renewed, revoked, .. } = *reply;
                 for (group, epoch) in renewed {
                     if let Some(lease) = fake.leases.get_mut(&group).filter(|l| l.0 == epoch) {
                         lease.1 = lease.1.max(sent_at.saturating_add(self.config.lease));

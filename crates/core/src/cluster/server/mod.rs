@@ -27,7 +27,10 @@ use somnus_types::{ByteRange, ChunkGroupId, IoId, ServerId, Version, VirtualInst
 
 use super::logvolume::LogVolume;
 use super::store::ChunkStore;
-use super::{ClusterConfig, Epoch, LogRecord, Message, Peer, ServerPower, Topology, UnstableWrite};
+use super::{
+    ClusterConfig, Epoch, LeaseGrant, LeaseRenewal, LogRecord, Message, Peer, ServerPower,
+    Topology, UnstableWrite,
+};
 use crate::slab::{Key, Slab};
 
 use primary::Led;
@@ -104,7 +107,7 @@ impl Durable {
     /// An empty disk.
     pub fn new(config: &ClusterConfig) -> Durable {
         Durable {
-            store: ChunkStore::new(),
+            store: ChunkStore::new(config.chunk_size_bytes),
             log: LogVolume::new(config.chunk_size_bytes, config.logger_capacity_bytes),
         }
     }
@@ -465,12 +468,14 @@ impl Server {
 
     fn mds_message(&mut self, message: Message) {
         match message {
-            Message::HeartbeatReply { sent_at, renewed, revoked, down, lost } => {
+            Message::HeartbeatReply(reply) => {
+                let LeaseRenewal { sent_at, renewed, revoked, down, lost } = *reply;
                 self.leases_renewed(sent_at, &renewed, &revoked);
                 self.lost = lost.into_iter().collect();
                 self.set_down(down);
             }
-            Message::GrantLease { view, lease_from, logger_view, handoff, rebuilding } => {
+            Message::GrantLease(grant) => {
+                let LeaseGrant { view, lease_from, logger_view, handoff, rebuilding } = *grant;
                 self.granted(view, lease_from, logger_view, handoff, rebuilding);
             }
             Message::RebuildRecorded { group, epoch, server } => {
