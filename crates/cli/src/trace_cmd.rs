@@ -480,5 +480,6 @@ mod tests {
             assert_eq!(read.offset_bytes, expected.offset_bytes);
             assert_eq!(read.kind, expected.kind);
         }
+        let _ = std::fs::remove_dir_all(&dir);
     }
 }
