@@ -266,8 +266,9 @@ impl Client {
         let (ClientOp::Write { name, range, .. } | ClientOp::Read { name, range }) = &op.op else {
             return;
         };
-        let (name, range) = (name.clone(), *range);
-        let Some(info) = self.objects.get(&name) else {
+        let range = *range;
+        let Some(info) = self.objects.get(name) else {
+            let name = name.clone();
             if !self.lookups.contains_key(&name) {
                 self.look_up_object(name);
             }
@@ -320,8 +321,12 @@ impl Client {
         let fresh = |(v, at): &(GroupView, VirtualInstant)| {
             v.primary.is_some() && at.saturating_add(self.config.view_ttl) > self.now
         };
-        let view = self.views.get(&part.group).filter(|e| fresh(e)).map(|(v, _)| v.clone());
-        let Some(view) = view else {
+        // The view's parts a request needs, without copying its replica list.
+        let view = self.views.get(&part.group).filter(|e| fresh(e)).map(|(v, _)| {
+            let other = v.primary.and_then(|p| v.replicas.iter().copied().find(|r| *r != p));
+            (v.epoch, v.primary, other)
+        });
+        let Some((epoch, primary, other)) = view else {
             self.look_up_group(tag, index);
             return;
         };
@@ -334,7 +339,7 @@ impl Client {
             Some(stamp) => Message::ClientWrite {
                 request,
                 group: part.group,
-                epoch: view.epoch,
+                epoch,
                 chunk: part.chunk,
                 range: part.range,
                 stamp,
@@ -342,16 +347,14 @@ impl Client {
             None => Message::ClientRead {
                 request,
                 group: part.group,
-                epoch: view.epoch,
+                epoch,
                 chunk: part.chunk,
                 range: part.range,
             },
         };
         self.set_part(tag, index, PartState::Sent { request, at: self.now });
-        let Some(primary) = view.primary else { return };
-        let secondary = (stamp.is_none() && self.reads_to_secondary)
-            .then(|| view.replicas.iter().copied().find(|r| *r != primary))
-            .flatten();
+        let Some(primary) = primary else { return };
+        let secondary = (stamp.is_none() && self.reads_to_secondary).then_some(other).flatten();
         let to = secondary.unwrap_or(primary);
         self.actions.push_back(ClientAction::Send { to: Peer::Server(to), message });
     }

@@ -16,6 +16,7 @@
 //! [`Server::into_store`], whose changes were made only at `DiskDone`.
 
 mod dvl;
+mod led_groups;
 mod logging;
 mod primary;
 mod rebuild;
@@ -33,6 +34,7 @@ use super::{
 };
 use crate::slab::{Key, Slab};
 
+use led_groups::LedGroups;
 use primary::Led;
 
 /// Inputs, as facts.
@@ -204,7 +206,7 @@ pub struct Server {
     down: BTreeSet<ServerId>,
     /// The servers declared lost for good (from the MDS's heartbeat replies).
     lost: BTreeSet<ServerId>,
-    led: BTreeMap<ChunkGroupId, Led>,
+    led: LedGroups,
     ios: Slab<Io>,
     /// Per group: replica writes in flight, and the fences waiting for them to end (a
     /// `SyncReply` must list every write accepted before the fence).
@@ -255,7 +257,7 @@ impl Server {
             log_position: LOG_REGION_START,
             down: BTreeSet::new(),
             lost: BTreeSet::new(),
-            led: BTreeMap::new(),
+            led: LedGroups::default(),
             ios: Slab::new(IOS_MAX),
             writes_in_flight: BTreeMap::new(),
             replica_writes_queued: BTreeSet::new(),
@@ -338,11 +340,13 @@ impl Server {
         }
         // P1: a migrating group is handed over as soon as its last work ends, whatever
         // ended it (an acknowledgement, a read, a DVL recovery or reclaim finishing).
-        let migrating: Vec<ChunkGroupId> =
-            self.led.iter().filter(|(_, led)| led.migrating).map(|(group, _)| *group).collect();
+        self.led.refresh();
+        let migrating: Vec<ChunkGroupId> = self.led.migrating().collect();
         for group in migrating {
             self.cancel_if_drained(group);
         }
+        self.led.refresh();
+        debug_assert!(self.led.index_agrees(), "the index of led groups is stale");
     }
 
     pub fn poll_action(&mut self) -> Option<ServerAction> {
@@ -353,10 +357,15 @@ impl Server {
         if self.power == ServerPower::Asleep {
             return None;
         }
-        let primaries =
-            self.led.values().filter_map(|led| led.deadline(self.now, self.config.retry_interval));
+        let (now, retry) = (self.now, self.config.retry_interval);
+        let primaries = self.led.next_deadline(now, retry);
+        debug_assert_eq!(
+            primaries,
+            self.led.values().filter_map(|led| led.summary().deadline(now, retry)).min(),
+            "the index of led groups gives another deadline than its groups"
+        );
         let standby = self.standby_sent_at.map(|at| at.saturating_add(self.config.retry_interval));
-        primaries.chain([self.next_heartbeat, self.next_scrub]).chain(standby).min()
+        primaries.into_iter().chain([self.next_heartbeat, self.next_scrub]).chain(standby).min()
     }
 
     fn send(&mut self, to: Peer, message: Message) {

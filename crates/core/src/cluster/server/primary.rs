@@ -7,9 +7,10 @@
 
 use std::collections::{BTreeMap, VecDeque};
 
-use somnus_types::{ByteRange, ChunkGroupId, ServerId, Version, VirtualDuration, VirtualInstant};
+use somnus_types::{ByteRange, ChunkGroupId, ServerId, Version, VirtualInstant};
 
 use super::dvl::Dvl;
+use super::led_groups::Summary;
 use super::rebuild::Rebuild;
 use super::{Broken, Io, Server, disk_position};
 use crate::cluster::store::BLOCK_BYTES;
@@ -160,6 +161,32 @@ pub(super) struct Led {
 }
 
 impl Led {
+    /// A group just granted: nothing synced or pending yet.
+    pub(super) fn new(
+        view: GroupView,
+        lease_until: VirtualInstant,
+        dvl: Dvl,
+        rebuilding: Vec<ServerId>,
+    ) -> Led {
+        let replicas = view.replicas.len();
+        Led {
+            epoch: view.epoch,
+            replicas: view.replicas,
+            lease_until,
+            next_sequence: 1,
+            last_version: Version(0),
+            migrating: false,
+            synced: vec![false; replicas],
+            sync_sent_at: vec![None; replicas],
+            pending: BTreeMap::new(),
+            dvl,
+            waiting: VecDeque::new(),
+            repairing: Vec::new(),
+            demand: Vec::new(),
+            rebuilds: rebuilding.into_iter().map(Rebuild::new).collect(),
+        }
+    }
+
     pub(super) fn is_idle(&self) -> bool {
         self.pending.is_empty()
             && self.waiting.is_empty()
@@ -202,12 +229,8 @@ impl Led {
         self.pending.insert(write.version, Pending::new(write, self.replicas.len(), now, None));
     }
 
-    /// The next retransmission due, or the lease's end if it is still ahead.
-    pub(super) fn deadline(
-        &self,
-        now: VirtualInstant,
-        retry: VirtualDuration,
-    ) -> Option<VirtualInstant> {
+    /// What the server's index of led groups keeps of this one.
+    pub(super) fn summary(&self) -> Summary {
         let syncs = self
             .sync_sent_at
             .iter()
@@ -218,11 +241,12 @@ impl Led {
         let repairs = self.repairing.iter().map(|r| r.sent_at);
         let dvl = self.dvl.oldest_sent();
         let rebuilds = self.rebuilds.iter().filter_map(Rebuild::oldest_sent);
-        let oldest = syncs.chain(writes).chain(repairs).chain(dvl).chain(rebuilds).min();
-        let oldest = oldest.map(|at| at.saturating_add(retry));
-        let work = self.dvl.has_work().then(|| now.saturating_add(retry));
-        let lease = Some(self.lease_until).filter(|at| *at > now);
-        oldest.into_iter().chain(work).chain(lease).min()
+        Summary {
+            oldest_sent: syncs.chain(writes).chain(repairs).chain(dvl).chain(rebuilds).min(),
+            work: self.dvl.has_work(),
+            lease_until: self.lease_until,
+            migrating: self.migrating,
+        }
     }
 
     /// A client's repeat of a write still waiting or under way (its answer was slow,
@@ -308,26 +332,11 @@ impl Server {
         }
         self.replicas_of.insert(view.group, view.replicas.clone());
         self.step_down(view.group);
-        let replicas = view.replicas.len();
-        let led = Led {
-            epoch: view.epoch,
-            replicas: view.replicas,
-            lease_until,
-            next_sequence: 1,
-            last_version: Version(0),
-            migrating: false,
-            synced: vec![false; replicas],
-            sync_sent_at: vec![None; replicas],
-            pending: BTreeMap::new(),
-            dvl: Dvl::new(logger_view, handoff, self.config.replicas as usize - 1),
-            waiting: VecDeque::new(),
-            repairing: Vec::new(),
-            demand: Vec::new(),
-            rebuilds: rebuilding.into_iter().map(Rebuild::new).collect(),
-        };
-        self.led.insert(view.group, led);
-        self.send_syncs(view.group);
-        self.send_recovery(view.group);
+        let group = view.group;
+        let dvl = Dvl::new(logger_view, handoff, self.config.replicas as usize - 1);
+        self.led.insert(group, Led::new(view, lease_until, dvl, rebuilding));
+        self.send_syncs(group);
+        self.send_recovery(group);
     }
 
     /// Sends a `SyncRequest` to every replica not yet synced whose last one is due.
