@@ -25,10 +25,20 @@ use somnus_types::{ByteRange, ChunkGroupId, ServerId, Version, VirtualInstant};
 /// One block of one chunk.
 type Block = (ChunkId, u64);
 
-#[derive(Clone, Debug)]
+/// A write's invocation: where its chunk ranges lie in [`Checker::write_ranges`].
+#[derive(Clone, Copy, Debug)]
 struct WriteRecord {
-    chunk_ranges: Vec<(ChunkId, ByteRange)>,
+    ranges: (u32, u32),
     invoked: VirtualInstant,
+}
+
+/// What the history says of one chunk: its blocks' floors, by block index, and which
+/// stamp each version of it belongs to (sorted by version; versions are claimed
+/// mostly in increasing order, so nearly every claim is an append or a lookup).
+#[derive(Clone, Debug, Default)]
+struct ChunkHistory {
+    floors: Vec<Version>,
+    versions: Vec<(Version, Stamp)>,
 }
 
 /// The floors of one chunk range's blocks when an op was invoked.
@@ -57,12 +67,13 @@ impl Invocation {
 
 #[derive(Default)]
 pub struct Checker {
-    /// Each chunk's blocks' floors, by block index (one lookup per chunk an op
-    /// covers, not one per block: the checker runs on every op of a benchmark).
-    floors: BTreeMap<ChunkId, Vec<Version>>,
-    writes: BTreeMap<Stamp, WriteRecord>,
-    /// Which stamp each version of a chunk belongs to.
-    versions: BTreeMap<(ChunkId, Version), Stamp>,
+    /// One lookup per chunk an op covers, not one per block: the checker runs on
+    /// every op of a benchmark.
+    chunks: BTreeMap<ChunkId, ChunkHistory>,
+    /// Every write invoked, by stamp (the simulation hands stamps out densely from 1).
+    writes: Vec<Option<WriteRecord>>,
+    /// The chunk ranges of every write, one after another.
+    write_ranges: Vec<(ChunkId, ByteRange)>,
     open: BTreeMap<u64, Invocation>,
     /// The server that sent replica writes for each group and epoch.
     writers: BTreeMap<(ChunkGroupId, Epoch), ServerId>,
@@ -116,7 +127,7 @@ impl Checker {
             .iter()
             .map(|(chunk, range)| {
                 let (first, end) = block_span(*range);
-                let held = self.floors.get(chunk).map_or(&[][..], Vec::as_slice);
+                let held = self.chunks.get(chunk).map_or(&[][..], |c| c.floors.as_slice());
                 let floors = (first..end)
                     .map(|b| held.get(b as usize).copied().unwrap_or_default())
                     .collect();
@@ -125,8 +136,15 @@ impl Checker {
             .collect();
         self.open.insert(op, Invocation { ranges });
         if let Some(stamp) = stamp {
-            let record = WriteRecord { chunk_ranges: chunk_ranges.to_vec(), invoked: now };
-            self.writes.insert(stamp, record);
+            let first = self.write_ranges.len() as u32;
+            self.write_ranges.extend_from_slice(chunk_ranges);
+            let record =
+                WriteRecord { ranges: (first, self.write_ranges.len() as u32), invoked: now };
+            let index = stamp.0 as usize;
+            if self.writes.len() <= index {
+                self.writes.resize(index + 1, None);
+            }
+            self.writes[index] = Some(record);
         }
     }
 
@@ -180,7 +198,7 @@ impl Checker {
     /// Raises the floor of every block of `range` of `chunk` to `version`.
     fn raise_floors(&mut self, chunk: ChunkId, range: ByteRange, version: Version) {
         let (first, end) = block_span(range);
-        let floors = self.floors.entry(chunk).or_default();
+        let floors = &mut self.chunks.entry(chunk).or_default().floors;
         if floors.len() < end as usize {
             floors.resize(end as usize, Version(0));
         }
@@ -192,9 +210,10 @@ impl Checker {
     /// A read's piece must come from a write invoked before the read completed that
     /// covers it, at a version no other write of the chunk has.
     fn check_source(&mut self, chunk: ChunkId, piece: &Piece, now: VirtualInstant) {
-        let covered = self.writes.get(&piece.stamp).is_some_and(|w| {
-            w.invoked <= now
-                && w.chunk_ranges.iter().any(|(c, r)| *c == chunk && r.contains(piece.range))
+        let write = self.writes.get(piece.stamp.0 as usize).copied().flatten();
+        let covered = write.is_some_and(|w| {
+            let ranges = &self.write_ranges[w.ranges.0 as usize..w.ranges.1 as usize];
+            w.invoked <= now && ranges.iter().any(|(c, r)| *c == chunk && r.contains(piece.range))
         });
         if !covered {
             self.violate(format!(
@@ -206,7 +225,20 @@ impl Checker {
     }
 
     fn claim_version(&mut self, chunk: ChunkId, version: Version, stamp: Stamp) {
-        let owner = *self.versions.entry((chunk, version)).or_insert(stamp);
+        let versions = &mut self.chunks.entry(chunk).or_default().versions;
+        let owner = match versions.last() {
+            Some((last, _)) if *last < version => {
+                versions.push((version, stamp));
+                stamp
+            }
+            _ => match versions.binary_search_by_key(&version, |(v, _)| *v) {
+                Ok(at) => versions[at].1,
+                Err(at) => {
+                    versions.insert(at, (version, stamp));
+                    stamp
+                }
+            },
+        };
         if owner != stamp {
             self.violate(format!(
                 "C1: version {version:?} of {chunk:?} belongs to two writes ({owner:?}, {stamp:?}): two primaries in one epoch"
@@ -231,7 +263,7 @@ impl Checker {
                 }
             }
         }
-        let held = self.floors.get(&chunk).map_or(&[][..], Vec::as_slice);
+        let held = self.chunks.get(&chunk).map_or(&[][..], |c| c.floors.as_slice());
         // A floor of version 0 (nothing written) holds on any replica.
         let floors: Vec<(u64, Version)> = (0..held.len() as u64)
             .map(|b| (b, held[b as usize]))
@@ -255,7 +287,7 @@ impl Checker {
 
     /// The chunks the history touched.
     pub fn chunks(&self) -> Vec<ChunkId> {
-        self.floors.keys().copied().collect()
+        self.chunks.keys().copied().collect()
     }
 }
 

@@ -922,7 +922,7 @@ impl<'t> ClusterSim<'t> {
         let lost = self.servers.iter().enumerate().filter(|(_, s)| s.lost);
         let lost: Vec<ServerId> = lost.map(|(i, _)| ServerId(i as u32)).collect();
         for (chunk, range, version) in parts {
-            let replicas = self.mds.view(self.group_of(*chunk)).replicas;
+            let replicas = self.mds.replicas(self.group_of(*chunk));
             let mut racks = Vec::new();
             for replica in replicas.iter().chain(&lost) {
                 let slot = &self.servers[replica.index()];

@@ -317,6 +317,11 @@ impl Mds {
         }
     }
 
+    /// The replicas of `group` ([`Mds::view`] without a copy of them).
+    pub fn replicas(&self, group: ChunkGroupId) -> &[ServerId] {
+        &self.groups[group.index()].replicas
+    }
+
     pub fn logger_view(&self, group: ChunkGroupId) -> &[ServerId] {
         &self.groups[group.index()].logger_view
     }
