@@ -172,6 +172,13 @@ pub struct DvlHandoff {
     pub unrecovered: Vec<ServerId>,
 }
 
+impl DvlHandoff {
+    /// The bytes its logged extents take on the wire.
+    fn wire_bytes(&self) -> u64 {
+        self.extents.len() as u64 * LOGGED_EXTENT_WIRE_BYTES
+    }
+}
+
 /// The MDS renewed the leases of `renewed` from `sent_at`; the server must stop
 /// leading `revoked` (a view change it has not heard of).
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -479,13 +486,8 @@ impl Message {
             | Message::LogInvalidated { records, .. } => {
                 records.len() as u64 * LOG_RECORD_WIRE_BYTES
             }
-            Message::GrantLease(grant) => grant
-                .handoff
-                .as_ref()
-                .map_or(0, |h| h.extents.len() as u64 * LOGGED_EXTENT_WIRE_BYTES),
-            Message::CancelLease { handoff: h, .. } => {
-                h.extents.len() as u64 * LOGGED_EXTENT_WIRE_BYTES
-            }
+            Message::GrantLease(grant) => grant.handoff.as_ref().map_or(0, DvlHandoff::wire_bytes),
+            Message::CancelLease { handoff, .. } => handoff.wire_bytes(),
             Message::ObjectFound { info, .. } => info.chunk_groups.len() as u64 * 4,
             Message::ClientWrite { range, .. } => range.size_bytes(),
             Message::ReplicaWrite { write, .. } => write.range.size_bytes(),
@@ -501,6 +503,7 @@ impl Message {
         }
     }
 }
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -165,9 +165,9 @@ impl ChunkStore {
     /// of it at the version this store expects or newer: an older copy would undo a
     /// write this replica acknowledged.
     pub fn repairable(&self, chunk: ChunkId, range: ByteRange, pieces: &[Piece]) -> bool {
+        let held = self.chunks.get(&chunk).map_or(&[][..], Vec::as_slice);
         self.corrupt_in(chunk, range).all(|block| {
-            let held = self.chunks.get(&chunk).and_then(|held| held.get(block as usize));
-            let expected = held.copied().unwrap_or_default().version;
+            let expected = held.get(block as usize).copied().unwrap_or_default().version;
             let bad = block_range(block..block + 1);
             pieces.iter().any(|p| p.range.contains(bad) && p.version >= expected)
         })

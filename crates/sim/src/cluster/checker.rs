@@ -28,7 +28,7 @@ type Block = (ChunkId, u64);
 /// A write's invocation: where its chunk ranges lie in [`Checker::write_ranges`].
 #[derive(Clone, Copy, Debug)]
 struct WriteRecord {
-    ranges: (u32, u32),
+    ranges: (usize, usize),
     invoked: VirtualInstant,
 }
 
@@ -136,10 +136,9 @@ impl Checker {
             .collect();
         self.open.insert(op, Invocation { ranges });
         if let Some(stamp) = stamp {
-            let first = self.write_ranges.len() as u32;
+            let first = self.write_ranges.len();
             self.write_ranges.extend_from_slice(chunk_ranges);
-            let record =
-                WriteRecord { ranges: (first, self.write_ranges.len() as u32), invoked: now };
+            let record = WriteRecord { ranges: (first, self.write_ranges.len()), invoked: now };
             let index = stamp.0 as usize;
             if self.writes.len() <= index {
                 self.writes.resize(index + 1, None);
@@ -212,7 +211,7 @@ impl Checker {
     fn check_source(&mut self, chunk: ChunkId, piece: &Piece, now: VirtualInstant) {
         let write = self.writes.get(piece.stamp.0 as usize).copied().flatten();
         let covered = write.is_some_and(|w| {
-            let ranges = &self.write_ranges[w.ranges.0 as usize..w.ranges.1 as usize];
+            let ranges = &self.write_ranges[w.ranges.0..w.ranges.1];
             w.invoked <= now && ranges.iter().any(|(c, r)| *c == chunk && r.contains(piece.range))
         });
         if !covered {
