@@ -604,8 +604,7 @@ impl Server {
         match io {
             Io::ReplicaWrite { group, epoch, primary, write, stable } => {
                 self.replica_writes_queued.remove(&(group, epoch, write.version));
-                self.store.paint(&write);
-                self.store.hold_unstable(group, write, stable);
+                self.store.apply(group, write, stable);
                 let in_flight = self.writes_in_flight.entry(group).or_default();
                 *in_flight -= 1;
                 if *in_flight == 0 {

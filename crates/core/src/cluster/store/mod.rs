@@ -17,9 +17,13 @@
 //! write or read then touches only its own blocks' few cache lines. This is the
 //! simulation's hottest state (`somnus bench cluster`).
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::{BTreeMap, BTreeSet, VecDeque};
 
 use somnus_types::{ByteRange, ChunkGroupId, Version};
+
+mod blocks;
+
+use blocks::{Block, ChunkBlocks};
 
 use super::{ChunkId, Epoch, Piece, Stamp, UnstableWrite};
 
@@ -29,24 +33,36 @@ pub const BLOCK_BYTES: u64 = 4096;
 /// What a corrupt block reads as: its stamp garbled (the checker's replicas differ).
 const GARBLE: u64 = 0x5a5a_5a5a;
 
-/// One block of a replica; version 0 (stamp 0): never written.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-struct Block {
-    version: Version,
-    stamp: Stamp,
-}
-
-impl Block {
-    fn written(self) -> bool {
-        self.version.0 > 0
-    }
-}
-
 #[derive(Clone, Debug, Default)]
 struct GroupRecord {
     /// The epoch this replica is fenced at: it refuses writes of older epochs.
     epoch: Epoch,
-    unstable: BTreeMap<Version, UnstableWrite>,
+    /// By version: a replica applies its primary's writes about in their order, so
+    /// most arrive at the back and the stable ones leave from the front.
+    unstable: VecDeque<UnstableWrite>,
+}
+
+impl GroupRecord {
+    /// Records `write` (replacing one of its version), then forgets every write up
+    /// to `stable`.
+    fn hold(&mut self, write: UnstableWrite, stable: Version) {
+        if write.version > stable {
+            match self.unstable.binary_search_by_key(&write.version, |w| w.version) {
+                Ok(at) => self.unstable[at] = write,
+                Err(at) => self.unstable.insert(at, write),
+            }
+        }
+        while self.unstable.front().is_some_and(|w| w.version <= stable) {
+            self.unstable.pop_front();
+        }
+    }
+}
+
+/// A chunk replica: its group (a scrub repairs through it) and its blocks.
+#[derive(Clone, Debug)]
+struct ChunkRecord {
+    group: ChunkGroupId,
+    blocks: ChunkBlocks,
 }
 
 /// A read that met blocks whose checksum does not match.
@@ -60,10 +76,7 @@ pub struct ChunkStore {
     /// Blocks a chunk has, past which nothing is stored (a range reaching beyond
     /// is cut there: the primary refuses such requests, so only a bug sends one).
     chunk_blocks: u64,
-    /// Each chunk's blocks, up to the last one written.
-    chunks: BTreeMap<ChunkId, Vec<Block>>,
-    /// The group of every chunk held (a scrub repairs through it).
-    group_of: BTreeMap<ChunkId, ChunkGroupId>,
+    chunks: BTreeMap<ChunkId, ChunkRecord>,
     groups: BTreeMap<ChunkGroupId, GroupRecord>,
     /// The blocks (chunk, index) a fault garbled and no write or repair has
     /// overwritten since.
@@ -84,7 +97,6 @@ impl ChunkStore {
         ChunkStore {
             chunk_blocks: chunk_size_bytes.div_ceil(BLOCK_BYTES),
             chunks: BTreeMap::new(),
-            group_of: BTreeMap::new(),
             groups: BTreeMap::new(),
             corrupt: BTreeSet::new(),
         }
@@ -96,31 +108,38 @@ impl ChunkStore {
         blocks.start.min(self.chunk_blocks)..blocks.end.min(self.chunk_blocks)
     }
 
+    fn blocks(&self, chunk: ChunkId) -> Option<&ChunkBlocks> {
+        self.chunks.get(&chunk).map(|c| &c.blocks)
+    }
+
     fn is_corrupt(&self, chunk: ChunkId, block: u64) -> bool {
         !self.corrupt.is_empty() && self.corrupt.contains(&(chunk, block))
     }
 
+    /// Applies `write`, a write of `group`, to the blocks where it is newer than
+    /// what is stored, and holds it as unstable until `stable` covers it (the primary
+    /// knows every write up to `stable` is on every replica).
+    pub fn apply(&mut self, group: ChunkGroupId, write: UnstableWrite, stable: Version) {
+        self.paint(group, &write);
+        self.groups.entry(group).or_default().hold(write, stable);
+    }
+
     /// Applies `write` to the blocks where it is newer than what is stored.
-    pub fn paint(&mut self, write: &UnstableWrite) {
+    fn paint(&mut self, group: ChunkGroupId, write: &UnstableWrite) {
         let range = self.clamped(write.range);
-        let held = self.chunks.entry(write.chunk).or_default();
-        if (held.len() as u64) < range.end {
-            // Grown as a vector grows, but never past the chunk: most chunks end up
-            // whole, and a doubling past their end would waste half of the memory.
-            let capacity = (held.capacity() as u64 * 2).clamp(range.end, self.chunk_blocks);
-            held.reserve_exact(capacity as usize - held.len());
-            held.resize(range.end as usize, Block::default());
-        }
+        let record = self
+            .chunks
+            .entry(write.chunk)
+            .or_insert_with(|| ChunkRecord { group, blocks: ChunkBlocks::default() });
         let painted = Block { version: write.version, stamp: write.stamp };
-        for index in range {
-            let block = &mut held[index as usize];
-            if block.version < write.version {
-                *block = painted;
-                // A newer write replaces a garbled block whole.
-                if !self.corrupt.is_empty() {
-                    self.corrupt.remove(&(write.chunk, index));
-                }
-            }
+        let corrupt = &mut self.corrupt;
+        if corrupt.is_empty() {
+            record.blocks.paint(range, painted, self.chunk_blocks, |_| {});
+        } else {
+            // A newer write replaces a garbled block whole.
+            record.blocks.paint(range, painted, self.chunk_blocks, |index| {
+                corrupt.remove(&(write.chunk, index));
+            });
         }
     }
 
@@ -133,9 +152,9 @@ impl ChunkStore {
             return Err(Corrupt { ranges: corrupt });
         }
         let mut pieces: Vec<Piece> = Vec::new();
-        let held = self.chunks.get(&chunk).map_or(&[][..], Vec::as_slice);
+        let held = self.blocks(chunk);
         for index in blocks(range) {
-            let block = held.get(index as usize).copied().unwrap_or_default();
+            let block = held.map(|held| held.get(index)).unwrap_or_default();
             match pieces.last_mut() {
                 Some(last) if last.version == block.version && last.stamp == block.stamp => {
                     last.range.end += BLOCK_BYTES;
@@ -165,9 +184,9 @@ impl ChunkStore {
     /// of it at the version this store expects or newer: an older copy would undo a
     /// write this replica acknowledged.
     pub fn repairable(&self, chunk: ChunkId, range: ByteRange, pieces: &[Piece]) -> bool {
-        let held = self.chunks.get(&chunk).map_or(&[][..], Vec::as_slice);
+        let held = self.blocks(chunk);
         self.corrupt_in(chunk, range).all(|block| {
-            let expected = held.get(block as usize).copied().unwrap_or_default().version;
+            let expected = held.map(|held| held.get(block)).unwrap_or_default().version;
             let bad = block_range(block..block + 1);
             pieces.iter().any(|p| p.range.contains(bad) && p.version >= expected)
         })
@@ -178,13 +197,16 @@ impl ChunkStore {
     /// blocks keep what they hold.
     pub fn repair(&mut self, chunk: ChunkId, range: ByteRange, pieces: &[Piece]) {
         let corrupt: Vec<u64> = self.corrupt_in(chunk, range).collect();
-        let Some(blocks) = self.chunks.get_mut(&chunk) else { return };
+        let Some(ChunkRecord { blocks, .. }) = self.chunks.get_mut(&chunk) else { return };
         for block in corrupt {
-            let Some(held) = blocks.get_mut(block as usize) else { continue };
+            if block as usize >= blocks.len() {
+                continue;
+            }
+            let held = blocks.get(block);
             let bad = block_range(block..block + 1);
             let copy = pieces.iter().find(|p| p.range.contains(bad) && p.version >= held.version);
             if let Some(copy) = copy {
-                *held = Block { version: copy.version, stamp: copy.stamp };
+                blocks.set(block, Block { version: copy.version, stamp: copy.stamp });
                 self.corrupt.remove(&(chunk, block));
             }
         }
@@ -194,7 +216,7 @@ impl ChunkStore {
     /// would. Returns whether the block held data.
     pub fn corrupt_block(&mut self, chunk: ChunkId, offset: u64) -> bool {
         let index = offset / BLOCK_BYTES;
-        let held = self.chunks.get(&chunk).and_then(|held| held.get(index as usize));
+        let held = self.blocks(chunk).map(|held| held.get(index));
         if !held.is_some_and(|block| block.written()) {
             return false;
         }
@@ -205,8 +227,8 @@ impl ChunkStore {
     /// Every corrupt range held, with its chunk's group (a scrub's findings).
     pub fn corrupt_ranges(&self) -> Vec<(ChunkGroupId, ChunkId, ByteRange)> {
         let found = self.corrupt.iter().filter_map(|&(chunk, block)| {
-            let group = self.group_of.get(&chunk)?;
-            Some((*group, chunk, block_range(block..block + 1)))
+            let group = self.chunks.get(&chunk)?.group;
+            Some((group, chunk, block_range(block..block + 1)))
         });
         found.collect()
     }
@@ -220,8 +242,8 @@ impl ChunkStore {
     /// as their garbled stamps: two replicas are equal when these are.
     pub fn contents(&self, chunk: ChunkId) -> Vec<Piece> {
         let mut pieces: Vec<Piece> = Vec::new();
-        let Some(held) = self.chunks.get(&chunk) else { return pieces };
-        for (index, block) in (0..).zip(held) {
+        let Some(held) = self.blocks(chunk) else { return pieces };
+        for (index, block) in (0..).zip(held.iter()) {
             if !block.written() {
                 continue;
             }
@@ -248,9 +270,10 @@ impl ChunkStore {
     /// Whether every byte of `range` of `chunk` holds `version` or a newer one (intact
     /// or not: a corrupt block is still a copy a repair can be told about).
     pub fn holds(&self, chunk: ChunkId, range: ByteRange, version: Version) -> bool {
-        let Some(held) = self.chunks.get(&chunk) else { return false };
+        let Some(held) = self.blocks(chunk) else { return false };
         blocks(range).all(|index| {
-            held.get(index as usize).is_some_and(|b| b.written() && b.version >= version)
+            let b = held.get(index);
+            b.written() && b.version >= version
         })
     }
 
@@ -264,29 +287,13 @@ impl ChunkStore {
         record.epoch = record.epoch.max(epoch);
     }
 
-    /// Records `write` as unstable, then forgets every write up to `stable` (the
-    /// primary knows those are on every replica).
-    pub fn hold_unstable(&mut self, group: ChunkGroupId, write: UnstableWrite, stable: Version) {
-        self.group_of.insert(write.chunk, group);
-        let record = self.groups.entry(group).or_default();
-        if write.version > stable {
-            record.unstable.insert(write.version, write);
-        }
-        while let Some(oldest) = record.unstable.first_entry()
-            && *oldest.key() <= stable
-        {
-            oldest.remove();
-        }
-    }
-
     /// The chunks of `group` this store holds (a rebuild copies them).
     pub fn chunks_of(&self, group: ChunkGroupId) -> Vec<ChunkId> {
-        self.group_of.iter().filter(|(_, g)| **g == group).map(|(c, _)| *c).collect()
+        self.chunks.iter().filter(|(_, c)| c.group == group).map(|(id, _)| *id).collect()
     }
 
     /// Applies another replica's copy of `chunk` (a rebuild), where newer.
     pub fn paint_copy(&mut self, group: ChunkGroupId, chunk: ChunkId, pieces: &[Piece]) {
-        self.group_of.insert(chunk, group);
         for piece in pieces {
             let write = UnstableWrite {
                 chunk,
@@ -294,12 +301,12 @@ impl ChunkStore {
                 version: piece.version,
                 stamp: piece.stamp,
             };
-            self.paint(&write);
+            self.paint(group, &write);
         }
     }
 
     pub fn unstable(&self, group: ChunkGroupId) -> Vec<UnstableWrite> {
-        self.groups.get(&group).map_or_else(Vec::new, |g| g.unstable.values().copied().collect())
+        self.groups.get(&group).map_or_else(Vec::new, |g| g.unstable.iter().copied().collect())
     }
 }
 
@@ -312,6 +319,7 @@ mod tests {
 
     const CHUNK: ChunkId = ChunkId { object: ObjectId(1), chunk: ChunkIndex(0) };
     const CHUNK_BYTES: u64 = 1 << 20;
+    const GROUP: ChunkGroupId = ChunkGroupId(0);
 
     fn write(start: u64, blocks: u64, version: u64, stamp: u64) -> UnstableWrite {
         UnstableWrite {
@@ -329,10 +337,10 @@ mod tests {
         let mut forward = ChunkStore::new(CHUNK_BYTES);
         let mut backward = ChunkStore::new(CHUNK_BYTES);
         for w in &writes {
-            forward.paint(w);
+            forward.paint(GROUP, w);
         }
         for w in writes.iter().rev() {
-            backward.paint(w);
+            backward.paint(GROUP, w);
         }
         assert_eq!(forward.contents(CHUNK), backward.contents(CHUNK));
         let stamps: Vec<u64> = forward.contents(CHUNK).iter().map(|p| p.stamp.0).collect();
@@ -345,7 +353,7 @@ mod tests {
         let mut store = ChunkStore::new(CHUNK_BYTES);
         let mut copy = ChunkStore::new(CHUNK_BYTES);
         for s in [&mut store, &mut copy] {
-            s.paint(&write(0, 4, 7, 70));
+            s.paint(GROUP, &write(0, 4, 7, 70));
         }
         assert!(store.corrupt_block(CHUNK, 2 * BLOCK_BYTES + 10));
         let range = ByteRange::new(0, 4 * BLOCK_BYTES);
@@ -365,7 +373,7 @@ mod tests {
     #[test]
     fn a_block_garbled_twice_stays_corrupt_until_a_newer_write_or_a_repair() {
         let mut store = ChunkStore::new(CHUNK_BYTES);
-        store.paint(&write(0, 2, 7, 70));
+        store.paint(GROUP, &write(0, 2, 7, 70));
         assert!(!store.corrupt_block(CHUNK, 5 * BLOCK_BYTES), "an unwritten block holds no data");
         assert!(store.corrupt_block(CHUNK, BLOCK_BYTES));
         assert!(store.corrupt_block(CHUNK, BLOCK_BYTES + 100));
@@ -375,9 +383,9 @@ mod tests {
             [ByteRange::new(BLOCK_BYTES, BLOCK_BYTES)]
         );
         // The same write again is not newer: the block stays garbled.
-        store.paint(&write(1, 1, 7, 70));
+        store.paint(GROUP, &write(1, 1, 7, 70));
         assert!(store.read(CHUNK, range).is_err());
-        store.paint(&write(1, 1, 8, 80));
+        store.paint(GROUP, &write(1, 1, 8, 80));
         let pieces = store.read(CHUNK, range).unwrap();
         let stamps: Vec<u64> = pieces.iter().map(|p| p.stamp.0).collect();
         assert_eq!(stamps, [70, 80]);
@@ -387,7 +395,7 @@ mod tests {
     #[test]
     fn a_range_past_the_chunk_is_cut_at_its_end() {
         let mut store = ChunkStore::new(4 * BLOCK_BYTES);
-        store.paint(&write(2, 1_000_000, 3, 30));
+        store.paint(GROUP, &write(2, 1_000_000, 3, 30));
         assert_eq!(
             store.contents(CHUNK),
             [Piece {
@@ -399,7 +407,8 @@ mod tests {
     }
 
     /// The store agrees with a plain array of blocks (a model kept apart from it) under random writes, garbling and
-    /// repairs: every read and the whole contents, after every step.
+    /// repairs: every read and the whole contents, after every step, before and after
+    /// its blocks widen.
     #[test]
     fn the_store_agrees_with_a_model_of_every_block() {
         const BLOCKS: u64 = 64;
@@ -416,7 +425,9 @@ mod tests {
         for step in 0..20_000u64 {
             let start = next(BLOCKS);
             let len = 1 + next(16.min(BLOCKS - start));
-            let (version, stamp) = (1 + next(500), 1 + next(3));
+            // Half way, stamps outgrow 32 bits: the chunk widens mid-run.
+            let wide = if step >= 10_000 { 1 << 32 } else { 0 };
+            let (version, stamp) = (1 + next(500), 1 + next(3) + wide);
             match next(10) {
                 0 => {
                     let held = store.corrupt_block(CHUNK, start * BLOCK_BYTES);
@@ -438,7 +449,7 @@ mod tests {
                     }
                 }
                 _ => {
-                    store.paint(&write(start, len, version, stamp));
+                    store.paint(GROUP, &write(start, len, version, stamp));
                     for b in start..start + len {
                         if model[b as usize].0 < version {
                             model[b as usize] = (version, stamp);
@@ -504,10 +515,19 @@ mod tests {
     fn unstable_writes_up_to_the_stable_version_are_forgotten() {
         let mut store = ChunkStore::new(CHUNK_BYTES);
         let group = ChunkGroupId(3);
-        store.hold_unstable(group, write(0, 1, 5, 1), Version(0));
-        store.hold_unstable(group, write(1, 1, 6, 2), Version(0));
-        store.hold_unstable(group, write(2, 1, 8, 3), Version(6));
-        let left: Vec<u64> = store.unstable(group).iter().map(|w| w.version.0).collect();
-        assert_eq!(left, [8]);
+        store.apply(group, write(0, 1, 5, 1), Version(0));
+        store.apply(group, write(1, 1, 6, 2), Version(0));
+        store.apply(group, write(2, 1, 9, 3), Version(0));
+        // Out of order, then again with another stamp: it replaces the first.
+        store.apply(group, write(3, 1, 7, 4), Version(0));
+        store.apply(group, write(3, 1, 7, 5), Version(0));
+        store.apply(group, write(2, 1, 8, 6), Version(6));
+        let left: Vec<(u64, u64)> =
+            store.unstable(group).iter().map(|w| (w.version.0, w.stamp.0)).collect();
+        assert_eq!(left, [(7, 5), (8, 6), (9, 3)]);
+        // A write already stable is applied but not held.
+        store.apply(group, write(4, 1, 2, 7), Version(6));
+        assert_eq!(store.unstable(group).len(), 3);
+        assert_eq!(store.chunks_of(group), [CHUNK]);
     }
 }
