@@ -21,6 +21,13 @@ mod sim_cmd;
 mod sim_scenarios;
 mod trace_cmd;
 
+/// mimalloc rather than the system's allocator: a simulated cluster makes about a
+/// dozen small allocations per request, spread over hundreds of nodes' state, and
+/// mimalloc's per-size pages keep them closer together (`somnus bench cluster` at
+/// 300 servers: about 15% more requests per second than glibc's malloc).
+#[global_allocator]
+static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 use std::process::ExitCode;
 
 use anyhow::Result;
