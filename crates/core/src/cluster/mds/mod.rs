@@ -13,6 +13,7 @@
 //! that follow it), then arm a timer for [`Mds::poll_timeout`] and call
 //! `handle(now, MdsEvent::TimerFired)` when it expires. Times never decrease.
 
+mod deadlines;
 mod namespace;
 mod power;
 mod rebuild;
@@ -26,6 +27,7 @@ use super::{
     ServerPower,
 };
 use crate::layout::Layout;
+use deadlines::{Deadlines, Due};
 
 pub use namespace::{NAME_BYTES_MAX, OBJECT_CHUNKS_MAX, OBJECTS_MAX};
 
@@ -186,6 +188,8 @@ pub struct Mds {
     actions: VecDeque<MdsAction>,
     counters: MdsCounters,
     now: VirtualInstant,
+    /// The leases' and silences' deadlines in order (`poll_timeout`).
+    deadlines: Deadlines,
 }
 
 impl Mds {
@@ -222,8 +226,12 @@ impl Mds {
             actions: VecDeque::new(),
             counters: MdsCounters::default(),
             now,
+            deadlines: Deadlines::default(),
         };
         mds.list_power();
+        for server in 0..mds.servers.len() {
+            mds.index_silence(ServerId(server as u32));
+        }
         for replicas in layout.groups() {
             // The least loaded replica leads; ties go by a hash of the seed and group.
             let index = mds.groups.len() as u64;
@@ -270,13 +278,32 @@ impl Mds {
     /// The next time something is due: a lease past its margin, a server silent for
     /// too long.
     pub fn poll_timeout(&self) -> Option<VirtualInstant> {
-        let leases = self
-            .groups
-            .iter()
-            .filter_map(|g| g.lease_expires)
-            .map(|at| at.saturating_add(self.config.lease_margin));
-        let silences = self.servers.iter().filter_map(|s| self.silence_deadline(s));
-        leases.chain(silences).min()
+        debug_assert!(
+            self.deadlines.agree(
+                self.groups.iter().map(|g| self.lease_deadline(g)),
+                self.servers.iter().map(|s| self.silence_deadline(s)),
+            ),
+            "the deadline index is stale"
+        );
+        self.deadlines.first()
+    }
+
+    /// When a group's lease has run out, the margin included.
+    fn lease_deadline(&self, group: &GroupEntry) -> Option<VirtualInstant> {
+        group.lease_expires.map(|at| at.saturating_add(self.config.lease_margin))
+    }
+
+    /// Indexes the lease deadline of `group` after a change of its lease.
+    fn index_lease(&mut self, group: ChunkGroupId) {
+        let at = self.lease_deadline(&self.groups[group.index()]);
+        self.deadlines.set(Due::Lease(group.0), at);
+    }
+
+    /// Indexes the silence deadline of `server` after a change of its power or of
+    /// when it was last heard.
+    fn index_silence(&mut self, server: ServerId) {
+        let at = self.silence_deadline(&self.servers[server.index()]);
+        self.deadlines.set(Due::Silence(server.0), at);
     }
 
     /// When a server not heard from counts as failed: serving ones after the failure
@@ -367,9 +394,11 @@ impl Mds {
                 entry.granted = false;
                 entry.lease_expires = None;
                 entry.migrating_to = None;
+                self.index_lease(*group);
             }
             Command::SetPower { server, power } => {
                 self.servers[server.index()].power = *power;
+                self.index_silence(*server);
                 self.list_power();
             }
             Command::SetGear { gear } => {
@@ -471,6 +500,8 @@ impl Mds {
         }
         entry.heartbeat_sent = Some(sent_at);
         entry.heartbeat_received = self.now;
+        self.index_silence(server);
+        let entry = &self.servers[server.index()];
         let came_back = !matches!(entry.power, ServerPower::On | ServerPower::Draining);
         let stays_on = self.keeps_on(server);
         if came_back {
@@ -485,6 +516,7 @@ impl Mds {
             match self.groups.get_mut(group.index()) {
                 Some(g) if g.primary == Some(server) && g.epoch == epoch && g.granted => {
                     g.lease_expires = Some(lease_end);
+                    self.index_lease(group);
                     renewed.push((group, epoch));
                 }
                 _ => revoked.push((group, epoch)),
@@ -555,6 +587,8 @@ impl Mds {
             entry.granted = true;
             entry.granted_at = self.now;
             entry.lease_expires = Some(lease_end);
+            self.index_lease(group);
+            let entry = &self.groups[index];
             let logger_view = entry.logger_view.clone();
             let rebuilding = entry.rebuilding.clone();
             let view = self.view(group);

@@ -141,6 +141,7 @@ impl Mds {
         // server back on after it sleeps): the `Standby` shows it alive.
         entry.heartbeat_received = entry.heartbeat_received.max(self.now);
         let power = entry.power;
+        self.index_silence(server);
         // Standby with primaries left would leave their groups unserved until the
         // leases run out: refused, the server is told again once drained.
         let sleep = match power {
@@ -162,6 +163,7 @@ impl Mds {
         self.commit(Command::SetPower { server, power: ServerPower::Waking });
         // The wake timeout runs from now.
         self.servers[server.index()].heartbeat_received = self.now;
+        self.index_silence(server);
         self.actions.push_back(MdsAction::WakeServer(server));
     }
 

@@ -7,8 +7,7 @@
 //! summarises the marked ones again. Debug builds check the index against a full
 //! scan after every event.
 
-use std::collections::{BTreeMap, BTreeSet};
-use std::ops::Bound;
+use std::collections::{BTreeMap, btree_map};
 
 use somnus_types::{ChunkGroupId, VirtualDuration, VirtualInstant};
 
@@ -42,31 +41,62 @@ impl Summary {
     }
 }
 
+/// One entry of the index, ordered by kind first, so each kind is a run of the
+/// sorted index and its earliest entry the run's first.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
+enum Key {
+    Retransmit(VirtualInstant, ChunkGroupId),
+    Lease(VirtualInstant, ChunkGroupId),
+    Working(ChunkGroupId),
+    Migrating(ChunkGroupId),
+}
+
+impl Key {
+    /// The keys of a group's summary.
+    fn of(group: ChunkGroupId, summary: Summary) -> impl Iterator<Item = Key> {
+        let retransmit = summary.oldest_sent.map(|at| Key::Retransmit(at, group));
+        let lease = Some(Key::Lease(summary.lease_until, group));
+        let working = summary.work.then_some(Key::Working(group));
+        let migrating = summary.migrating.then_some(Key::Migrating(group));
+        [retransmit, lease, working, migrating].into_iter().flatten()
+    }
+}
+
+#[derive(Debug)]
+struct Entry {
+    led: Led,
+    /// The summary the index holds of this group, if any.
+    indexed: Option<Summary>,
+}
+
+/// The first group id and the last, as bounds of a kind's run.
+const FIRST: ChunkGroupId = ChunkGroupId(0);
+const LAST: ChunkGroupId = ChunkGroupId(u32::MAX);
+
 #[derive(Debug, Default)]
 pub(super) struct LedGroups {
-    groups: BTreeMap<ChunkGroupId, Led>,
+    groups: BTreeMap<ChunkGroupId, Entry>,
     /// Groups handed out mutably (or inserted) since the last refresh.
     dirty: Vec<ChunkGroupId>,
-    /// Each group's summary as the sets below hold it.
-    indexed: BTreeMap<ChunkGroupId, Summary>,
-    retransmits: BTreeSet<(VirtualInstant, ChunkGroupId)>,
-    leases: BTreeSet<(VirtualInstant, ChunkGroupId)>,
-    working: BTreeSet<ChunkGroupId>,
-    migrating: BTreeSet<ChunkGroupId>,
+    /// Every indexed summary's keys, sorted: one allocation, so a server that leads a
+    /// few groups finds its deadlines in a cache line or two.
+    index: Vec<Key>,
+    /// The `Working` keys in the index.
+    working: usize,
 }
 
 impl LedGroups {
     pub(super) fn get(&self, group: &ChunkGroupId) -> Option<&Led> {
-        self.groups.get(group)
+        self.groups.get(group).map(|entry| &entry.led)
     }
 
     /// The group, marked for the next refresh (whatever the caller changes in it).
     pub(super) fn get_mut(&mut self, group: &ChunkGroupId) -> Option<&mut Led> {
-        let led = self.groups.get_mut(group)?;
+        let entry = self.groups.get_mut(group)?;
         if self.dirty.last() != Some(group) {
             self.dirty.push(*group);
         }
-        Some(led)
+        Some(&mut entry.led)
     }
 
     pub(super) fn contains_key(&self, group: &ChunkGroupId) -> bool {
@@ -82,22 +112,29 @@ impl LedGroups {
     }
 
     pub(super) fn values(&self) -> impl Iterator<Item = &Led> {
-        self.groups.values()
+        self.groups.values().map(|entry| &entry.led)
     }
 
     pub(super) fn iter(&self) -> impl Iterator<Item = (&ChunkGroupId, &Led)> {
-        self.groups.iter()
+        self.groups.iter().map(|(group, entry)| (group, &entry.led))
     }
 
     pub(super) fn insert(&mut self, group: ChunkGroupId, led: Led) {
-        self.groups.insert(group, led);
+        match self.groups.entry(group) {
+            btree_map::Entry::Occupied(mut held) => held.get_mut().led = led,
+            btree_map::Entry::Vacant(free) => {
+                free.insert(Entry { led, indexed: None });
+            }
+        }
         self.dirty.push(group);
     }
 
     pub(super) fn remove(&mut self, group: &ChunkGroupId) -> Option<Led> {
-        let led = self.groups.remove(group)?;
-        self.unindex(*group);
-        Some(led)
+        let entry = self.groups.remove(group)?;
+        if let Some(summary) = entry.indexed {
+            self.unindex(*group, summary);
+        }
+        Some(entry.led)
     }
 
     /// Brings the index level with every group changed since the last refresh.
@@ -106,41 +143,34 @@ impl LedGroups {
         dirty.sort_unstable();
         dirty.dedup();
         for group in dirty.drain(..) {
-            let summary = self.groups.get(&group).map(Led::summary);
-            if summary == self.indexed.get(&group).copied() {
+            // A group removed since was unindexed then.
+            let Some(entry) = self.groups.get_mut(&group) else { continue };
+            let summary = entry.led.summary();
+            if entry.indexed == Some(summary) {
                 continue;
             }
-            self.unindex(group);
-            if let Some(summary) = summary {
-                self.index(group, summary);
+            let old = entry.indexed.replace(summary);
+            if let Some(old) = old {
+                self.unindex(group, old);
+            }
+            for key in Key::of(group, summary) {
+                if let Err(at) = self.index.binary_search(&key) {
+                    self.index.insert(at, key);
+                    self.working += usize::from(matches!(key, Key::Working(_)));
+                }
             }
         }
         // The list's allocation is kept for the next event.
         self.dirty = dirty;
     }
 
-    fn index(&mut self, group: ChunkGroupId, summary: Summary) {
-        if let Some(at) = summary.oldest_sent {
-            self.retransmits.insert((at, group));
+    fn unindex(&mut self, group: ChunkGroupId, summary: Summary) {
+        for key in Key::of(group, summary) {
+            if let Ok(at) = self.index.binary_search(&key) {
+                self.index.remove(at);
+                self.working -= usize::from(matches!(key, Key::Working(_)));
+            }
         }
-        self.leases.insert((summary.lease_until, group));
-        if summary.work {
-            self.working.insert(group);
-        }
-        if summary.migrating {
-            self.migrating.insert(group);
-        }
-        self.indexed.insert(group, summary);
-    }
-
-    fn unindex(&mut self, group: ChunkGroupId) {
-        let Some(summary) = self.indexed.remove(&group) else { return };
-        if let Some(at) = summary.oldest_sent {
-            self.retransmits.remove(&(at, group));
-        }
-        self.leases.remove(&(summary.lease_until, group));
-        self.working.remove(&group);
-        self.migrating.remove(&group);
     }
 
     /// The earliest of the groups' deadlines ([`Summary::deadline`]), from the index.
@@ -149,33 +179,43 @@ impl LedGroups {
         now: VirtualInstant,
         retry: VirtualDuration,
     ) -> Option<VirtualInstant> {
-        let retransmit = self.retransmits.first().map(|(at, _)| at.saturating_add(retry));
-        let work = (!self.working.is_empty()).then(|| now.saturating_add(retry));
+        let retransmit = match self.index.first() {
+            Some(Key::Retransmit(at, _)) => Some(at.saturating_add(retry)),
+            _ => None,
+        };
+        let work = (self.working > 0).then(|| now.saturating_add(retry));
         // Leases still running: past every entry at `now` itself.
-        let running = (Bound::Excluded((now, ChunkGroupId(u32::MAX))), Bound::Unbounded);
-        let lease = self.leases.range(running).next().map(|(at, _)| *at);
+        let running = self.index.partition_point(|k| *k <= Key::Lease(now, LAST));
+        let lease = match self.index.get(running) {
+            Some(Key::Lease(at, _)) => Some(*at),
+            _ => None,
+        };
         retransmit.into_iter().chain(work).chain(lease).min()
     }
 
     /// The groups being handed over.
     pub(super) fn migrating(&self) -> impl Iterator<Item = ChunkGroupId> + '_ {
-        self.migrating.iter().copied()
+        let start = self.index.partition_point(|k| *k < Key::Migrating(FIRST));
+        self.index[start..].iter().filter_map(|k| match k {
+            Key::Migrating(group) => Some(*group),
+            _ => None,
+        })
     }
 
     /// Whether the index agrees with a summary of every group taken now: the check
     /// debug builds make after every event.
     pub(super) fn index_agrees(&self) -> bool {
-        let summaries: BTreeMap<ChunkGroupId, Summary> =
-            self.groups.iter().map(|(group, led)| (*group, led.summary())).collect();
-        let mut rebuilt = LedGroups::default();
-        for (group, summary) in &summaries {
-            rebuilt.index(*group, *summary);
+        let mut rebuilt: Vec<Key> = Vec::new();
+        for (group, entry) in &self.groups {
+            let summary = entry.led.summary();
+            if entry.indexed != Some(summary) {
+                return false;
+            }
+            rebuilt.extend(Key::of(*group, summary));
         }
-        rebuilt.indexed == self.indexed
-            && rebuilt.retransmits == self.retransmits
-            && rebuilt.leases == self.leases
-            && rebuilt.working == self.working
-            && rebuilt.migrating == self.migrating
+        rebuilt.sort_unstable();
+        let working = rebuilt.iter().filter(|k| matches!(k, Key::Working(_))).count();
+        rebuilt == self.index && working == self.working
     }
 }
 

@@ -187,6 +187,28 @@ enum Io {
 /// Disk I/Os in flight at once: far above what any run reaches.
 const IOS_MAX: usize = 1 << 24;
 
+/// What a replica of one group has under way (volatile: a restart forgets it), kept
+/// together because a replica write touches all of it.
+#[derive(Debug, Default)]
+struct ReplicaWork {
+    /// The replica writes whose disk write is under way, by (epoch, version): a
+    /// primary's retransmission of one is answered by that write's acknowledgement,
+    /// not written again (a returning replica with a long queue would otherwise drown
+    /// in repeats).
+    queued: Vec<(Epoch, Version)>,
+    /// Sync requests (primary, epoch) waiting for `queued` to drain: a `SyncReply`
+    /// must list every write accepted before the fence.
+    fences_waiting: Vec<(ServerId, Epoch)>,
+    /// The epoch a fence in flight will set: older writes are refused already.
+    fencing: Option<Epoch>,
+}
+
+impl ReplicaWork {
+    fn is_idle(&self) -> bool {
+        self.queued.is_empty() && self.fences_waiting.is_empty() && self.fencing.is_none()
+    }
+}
+
 pub struct Server {
     id: ServerId,
     config: ClusterConfig,
@@ -208,16 +230,9 @@ pub struct Server {
     lost: BTreeSet<ServerId>,
     led: LedGroups,
     ios: Slab<Io>,
-    /// Per group: replica writes in flight, and the fences waiting for them to end (a
-    /// `SyncReply` must list every write accepted before the fence).
-    writes_in_flight: BTreeMap<ChunkGroupId, u32>,
-    fences_waiting: BTreeMap<ChunkGroupId, Vec<(ServerId, Epoch)>>,
-    /// Replica writes whose disk write is under way: a primary's retransmission of one
-    /// is answered by that write's acknowledgement, not written again (a returning
-    /// replica with a long queue would otherwise drown in repeats).
-    replica_writes_queued: BTreeSet<(ChunkGroupId, Epoch, Version)>,
-    /// The epoch a fence in flight will set: older writes are refused already.
-    fencing: BTreeMap<ChunkGroupId, Epoch>,
+    /// What this server's replica of each group has under way; a group with nothing
+    /// under way has no entry.
+    replica_work: BTreeMap<ChunkGroupId, ReplicaWork>,
     next_heartbeat: VirtualInstant,
     next_scrub: VirtualInstant,
     /// A `Standby` sent and not answered: sent again each retry interval.
@@ -259,10 +274,7 @@ impl Server {
             lost: BTreeSet::new(),
             led: LedGroups::default(),
             ios: Slab::new(IOS_MAX),
-            writes_in_flight: BTreeMap::new(),
-            replica_writes_queued: BTreeSet::new(),
-            fences_waiting: BTreeMap::new(),
-            fencing: BTreeMap::new(),
+            replica_work: BTreeMap::new(),
             next_heartbeat: now,
             next_scrub: now.saturating_add(config.scrub_interval),
             standby_sent_at: None,
@@ -533,10 +545,11 @@ impl Server {
             self.send(Peer::Server(primary), Message::ReplicaRefused { group, epoch, known });
             return;
         }
-        if !self.replica_writes_queued.insert((group, epoch, write.version)) {
-            return;
+        let queued = &mut self.replica_work.entry(group).or_default().queued;
+        match queued.binary_search(&(epoch, write.version)) {
+            Ok(_) => return,
+            Err(at) => queued.insert(at, (epoch, write.version)),
         }
-        *self.writes_in_flight.entry(group).or_default() += 1;
         let (position, bytes) = (disk_position(write.chunk, write.range), write.range.size_bytes());
         self.disk(Io::ReplicaWrite { group, epoch, primary, write, stable }, true, position, bytes);
     }
@@ -544,8 +557,8 @@ impl Server {
     /// The epoch the replica of `group` answers to: the fenced one, or the one a
     /// fence in flight will set.
     fn known_epoch(&self, group: ChunkGroupId) -> Epoch {
-        let fencing = self.fencing.get(&group).copied().unwrap_or_default();
-        self.store.epoch(group).max(fencing)
+        let fencing = self.replica_work.get(&group).and_then(|w| w.fencing);
+        self.store.epoch(group).max(fencing.unwrap_or_default())
     }
 
     fn sync_request(&mut self, primary: ServerId, group: ChunkGroupId, epoch: Epoch) {
@@ -557,7 +570,7 @@ impl Server {
             // A repeated request (the reply was lost): fenced already.
             self.reply_sync_when_settled(primary, group, epoch);
         } else if epoch > known {
-            self.fencing.insert(group, epoch);
+            self.replica_work.entry(group).or_default().fencing = Some(epoch);
             self.disk(Io::Fence { group, epoch, primary }, true, 0, super::store::BLOCK_BYTES);
         }
         // epoch == known but not yet durable: the fence in flight answers.
@@ -565,13 +578,21 @@ impl Server {
 
     /// Sends the sync reply once no write accepted before the fence is in flight.
     fn reply_sync_when_settled(&mut self, primary: ServerId, group: ChunkGroupId, epoch: Epoch) {
-        if self.writes_in_flight.get(&group).copied().unwrap_or(0) > 0 {
-            self.fences_waiting.entry(group).or_default().push((primary, epoch));
+        if let Some(work) = self.replica_work.get_mut(&group)
+            && !work.queued.is_empty()
+        {
+            work.fences_waiting.push((primary, epoch));
             return;
         }
         let unstable = self.store.unstable(group);
         let reply = Message::SyncReply { group, epoch, unstable };
         self.answer_primary(primary, reply);
+    }
+
+    fn forget_idle_work(&mut self, group: ChunkGroupId) {
+        if self.replica_work.get(&group).is_some_and(ReplicaWork::is_idle) {
+            self.replica_work.remove(&group);
+        }
     }
 
     /// Delivers a replica's answer: over the network, or to this server's own primary.
@@ -603,24 +624,32 @@ impl Server {
         };
         match io {
             Io::ReplicaWrite { group, epoch, primary, write, stable } => {
-                self.replica_writes_queued.remove(&(group, epoch, write.version));
                 self.store.apply(group, write, stable);
-                let in_flight = self.writes_in_flight.entry(group).or_default();
-                *in_flight -= 1;
-                if *in_flight == 0 {
-                    self.writes_in_flight.remove(&group);
-                    for (primary, epoch) in self.fences_waiting.remove(&group).unwrap_or_default() {
-                        self.reply_sync_when_settled(primary, group, epoch);
+                let settled = self.replica_work.get_mut(&group).map(|work| {
+                    if let Ok(at) = work.queued.binary_search(&(epoch, write.version)) {
+                        work.queued.remove(at);
                     }
+                    if work.queued.is_empty() {
+                        std::mem::take(&mut work.fences_waiting)
+                    } else {
+                        Vec::new()
+                    }
+                });
+                self.forget_idle_work(group);
+                for (primary, epoch) in settled.unwrap_or_default() {
+                    self.reply_sync_when_settled(primary, group, epoch);
                 }
                 let ack = Message::ReplicaAck { group, epoch, version: write.version };
                 self.answer_primary(primary, ack);
             }
             Io::Fence { group, epoch, primary } => {
                 self.store.fence(group, epoch);
-                if self.fencing.get(&group).is_some_and(|e| *e <= epoch) {
-                    self.fencing.remove(&group);
+                if let Some(work) = self.replica_work.get_mut(&group)
+                    && work.fencing.is_some_and(|e| e <= epoch)
+                {
+                    work.fencing = None;
                 }
+                self.forget_idle_work(group);
                 self.reply_sync_when_settled(primary, group, epoch);
             }
             Io::ClientRead { group, client, request, pieces } => {
