@@ -322,11 +322,9 @@ impl Client {
             v.primary.is_some() && at.saturating_add(self.config.view_ttl) > self.now
         };
         // The view's parts a request needs, without copying its replica list.
-        let view = self.views.get(&part.group).filter(|e| fresh(e)).map(|(v, _)| {
-            let other = v.primary.and_then(|p| v.replicas.iter().copied().find(|r| *r != p));
-            (v.epoch, v.primary, other)
-        });
-        let Some((epoch, primary, other)) = view else {
+        let view =
+            self.views.get(&part.group).filter(|e| fresh(e)).map(|(v, _)| (v.epoch, v.primary));
+        let Some((epoch, primary)) = view else {
             self.look_up_group(tag, index);
             return;
         };
@@ -354,7 +352,12 @@ impl Client {
         };
         self.set_part(tag, index, PartState::Sent { request, at: self.now });
         let Some(primary) = primary else { return };
-        let secondary = (stamp.is_none() && self.reads_to_secondary).then_some(other).flatten();
+        let secondary = if stamp.is_none() && self.reads_to_secondary {
+            let replicas = self.views.get(&part.group).map_or(&[][..], |(v, _)| &v.replicas[..]);
+            replicas.iter().copied().find(|r| *r != primary)
+        } else {
+            None
+        };
         let to = secondary.unwrap_or(primary);
         self.actions.push_back(ClientAction::Send { to: Peer::Server(to), message });
     }

@@ -41,23 +41,51 @@ impl Summary {
     }
 }
 
-/// One entry of the index, ordered by kind first, so each kind is a run of the
-/// sorted index and its earliest entry the run's first.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
-enum Key {
-    Retransmit(VirtualInstant, ChunkGroupId),
-    Lease(VirtualInstant, ChunkGroupId),
-    Working(ChunkGroupId),
-    Migrating(ChunkGroupId),
+/// What an entry of the index is.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Kind {
+    Retransmit = 0,
+    Lease = 1,
+    Working = 2,
+    Migrating = 3,
 }
 
+/// One entry of the index: its kind, time (zero for the kinds without one) and group
+/// packed in one integer, from the top, so each kind is a run of the sorted index with
+/// its earliest entry first, and a search compares integers.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
+struct Key(u128);
+
 impl Key {
+    fn new(kind: Kind, at: VirtualInstant, group: ChunkGroupId) -> Key {
+        let (kind, at, group) = (kind as u128, u128::from(at.as_nanos()), u128::from(group.0));
+        Key(kind << 96 | at << 32 | group)
+    }
+
+    fn kind(self) -> Kind {
+        match self.0 >> 96 {
+            0 => Kind::Retransmit,
+            1 => Kind::Lease,
+            2 => Kind::Working,
+            _ => Kind::Migrating,
+        }
+    }
+
+    fn at(self) -> VirtualInstant {
+        VirtualInstant((self.0 >> 32) as u64)
+    }
+
+    fn group(self) -> ChunkGroupId {
+        ChunkGroupId(self.0 as u32)
+    }
+
     /// The keys of a group's summary.
     fn of(group: ChunkGroupId, summary: Summary) -> impl Iterator<Item = Key> {
-        let retransmit = summary.oldest_sent.map(|at| Key::Retransmit(at, group));
-        let lease = Some(Key::Lease(summary.lease_until, group));
-        let working = summary.work.then_some(Key::Working(group));
-        let migrating = summary.migrating.then_some(Key::Migrating(group));
+        let zero = VirtualInstant::ZERO;
+        let retransmit = summary.oldest_sent.map(|at| Key::new(Kind::Retransmit, at, group));
+        let lease = Some(Key::new(Kind::Lease, summary.lease_until, group));
+        let working = summary.work.then(|| Key::new(Kind::Working, zero, group));
+        let migrating = summary.migrating.then(|| Key::new(Kind::Migrating, zero, group));
         [retransmit, lease, working, migrating].into_iter().flatten()
     }
 }
@@ -69,8 +97,7 @@ struct Entry {
     indexed: Option<Summary>,
 }
 
-/// The first group id and the last, as bounds of a kind's run.
-const FIRST: ChunkGroupId = ChunkGroupId(0);
+/// The last group id, as a bound of a run.
 const LAST: ChunkGroupId = ChunkGroupId(u32::MAX);
 
 #[derive(Debug, Default)]
@@ -156,7 +183,7 @@ impl LedGroups {
             for key in Key::of(group, summary) {
                 if let Err(at) = self.index.binary_search(&key) {
                     self.index.insert(at, key);
-                    self.working += usize::from(matches!(key, Key::Working(_)));
+                    self.working += usize::from(key.kind() == Kind::Working);
                 }
             }
         }
@@ -168,7 +195,7 @@ impl LedGroups {
         for key in Key::of(group, summary) {
             if let Ok(at) = self.index.binary_search(&key) {
                 self.index.remove(at);
-                self.working -= usize::from(matches!(key, Key::Working(_)));
+                self.working -= usize::from(key.kind() == Kind::Working);
             }
         }
     }
@@ -179,27 +206,21 @@ impl LedGroups {
         now: VirtualInstant,
         retry: VirtualDuration,
     ) -> Option<VirtualInstant> {
-        let retransmit = match self.index.first() {
-            Some(Key::Retransmit(at, _)) => Some(at.saturating_add(retry)),
-            _ => None,
-        };
+        let first = self.index.first().filter(|k| k.kind() == Kind::Retransmit);
+        let retransmit = first.map(|k| k.at().saturating_add(retry));
         let work = (self.working > 0).then(|| now.saturating_add(retry));
         // Leases still running: past every entry at `now` itself.
-        let running = self.index.partition_point(|k| *k <= Key::Lease(now, LAST));
-        let lease = match self.index.get(running) {
-            Some(Key::Lease(at, _)) => Some(*at),
-            _ => None,
-        };
+        let ended = Key::new(Kind::Lease, now, LAST);
+        let running = self.index.partition_point(|k| *k <= ended);
+        let lease = self.index.get(running).filter(|k| k.kind() == Kind::Lease).map(|k| k.at());
         retransmit.into_iter().chain(work).chain(lease).min()
     }
 
     /// The groups being handed over.
     pub(super) fn migrating(&self) -> impl Iterator<Item = ChunkGroupId> + '_ {
-        let start = self.index.partition_point(|k| *k < Key::Migrating(FIRST));
-        self.index[start..].iter().filter_map(|k| match k {
-            Key::Migrating(group) => Some(*group),
-            _ => None,
-        })
+        let first = Key::new(Kind::Migrating, VirtualInstant::ZERO, ChunkGroupId(0));
+        let start = self.index.partition_point(|k| *k < first);
+        self.index[start..].iter().map(|k| k.group())
     }
 
     /// Whether the index agrees with a summary of every group taken now: the check
@@ -214,7 +235,7 @@ impl LedGroups {
             rebuilt.extend(Key::of(*group, summary));
         }
         rebuilt.sort_unstable();
-        let working = rebuilt.iter().filter(|k| matches!(k, Key::Working(_))).count();
+        let working = rebuilt.iter().filter(|k| k.kind() == Kind::Working).count();
         rebuilt == self.index && working == self.working
     }
 }
