@@ -407,8 +407,7 @@ mod tests {
     }
 
     /// The store agrees with a plain array of blocks (a model kept apart from it) under random writes, garbling and
-    /// repairs: every read and the whole contents, after every step, before and after
-    /// its blocks widen.
+    /// repairs: every read and the whole contents, after every step.
     #[test]
     fn the_store_agrees_with_a_model_of_every_block() {
         const BLOCKS: u64 = 64;
@@ -425,7 +424,7 @@ mod tests {
         for step in 0..20_000u64 {
             let start = next(BLOCKS);
             let len = 1 + next(16.min(BLOCKS - start));
-            // Half way, stamps outgrow 32 bits: the chunk widens mid-run.
+            // Half way, stamps outgrow 32 bits: nothing may cut them.
             let wide = if step >= 10_000 { 1 << 32 } else { 0 };
             let (version, stamp) = (1 + next(500), 1 + next(3) + wide);
             match next(10) {
