@@ -300,6 +300,8 @@ pub struct ClusterSim<'t> {
     next_op: u64,
     next_stamp: u64,
     healed: bool,
+    /// Servers cut off by a partition now: none, and no send looks at the slots.
+    cuts: usize,
     report: SeedReport,
     /// Every read and write finished, when a scenario asks (`record_ops`).
     op_log: Option<Vec<OpRecord>>,
@@ -417,6 +419,7 @@ impl<'t> ClusterSim<'t> {
             next_op: 1,
             next_stamp: 1,
             healed: false,
+            cuts: 0,
             report: SeedReport { seed, ..SeedReport::default() },
             op_log: None,
             trace,
@@ -523,7 +526,7 @@ impl<'t> ClusterSim<'t> {
             Event::Restart(s) => self.restart(s),
             Event::Partition => self.partition(),
             Event::PartitionEnd(s) if !self.healed => {
-                self.servers[s as usize].cut = None;
+                self.set_cut(s, None);
                 self.trace(|| format!("partition of s{s} healed"));
             }
             Event::Corrupt => self.corrupt(),
@@ -565,8 +568,8 @@ impl<'t> ClusterSim<'t> {
         // Top gear: every server wakes, so every DVL can be reclaimed.
         self.feed_mds(MdsEvent::GearSet { gear: self.spec.replicas });
         for s in 0..self.spec.servers {
+            self.set_cut(s, None);
             let slot = &mut self.servers[s as usize];
-            slot.cut = None;
             slot.slow = false;
             if slot.server.is_none() {
                 self.restart(s);
@@ -729,8 +732,18 @@ impl<'t> ClusterSim<'t> {
         }
     }
 
+    fn set_cut(&mut self, s: u32, cut: Option<Cut>) {
+        let slot = &mut self.servers[s as usize].cut;
+        self.cuts -= usize::from(slot.is_some());
+        self.cuts += usize::from(cut.is_some());
+        *slot = cut;
+    }
+
     /// Whether a partition separates two nodes.
     fn cut_off(&self, a: Node, b: Node) -> bool {
+        if self.cuts == 0 {
+            return false;
+        }
         let cut = |node: Node, other: Node| match node {
             Node::Server(s) => match self.servers[s as usize].cut {
                 Some(Cut::Everyone) => true,
@@ -1104,7 +1117,7 @@ impl<'t> ClusterSim<'t> {
         if let Some(s) = self.pick_victim() {
             self.report.partitions += 1;
             let cut = if self.rng.random_bool(0.5) { Cut::Everyone } else { Cut::MdsOnly };
-            self.servers[s as usize].cut = Some(cut);
+            self.set_cut(s, Some(cut));
             self.trace(|| format!("partition s{s} from {cut:?}"));
             let at =
                 self.now() + VirtualDuration::from_millis(self.rng.random_range(1_000..=8_000));
