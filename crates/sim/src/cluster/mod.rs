@@ -294,6 +294,8 @@ pub struct ClusterSim<'t> {
     checker: Checker,
     /// Each object's id once created, by index (`object-{index}`).
     objects: Vec<Option<ObjectId>>,
+    /// Each object's name, by index, made once (an op carries a copy).
+    names: Vec<String>,
     /// The chunk group of every chunk of every object created.
     chunk_groups: BTreeMap<ObjectId, Vec<ChunkGroupId>>,
     objects_created: u32,
@@ -414,6 +416,7 @@ impl<'t> ClusterSim<'t> {
             messages: Slab::new(u32::MAX as usize),
             checker: Checker::new(),
             objects: vec![None; spec.objects as usize],
+            names: (0..spec.objects).map(object_name).collect(),
             chunk_groups: BTreeMap::new(),
             objects_created: 0,
             next_op: 1,
@@ -826,7 +829,7 @@ impl<'t> ClusterSim<'t> {
         let id = self.next_op;
         let (object, op) = if let Some(object) = self.clients[c as usize].creates_left.pop() {
             let size_bytes = self.spec.object_bytes;
-            (object, ClientOp::Create { name: object_name(object), size_bytes })
+            (object, ClientOp::Create { name: self.names[object as usize].clone(), size_bytes })
         } else if self.objects_created < self.spec.objects {
             let at = self.now() + VirtualDuration::from_millis(10);
             self.events.schedule(at, Event::ClientNext(c));
@@ -837,7 +840,7 @@ impl<'t> ClusterSim<'t> {
             let range = ByteRange::new(start, end - start);
             let stamp = Stamp(self.next_stamp);
             self.next_stamp += 1;
-            (object, ClientOp::Write { name: object_name(object), range, stamp })
+            (object, ClientOp::Write { name: self.names[object as usize].clone(), range, stamp })
         } else {
             self.random_op(c)
         };
@@ -874,7 +877,7 @@ impl<'t> ClusterSim<'t> {
         let blocks = self.rng.random_range(1..=self.spec.request_blocks_max.min(blocks_total));
         let first = self.rng.random_range(0..=blocks_total - blocks);
         let range = ByteRange::new(first * BLOCK_BYTES, blocks * BLOCK_BYTES);
-        let name = object_name(object);
+        let name = self.names[object as usize].clone();
         let op = if self.rng.random_bool(0.5) {
             let stamp = Stamp(self.next_stamp);
             self.next_stamp += 1;
