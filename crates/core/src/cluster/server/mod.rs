@@ -21,7 +21,7 @@ mod logging;
 mod primary;
 mod rebuild;
 
-use std::collections::{BTreeMap, BTreeSet, VecDeque};
+use std::collections::{BTreeMap, BTreeSet, VecDeque, btree_map};
 use std::sync::Arc;
 
 use somnus_types::{ByteRange, ChunkGroupId, IoId, ServerId, Version, VirtualInstant};
@@ -589,10 +589,21 @@ impl Server {
         self.answer_primary(primary, reply);
     }
 
-    fn forget_idle_work(&mut self, group: ChunkGroupId) {
-        if self.replica_work.get(&group).is_some_and(ReplicaWork::is_idle) {
-            self.replica_work.remove(&group);
+    /// Changes the replica work of `group`, if it has any, and forgets it once idle:
+    /// one lookup, on every replica write's completion.
+    fn update_work<R>(
+        &mut self,
+        group: ChunkGroupId,
+        change: impl FnOnce(&mut ReplicaWork) -> R,
+    ) -> Option<R> {
+        let btree_map::Entry::Occupied(mut work) = self.replica_work.entry(group) else {
+            return None;
+        };
+        let result = change(work.get_mut());
+        if work.get().is_idle() {
+            work.remove();
         }
+        Some(result)
     }
 
     /// Delivers a replica's answer: over the network, or to this server's own primary.
@@ -625,7 +636,7 @@ impl Server {
         match io {
             Io::ReplicaWrite { group, epoch, primary, write, stable } => {
                 self.store.apply(group, write, stable);
-                let settled = self.replica_work.get_mut(&group).map(|work| {
+                let settled = self.update_work(group, |work| {
                     if let Ok(at) = work.queued.binary_search(&(epoch, write.version)) {
                         work.queued.remove(at);
                     }
@@ -635,7 +646,6 @@ impl Server {
                         Vec::new()
                     }
                 });
-                self.forget_idle_work(group);
                 for (primary, epoch) in settled.unwrap_or_default() {
                     self.reply_sync_when_settled(primary, group, epoch);
                 }
@@ -644,12 +654,11 @@ impl Server {
             }
             Io::Fence { group, epoch, primary } => {
                 self.store.fence(group, epoch);
-                if let Some(work) = self.replica_work.get_mut(&group)
-                    && work.fencing.is_some_and(|e| e <= epoch)
-                {
-                    work.fencing = None;
-                }
-                self.forget_idle_work(group);
+                self.update_work(group, |work| {
+                    if work.fencing.is_some_and(|e| e <= epoch) {
+                        work.fencing = None;
+                    }
+                });
                 self.reply_sync_when_settled(primary, group, epoch);
             }
             Io::ClientRead { group, client, request, pieces } => {
