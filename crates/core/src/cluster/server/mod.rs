@@ -18,6 +18,7 @@
 mod dvl;
 mod led_groups;
 mod logging;
+mod pending;
 mod primary;
 mod rebuild;
 

@@ -5,12 +5,13 @@
 //! requests, gives each write a version `epoch << 40 | sequence`, sends it to every
 //! replica and acknowledges it when all r copies are durable (C3).
 
-use std::collections::{BTreeMap, VecDeque};
+use std::collections::VecDeque;
 
 use somnus_types::{ByteRange, ChunkGroupId, ServerId, Version, VirtualInstant};
 
 use super::dvl::Dvl;
 use super::led_groups::Summary;
+use super::pending::{Pending, PendingWrites};
 use super::rebuild::Rebuild;
 use super::{Broken, Io, Server, disk_position};
 use crate::cluster::store::BLOCK_BYTES;
@@ -80,61 +81,6 @@ struct Repairing {
     sent_at: VirtualInstant,
 }
 
-/// A write sent to the replicas and not yet durable on all of them.
-#[derive(Clone, Debug)]
-pub(super) struct Pending {
-    pub(super) write: UnstableWrite,
-    /// Per replica (in `Led::replicas` order): its copy is durable.
-    acked: Vec<bool>,
-    sent_at: VirtualInstant,
-    /// The client to answer, none for a write adopted from a replica or the log.
-    client: Option<(Peer, u64)>,
-    /// The loggers it was sent to while a replica is down, and which acknowledged.
-    pub(super) logged: Vec<(ServerId, bool)>,
-    /// Loggers given up on (down, or full) that may hold a copy: it is invalidated there
-    /// too, so no record is left behind (D5).
-    abandoned: Vec<ServerId>,
-}
-
-impl Pending {
-    /// A write just sent, to `replicas` replicas; `client` is answered when it is durable.
-    fn new(
-        write: UnstableWrite,
-        replicas: usize,
-        now: VirtualInstant,
-        client: Option<(Peer, u64)>,
-    ) -> Pending {
-        let acked = vec![false; replicas];
-        Pending { write, acked, sent_at: now, client, logged: Vec::new(), abandoned: Vec::new() }
-    }
-
-    /// The loggers that acknowledged it: reads back ask them.
-    fn holders(&self) -> Vec<ServerId> {
-        self.logged.iter().filter(|(_, acked)| *acked).map(|(l, _)| *l).collect()
-    }
-
-    /// Every logger that may hold it, acknowledged or given up on: each gets its marker.
-    fn loggers(&self) -> Vec<ServerId> {
-        let mut loggers: Vec<ServerId> = self.logged.iter().map(|(l, _)| *l).collect();
-        super::dvl::add(&mut loggers, self.abandoned.iter().copied());
-        loggers
-    }
-
-    /// Logs the write elsewhere than `logger`, which has not acknowledged it.
-    pub(super) fn abandon(&mut self, logger: ServerId) {
-        let before = self.logged.len();
-        self.logged.retain(|(l, acked)| *l != logger || *acked);
-        if self.logged.len() < before && !self.abandoned.contains(&logger) {
-            self.abandoned.push(logger);
-        }
-    }
-
-    /// Whether a logger may hold a copy: one it was sent to, acknowledged or given up.
-    pub(super) fn may_be_logged(&self) -> bool {
-        !self.logged.is_empty() || !self.abandoned.is_empty()
-    }
-}
-
 /// A group this server leads.
 #[derive(Clone, Debug)]
 pub(super) struct Led {
@@ -149,7 +95,7 @@ pub(super) struct Led {
     /// Per replica: fenced at this epoch with its unstable writes adopted.
     pub(super) synced: Vec<bool>,
     sync_sent_at: Vec<Option<VirtualInstant>>,
-    pub(super) pending: BTreeMap<Version, Pending>,
+    pub(super) pending: PendingWrites,
     pub(super) dvl: Dvl,
     waiting: VecDeque<Waiting>,
     /// Reads held while corrupt blocks are repaired, with the replicas asked so far.
@@ -178,7 +124,7 @@ impl Led {
             migrating: false,
             synced: vec![false; replicas],
             sync_sent_at: vec![None; replicas],
-            pending: BTreeMap::new(),
+            pending: PendingWrites::default(),
             dvl,
             waiting: VecDeque::new(),
             repairing: Vec::new(),
@@ -226,7 +172,7 @@ impl Led {
 
     /// A write recovered from a replica or the log, written again everywhere.
     pub(super) fn insert_adopted(&mut self, write: UnstableWrite, now: VirtualInstant) {
-        self.pending.insert(write.version, Pending::new(write, self.replicas.len(), now, None));
+        self.pending.insert(Pending::new(write, self.replicas.len(), now, None));
     }
 
     /// What the server's index of led groups keeps of this one.
@@ -608,7 +554,7 @@ impl Server {
         led.last_version = led.last_version.max(version);
         let write = UnstableWrite { chunk: w.chunk, range: w.range, version, stamp };
         let client = Some((w.client, w.request));
-        led.pending.insert(version, Pending::new(write, led.replicas.len(), self.now, client));
+        led.pending.insert(Pending::new(write, led.replicas.len(), self.now, client));
         self.send_write(group, version, Targets::All);
         self.log_pending(group);
     }
