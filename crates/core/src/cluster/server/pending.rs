@@ -6,12 +6,17 @@ use somnus_types::{ServerId, Version, VirtualInstant};
 
 use crate::cluster::{Peer, UnstableWrite};
 
+// A pending write's acknowledgements are bits of a `u16`, one per replica.
+const _: () = assert!(crate::layout::REPLICAS_MAX <= 16);
+
 /// A write sent to the replicas and not yet durable on all of them.
 #[derive(Clone, Debug)]
 pub(super) struct Pending {
     pub(super) write: UnstableWrite,
-    /// Per replica (in `Led::replicas` order): its copy is durable.
-    pub(super) acked: Vec<bool>,
+    /// Bit i: replica i (in `Led::replicas` order) has its copy durable.
+    acked: u16,
+    /// How many replicas the write goes to (at most `REPLICAS_MAX`, 8).
+    replicas: u8,
     pub(super) sent_at: VirtualInstant,
     /// The client to answer, none for a write adopted from a replica or the log.
     pub(super) client: Option<(Peer, u64)>,
@@ -30,8 +35,25 @@ impl Pending {
         now: VirtualInstant,
         client: Option<(Peer, u64)>,
     ) -> Pending {
-        let acked = vec![false; replicas];
-        Pending { write, acked, sent_at: now, client, logged: Vec::new(), abandoned: Vec::new() }
+        let replicas = replicas.min(16) as u8;
+        let (logged, abandoned) = (Vec::new(), Vec::new());
+        Pending { write, acked: 0, replicas, sent_at: now, client, logged, abandoned }
+    }
+
+    /// Whether replica `index` has its copy durable.
+    pub(super) fn acked(&self, index: usize) -> bool {
+        self.acked >> index & 1 == 1
+    }
+
+    pub(super) fn ack(&mut self, index: usize) {
+        if index < usize::from(self.replicas) {
+            self.acked |= 1 << index;
+        }
+    }
+
+    /// Whether every replica has its copy durable.
+    pub(super) fn all_acked(&self) -> bool {
+        u32::from(self.acked) == (1u32 << self.replicas) - 1
     }
 
     /// The loggers that acknowledged it: reads back ask them.
@@ -144,6 +166,13 @@ mod tests {
         assert_eq!(writes.remove(&Version(5)).map(|p| p.write.stamp), Some(Stamp(50)));
         assert!(!writes.contains_key(&Version(5)));
         assert!(writes.remove(&Version(5)).is_none());
+        let mut write = pending(1, 1);
+        for index in [2, 0, 2, 5] {
+            write.ack(index);
+            assert!(!write.all_acked(), "replica 1 has not acked");
+        }
+        write.ack(1);
+        assert!(write.all_acked() && write.acked(1) && !write.acked(3));
         let left: Vec<u64> = writes.iter().map(|(v, p)| v.0 + p.write.stamp.0).collect();
         assert_eq!(left, [22, 78, 99]);
     }

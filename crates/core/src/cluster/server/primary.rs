@@ -153,10 +153,10 @@ impl Led {
 
     /// C3: every replica has the write, or the own replica and r - 1 loggers do.
     pub(super) fn durable(&self, pending: &Pending, own: ServerId, r_l: usize) -> bool {
-        if pending.acked.iter().all(|a| *a) {
+        if pending.all_acked() {
             return true;
         }
-        let own_acked = self.index_of(own).is_some_and(|i| pending.acked[i]);
+        let own_acked = self.index_of(own).is_some_and(|i| pending.acked(i));
         own_acked && pending.logged.iter().filter(|(_, acked)| *acked).count() >= r_l
     }
 
@@ -574,7 +574,7 @@ impl Server {
             .replicas
             .iter()
             .enumerate()
-            .filter(|(i, r)| led.synced[*i] && !pending.acked[*i] && targets.includes(**r, own))
+            .filter(|(i, r)| led.synced[*i] && !pending.acked(*i) && targets.includes(**r, own))
             .map(|(_, r)| *r)
             .collect();
         self.write_to(targets, group, epoch, write, stable);
@@ -692,7 +692,7 @@ impl Server {
             self.reclaim_acked(group, replica, version);
             return;
         };
-        pending.acked[index] = true;
+        pending.ack(index);
         let early = if broken == Some(Broken::AckAfterOneReplica) && replica == own {
             // The broken variant answers the client once its own copy is durable.
             pending.client.take()
@@ -721,9 +721,9 @@ impl Server {
         let applied: Vec<ServerId> = led
             .replicas
             .iter()
-            .zip(&pending.acked)
-            .filter(|(_, acked)| **acked)
-            .map(|(r, _)| *r)
+            .enumerate()
+            .filter(|(i, _)| pending.acked(*i))
+            .map(|(_, r)| *r)
             .collect();
         let (holders, loggers) = (pending.holders(), pending.loggers());
         if let Some((client, request)) = pending.client {
