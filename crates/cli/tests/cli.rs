@@ -354,7 +354,8 @@ fn bench_ec_json_has_the_documented_keys_for_every_implementation() {
 }
 
 /// `somnus bench cluster --json`: one size measured with the checker on and off, the
-/// same simulated history both times, the documented keys; a cluster that cannot be
+/// same simulated history both times and in a child process or not, the documented
+/// keys; a cluster that cannot be
 /// laid out is refused with the reason, not a panic. A tiny run: output, not speed.
 #[test]
 fn bench_cluster_measures_with_and_without_the_checker_and_refuses_bad_sizes() {
@@ -385,6 +386,14 @@ fn bench_cluster_measures_with_and_without_the_checker_and_refuses_bad_sizes() {
     // The checker only watches: the simulated history is the same.
     assert_eq!(sizes[0]["requests"], sizes[1]["requests"]);
     assert_eq!(sizes[0]["messages"], sizes[1]["messages"]);
+    // Each seed ran in a child process; in this one, the same seed simulates the same.
+    let one = ["bench", "cluster", "--servers", "9", "--virtual-secs", "2", "--repeat", "1"];
+    let out = ok(&somnus(&[&one[..], &["--check", "off", "--in-process", "--json"]].concat()));
+    let in_process: serde_json::Value = serde_json::from_str(&out).unwrap();
+    assert_eq!(in_process["sizes"][0]["requests"], sizes[1]["requests"]);
+    assert_eq!(in_process["sizes"][0]["disk_ios"], sizes[1]["disk_ios"]);
+    // Too short for CPU time's 4 ms ticks: timed by the wall, and said so.
+    assert!(ok(&somnus(&one)).contains("req/wall s"));
 
     for args in
         [&["bench", "cluster", "--servers", "10"][..], &["sim", "cluster", "--servers", "10"]]
