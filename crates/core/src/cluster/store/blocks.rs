@@ -56,10 +56,9 @@ impl ChunkBlocks {
         let cells = &mut self.0;
         let end = range.end as usize;
         if cells.len() < end {
-            // Grown as a vector grows, but never past the chunk: most chunks end up
-            // whole, and a doubling past their end would waste half of the memory.
-            let capacity = (cells.capacity() * 2).clamp(end, (most as usize).max(end));
-            cells.reserve_exact(capacity - cells.len());
+            // Room for the whole chunk at its first write (4 KiB for a 1 MiB chunk):
+            // most chunks end up whole, and growing step by step copies them.
+            cells.reserve_exact((most as usize).max(end) - cells.len());
             cells.resize(end, Block::default());
         }
         for index in range {
