@@ -34,7 +34,7 @@ pub(crate) struct BenchClusterArgs {
     /// Virtual seconds of workload per run [default: 1800 / servers, at least 20: 200
     /// for 9 servers, 20 for 300, so that each run simulates 100,000 requests or more
     /// and set-up (building the cluster, creating the objects) is a small part of it:
-    /// about 5% at 300 servers].
+    /// about 1% at 300 servers].
     #[arg(long)]
     virtual_secs: Option<u64>,
     /// Fault kinds injected (as `somnus sim cluster --faults`): `none` measures the
