@@ -232,7 +232,10 @@ impl SeedRun {
         })?;
         if !output.status.success() {
             let stderr = String::from_utf8_lossy(&output.stderr);
-            let reason = stderr.trim().strip_prefix("Error: ").unwrap_or(stderr.trim());
+            let reason = stderr.trim().strip_prefix("error: ").unwrap_or(stderr.trim());
+            if reason.is_empty() {
+                bail!("seed {seed}'s child process ended with {} and no message", output.status);
+            }
             bail!("{reason}");
         }
         let stdout = String::from_utf8_lossy(&output.stdout);
