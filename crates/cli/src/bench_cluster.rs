@@ -170,7 +170,7 @@ fn measure(args: &BenchClusterArgs, servers: u32, check: bool) -> Result<Measure
 }
 
 /// The shortest run timed by CPU time rather than wall time.
-const CPU_TIMED_MIN: Duration = Duration::from_millis(200);
+const CPU_TIMED_MIN: Duration = Duration::from_millis(100);
 
 /// One seed's run: what it simulated and the time it took (from building the cluster
 /// to the end checks), as a child process reports it to the benchmark.
