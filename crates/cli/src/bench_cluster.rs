@@ -6,7 +6,8 @@
 //! Each seed runs in a process of its own, as a replay would: run one after another in
 //! one process, a seed inherits the allocator's state from the seeds before it (memory
 //! they freed is returned to the kernel lazily, while it runs, and faulted in again),
-//! which measured 3 to 5 % slower than the same seed alone.
+//! which measured up to 5 % slower than the same seed alone (about 1 % since a
+//! chunk's blocks are allocated whole at its first write).
 
 use std::process::Command;
 use std::time::Duration;
@@ -54,7 +55,7 @@ pub(crate) struct BenchClusterArgs {
     /// Run every seed in this process, one after another, instead of each in a child
     /// process of its own, as a replay runs. In one process a seed inherits the
     /// allocator's state from the seeds before it (the memory they freed is handed
-    /// back to the kernel while it runs, and faulted in again): 3 to 5 % slower here.
+    /// back to the kernel while it runs, and faulted in again): up to 5 % slower here.
     #[arg(long)]
     in_process: bool,
     /// Print the figures as one JSON document (schema `somnus-bench-cluster`).
