@@ -15,7 +15,7 @@ use std::time::Duration;
 use anyhow::{Context, Result, bail};
 use clap::Args;
 use serde::{Deserialize, Serialize};
-use somnus_sim::cluster::{ClusterSim, ClusterSpec, FaultSet, SeedReport};
+use somnus_sim::cluster::{ClusterSim, ClusterSpec, FaultSet};
 
 use crate::bench_cmd::{median, thread_cpu_time};
 use crate::progress::now;
@@ -94,11 +94,12 @@ fn virtual_secs(args: &BenchClusterArgs, servers: u32) -> u64 {
     args.virtual_secs.unwrap_or((1800 / u64::from(servers)).max(20))
 }
 
-/// One size's figures: the median run's report, and the median wall and CPU times.
+/// One size's figures: the run of median time (what it simulated), and the median wall
+/// and CPU times.
 struct Measured {
     servers: u32,
     spec: ClusterSpec,
-    report: SeedReport,
+    run: SeedRun,
     wall: Duration,
     cpu: Option<Duration>,
 }
@@ -158,16 +159,8 @@ fn measure(args: &BenchClusterArgs, servers: u32, check: bool) -> Result<Measure
     let cpu = runs.iter().map(SeedRun::cpu).collect::<Option<Vec<_>>>().map(median);
     // The report shown is the run whose CPU (or wall) time is the median.
     runs.sort_by_key(|r| r.cpu().unwrap_or(r.wall()));
-    let median_run = runs.swap_remove(runs.len() / 2);
-    let report = SeedReport {
-        seed: median_run.seed,
-        ops: median_run.ops,
-        messages: median_run.messages,
-        disk_ios: median_run.disk_ios,
-        virtual_nanos: median_run.virtual_nanos,
-        ..SeedReport::default()
-    };
-    Ok(Measured { servers, spec, report, wall, cpu })
+    let run = runs.swap_remove(runs.len() / 2);
+    Ok(Measured { servers, spec, run, wall, cpu })
 }
 
 /// The shortest run timed by CPU time rather than wall time.
@@ -279,15 +272,15 @@ fn print(args: &BenchClusterArgs, measured: &[Measured]) -> Result<()> {
                     "clients": m.spec.clients,
                     "history_checked": m.spec.check_history,
                     "chunk_groups": m.spec.servers * m.spec.groups_per_server,
-                    "requests": m.report.ops,
-                    "messages": m.report.messages,
-                    "disk_ios": m.report.disk_ios,
+                    "requests": m.run.ops,
+                    "messages": m.run.messages,
+                    "disk_ios": m.run.disk_ios,
                     "workload_virtual_secs": m.spec.virtual_secs,
-                    "virtual_secs": m.report.virtual_nanos as f64 / 1e9,
+                    "virtual_secs": m.run.virtual_nanos as f64 / 1e9,
                     "wall_secs": m.wall.as_secs_f64(),
                     "cpu_secs": m.cpu.map(|d| d.as_secs_f64()),
-                    "requests_per_s": m.rate(m.report.ops),
-                    "ratio_to_target": m.rate(m.report.ops) / TARGET_PER_S,
+                    "requests_per_s": m.rate(m.run.ops),
+                    "ratio_to_target": m.rate(m.run.ops) / TARGET_PER_S,
                 })
             })
             .collect();
@@ -322,19 +315,19 @@ fn print(args: &BenchClusterArgs, measured: &[Measured]) -> Result<()> {
         "of target"
     )?;
     for m in measured {
-        let rate = m.rate(m.report.ops);
+        let rate = m.rate(m.run.ops);
         outln!(
             "{:>7} {:>7} {:>7} {:>7} {:>9} {:>10} {:>10} {:>8.2} {:>13.0} {:>13.0} {:>10.2}x",
             m.servers,
             m.spec.clients,
             m.spec.virtual_secs,
             if m.spec.check_history { "yes" } else { "no" },
-            m.report.ops,
-            m.report.messages,
-            m.report.disk_ios,
+            m.run.ops,
+            m.run.messages,
+            m.run.disk_ios,
             m.wall.as_secs_f64(),
             rate,
-            m.rate(m.report.messages),
+            m.rate(m.run.messages),
             rate / TARGET_PER_S
         )?;
     }

@@ -1,5 +1,6 @@
 //! One chunk's blocks: the version and stamp of the write that last painted each, in
-//! a dense array (16 bytes for each 4 KiB block written so far).
+//! a dense array (16 bytes per 4 KiB block, room for the whole chunk taken at its
+//! first write).
 
 use somnus_types::Version;
 

@@ -12,8 +12,8 @@
 //! equal. Blocks a fault garbled are kept apart; every read checks for them, as a
 //! real disk's checksums would fail on them.
 //!
-//! The blocks are a dense array per chunk (16 bytes for each 4 KiB block written so
-//! far), not a map of extents: requests are a few blocks at random offsets, and a
+//! The blocks are a dense array per chunk (16 bytes per 4 KiB block, the whole chunk
+//! from its first write), not a map of extents: requests are a few blocks at random offsets, and a
 //! write or read then touches only its own blocks' few cache lines. This is the
 //! simulation's hottest state (`somnus bench cluster`).
 
