@@ -3,12 +3,35 @@
 use std::fmt;
 
 /// A half-open range of byte offsets `[start, end)` within a volume or log.
+///
+/// Deserializing checks `start <= end`: a range from a file or a peer that ends
+/// before it starts is refused there, not turned into a huge size later.
 #[derive(
     Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, serde::Serialize, serde::Deserialize,
 )]
+#[serde(try_from = "UncheckedRange")]
 pub struct ByteRange {
     pub start: u64,
     pub end: u64,
+}
+
+/// A range as read, before its bounds are checked.
+#[derive(serde::Deserialize)]
+struct UncheckedRange {
+    start: u64,
+    end: u64,
+}
+
+impl TryFrom<UncheckedRange> for ByteRange {
+    type Error = String;
+
+    fn try_from(raw: UncheckedRange) -> Result<ByteRange, String> {
+        if raw.start <= raw.end {
+            Ok(ByteRange { start: raw.start, end: raw.end })
+        } else {
+            Err(format!("byte range starts at {} after its end {}", raw.start, raw.end))
+        }
+    }
 }
 
 impl ByteRange {
@@ -76,6 +99,14 @@ impl fmt::Display for ByteRange {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_range_read_with_its_end_before_its_start_is_refused() {
+        let good: ByteRange = serde_json::from_str(r#"{"start":4,"end":9}"#).unwrap();
+        assert_eq!(good, ByteRange::from_bounds(4, 9));
+        let bad = serde_json::from_str::<ByteRange>(r#"{"start":9,"end":4}"#).unwrap_err();
+        assert!(bad.to_string().contains("starts at 9 after its end 4"), "{bad}");
+    }
 
     #[test]
     fn intersection_and_overlap_agree() {

@@ -7,7 +7,19 @@ use super::ServerPower;
 use crate::Version;
 
 /// A chunk group's view number: it grows by one at each change of primary.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, PartialOrd, Ord, Hash, serde::Serialize)]
+#[derive(
+    Clone,
+    Copy,
+    Debug,
+    Default,
+    PartialEq,
+    Eq,
+    PartialOrd,
+    Ord,
+    Hash,
+    serde::Serialize,
+    serde::Deserialize,
+)]
 pub struct Epoch(pub u64);
 
 impl Epoch {
@@ -23,15 +35,21 @@ impl std::fmt::Display for Epoch {
 }
 
 /// A client of the cluster.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, serde::Serialize)]
+#[derive(
+    Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, serde::Serialize, serde::Deserialize,
+)]
 pub struct ClientId(pub u32);
 
 /// The index of a chunk within its object.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, serde::Serialize)]
+#[derive(
+    Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, serde::Serialize, serde::Deserialize,
+)]
 pub struct ChunkIndex(pub u32);
 
 /// A chunk: an object's chunk by index, the unit replicas hold.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, serde::Serialize)]
+#[derive(
+    Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, serde::Serialize, serde::Deserialize,
+)]
 pub struct ChunkId {
     pub object: ObjectId,
     pub chunk: ChunkIndex,
@@ -59,12 +77,24 @@ impl ChunkId {
 /// What a write puts in every block of its range. The simulation carries stamps
 /// (which client op wrote it: the checker's ground truth) while the request's size
 /// drives the disk and network models; 0 is never written (it marks unwritten space).
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, PartialOrd, Ord, Hash, serde::Serialize)]
+#[derive(
+    Clone,
+    Copy,
+    Debug,
+    Default,
+    PartialEq,
+    Eq,
+    PartialOrd,
+    Ord,
+    Hash,
+    serde::Serialize,
+    serde::Deserialize,
+)]
 pub struct Stamp(pub u64);
 
 /// A piece of a chunk as a read returns it: its range, the version and stamp every
 /// block of it holds (version 0 and stamp 0: never written).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct Piece {
     pub range: ByteRange,
     pub version: Version,
@@ -73,7 +103,7 @@ pub struct Piece {
 
 /// A write a replica holds that it has not yet learned is on every replica: a new
 /// primary collects these and writes them again everywhere (C3, C4).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct UnstableWrite {
     pub chunk: ChunkId,
     pub range: ByteRange,
@@ -86,7 +116,9 @@ const UNSTABLE_WRITE_WIRE_BYTES: u64 = 40;
 
 /// Why a storage server refused a client request; the client asks the MDS for the
 /// group's view and tries again.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, thiserror::Error)]
+#[derive(
+    Clone, Copy, Debug, PartialEq, Eq, thiserror::Error, serde::Serialize, serde::Deserialize,
+)]
 pub enum RequestError {
     #[error("this server does not lead the group in that epoch (it knows {known})")]
     NotPrimary { known: Epoch },
@@ -97,7 +129,7 @@ pub enum RequestError {
 }
 
 /// What a storage server answers a client request with.
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub enum ReplyBody {
     Written { version: Version },
     Read { pieces: Vec<Piece> },
@@ -105,7 +137,9 @@ pub enum ReplyBody {
 }
 
 /// Who sent or receives a message.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
+#[derive(
+    Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, serde::Serialize, serde::Deserialize,
+)]
 pub enum Peer {
     Mds,
     Server(ServerId),
@@ -113,7 +147,7 @@ pub enum Peer {
 }
 
 /// What a client needs to reach a chunk group.
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct GroupView {
     pub group: ChunkGroupId,
     pub epoch: Epoch,
@@ -123,7 +157,7 @@ pub struct GroupView {
 }
 
 /// An object as the MDS describes it to a client.
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct ObjectInfo {
     pub name: String,
     pub object: ObjectId,
@@ -137,7 +171,9 @@ pub struct ObjectInfo {
 
 /// A write a DVL logged, without its data: the owner is the epoch of the primary that
 /// logged it (each epoch appends under its own owner, whose versions grow, D1).
-#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
+#[derive(
+    Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, serde::Serialize, serde::Deserialize,
+)]
 pub struct LogRecord {
     pub owner: Epoch,
     pub chunk: ChunkId,
@@ -151,7 +187,7 @@ const LOG_RECORD_WIRE_BYTES: u64 = 40;
 /// A logged write in a DVL's map: the loggers that hold it (they acknowledged it or
 /// reported it), every logger that may (each gets its deletion marker), and the
 /// replicas that have it applied.
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct LoggedExtent {
     pub record: LogRecord,
     pub holders: Vec<ServerId>,
@@ -164,7 +200,7 @@ const LOGGED_EXTENT_WIRE_BYTES: u64 = 64;
 
 /// A DVL's state handed from a primary that migrates to the next (Sierra 3.3.2): what
 /// is logged, where, and which replicas have it.
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
+#[derive(Clone, Debug, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct DvlHandoff {
     pub extents: Vec<LoggedExtent>,
     /// Loggers of the view a recovery has not heard from yet: the next primary asks
@@ -181,7 +217,7 @@ impl DvlHandoff {
 
 /// The MDS renewed the leases of `renewed` from `sent_at`; the server must stop
 /// leading `revoked` (a view change it has not heard of).
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct LeaseRenewal {
     pub sent_at: VirtualInstant,
     pub renewed: Vec<(ChunkGroupId, Epoch)>,
@@ -198,7 +234,7 @@ pub struct LeaseRenewal {
 /// send time of the server's last heartbeat the MDS received); with a handoff take
 /// that DVL state, else recover the DVL from the loggers of `logger_view`, fencing
 /// older epochs.
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct LeaseGrant {
     pub view: GroupView,
     pub lease_from: VirtualInstant,
@@ -210,7 +246,7 @@ pub struct LeaseGrant {
 }
 
 /// Why the MDS refused a metadata request.
-#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error, serde::Serialize, serde::Deserialize)]
 pub enum MetadataError {
     #[error("no object named {0:?}")]
     NoSuchObject(String),
@@ -226,7 +262,7 @@ pub enum MetadataError {
 
 /// Every message of the protocol. Which role sends each to which, and the invariants
 /// each upholds, are in docs/protocol.md.
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub enum Message {
     /// A server is alive; `leads` are the groups it serves as primary, with epochs.
     Heartbeat {

@@ -52,7 +52,9 @@ impl Topology {
 }
 
 /// A server's power state as the MDS records it (docs/protocol.md, P1-P3).
-#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, serde::Serialize)]
+#[derive(
+    Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, serde::Serialize, serde::Deserialize,
+)]
 #[serde(rename_all = "snake_case")]
 pub enum ServerPower {
     /// Serving.

@@ -1,0 +1,204 @@
+//! Frames: a fixed header, the body in postcard, then the attachment's raw bytes.
+//!
+//! ```text
+//! offset  bytes  field
+//! 0       4      length     u32 LE: bytes after this field (at least 9)
+//! 4       1      version    WIRE_VERSION
+//! 5       4      crc32c     u32 LE: of every byte after this field
+//! 9       4      body_len   u32 LE: bytes of the body
+//! 13      body   body       postcard encoding of a `Frame`
+//! 13+b    rest   attachment raw bytes (a write's or a read's data), possibly none
+//! ```
+//!
+//! The length comes first so a reader knows how much to wait for, and is checked
+//! against the limit before anything is buffered: a peer cannot make a process hold
+//! more than one frame's limit. The checksum covers the body and the attachment, so
+//! a flipped bit anywhere past the header is refused rather than decoded.
+
+use bytes::{Buf, Bytes, BytesMut};
+
+use crate::Frame;
+use crate::handshake::AuthError;
+
+/// The version this build writes and the only one it reads.
+pub const WIRE_VERSION: u8 = 1;
+
+/// Bytes of the header: length, version, checksum, body length.
+pub const HEADER_BYTES: usize = 13;
+
+/// The bytes the length field counts that are header, not body or attachment.
+const COUNTED_HEADER_BYTES: usize = HEADER_BYTES - 4;
+
+/// Default bound on a frame's length: a 16 MiB attachment and its message.
+pub const FRAME_BYTES_MAX_DEFAULT: usize = (16 << 20) + (64 << 10);
+
+/// Why bytes from a peer are not a frame. The connection that sent them is closed:
+/// after a bad frame nothing says where the next one starts.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum WireError {
+    #[error("frame of {length} bytes is over the limit of {max}")]
+    TooLarge { length: usize, max: usize },
+    #[error("frame length {length} is shorter than its header ({COUNTED_HEADER_BYTES} bytes)")]
+    TooShort { length: usize },
+    #[error("wire version {version} is not spoken here (this build speaks {WIRE_VERSION})")]
+    UnknownVersion { version: u8 },
+    #[error("frame checksum mismatch: header says {expected:#010x}, bytes give {actual:#010x}")]
+    BadChecksum { expected: u32, actual: u32 },
+    #[error("frame body of {body} bytes does not fit in its frame of {length}")]
+    BadBodyLength { body: usize, length: usize },
+    #[error("frame body is not a valid {what}: {reason}")]
+    Malformed { what: &'static str, reason: String },
+    #[error("connection closed in the middle of a frame ({have} of {need} bytes)")]
+    Truncated { have: usize, need: usize },
+    #[error("{0}")]
+    Auth(#[from] AuthError),
+}
+
+impl WireError {
+    /// A short, stable name for counters and metrics labels.
+    pub fn kind(&self) -> &'static str {
+        match self {
+            WireError::TooLarge { .. } => "oversized",
+            WireError::TooShort { .. } | WireError::BadBodyLength { .. } => "malformed",
+            WireError::Malformed { .. } => "malformed",
+            WireError::UnknownVersion { .. } => "unknown_version",
+            WireError::BadChecksum { .. } => "bad_checksum",
+            WireError::Truncated { .. } => "truncated",
+            WireError::Auth(error) => error.kind(),
+        }
+    }
+}
+
+/// Appends `frame` and its `attachment` to `out` as one wire frame. Fails only when
+/// the frame would be over `max` bytes (the receiver would refuse it).
+pub fn encode(
+    frame: &Frame,
+    attachment: &[u8],
+    max: usize,
+    out: &mut Vec<u8>,
+) -> Result<(), WireError> {
+    let body = postcard::to_allocvec(frame).map_err(|error| WireError::Malformed {
+        what: "frame to encode",
+        reason: error.to_string(),
+    })?;
+    let length = COUNTED_HEADER_BYTES + body.len() + attachment.len();
+    if length > max {
+        return Err(WireError::TooLarge { length, max });
+    }
+    let start = out.len();
+    out.reserve(4 + length);
+    out.extend_from_slice(&[0; HEADER_BYTES]);
+    out.extend_from_slice(&body);
+    out.extend_from_slice(attachment);
+    let body_len = body.len();
+    let header = &mut out[start..start + HEADER_BYTES];
+    header[0..4].copy_from_slice(&(length as u32).to_le_bytes());
+    header[4] = WIRE_VERSION;
+    header[9..13].copy_from_slice(&(body_len as u32).to_le_bytes());
+    let crc = crc32c::crc32c(&out[start + 9..]);
+    out[start + 5..start + 9].copy_from_slice(&crc.to_le_bytes());
+    Ok(())
+}
+
+/// A frame read off the wire, with its attachment.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Decoded {
+    pub frame: Frame,
+    pub attachment: Bytes,
+    /// Bytes the frame took on the wire, header included.
+    pub wire_bytes: usize,
+}
+
+/// Cuts frames out of a stream of bytes.
+#[derive(Clone, Copy, Debug)]
+pub struct FrameDecoder {
+    max: usize,
+}
+
+impl Default for FrameDecoder {
+    fn default() -> FrameDecoder {
+        FrameDecoder::new(FRAME_BYTES_MAX_DEFAULT)
+    }
+}
+
+impl FrameDecoder {
+    /// A decoder that refuses frames whose length field is over `max`.
+    pub fn new(max: usize) -> FrameDecoder {
+        FrameDecoder { max }
+    }
+
+    /// The next whole frame at the front of `buf`, consumed from it; `None` while
+    /// the frame is not all there yet. An error leaves `buf` as it was.
+    pub fn decode(&self, buf: &mut BytesMut) -> Result<Option<Decoded>, WireError> {
+        let Some(length) = self.length(buf)? else { return Ok(None) };
+        if buf.len() < 4 + length {
+            // Room for the rest now, so the reader fills it without regrowing.
+            buf.reserve(4 + length - buf.len());
+            return Ok(None);
+        }
+        let frame_bytes = &buf[4..4 + length];
+        let version = frame_bytes[0];
+        if version != WIRE_VERSION {
+            return Err(WireError::UnknownVersion { version });
+        }
+        let expected =
+            u32::from_le_bytes([frame_bytes[1], frame_bytes[2], frame_bytes[3], frame_bytes[4]]);
+        let actual = crc32c::crc32c(&frame_bytes[5..]);
+        if expected != actual {
+            return Err(WireError::BadChecksum { expected, actual });
+        }
+        let body_len =
+            u32::from_le_bytes([frame_bytes[5], frame_bytes[6], frame_bytes[7], frame_bytes[8]])
+                as usize;
+        if body_len > length - COUNTED_HEADER_BYTES {
+            return Err(WireError::BadBodyLength { body: body_len, length });
+        }
+        let frame =
+            decode_body(&frame_bytes[COUNTED_HEADER_BYTES..COUNTED_HEADER_BYTES + body_len])?;
+        let mut whole = buf.split_to(4 + length);
+        whole.advance(HEADER_BYTES + body_len);
+        Ok(Some(Decoded { frame, attachment: whole.freeze(), wire_bytes: 4 + length }))
+    }
+
+    /// The length field at the front of `buf`, once it is there and checked.
+    fn length(&self, buf: &BytesMut) -> Result<Option<usize>, WireError> {
+        let Some(field) = buf.get(0..4) else { return Ok(None) };
+        let length = u32::from_le_bytes([field[0], field[1], field[2], field[3]]) as usize;
+        if length > self.max {
+            return Err(WireError::TooLarge { length, max: self.max });
+        }
+        if length < COUNTED_HEADER_BYTES {
+            return Err(WireError::TooShort { length });
+        }
+        Ok(Some(length))
+    }
+
+    /// What to say when the stream ended with `buf` left over: nothing if it ended
+    /// between frames, else what the unfinished frame was.
+    pub fn at_end(&self, buf: &BytesMut) -> Result<(), WireError> {
+        if buf.is_empty() {
+            return Ok(());
+        }
+        let need = match self.length(buf)? {
+            Some(length) => 4 + length,
+            None => 4,
+        };
+        Err(WireError::Truncated { have: buf.len(), need })
+    }
+}
+
+/// A body is exactly one `Frame`: trailing bytes inside the body are refused too.
+fn decode_body(body: &[u8]) -> Result<Frame, WireError> {
+    let malformed = |reason: String| WireError::Malformed { what: "frame body", reason };
+    let (frame, rest) = postcard::take_from_bytes::<Frame>(body).map_err(|error| match error {
+        // postcard drops the text of a type's own check; the types that check are these.
+        postcard::Error::SerdeDeCustom => malformed(
+            "a field fails its type's check (a byte range ending before it starts)".into(),
+        ),
+        error => malformed(error.to_string()),
+    })?;
+    if !rest.is_empty() {
+        return Err(malformed(format!("{} bytes left after the frame", rest.len())));
+    }
+    Ok(frame)
+}
