@@ -17,6 +17,8 @@
 
 use bytes::{Buf, Bytes, BytesMut};
 
+use somnus_core::cluster::Message;
+
 use crate::Frame;
 use crate::handshake::AuthError;
 
@@ -73,6 +75,36 @@ impl WireError {
 /// the frame would be over `max` bytes (the receiver would refuse it).
 pub fn encode(
     frame: &Frame,
+    attachment: &[u8],
+    max: usize,
+    out: &mut Vec<u8>,
+) -> Result<(), WireError> {
+    encode_body(frame, attachment, max, out)
+}
+
+/// As [`encode`] for `Frame::Message(message)`, without moving the message into one.
+pub fn encode_message(
+    message: &Message,
+    attachment: &[u8],
+    max: usize,
+    out: &mut Vec<u8>,
+) -> Result<(), WireError> {
+    encode_body(&MessageFrame::Message(message), attachment, max, out)
+}
+
+/// `Frame` by reference: serde encodes a reference as what it points to, so with the
+/// same variant order this writes the same bytes as `Frame` (a test checks it).
+#[derive(serde::Serialize)]
+enum MessageFrame<'a> {
+    #[allow(dead_code)]
+    Hello(()),
+    #[allow(dead_code)]
+    Proof(()),
+    Message(&'a Message),
+}
+
+fn encode_body(
+    frame: &impl serde::Serialize,
     attachment: &[u8],
     max: usize,
     out: &mut Vec<u8>,

@@ -16,6 +16,7 @@ mod secret;
 
 pub use frame::{
     Decoded, FRAME_BYTES_MAX_DEFAULT, FrameDecoder, HEADER_BYTES, WIRE_VERSION, WireError, encode,
+    encode_message,
 };
 pub use handshake::{AuthError, Handshake, Side, Step};
 pub use secret::{ClusterSecret, SECRET_BYTES, SecretError};

@@ -49,6 +49,16 @@ fn every_message_and_its_attachment_round_trip() {
 }
 
 #[test]
+fn a_message_encoded_by_reference_is_the_same_bytes() {
+    for message in every_message() {
+        let mut by_reference = Vec::new();
+        crate::encode_message(&message, b"data", FRAME_BYTES_MAX_DEFAULT, &mut by_reference)
+            .unwrap();
+        assert_eq!(by_reference, wire(&Frame::Message(message), b"data"));
+    }
+}
+
+#[test]
 fn a_frame_fed_a_byte_at_a_time_comes_out_whole_once() {
     let hello = Frame::Hello(Hello { peer: Peer::Server(ServerId(4)), nonce: [3; 32] });
     let bytes = wire(&hello, b"data");

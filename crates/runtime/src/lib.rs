@@ -1,0 +1,7 @@
+//! The runtime: the tokio shell that runs the core's state machines as real
+//! processes, over TCP between them and files on their disks (DESIGN.md, "One core,
+//! two shells"). It turns the core's actions into I/O and I/O into the core's events,
+//! and decides nothing of the protocol itself.
+
+pub mod secret_file;
+pub mod transport;

@@ -1,0 +1,321 @@
+//! Connections between somnus processes: TCP streams of wire frames
+//! (docs/format/wire.md), each authenticated by the cluster's secret before a message
+//! passes. A connection that sends anything else is refused, counted by why, and
+//! closed; the listener goes on serving the others.
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Duration;
+
+use bytes::{Bytes, BytesMut};
+use somnus_core::cluster::{Message, Peer};
+use somnus_wire::{
+    ClusterSecret, Decoded, FRAME_BYTES_MAX_DEFAULT, Frame, FrameDecoder, Handshake, Hello,
+    NONCE_BYTES, Side, Step, WireError,
+};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::tcp::{OwnedReadHalf, OwnedWriteHalf};
+use tokio::net::{TcpListener, TcpStream};
+use tokio::sync::{Semaphore, mpsc};
+
+/// Who this process is on the wire, and the limits it holds its peers to.
+#[derive(Clone, Debug)]
+pub struct Identity {
+    pub peer: Peer,
+    pub secret: ClusterSecret,
+    /// Frames over this many bytes are refused (and never sent).
+    pub frame_bytes_max: usize,
+    /// Time a peer has to connect and finish the handshake.
+    pub handshake_timeout: Duration,
+    /// Connections served at once; more are closed at once and counted.
+    pub connections_max: usize,
+}
+
+impl Identity {
+    /// The defaults: 16 MiB frames, 5 s to authenticate, 4096 connections.
+    pub fn new(peer: Peer, secret: ClusterSecret) -> Identity {
+        Identity {
+            peer,
+            secret,
+            frame_bytes_max: FRAME_BYTES_MAX_DEFAULT,
+            handshake_timeout: Duration::from_secs(5),
+            connections_max: 4096,
+        }
+    }
+}
+
+/// Why a connection ended or was refused.
+#[derive(Debug, thiserror::Error)]
+pub enum ConnError {
+    #[error(transparent)]
+    Wire(#[from] WireError),
+    #[error("{0}")]
+    Io(#[from] std::io::Error),
+    #[error("the peer did not finish the handshake within {0:?}")]
+    HandshakeTimeout(Duration),
+    #[error("the peer closed the connection before the handshake finished")]
+    ClosedEarly,
+    #[error("{limit} connections are open already")]
+    TooMany { limit: usize },
+    #[error("no fresh nonce from the operating system: {0}")]
+    Entropy(String),
+}
+
+/// Every kind of refusal a listener counts, as `ConnError::kind` names them.
+pub const REFUSAL_KINDS: [&str; 13] = [
+    "oversized",
+    "malformed",
+    "unknown_version",
+    "bad_checksum",
+    "truncated",
+    "wrong_secret",
+    "unexpected_frame",
+    "reflected",
+    "handshake_timeout",
+    "closed_early",
+    "too_many",
+    "io",
+    "entropy",
+];
+
+impl ConnError {
+    /// A short, stable name for counters and metrics labels: one of `REFUSAL_KINDS`.
+    pub fn kind(&self) -> &'static str {
+        match self {
+            ConnError::Wire(error) => error.kind(),
+            ConnError::Io(_) => "io",
+            ConnError::HandshakeTimeout(_) => "handshake_timeout",
+            ConnError::ClosedEarly => "closed_early",
+            ConnError::TooMany { .. } => "too_many",
+            ConnError::Entropy(_) => "entropy",
+        }
+    }
+}
+
+/// What a listener saw: connections authenticated, and refusals by kind.
+#[derive(Debug, Default)]
+pub struct WireCounters {
+    authenticated: AtomicU64,
+    refused: [AtomicU64; REFUSAL_KINDS.len()],
+    frames_in: AtomicU64,
+    bytes_in: AtomicU64,
+}
+
+impl WireCounters {
+    pub fn count_refused(&self, error: &ConnError) {
+        let kind = error.kind();
+        if let Some(at) = REFUSAL_KINDS.iter().position(|k| *k == kind) {
+            self.refused[at].fetch_add(1, Ordering::Relaxed);
+        }
+    }
+
+    pub fn authenticated(&self) -> u64 {
+        self.authenticated.load(Ordering::Relaxed)
+    }
+
+    /// Refusals of `kind` so far.
+    pub fn refused(&self, kind: &str) -> u64 {
+        REFUSAL_KINDS
+            .iter()
+            .position(|k| *k == kind)
+            .map_or(0, |at| self.refused[at].load(Ordering::Relaxed))
+    }
+
+    /// Every kind with its count, in `REFUSAL_KINDS` order.
+    pub fn refusals(&self) -> impl Iterator<Item = (&'static str, u64)> + '_ {
+        REFUSAL_KINDS.iter().zip(&self.refused).map(|(k, n)| (*k, n.load(Ordering::Relaxed)))
+    }
+
+    /// Frames and their bytes received on authenticated connections.
+    pub fn frames_in(&self) -> (u64, u64) {
+        (self.frames_in.load(Ordering::Relaxed), self.bytes_in.load(Ordering::Relaxed))
+    }
+}
+
+/// The reading half of a connection: whole frames out of the byte stream.
+#[derive(Debug)]
+pub struct FrameReader {
+    read: OwnedReadHalf,
+    buf: BytesMut,
+    decoder: FrameDecoder,
+}
+
+impl FrameReader {
+    /// The next frame; `None` when the peer closed the connection between frames.
+    pub async fn next(&mut self) -> Result<Option<Decoded>, ConnError> {
+        loop {
+            if let Some(decoded) = self.decoder.decode(&mut self.buf)? {
+                return Ok(Some(decoded));
+            }
+            if self.buf.capacity() == self.buf.len() {
+                self.buf.reserve(64 << 10);
+            }
+            if self.read.read_buf(&mut self.buf).await? == 0 {
+                self.decoder.at_end(&self.buf)?;
+                return Ok(None);
+            }
+        }
+    }
+}
+
+/// The writing half of a connection.
+#[derive(Debug)]
+pub struct FrameWriter {
+    write: OwnedWriteHalf,
+    out: Vec<u8>,
+    max: usize,
+}
+
+impl FrameWriter {
+    pub async fn send(&mut self, frame: &Frame, attachment: &[u8]) -> Result<(), ConnError> {
+        self.out.clear();
+        somnus_wire::encode(frame, attachment, self.max, &mut self.out)?;
+        self.write.write_all(&self.out).await?;
+        Ok(())
+    }
+
+    pub async fn send_message(
+        &mut self,
+        message: &Message,
+        attachment: &[u8],
+    ) -> Result<(), ConnError> {
+        self.out.clear();
+        somnus_wire::encode_message(message, attachment, self.max, &mut self.out)?;
+        self.write.write_all(&self.out).await?;
+        Ok(())
+    }
+}
+
+/// An authenticated connection: the peer proved it knows the cluster's secret.
+#[derive(Debug)]
+pub struct Connection {
+    pub peer: Peer,
+    pub reader: FrameReader,
+    pub writer: FrameWriter,
+}
+
+/// A message received from an authenticated peer.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Inbound {
+    pub from: Peer,
+    pub message: Message,
+    pub attachment: Bytes,
+}
+
+/// Connects to `addr` and authenticates both ways, all within the handshake timeout.
+pub async fn connect(addr: SocketAddr, identity: &Identity) -> Result<Connection, ConnError> {
+    let attempt = async {
+        let stream = TcpStream::connect(addr).await?;
+        handshake(stream, identity, Side::Initiator).await
+    };
+    tokio::time::timeout(identity.handshake_timeout, attempt)
+        .await
+        .map_err(|_| ConnError::HandshakeTimeout(identity.handshake_timeout))?
+}
+
+/// Authenticates a connection a listener accepted, within the handshake timeout.
+pub async fn accept(stream: TcpStream, identity: &Identity) -> Result<Connection, ConnError> {
+    tokio::time::timeout(identity.handshake_timeout, handshake(stream, identity, Side::Acceptor))
+        .await
+        .map_err(|_| ConnError::HandshakeTimeout(identity.handshake_timeout))?
+}
+
+async fn handshake(
+    stream: TcpStream,
+    identity: &Identity,
+    side: Side,
+) -> Result<Connection, ConnError> {
+    stream.set_nodelay(true)?;
+    let (read, write) = stream.into_split();
+    let mut reader = FrameReader {
+        read,
+        buf: BytesMut::with_capacity(64 << 10),
+        decoder: FrameDecoder::new(identity.frame_bytes_max),
+    };
+    let mut writer = FrameWriter { write, out: Vec::new(), max: identity.frame_bytes_max };
+    let own = Hello { peer: identity.peer, nonce: fresh_nonce()? };
+    let (mut handshake, hello) = Handshake::start(identity.secret.clone(), side, own);
+    writer.send(&hello, &[]).await?;
+    loop {
+        let Some(decoded) = reader.next().await? else { return Err(ConnError::ClosedEarly) };
+        match handshake.receive(decoded.frame).map_err(WireError::from)? {
+            Step::Send(frame) => writer.send(&frame, &[]).await?,
+            Step::Authenticated(peer) => return Ok(Connection { peer, reader, writer }),
+        }
+    }
+}
+
+fn fresh_nonce() -> Result<[u8; NONCE_BYTES], ConnError> {
+    let mut nonce = [0u8; NONCE_BYTES];
+    getrandom::fill(&mut nonce).map_err(|error| ConnError::Entropy(error.to_string()))?;
+    Ok(nonce)
+}
+
+/// Accepts connections on `listener` until the task is dropped, authenticates each,
+/// and hands the authenticated ones to `on_connection`; refusals are counted.
+pub async fn serve<F>(
+    listener: TcpListener,
+    identity: Arc<Identity>,
+    counters: Arc<WireCounters>,
+    on_connection: F,
+) where
+    F: Fn(Connection) + Send + Sync + 'static,
+{
+    let on_connection = Arc::new(on_connection);
+    let slots = Arc::new(Semaphore::new(identity.connections_max));
+    loop {
+        let Ok((stream, _)) = listener.accept().await else {
+            // Out of file descriptors, most likely: wait rather than spin.
+            tokio::time::sleep(Duration::from_millis(50)).await;
+            continue;
+        };
+        let Ok(slot) = slots.clone().try_acquire_owned() else {
+            counters.count_refused(&ConnError::TooMany { limit: identity.connections_max });
+            drop(stream);
+            continue;
+        };
+        let (identity, counters, on_connection) =
+            (identity.clone(), counters.clone(), on_connection.clone());
+        tokio::spawn(async move {
+            match accept(stream, &identity).await {
+                Ok(connection) => {
+                    counters.authenticated.fetch_add(1, Ordering::Relaxed);
+                    on_connection(connection);
+                }
+                Err(error) => counters.count_refused(&error),
+            }
+            drop(slot);
+        });
+    }
+}
+
+/// Reads `reader`'s frames into `inbox` until the peer closes the connection, sends
+/// a bad frame, or the inbox is gone; how it ended is counted.
+pub async fn pump(
+    mut reader: FrameReader,
+    from: Peer,
+    inbox: mpsc::Sender<Inbound>,
+    counters: Arc<WireCounters>,
+) {
+    loop {
+        let decoded = match reader.next().await {
+            Ok(Some(decoded)) => decoded,
+            Ok(None) => return,
+            Err(error) => return counters.count_refused(&error),
+        };
+        counters.frames_in.fetch_add(1, Ordering::Relaxed);
+        counters.bytes_in.fetch_add(decoded.wire_bytes as u64, Ordering::Relaxed);
+        let Frame::Message(message) = decoded.frame else {
+            let unexpected = WireError::Auth(somnus_wire::AuthError::Unexpected {
+                expected: "message",
+                got: decoded.frame.kind(),
+            });
+            return counters.count_refused(&ConnError::Wire(unexpected));
+        };
+        let inbound = Inbound { from, message, attachment: decoded.attachment };
+        if inbox.send(inbound).await.is_err() {
+            return;
+        }
+    }
+}

@@ -1,0 +1,167 @@
+//! The transport over real loopback sockets: an authenticated peer's messages arrive;
+//! garbage, truncated, oversized, unauthenticated and wrong-secret connections are
+//! refused and counted by kind, and the listener goes on serving.
+
+#![allow(clippy::unwrap_used, clippy::expect_used)] // Test helpers may panic.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use somnus_core::cluster::{ClientId, Message, Peer};
+use somnus_runtime::transport::{self, Identity, Inbound, WireCounters};
+use somnus_types::ServerId;
+use somnus_wire::{ClusterSecret, Frame, Hello};
+use tokio::io::AsyncWriteExt;
+use tokio::net::{TcpListener, TcpStream};
+use tokio::sync::mpsc;
+
+/// Every wait in these tests is bounded by this.
+const PATIENCE: Duration = Duration::from_secs(10);
+
+fn secret(byte: u8) -> ClusterSecret {
+    ClusterSecret::from_bytes([byte; 32])
+}
+
+/// A listener on loopback that pumps every authenticated peer's messages into one inbox.
+async fn listener(
+    identity: Identity,
+) -> (std::net::SocketAddr, Arc<WireCounters>, mpsc::Receiver<Inbound>, tokio::task::JoinHandle<()>)
+{
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let counters = Arc::new(WireCounters::default());
+    let (inbox, received) = mpsc::channel(64);
+    let pump_counters = counters.clone();
+    let task = tokio::spawn(transport::serve(
+        listener,
+        Arc::new(identity),
+        counters.clone(),
+        move |connection| {
+            let (reader, from) = (connection.reader, connection.peer);
+            // The writer is dropped: these tests only send to the listener.
+            tokio::spawn(transport::pump(reader, from, inbox.clone(), pump_counters.clone()));
+        },
+    ));
+    (addr, counters, received, task)
+}
+
+fn server_identity() -> Identity {
+    let mut identity = Identity::new(Peer::Server(ServerId(2)), secret(1));
+    identity.frame_bytes_max = 1 << 20;
+    identity.handshake_timeout = Duration::from_millis(500);
+    identity
+}
+
+/// Connects as a client, sends one message with an attachment, and checks it arrives.
+async fn round_trip(addr: std::net::SocketAddr, received: &mut mpsc::Receiver<Inbound>, n: u32) {
+    let identity = Identity::new(Peer::Client(ClientId(n)), secret(1));
+    let mut connection = transport::connect(addr, &identity).await.unwrap();
+    assert_eq!(connection.peer, Peer::Server(ServerId(2)));
+    let message = Message::LookupObject { request: n.into(), name: format!("object-{n}") };
+    connection.writer.send_message(&message, b"attached").await.unwrap();
+    let inbound = tokio::time::timeout(PATIENCE, received.recv()).await.unwrap().unwrap();
+    assert_eq!(inbound.from, Peer::Client(ClientId(n)));
+    assert_eq!(inbound.message, message);
+    assert_eq!(&inbound.attachment[..], b"attached");
+}
+
+/// Waits until `kind` has been counted `n` times.
+async fn refused(counters: &WireCounters, kind: &str, n: u64) {
+    let deadline = tokio::time::Instant::now() + PATIENCE;
+    while counters.refused(kind) < n {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "{kind} never counted: {:?}",
+            counters.refusals().collect::<Vec<_>>()
+        );
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    assert_eq!(counters.refused(kind), n, "{kind}");
+}
+
+/// A raw connection that writes `bytes` and then closes its sending side.
+async fn send_raw(addr: std::net::SocketAddr, bytes: &[u8]) {
+    let mut stream = TcpStream::connect(addr).await.unwrap();
+    // The listener may refuse and close before every byte is written.
+    let _ = stream.write_all(bytes).await;
+    let _ = stream.shutdown().await;
+}
+
+fn frame(frame: &Frame) -> Vec<u8> {
+    let mut out = Vec::new();
+    somnus_wire::encode(frame, b"", 1 << 20, &mut out).unwrap();
+    out
+}
+
+#[tokio::test]
+async fn bad_connections_are_refused_and_counted_and_the_listener_keeps_serving() {
+    let (addr, counters, mut received, task) = listener(server_identity()).await;
+    round_trip(addr, &mut received, 1).await;
+
+    // An HTTP request: its first four bytes read as a length of half a gigabyte.
+    send_raw(addr, b"GET / HTTP/1.1\r\nHost: x\r\n\r\n").await;
+    refused(&counters, "oversized", 1).await;
+    round_trip(addr, &mut received, 2).await;
+
+    // A plausible length, then bytes whose checksum does not match.
+    send_raw(addr, &[20, 0, 0, 0, 1, 9, 9, 9, 9, 0, 0, 0, 0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11])
+        .await;
+    refused(&counters, "bad_checksum", 1).await;
+
+    // A length shorter than a header.
+    send_raw(addr, &[2, 0, 0, 0, 1, 2]).await;
+    refused(&counters, "malformed", 1).await;
+
+    // A hello cut short by the connection's end.
+    let hello = frame(&Frame::Hello(Hello { peer: Peer::Client(ClientId(9)), nonce: [4; 32] }));
+    send_raw(addr, &hello[..hello.len() - 3]).await;
+    refused(&counters, "truncated", 1).await;
+
+    // A message before any handshake.
+    send_raw(addr, &frame(&Frame::Message(Message::EnterStandby))).await;
+    refused(&counters, "unexpected_frame", 1).await;
+
+    // A process of another cluster: it fails at its end too.
+    let stranger = Identity::new(Peer::Client(ClientId(5)), secret(2));
+    let error = transport::connect(addr, &stranger).await.unwrap_err();
+    assert_eq!(error.kind(), "wrong_secret", "{error}");
+    refused(&counters, "wrong_secret", 1).await;
+
+    // A connection that says nothing: refused when its time to authenticate is up.
+    let silent = TcpStream::connect(addr).await.unwrap();
+    refused(&counters, "handshake_timeout", 1).await;
+    drop(silent);
+
+    // After all of it, still serving; no refused peer's message reached the inbox.
+    round_trip(addr, &mut received, 3).await;
+    assert_eq!(counters.authenticated(), 3);
+    assert!(received.try_recv().is_err());
+    task.abort();
+}
+
+#[tokio::test]
+async fn a_frame_over_the_limit_after_the_handshake_ends_the_connection() {
+    let (addr, counters, mut received, task) = listener(server_identity()).await;
+    let identity = Identity::new(Peer::Client(ClientId(1)), secret(1));
+    let mut connection = transport::connect(addr, &identity).await.unwrap();
+    // The client's own limit (16 MiB) lets it send what the server's (1 MiB) refuses.
+    let big = vec![7u8; 2 << 20];
+    connection.writer.send_message(&Message::EnterStandby, &big).await.ok();
+    refused(&counters, "oversized", 1).await;
+    assert!(received.try_recv().is_err());
+    round_trip(addr, &mut received, 2).await;
+    task.abort();
+}
+
+#[tokio::test]
+async fn connections_past_the_limit_are_closed_and_counted() {
+    let mut identity = server_identity();
+    identity.connections_max = 2;
+    identity.handshake_timeout = Duration::from_secs(5);
+    let (addr, counters, _received, task) = listener(identity).await;
+    // Two silent connections hold both slots while they handshake.
+    let _held = [TcpStream::connect(addr).await.unwrap(), TcpStream::connect(addr).await.unwrap()];
+    let _third = TcpStream::connect(addr).await.unwrap();
+    refused(&counters, "too_many", 1).await;
+    task.abort();
+}
