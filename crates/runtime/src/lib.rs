@@ -3,5 +3,6 @@
 //! two shells"). It turns the core's actions into I/O and I/O into the core's events,
 //! and decides nothing of the protocol itself.
 
+pub mod command_log;
 pub mod secret_file;
 pub mod transport;

@@ -64,7 +64,7 @@ pub enum MdsAction {
 }
 
 /// A change of the MDS's durable state.
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub enum Command {
     CreateObject {
         name: String,
