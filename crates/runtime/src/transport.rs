@@ -171,8 +171,7 @@ impl FrameWriter {
     pub async fn send(&mut self, frame: &Frame, attachment: &[u8]) -> Result<(), ConnError> {
         self.out.clear();
         somnus_wire::encode(frame, attachment, self.max, &mut self.out)?;
-        self.write.write_all(&self.out).await?;
-        Ok(())
+        self.flush_out().await
     }
 
     pub async fn send_message(
@@ -182,6 +181,11 @@ impl FrameWriter {
     ) -> Result<(), ConnError> {
         self.out.clear();
         somnus_wire::encode_message(message, attachment, self.max, &mut self.out)?;
+        self.flush_out().await
+    }
+
+    /// Writes the frame encoded in `out`.
+    async fn flush_out(&mut self) -> Result<(), ConnError> {
         self.write.write_all(&self.out).await?;
         Ok(())
     }

@@ -61,8 +61,9 @@ impl WireError {
     pub fn kind(&self) -> &'static str {
         match self {
             WireError::TooLarge { .. } => "oversized",
-            WireError::TooShort { .. } | WireError::BadBodyLength { .. } => "malformed",
-            WireError::Malformed { .. } => "malformed",
+            WireError::TooShort { .. }
+            | WireError::BadBodyLength { .. }
+            | WireError::Malformed { .. } => "malformed",
             WireError::UnknownVersion { .. } => "unknown_version",
             WireError::BadChecksum { .. } => "bad_checksum",
             WireError::Truncated { .. } => "truncated",
