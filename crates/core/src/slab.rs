@@ -72,6 +72,15 @@ impl<T> Slab<T> {
         Some(Key::new(index, 0))
     }
 
+    pub fn get(&self, key: Key) -> Option<&T> {
+        match self.slots.get(key.index() as usize) {
+            Some(Slot::Occupied { generation, value }) if *generation == key.generation() => {
+                Some(value)
+            }
+            _ => None,
+        }
+    }
+
     pub fn get_mut(&mut self, key: Key) -> Option<&mut T> {
         match self.slots.get_mut(key.index() as usize) {
             Some(Slot::Occupied { generation, value }) if *generation == key.generation() => {

@@ -8,7 +8,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
-use bytes::{Bytes, BytesMut};
+use bytes::BytesMut;
 use somnus_core::cluster::{Message, Peer};
 use somnus_wire::{
     ClusterSecret, Decoded, FRAME_BYTES_MAX_DEFAULT, Frame, FrameDecoder, Handshake, Hello,
@@ -168,19 +168,16 @@ pub struct FrameWriter {
 }
 
 impl FrameWriter {
-    pub async fn send(&mut self, frame: &Frame, attachment: &[u8]) -> Result<(), ConnError> {
+    pub async fn send(&mut self, frame: &Frame) -> Result<(), ConnError> {
         self.out.clear();
-        somnus_wire::encode(frame, attachment, self.max, &mut self.out)?;
+        somnus_wire::encode(frame, self.max, &mut self.out)?;
         self.flush_out().await
     }
 
-    pub async fn send_message(
-        &mut self,
-        message: &Message,
-        attachment: &[u8],
-    ) -> Result<(), ConnError> {
+    /// Sends `message`, its payloads as the frame's attachment.
+    pub async fn send_message(&mut self, message: &Message) -> Result<(), ConnError> {
         self.out.clear();
-        somnus_wire::encode_message(message, attachment, self.max, &mut self.out)?;
+        somnus_wire::encode_message(message, self.max, &mut self.out)?;
         self.flush_out().await
     }
 
@@ -203,8 +200,8 @@ pub struct Connection {
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Inbound {
     pub from: Peer,
+    /// With its payloads, from the frame's attachment.
     pub message: Message,
-    pub attachment: Bytes,
 }
 
 /// Connects to `addr` and authenticates both ways, all within the handshake timeout.
@@ -240,11 +237,11 @@ async fn handshake(
     let mut writer = FrameWriter { write, out: Vec::new(), max: identity.frame_bytes_max };
     let own = Hello { peer: identity.peer, nonce: fresh_nonce()? };
     let (mut handshake, hello) = Handshake::start(identity.secret.clone(), side, own);
-    writer.send(&hello, &[]).await?;
+    writer.send(&hello).await?;
     loop {
         let Some(decoded) = reader.next().await? else { return Err(ConnError::ClosedEarly) };
         match handshake.receive(decoded.frame).map_err(WireError::from)? {
-            Step::Send(frame) => writer.send(&frame, &[]).await?,
+            Step::Send(frame) => writer.send(&frame).await?,
             Step::Authenticated(peer) => return Ok(Connection { peer, reader, writer }),
         }
     }
@@ -317,7 +314,7 @@ pub async fn pump(
             });
             return counters.count_refused(&ConnError::Wire(unexpected));
         };
-        let inbound = Inbound { from, message, attachment: decoded.attachment };
+        let inbound = Inbound { from, message };
         if inbox.send(inbound).await.is_err() {
             return;
         }

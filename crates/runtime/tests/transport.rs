@@ -7,9 +7,9 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use somnus_core::cluster::{ClientId, Message, Peer};
+use somnus_core::cluster::{ChunkId, ChunkIndex, ClientId, Epoch, Message, Payload, Peer, Stamp};
 use somnus_runtime::transport::{self, Identity, Inbound, WireCounters};
-use somnus_types::ServerId;
+use somnus_types::{ByteRange, ChunkGroupId, ObjectId, ServerId};
 use somnus_wire::{ClusterSecret, Frame, Hello};
 use tokio::io::AsyncWriteExt;
 use tokio::net::{TcpListener, TcpStream};
@@ -52,17 +52,31 @@ fn server_identity() -> Identity {
     identity
 }
 
-/// Connects as a client, sends one message with an attachment, and checks it arrives.
+/// A client's write of `data`: a message with a payload.
+fn write_of(request: u64, data: Vec<u8>) -> Message {
+    let chunk = ChunkId { object: ObjectId(1), chunk: ChunkIndex(0) };
+    Message::ClientWrite {
+        request,
+        group: ChunkGroupId(0),
+        epoch: Epoch(1),
+        chunk,
+        range: ByteRange::new(0, data.len() as u64),
+        stamp: Stamp(request),
+        data: Payload::new(data.into()),
+    }
+}
+
+/// Connects as a client, sends one message with a payload, and checks it arrives.
 async fn round_trip(addr: std::net::SocketAddr, received: &mut mpsc::Receiver<Inbound>, n: u32) {
     let identity = Identity::new(Peer::Client(ClientId(n)), secret(1));
     let mut connection = transport::connect(addr, &identity).await.unwrap();
     assert_eq!(connection.peer, Peer::Server(ServerId(2)));
-    let message = Message::LookupObject { request: n.into(), name: format!("object-{n}") };
-    connection.writer.send_message(&message, b"attached").await.unwrap();
+    let message = write_of(n.into(), vec![n as u8; 4096]);
+    connection.writer.send_message(&message).await.unwrap();
     let inbound = tokio::time::timeout(PATIENCE, received.recv()).await.unwrap().unwrap();
     assert_eq!(inbound.from, Peer::Client(ClientId(n)));
+    // Equal messages carry equal payloads: the bytes came through the attachment.
     assert_eq!(inbound.message, message);
-    assert_eq!(&inbound.attachment[..], b"attached");
 }
 
 /// Waits until `kind` has been counted `n` times.
@@ -89,7 +103,7 @@ async fn send_raw(addr: std::net::SocketAddr, bytes: &[u8]) {
 
 fn frame(frame: &Frame) -> Vec<u8> {
     let mut out = Vec::new();
-    somnus_wire::encode(frame, b"", 1 << 20, &mut out).unwrap();
+    somnus_wire::encode(frame, 1 << 20, &mut out).unwrap();
     out
 }
 
@@ -145,8 +159,7 @@ async fn a_frame_over_the_limit_after_the_handshake_ends_the_connection() {
     let identity = Identity::new(Peer::Client(ClientId(1)), secret(1));
     let mut connection = transport::connect(addr, &identity).await.unwrap();
     // The client's own limit (16 MiB) lets it send what the server's (1 MiB) refuses.
-    let big = vec![7u8; 2 << 20];
-    connection.writer.send_message(&Message::EnterStandby, &big).await.ok();
+    connection.writer.send_message(&write_of(1, vec![7u8; 2 << 20])).await.ok();
     refused(&counters, "oversized", 1).await;
     assert!(received.try_recv().is_err());
     round_trip(addr, &mut received, 2).await;

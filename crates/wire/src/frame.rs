@@ -7,17 +7,22 @@
 //! 5       4      crc32c     u32 LE: of every byte after this field
 //! 9       4      body_len   u32 LE: bytes of the body
 //! 13      body   body       postcard encoding of a `Frame`
-//! 13+b    rest   attachment raw bytes (a write's or a read's data), possibly none
+//! 13+b    rest   attachment the message's payloads (a write's or a read's data)
 //! ```
+//!
+//! The attachment holds, for each payload the message carries in the order of
+//! `Message::payloads`, a u32 LE length (`u32::MAX`: no payload) and that many raw
+//! bytes; a hello or a proof has none. The body's postcard skips the payloads, so
+//! data is never copied through the serializer.
 //!
 //! The length comes first so a reader knows how much to wait for, and is checked
 //! against the limit before anything is buffered: a peer cannot make a process hold
 //! more than one frame's limit. The checksum covers the body and the attachment, so
 //! a flipped bit anywhere past the header is refused rather than decoded.
 
-use bytes::{Buf, Bytes, BytesMut};
+use bytes::{Buf, BytesMut};
 
-use somnus_core::cluster::Message;
+use somnus_core::cluster::{Message, Payload};
 
 use crate::Frame;
 use crate::handshake::AuthError;
@@ -72,26 +77,33 @@ impl WireError {
     }
 }
 
-/// Appends `frame` and its `attachment` to `out` as one wire frame. Fails only when
-/// the frame would be over `max` bytes (the receiver would refuse it).
-pub fn encode(
-    frame: &Frame,
-    attachment: &[u8],
-    max: usize,
-    out: &mut Vec<u8>,
-) -> Result<(), WireError> {
-    encode_body(frame, attachment, max, out)
+/// Appends `frame` (with a message's payloads as its attachment) to `out` as one wire
+/// frame. Fails only when the frame would be over `max` bytes (the receiver would
+/// refuse it).
+pub fn encode(frame: &Frame, max: usize, out: &mut Vec<u8>) -> Result<(), WireError> {
+    match frame {
+        Frame::Message(message) => encode_message(message, max, out),
+        other => encode_body(other, &[], max, out),
+    }
 }
 
 /// As [`encode`] for `Frame::Message(message)`, without moving the message into one.
-pub fn encode_message(
-    message: &Message,
-    attachment: &[u8],
-    max: usize,
-    out: &mut Vec<u8>,
-) -> Result<(), WireError> {
-    encode_body(&MessageFrame::Message(message), attachment, max, out)
+pub fn encode_message(message: &Message, max: usize, out: &mut Vec<u8>) -> Result<(), WireError> {
+    let payloads = message.payloads();
+    let lengths: Vec<[u8; 4]> = payloads
+        .iter()
+        .map(|p| p.bytes().map_or(NO_PAYLOAD, |b| b.len() as u32).to_le_bytes())
+        .collect();
+    let mut attachment: Vec<&[u8]> = Vec::with_capacity(2 * payloads.len());
+    for (length, payload) in lengths.iter().zip(&payloads) {
+        attachment.push(length);
+        attachment.extend(payload.bytes().map(|b| &b[..]));
+    }
+    encode_body(&MessageFrame::Message(message), &attachment, max, out)
 }
+
+/// The length an attachment gives a payload slot that holds none.
+const NO_PAYLOAD: u32 = u32::MAX;
 
 /// `Frame` by reference: serde encodes a reference as what it points to, so with the
 /// same variant order this writes the same bytes as `Frame` (a test checks it).
@@ -106,7 +118,7 @@ enum MessageFrame<'a> {
 
 fn encode_body(
     frame: &impl serde::Serialize,
-    attachment: &[u8],
+    attachment: &[&[u8]],
     max: usize,
     out: &mut Vec<u8>,
 ) -> Result<(), WireError> {
@@ -114,7 +126,8 @@ fn encode_body(
         what: "frame to encode",
         reason: error.to_string(),
     })?;
-    let length = COUNTED_HEADER_BYTES + body.len() + attachment.len();
+    let attached: usize = attachment.iter().map(|a| a.len()).sum();
+    let length = COUNTED_HEADER_BYTES + body.len() + attached;
     if length > max {
         return Err(WireError::TooLarge { length, max });
     }
@@ -122,7 +135,9 @@ fn encode_body(
     out.reserve(4 + length);
     out.extend_from_slice(&[0; HEADER_BYTES]);
     out.extend_from_slice(&body);
-    out.extend_from_slice(attachment);
+    for part in attachment {
+        out.extend_from_slice(part);
+    }
     let body_len = body.len();
     let header = &mut out[start..start + HEADER_BYTES];
     header[0..4].copy_from_slice(&(length as u32).to_le_bytes());
@@ -136,8 +151,8 @@ fn encode_body(
 /// A frame read off the wire, with its attachment.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Decoded {
+    /// A message's payloads filled in from the attachment.
     pub frame: Frame,
-    pub attachment: Bytes,
     /// Bytes the frame took on the wire, header included.
     pub wire_bytes: usize,
 }
@@ -186,11 +201,26 @@ impl FrameDecoder {
         if body_len > length - COUNTED_HEADER_BYTES {
             return Err(WireError::BadBodyLength { body: body_len, length });
         }
-        let frame =
+        let mut frame =
             decode_body(&frame_bytes[COUNTED_HEADER_BYTES..COUNTED_HEADER_BYTES + body_len])?;
+        let attachment = &frame_bytes[COUNTED_HEADER_BYTES + body_len..];
+        let slots = match &mut frame {
+            Frame::Message(message) => message.payloads_mut().len(),
+            _ => 0,
+        };
+        let layout = payload_layout(slots, attachment)?;
+        // Checked: the frame is consumed, its payloads share its buffer (no copy).
         let mut whole = buf.split_to(4 + length);
         whole.advance(HEADER_BYTES + body_len);
-        Ok(Some(Decoded { frame, attachment: whole.freeze(), wire_bytes: 4 + length }))
+        let whole = whole.freeze();
+        if let Frame::Message(message) = &mut frame {
+            for (payload, range) in message.payloads_mut().into_iter().zip(layout) {
+                if let Some(range) = range {
+                    *payload = Payload::new(whole.slice(range));
+                }
+            }
+        }
+        Ok(Some(Decoded { frame, wire_bytes: 4 + length }))
     }
 
     /// The length field at the front of `buf`, once it is there and checked.
@@ -218,6 +248,38 @@ impl FrameDecoder {
         };
         Err(WireError::Truncated { have: buf.len(), need })
     }
+}
+
+/// Where each of a frame's `slots` payloads lies in its attachment (none: the slot
+/// holds no payload); the attachment must be exactly its payloads.
+fn payload_layout(
+    slots: usize,
+    attachment: &[u8],
+) -> Result<Vec<Option<std::ops::Range<usize>>>, WireError> {
+    let malformed = |reason: String| WireError::Malformed { what: "attachment", reason };
+    let mut layout = Vec::with_capacity(slots);
+    let mut at = 0;
+    for slot in 0..slots {
+        let Some(field) = attachment.get(at..at + 4) else {
+            return Err(malformed(format!("payload {slot}'s length is missing")));
+        };
+        at += 4;
+        let length = u32::from_le_bytes([field[0], field[1], field[2], field[3]]);
+        if length == NO_PAYLOAD {
+            layout.push(None);
+            continue;
+        }
+        let left = attachment.len() - at;
+        if left < length as usize {
+            return Err(malformed(format!("payload {slot} of {length} bytes has {left} left")));
+        }
+        layout.push(Some(at..at + length as usize));
+        at += length as usize;
+    }
+    if at != attachment.len() {
+        return Err(malformed(format!("{} bytes past the last payload", attachment.len() - at)));
+    }
+    Ok(layout)
 }
 
 /// A body is exactly one `Frame`: trailing bytes inside the body are refused too.

@@ -2,8 +2,8 @@
 
 use somnus_core::cluster::{
     ChunkId, ChunkIndex, DvlHandoff, Epoch, GroupView, LeaseGrant, LeaseRenewal, LogRecord,
-    LoggedExtent, Message, MetadataError, ObjectInfo, Piece, ReplyBody, RequestError, ServerPower,
-    Stamp, UnstableWrite,
+    LoggedExtent, Message, MetadataError, ObjectInfo, Payload, Piece, ReplyBody, RequestError,
+    ServerPower, Stamp, UnstableWrite,
 };
 use somnus_types::{ByteRange, ChunkGroupId, ObjectId, ServerId, Version, VirtualInstant};
 
@@ -13,8 +13,17 @@ pub fn every_message() -> Vec<Message> {
     let epoch = Epoch(3);
     let chunk = ChunkId { object: ObjectId(42), chunk: ChunkIndex(2) };
     let range = ByteRange::from_bounds(4096, 12288);
-    let write = UnstableWrite { chunk, range, version: Version(9 << 40 | 5), stamp: Stamp(77) };
-    let piece = Piece { range, version: Version(8), stamp: Stamp(66) };
+    // Payloads of the range's size, and one slot with none (the simulator's).
+    let bytes = |fill: u8| Payload::new(vec![fill; range.size_bytes() as usize].into());
+    let write = UnstableWrite {
+        chunk,
+        range,
+        version: Version(9 << 40 | 5),
+        stamp: Stamp(77),
+        data: bytes(0xa5),
+    };
+    let piece = Piece { range, version: Version(8), stamp: Stamp(66), data: bytes(0x3c) };
+    let empty = Piece { data: Payload::NONE, ..piece.clone() };
     let record = LogRecord { owner: epoch, chunk, range, version: Version(12) };
     let view = GroupView {
         group,
@@ -79,26 +88,34 @@ pub fn every_message() -> Vec<Message> {
             request: 8,
             error: MetadataError::TooLarge { size_bytes: 1 << 50 },
         },
-        Message::ClientWrite { request: 9, group, epoch, chunk, range, stamp: Stamp(5) },
+        Message::ClientWrite {
+            request: 9,
+            group,
+            epoch,
+            chunk,
+            range,
+            stamp: Stamp(5),
+            data: bytes(0x11),
+        },
         Message::ClientRead { request: 10, group, epoch, chunk, range },
-        Message::ClientReply { request: 11, body: ReplyBody::Read { pieces: vec![piece] } },
+        Message::ClientReply { request: 11, body: ReplyBody::Read { pieces: vec![piece.clone()] } },
         Message::ClientReply {
             request: 12,
             body: ReplyBody::Refused(RequestError::NotPrimary { known: Epoch(4) }),
         },
-        Message::ReplicaWrite { group, epoch, write, stable: Version(3) },
+        Message::ReplicaWrite { group, epoch, write: write.clone(), stable: Version(3) },
         Message::ReplicaAck { group, epoch, version: Version(9) },
         Message::ReplicaRefused { group, epoch, known: Epoch(5) },
         Message::SyncRequest { group, epoch },
-        Message::SyncReply { group, epoch, unstable: vec![write] },
+        Message::SyncReply { group, epoch, unstable: vec![write.clone()] },
         Message::RepairRead { group, epoch, chunk, range },
         Message::RepairData { group, epoch, chunk, range, pieces: None },
-        Message::RebuildData { group, epoch, chunk, pieces: vec![piece, piece] },
+        Message::RebuildData { group, epoch, chunk, pieces: vec![piece, empty] },
         Message::RebuildAck { group, epoch, chunk },
         Message::RebuildDone { group, epoch, server: ServerId(6) },
         Message::RebuildRecorded { group, epoch, server: ServerId(6) },
         Message::WakeReplicas { group, epoch },
-        Message::LogAppend { group, epoch, writes: vec![write] },
+        Message::LogAppend { group, epoch, writes: vec![write.clone()] },
         Message::LogAck { group, epoch, versions: vec![Version(1), Version(2)] },
         Message::LogFull { group, epoch, versions: vec![Version(3)] },
         Message::LogRefused { group, epoch, known: Epoch(9) },

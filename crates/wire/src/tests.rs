@@ -9,25 +9,25 @@ use crate::{
     encode,
 };
 
-fn wire(frame: &Frame, attachment: &[u8]) -> Vec<u8> {
+fn wire(frame: &Frame) -> Vec<u8> {
     let mut out = Vec::new();
-    encode(frame, attachment, FRAME_BYTES_MAX_DEFAULT, &mut out).unwrap();
+    encode(frame, FRAME_BYTES_MAX_DEFAULT, &mut out).unwrap();
     out
 }
 
-fn decode_all(bytes: &[u8]) -> Result<Vec<(Frame, Vec<u8>)>, WireError> {
+fn decode_all(bytes: &[u8]) -> Result<Vec<Frame>, WireError> {
     let decoder = FrameDecoder::default();
     let mut buf = BytesMut::from(bytes);
     let mut frames = Vec::new();
     while let Some(decoded) = decoder.decode(&mut buf)? {
-        frames.push((decoded.frame, decoded.attachment.to_vec()));
+        frames.push(decoded.frame);
     }
     decoder.at_end(&buf)?;
     Ok(frames)
 }
 
 #[test]
-fn every_message_and_its_attachment_round_trip() {
+fn every_message_and_its_payloads_round_trip() {
     let samples = every_message();
     let mut seen: Vec<usize> = samples.iter().map(variant).collect();
     seen.sort_unstable();
@@ -35,33 +35,73 @@ fn every_message_and_its_attachment_round_trip() {
     assert_eq!(seen, (0..VARIANTS).collect::<Vec<_>>(), "a sample of every variant");
 
     let mut stream = Vec::new();
-    for (i, message) in samples.iter().enumerate() {
-        let attachment = vec![i as u8; i * 100];
-        encode(&Frame::Message(message.clone()), &attachment, FRAME_BYTES_MAX_DEFAULT, &mut stream)
-            .unwrap();
+    for message in &samples {
+        encode(&Frame::Message(message.clone()), FRAME_BYTES_MAX_DEFAULT, &mut stream).unwrap();
     }
     let frames = decode_all(&stream).unwrap();
     assert_eq!(frames.len(), samples.len());
-    for (i, ((frame, attachment), message)) in frames.into_iter().zip(samples).enumerate() {
+    let carried: usize = samples.iter().map(|m| m.payloads().len()).sum();
+    assert!(carried >= 8, "the samples carry payloads, and a slot with none");
+    for (frame, message) in frames.into_iter().zip(samples) {
+        // Equal messages have equal payloads: the bytes came through the attachment.
         assert_eq!(frame, Frame::Message(message));
-        assert_eq!(attachment, vec![i as u8; i * 100]);
     }
+}
+
+#[test]
+fn an_attachment_that_is_not_its_payloads_is_refused() {
+    let restamp = |mut bytes: Vec<u8>| {
+        let crc = crc32c::crc32c(&bytes[9..]);
+        bytes[5..9].copy_from_slice(&crc.to_le_bytes());
+        bytes
+    };
+    let relength = |mut bytes: Vec<u8>| {
+        let length = (bytes.len() - 4) as u32;
+        bytes[0..4].copy_from_slice(&length.to_le_bytes());
+        restamp(bytes)
+    };
+    let write = every_message().into_iter().find(|m| matches!(m, Message::ReplicaWrite { .. }));
+    let good = wire(&Frame::Message(write.unwrap()));
+
+    let cut = relength(good[..good.len() - 1].to_vec());
+    let error = decode_all(&cut).unwrap_err();
+    assert_eq!(
+        error.to_string(),
+        "frame body is not a valid attachment: payload 0 of 8192 bytes has 8191 left"
+    );
+    assert_eq!(error.kind(), "malformed");
+
+    let mut long = good.clone();
+    long.extend_from_slice(b"extra");
+    let error = decode_all(&relength(long)).unwrap_err();
+    assert_eq!(
+        error.to_string(),
+        "frame body is not a valid attachment: 5 bytes past the last payload"
+    );
+
+    let standby = wire(&Frame::Message(Message::EnterStandby));
+    let mut attached = standby.clone();
+    attached.extend_from_slice(b"x");
+    let error = decode_all(&relength(attached)).unwrap_err();
+    assert_eq!(
+        error.to_string(),
+        "frame body is not a valid attachment: 1 bytes past the last payload"
+    );
 }
 
 #[test]
 fn a_message_encoded_by_reference_is_the_same_bytes() {
     for message in every_message() {
         let mut by_reference = Vec::new();
-        crate::encode_message(&message, b"data", FRAME_BYTES_MAX_DEFAULT, &mut by_reference)
-            .unwrap();
-        assert_eq!(by_reference, wire(&Frame::Message(message), b"data"));
+        crate::encode_message(&message, FRAME_BYTES_MAX_DEFAULT, &mut by_reference).unwrap();
+        assert_eq!(by_reference, wire(&Frame::Message(message)));
     }
 }
 
 #[test]
 fn a_frame_fed_a_byte_at_a_time_comes_out_whole_once() {
     let hello = Frame::Hello(Hello { peer: Peer::Server(ServerId(4)), nonce: [3; 32] });
-    let bytes = wire(&hello, b"data");
+    let bytes = wire(&hello);
     let decoder = FrameDecoder::default();
     let mut buf = BytesMut::new();
     for (i, byte) in bytes.iter().enumerate() {
@@ -73,7 +113,6 @@ fn a_frame_fed_a_byte_at_a_time_comes_out_whole_once() {
         } else {
             let decoded = decoded.unwrap();
             assert_eq!(decoded.frame, hello);
-            assert_eq!(&decoded.attachment[..], b"data");
             assert_eq!(decoded.wire_bytes, bytes.len());
         }
     }
@@ -82,7 +121,7 @@ fn a_frame_fed_a_byte_at_a_time_comes_out_whole_once() {
 
 #[test]
 fn each_kind_of_bad_frame_is_named() {
-    let good = wire(&Frame::Message(Message::EnterStandby), b"xyz");
+    let good = wire(&Frame::Message(Message::EnterStandby));
 
     let mut oversized = BytesMut::from(&u32::MAX.to_le_bytes()[..]);
     let error = FrameDecoder::default().decode(&mut oversized).unwrap_err();
@@ -151,7 +190,7 @@ fn a_range_that_ends_before_it_starts_is_refused_at_decoding() {
         },
         range: somnus_types::ByteRange::from_bounds(4096, 12288),
     };
-    let mut bytes = wire(&Frame::Message(message), b"");
+    let mut bytes = wire(&Frame::Message(message));
     let body = &mut bytes[HEADER_BYTES..];
     // postcard writes u64s as varints: 4096 = [0x80, 0x20], 12288 = [0x80, 0x60].
     let at = body.windows(4).position(|w| w == [0x80, 0x20, 0x80, 0x60]).unwrap();
@@ -166,9 +205,9 @@ fn a_range_that_ends_before_it_starts_is_refused_at_decoding() {
 #[test]
 fn a_frame_over_the_senders_limit_is_not_encoded() {
     let mut out = vec![1, 2, 3];
-    let error =
-        encode(&Frame::Message(Message::EnterStandby), &[0; 100], 50, &mut out).unwrap_err();
-    assert!(matches!(error, WireError::TooLarge { max: 50, .. }));
+    let write = every_message().into_iter().find(|m| matches!(m, Message::ReplicaWrite { .. }));
+    let error = encode(&Frame::Message(write.unwrap()), 1000, &mut out).unwrap_err();
+    assert!(matches!(error, WireError::TooLarge { max: 1000, .. }));
     assert_eq!(out, [1, 2, 3], "nothing appended");
 }
 
@@ -184,7 +223,7 @@ proptest! {
     #[test]
     fn a_flipped_bit_is_never_decoded(index in 0usize..10_000, bit in 0u8..8, which in 0usize..VARIANTS) {
         let message = every_message().swap_remove(which);
-        let mut bytes = wire(&Frame::Message(message.clone()), b"attached");
+        let mut bytes = wire(&Frame::Message(message.clone()));
         let index = 4 + index % (bytes.len() - 4);
         bytes[index] ^= 1 << bit;
         prop_assert!(decode_all(&bytes).is_err());
@@ -199,7 +238,7 @@ const FIXTURE: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/fixtures/v1-messages
 fn fixture_bytes() -> Vec<u8> {
     let mut stream = Vec::new();
     for message in every_message() {
-        encode(&Frame::Message(message), b"", FRAME_BYTES_MAX_DEFAULT, &mut stream).unwrap();
+        encode(&Frame::Message(message), FRAME_BYTES_MAX_DEFAULT, &mut stream).unwrap();
     }
     stream
 }
@@ -209,10 +248,7 @@ fn the_format_has_not_drifted_from_version_1() {
     let kept = std::fs::read(FIXTURE).unwrap();
     assert!(kept == fixture_bytes(), "the wire format changed: see docs/format/wire.md");
     let frames = decode_all(&kept).unwrap();
-    assert_eq!(
-        frames.into_iter().map(|(f, _)| f).collect::<Vec<_>>(),
-        every_message().into_iter().map(Frame::Message).collect::<Vec<_>>()
-    );
+    assert_eq!(frames, every_message().into_iter().map(Frame::Message).collect::<Vec<_>>());
 }
 
 /// Writes the fixture; run once, when the wire version changes, and commit the file.

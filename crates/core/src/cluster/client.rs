@@ -13,8 +13,8 @@ use std::collections::{BTreeMap, VecDeque};
 use somnus_types::{ByteRange, ChunkGroupId, Version, VirtualInstant};
 
 use super::{
-    ChunkId, ClientId, ClusterConfig, GroupView, Message, MetadataError, ObjectInfo, Peer, Piece,
-    ReplyBody, Stamp,
+    ChunkId, ClientId, ClusterConfig, GroupView, Message, MetadataError, ObjectInfo, Payload, Peer,
+    Piece, ReplyBody, Stamp,
 };
 
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -23,11 +23,13 @@ pub enum ClientOp {
         name: String,
         size_bytes: u64,
     },
-    /// Writes `range` of the object (whole blocks), every block carrying `stamp`.
+    /// Writes `range` of the object (whole blocks), every block carrying `stamp`,
+    /// with the range's bytes (none in the simulator).
     Write {
         name: String,
         range: ByteRange,
         stamp: Stamp,
+        data: Payload,
     },
     Read {
         name: String,
@@ -87,6 +89,8 @@ struct Part {
     chunk: ChunkId,
     group: ChunkGroupId,
     range: ByteRange,
+    /// Where the part starts within the op's range (its bytes' offset in a write).
+    offset: u64,
     state: PartState,
 }
 
@@ -287,6 +291,8 @@ impl Client {
                 chunk,
                 group: info.chunk_groups[chunk.chunk.0 as usize],
                 range: within,
+                offset: u64::from(chunk.chunk.0) * info.chunk_size_bytes + within.start
+                    - range.start,
                 state: PartState::Backoff { at: now },
             })
             .collect();
@@ -328,19 +334,22 @@ impl Client {
             self.look_up_group(tag, index);
             return;
         };
-        let stamp = match op {
-            ClientOp::Write { stamp, .. } => Some(*stamp),
+        let write = match op {
+            ClientOp::Write { stamp, data, .. } => {
+                Some((*stamp, data.slice(part.offset, part.range.size_bytes())))
+            }
             _ => None,
         };
         let request = self.request_id(tag, Some(index));
-        let message = match stamp {
-            Some(stamp) => Message::ClientWrite {
+        let message = match write {
+            Some((stamp, data)) => Message::ClientWrite {
                 request,
                 group: part.group,
                 epoch,
                 chunk: part.chunk,
                 range: part.range,
                 stamp,
+                data,
             },
             None => Message::ClientRead {
                 request,
@@ -352,7 +361,8 @@ impl Client {
         };
         self.set_part(tag, index, PartState::Sent { request, at: self.now });
         let Some(primary) = primary else { return };
-        let secondary = if stamp.is_none() && self.reads_to_secondary {
+        let secondary = if matches!(message, Message::ClientRead { .. }) && self.reads_to_secondary
+        {
             let replicas = self.views.get(&part.group).map_or(&[][..], |(v, _)| &v.replicas[..]);
             replicas.iter().copied().find(|r| *r != primary)
         } else {

@@ -19,12 +19,19 @@ use std::collections::{BTreeMap, BTreeSet};
 
 use somnus_types::{ByteRange, ChunkGroupId, LoggerId, ObjectId, OwnerId, Version};
 
-use super::{ChunkId, Epoch, LogRecord, Stamp, UnstableWrite};
+use super::{ChunkId, Epoch, LogRecord, Payload, Stamp, UnstableWrite};
 use crate::logger::{LogGeometry, Logger, RECORD_HEADER_BYTES};
 
-/// A piece a log reads: its range, the version it reads as, and the stamp its bytes
-/// hold (`None` from a log that keeps no payloads).
-pub type LogPiece = (ByteRange, Version, Option<Stamp>);
+/// A piece a log reads: its range, the version it reads as, the stamp its bytes
+/// hold (`None` from a log that keeps no stamps), and its bytes (none from a log that
+/// keeps no payloads).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct LogPiece {
+    pub range: ByteRange,
+    pub version: Version,
+    pub stamp: Option<Stamp>,
+    pub data: Payload,
+}
 
 /// Bytes of one segment of a server's log: small, so collection frees space soon.
 pub const SEGMENT_BYTES: u64 = 4 << 20;
@@ -38,7 +45,8 @@ pub trait LogBackend: std::fmt::Debug + Send {
     fn fits(&self, payload_bytes: u64) -> bool;
     /// The owner's newest version, the queued ones counted.
     fn newest_version(&self, owner: OwnerId) -> Version;
-    /// Queues `version` of `range`, written by `stamp`. Only a full log refuses.
+    /// Queues `version` of `range`, written by `stamp`, with its bytes (none in the
+    /// simulator). Only a full log refuses.
     fn append(
         &mut self,
         owner: OwnerId,
@@ -46,6 +54,7 @@ pub trait LogBackend: std::fmt::Debug + Send {
         range: ByteRange,
         version: Version,
         stamp: Stamp,
+        data: &Payload,
     ) -> Result<(), BackendError>;
     /// Queues a deletion marker (it may use the segment of headroom past the capacity).
     fn invalidate(
@@ -125,6 +134,7 @@ impl LogBackend for ModelLog {
         range: ByteRange,
         version: Version,
         _stamp: Stamp,
+        _data: &Payload,
     ) -> Result<(), BackendError> {
         match self.0.append(owner, object, range, version) {
             Ok(_) => Ok(()),
@@ -154,7 +164,9 @@ impl LogBackend for ModelLog {
         range: ByteRange,
     ) -> Result<Vec<LogPiece>, BackendError> {
         let (pieces, _) = self.0.read(owner, object, range);
-        Ok(pieces.into_iter().map(|(range, version)| (range, version, None)).collect())
+        let piece =
+            |(range, version)| LogPiece { range, version, stamp: None, data: Payload::NONE };
+        Ok(pieces.into_iter().map(piece).collect())
     }
 
     fn versions(
@@ -266,9 +278,11 @@ impl LogVolume {
                 continue;
             }
             let (object, range) = self.address(write.chunk, write.range);
-            match self.log.append(owner, object, range, write.version, write.stamp) {
+            match self.log.append(owner, object, range, write.version, write.stamp, &write.data) {
                 Ok(()) => {
-                    self.writes.insert((group, epoch, write.version), *write);
+                    // The index keeps no bytes: a read takes them from the log.
+                    let indexed = UnstableWrite { data: Payload::NONE, ..write.clone() };
+                    self.writes.insert((group, epoch, write.version), indexed);
                     self.newest.insert(owner, write.version);
                     appended.push(write.version);
                     logged.push(write.version);
@@ -369,11 +383,12 @@ impl LogVolume {
 
     /// The write `record` names, if a byte of it is still visible.
     pub fn read(&mut self, group: ChunkGroupId, record: &LogRecord) -> Option<UnstableWrite> {
-        let write = self.writes.get(&(group, record.owner, record.version)).copied()?;
+        let mut write = self.writes.get(&(group, record.owner, record.version)).cloned()?;
         // Checked, the log's bytes hold the index's stamp; on a fault the index's write
         // is returned all the same: a doubt never drops a logged write.
-        if let Err(fault) = self.check_reads(group, record.owner, &write) {
-            self.fault(fault);
+        match self.check_reads(group, record.owner, &write) {
+            Ok(pieces) => write.data = assemble(self.address(write.chunk, write.range).1, &pieces),
+            Err(fault) => self.fault(fault),
         }
         Some(write)
     }
@@ -394,7 +409,7 @@ impl LogVolume {
             .log
             .read(owner(group, epoch), object, range)
             .map_err(|e| format!("reading {write:?}: {e}"))?;
-        for (range, version, stamp) in &pieces {
+        for LogPiece { range, version, stamp, .. } in &pieces {
             match self.writes.get(&(group, epoch, *version)) {
                 None => {
                     return Err(format!(
@@ -414,7 +429,7 @@ impl LogVolume {
     /// What the log reads over every write of the index, in index order.
     fn read_all(&mut self) -> Vec<Vec<LogPiece>> {
         let writes: Vec<((ChunkGroupId, Epoch, Version), UnstableWrite)> =
-            self.writes.iter().map(|(k, w)| (*k, *w)).collect();
+            self.writes.iter().map(|(k, w)| (*k, w.clone())).collect();
         let mut reads = Vec::with_capacity(writes.len());
         for ((group, epoch, _), write) in writes {
             match self.check_reads(group, epoch, &write) {
@@ -504,6 +519,26 @@ impl LogVolume {
     }
 }
 
+/// The bytes of `range` (of an object) from the pieces a log read over it, in order;
+/// none when a piece has none (a log that keeps no payloads). Where a newer write of
+/// the same owner hides part of the range, its bytes are what the log holds there: the
+/// newer write is logged too, and replaces them where it is applied.
+fn assemble(range: ByteRange, pieces: &[LogPiece]) -> Payload {
+    if pieces.is_empty() || pieces.iter().any(|p| p.data.is_none()) {
+        return Payload::NONE;
+    }
+    let mut bytes = vec![0u8; range.size_bytes() as usize];
+    for piece in pieces {
+        let Some(data) = piece.data.bytes() else { continue };
+        let start = piece.range.start.saturating_sub(range.start) as usize;
+        let end = (start + data.len()).min(bytes.len());
+        if start < end {
+            bytes[start..end].copy_from_slice(&data[..end - start]);
+        }
+    }
+    Payload::new(bytes.into())
+}
+
 /// The log owner of a group's primary in one epoch.
 fn owner(group: ChunkGroupId, epoch: Epoch) -> OwnerId {
     assert!(epoch.0 < 1 << 32, "epoch {} past the owner id's 32 bits", epoch.0);
@@ -522,6 +557,7 @@ mod tests {
             range: ByteRange::from_bounds(start, end),
             version: Version(version),
             stamp: Stamp(version * 10),
+            data: Payload::NONE,
         }
     }
 
@@ -535,13 +571,16 @@ mod tests {
         let mut log = LogVolume::new(1 << 20, 64 << 20);
         let (a, b) = (write(0, 8192, 5), write(4096, 12288, 6));
         assert_eq!(
-            log.append_batch(group, Epoch(1), &[a, b]),
+            log.append_batch(group, Epoch(1), &[a.clone(), b.clone()]),
             (vec![a.version, b.version], vec![])
         );
         // A repeat of an appended version changes nothing.
-        assert_eq!(log.append_batch(group, Epoch(1), &[a]), (vec![a.version], vec![]));
+        assert_eq!(
+            log.append_batch(group, Epoch(1), std::slice::from_ref(&a)),
+            (vec![a.version], vec![])
+        );
         assert_eq!(log.records(group).len(), 2);
-        assert_eq!(log.read(group, &record(1, &a)), Some(a));
+        assert_eq!(log.read(group, &record(1, &a)), Some(a.clone()));
         // The marker of b hides a as well (it is older) where they overlap; a's first
         // block is still visible.
         log.invalidate_batch(group, &[record(1, &b)]);
@@ -575,7 +614,7 @@ mod tests {
         loop {
             version += 1;
             let w = write(0, 1 << 20, version);
-            let (logged, full) = log.append_batch(group, Epoch(1), &[w]);
+            let (logged, full) = log.append_batch(group, Epoch(1), std::slice::from_ref(&w));
             if !full.is_empty() {
                 assert_eq!((logged, full), (vec![], vec![w.version]));
                 break;

@@ -3,7 +3,7 @@
 
 use somnus_types::{ByteRange, ChunkGroupId, ObjectId, ServerId, VirtualInstant};
 
-use super::ServerPower;
+use super::{Payload, ServerPower};
 use crate::Version;
 
 /// A chunk group's view number: it grows by one at each change of primary.
@@ -93,22 +93,48 @@ impl ChunkId {
 pub struct Stamp(pub u64);
 
 /// A piece of a chunk as a read returns it: its range, the version and stamp every
-/// block of it holds (version 0 and stamp 0: never written).
-#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+/// block of it holds (version 0 and stamp 0: never written), and its bytes (none in
+/// the simulator; the wire carries them in the attachment).
+#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct Piece {
     pub range: ByteRange,
     pub version: Version,
     pub stamp: Stamp,
+    #[serde(skip)]
+    pub data: Payload,
+}
+
+impl Piece {
+    /// The piece cut to `range` (within its own), its bytes sliced to match.
+    pub fn cut(&self, range: ByteRange) -> Piece {
+        let data = self.data.slice(range.start - self.range.start, range.size_bytes());
+        Piece { range, version: self.version, stamp: self.stamp, data }
+    }
 }
 
 /// A write a replica holds that it has not yet learned is on every replica: a new
 /// primary collects these and writes them again everywhere (C3, C4).
-#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct UnstableWrite {
     pub chunk: ChunkId,
     pub range: ByteRange,
     pub version: Version,
     pub stamp: Stamp,
+    /// The write's bytes (none in the simulator; the wire carries them in the
+    /// attachment).
+    #[serde(skip)]
+    pub data: Payload,
+}
+
+impl UnstableWrite {
+    /// The write cut to `range` (within its own), its bytes sliced to match.
+    pub fn cut(&self, range: ByteRange) -> UnstableWrite {
+        UnstableWrite {
+            range,
+            data: self.data.slice(range.start - self.range.start, range.size_bytes()),
+            ..self.clone()
+        }
+    }
 }
 
 /// Bytes of one `UnstableWrite`'s metadata on the wire (its data is charged apart).
@@ -355,6 +381,8 @@ pub enum Message {
         chunk: ChunkId,
         range: ByteRange,
         stamp: Stamp,
+        #[serde(skip)]
+        data: Payload,
     },
     /// A client reads `range` of `chunk` at the group's primary (C4).
     ClientRead {
@@ -508,13 +536,52 @@ pub enum Message {
     },
 }
 
+/// The payloads of a message, in a fixed order, by reference (`$ref` is `&` or `&mut`):
+/// and the `Option` accessor to match: one body for the visitors of both kinds, so the wire's encoder and decoder agree on
+/// the order by construction.
+macro_rules! payloads_of {
+    ($message:expr, $as_option:ident, $($ref:tt)+) => {{
+        let mut out = Vec::new();
+        match $message {
+            Message::ClientWrite { data, .. } => out.push(data),
+            Message::ClientReply { body: ReplyBody::Read { pieces }, .. }
+            | Message::RebuildData { pieces, .. }
+            | Message::RepairData { pieces: Some(pieces), .. } => {
+                out.extend(pieces.into_iter().map(|p| $($ref)+ p.data));
+            }
+            Message::ReplicaWrite { write, .. } => out.push($($ref)+ write.data),
+            Message::SyncReply { unstable: writes, .. } | Message::LogAppend { writes, .. } => {
+                out.extend(writes.into_iter().map(|w| $($ref)+ w.data));
+            }
+            Message::LogData { writes, .. } => {
+                let writes = writes.into_iter().filter_map(|(_, w)| w.$as_option());
+                out.extend(writes.map(|w| $($ref)+ w.data));
+            }
+            _ => {}
+        }
+        out
+    }};
+}
+
 impl Message {
+    /// The payloads the message carries (the wire puts them in the frame's
+    /// attachment; its serialized form skips them), in a fixed order.
+    pub fn payloads(&self) -> Vec<&Payload> {
+        payloads_of!(self, as_ref, &)
+    }
+
+    /// The payloads, to fill in from a frame's attachment, in the order of
+    /// [`Message::payloads`].
+    pub fn payloads_mut(&mut self) -> Vec<&mut Payload> {
+        payloads_of!(self, as_mut, &mut)
+    }
+
     /// The bytes the message carries besides its header (the network charges them).
     pub fn payload_bytes(&self) -> u64 {
         match self {
             Message::LogAppend { writes, .. } => writes.iter().map(|w| w.range.size_bytes()).sum(),
             Message::LogData { writes, .. } => {
-                writes.iter().filter_map(|(_, w)| w.map(|w| w.range.size_bytes())).sum()
+                writes.iter().filter_map(|(_, w)| w.as_ref().map(|w| w.range.size_bytes())).sum()
             }
             Message::LogRecovered { records, .. }
             | Message::LogRead { records, .. }

@@ -6,6 +6,7 @@ pub mod client;
 pub mod logvolume;
 pub mod mds;
 mod message;
+mod payload;
 pub mod server;
 pub mod store;
 
@@ -14,6 +15,7 @@ pub use message::{
     LogRecord, LoggedExtent, Message, MetadataError, ObjectInfo, Peer, Piece, ReplyBody,
     RequestError, Stamp, UnstableWrite,
 };
+pub use payload::Payload;
 
 use somnus_types::{GearGroupId, RackId, ServerId, VirtualDuration};
 

@@ -292,7 +292,7 @@ impl Checker {
 
 #[cfg(test)]
 mod tests {
-    use somnus_core::cluster::ChunkIndex;
+    use somnus_core::cluster::{ChunkIndex, Payload};
     use somnus_types::ObjectId;
 
     use super::*;
@@ -310,6 +310,7 @@ mod tests {
                 range: ByteRange::new(0, BLOCK_BYTES),
                 version: Version(version),
                 stamp: Stamp(stamp),
+                data: Payload::NONE,
             },
         )
     }
@@ -367,7 +368,12 @@ mod tests {
         checker.written(1, Stamp(7), &[(CHUNK, BLOCK0, Version(5))]);
         checker.written(2, Stamp(8), &[(CHUNK, BLOCK0, Version(5))]);
         assert_eq!(checker.violation_count(), 1);
-        let behind = vec![Piece { range: BLOCK0, version: Version(3), stamp: Stamp(9) }];
+        let behind = vec![Piece {
+            range: BLOCK0,
+            version: Version(3),
+            stamp: Stamp(9),
+            data: Payload::NONE,
+        }];
         checker.check_final(CHUNK, &[("s0".into(), behind.clone()), ("s1".into(), behind)]);
         assert_eq!(checker.violation_count(), 3, "{:?}", checker.violations());
     }

@@ -10,8 +10,8 @@
 
 use std::sync::Arc;
 
-use somnus_core::cluster::Stamp;
 use somnus_core::cluster::logvolume::{BackendError, LogBackend, LogPiece, SEGMENT_BYTES};
+use somnus_core::cluster::{Payload, Stamp};
 #[cfg(test)]
 use somnus_logstore::Disk;
 use somnus_logstore::{Crash, Error, LogId, LogStore, MemDisk, Options};
@@ -113,6 +113,7 @@ impl LogBackend for EngineLog {
         range: ByteRange,
         version: Version,
         stamp: Stamp,
+        _data: &Payload,
     ) -> Result<(), BackendError> {
         self.store.append(owner, object, range, version, &payload(stamp, range)).map_err(failed)
     }
@@ -141,7 +142,12 @@ impl LogBackend for EngineLog {
         read.pieces
             .into_iter()
             .map(|piece| match stamp_of(piece.range, &piece.bytes) {
-                Some(stamp) => Ok((piece.range, piece.version, Some(stamp))),
+                Some(stamp) => Ok(LogPiece {
+                    range: piece.range,
+                    version: piece.version,
+                    stamp: Some(stamp),
+                    data: Payload::NONE,
+                }),
                 None => Err(BackendError::Failed(format!(
                     "{owner:?} {object:?} {:?} version {:?} reads back bytes no single \
                      write wrote",
@@ -210,6 +216,7 @@ mod tests {
             range: ByteRange::new(block * 4096, 8192),
             version: Version(version),
             stamp: Stamp(1000 + version),
+            data: Payload::NONE,
         }
     }
 
@@ -235,7 +242,7 @@ mod tests {
         if !lies {
             assert_eq!(log.live_bytes(), live);
             let second = LogRecord { version: Version(2), range: writes[1].range, ..first };
-            assert_eq!(log.read(group, &second), Some(writes[1]));
+            assert_eq!(log.read(group, &second), Some(writes[1].clone()));
         }
         log.faults().to_vec()
     }

@@ -31,7 +31,9 @@ use somnus_core::cluster::server::{
     Broken, Durable, Server, ServerAction, ServerCounters, ServerEvent,
 };
 use somnus_core::cluster::store::{BLOCK_BYTES, ChunkStore};
-use somnus_core::cluster::{ChunkId, ClientId, ClusterConfig, Message, Peer, Stamp, Topology};
+use somnus_core::cluster::{
+    ChunkId, ClientId, ClusterConfig, Message, Payload, Peer, Stamp, Topology,
+};
 use somnus_core::layout::{Layout, LayoutSpec, RackAssignment, Scheme};
 use somnus_core::power::DiskMechanics;
 use somnus_core::slab::{Key, Slab};
@@ -840,7 +842,8 @@ impl<'t> ClusterSim<'t> {
             let range = ByteRange::new(start, end - start);
             let stamp = Stamp(self.next_stamp);
             self.next_stamp += 1;
-            (object, ClientOp::Write { name: self.names[object as usize].clone(), range, stamp })
+            let name = self.names[object as usize].clone();
+            (object, ClientOp::Write { name, range, stamp, data: Payload::NONE })
         } else {
             self.random_op(c)
         };
@@ -881,7 +884,7 @@ impl<'t> ClusterSim<'t> {
         let op = if self.rng.random_bool(0.5) {
             let stamp = Stamp(self.next_stamp);
             self.next_stamp += 1;
-            ClientOp::Write { name, range, stamp }
+            ClientOp::Write { name, range, stamp, data: Payload::NONE }
         } else {
             ClientOp::Read { name, range }
         };

@@ -487,7 +487,7 @@ impl Server {
                 continue;
             };
             led.dvl.reads.remove(&record);
-            self.demand_found(group, &record, write);
+            self.demand_found(group, &record, &write);
             match purpose {
                 Purpose::Adopt => self.adopt_logged(group, write),
                 Purpose::Reclaim => self.reclaim_write(group, &record, write),
@@ -505,10 +505,11 @@ impl Server {
         if led.pending.contains_key(&write.version) {
             return;
         }
-        led.last_version = led.last_version.max(write.version);
+        let version = write.version;
+        led.last_version = led.last_version.max(version);
         led.insert_adopted(write, now);
         self.counters.writes_adopted += 1;
-        self.send_write(group, write.version, super::primary::Targets::All);
+        self.send_write(group, version, super::primary::Targets::All);
         self.log_pending(group);
     }
 
@@ -670,14 +671,14 @@ impl Server {
             }
             let Some(led) = self.led.get_mut(&group) else { return };
             let Some(pending) = led.pending.get_mut(&version) else { continue };
-            let write = pending.write;
+            let write = &pending.write;
             if pending.logged.is_empty() {
                 self.counters.writes_logged += 1;
             }
             for logger in &chosen {
                 pending.logged.push((*logger, false));
                 let link = led.dvl.links.entry(*logger).or_default();
-                link.queue.push(write);
+                link.queue.push(write.clone());
                 link.newest = link.newest.max(write.version);
             }
             for logger in chosen {

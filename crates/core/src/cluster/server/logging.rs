@@ -38,8 +38,10 @@ impl Server {
             Message::LogRead { records, .. } => {
                 let writes: Vec<(LogRecord, Option<UnstableWrite>)> =
                     records.iter().map(|r| (*r, self.log.read(group, r))).collect();
-                let bytes =
-                    writes.iter().filter_map(|(_, w)| w.map(|w| w.range.size_bytes())).sum();
+                let bytes = writes
+                    .iter()
+                    .filter_map(|(_, w)| w.as_ref().map(|w| w.range.size_bytes()))
+                    .sum();
                 let position = self.log_position;
                 let message = Message::LogData { group, epoch, writes };
                 self.disk(Io::LogRead { to: primary, message }, false, position, bytes);

@@ -28,7 +28,7 @@ use std::sync::Arc;
 use somnus_types::{ByteRange, ChunkGroupId, IoId, ServerId, Version, VirtualInstant};
 
 use super::logvolume::LogVolume;
-use super::store::ChunkStore;
+use super::store::{ChunkStore, StoreOp};
 use super::{
     ClusterConfig, Epoch, LeaseGrant, LeaseRenewal, LogRecord, Message, Peer, ServerPower,
     Topology, UnstableWrite,
@@ -61,6 +61,8 @@ pub enum ServerAction {
         message: Message,
     },
     /// Read or write `bytes` at `position` of the server's disk; answer with `DiskDone`.
+    /// What a write changes is [`Server::disk_change`] (asked by the runtime, which
+    /// makes it durable; the simulator only charges the size).
     Disk {
         io: IoId,
         write: bool,
@@ -183,6 +185,25 @@ enum Io {
     LogInvalidate { group: ChunkGroupId, epoch: Epoch, primary: ServerId, records: Vec<LogRecord> },
     /// Copies a collection wrote: nothing waits for them.
     LogCollect,
+}
+
+impl Io {
+    /// The replica change the I/O makes durable (`DiskDone` applies the same).
+    fn change(&self) -> Option<StoreOp> {
+        match self {
+            Io::ReplicaWrite { group, write, stable, .. } => {
+                Some(StoreOp::Apply { group: *group, write: write.clone(), stable: *stable })
+            }
+            Io::Fence { group, epoch, .. } => Some(StoreOp::Fence { group: *group, epoch: *epoch }),
+            Io::Repair { chunk, range, pieces, .. } => {
+                Some(StoreOp::Repair { chunk: *chunk, range: *range, pieces: pieces.clone() })
+            }
+            Io::RebuildWrite { group, chunk, pieces, .. } => {
+                Some(StoreOp::Copy { group: *group, chunk: *chunk, pieces: pieces.clone() })
+            }
+            _ => None,
+        }
+    }
 }
 
 /// Disk I/Os in flight at once: far above what any run reaches.
@@ -390,6 +411,14 @@ impl Server {
             unreachable!("more than {IOS_MAX} disk I/Os in flight");
         };
         self.actions.push_back(ServerAction::Disk { io: IoId(key.0), write, position, bytes });
+    }
+
+    /// The replica change the disk I/O `io` (in flight) makes durable, which
+    /// `DiskDone` then applies (as [`ChunkStore::redo`] does); none for reads and for
+    /// the logger's writes, which its log backend makes durable as the core applies
+    /// them at `DiskDone`.
+    pub fn disk_change(&self, io: IoId) -> Option<StoreOp> {
+        self.ios.get(Key(io.0)).and_then(Io::change)
     }
 
     fn timer(&mut self) {
@@ -636,9 +665,10 @@ impl Server {
         };
         match io {
             Io::ReplicaWrite { group, epoch, primary, write, stable } => {
+                let version = write.version;
                 self.store.apply(group, write, stable);
                 let settled = self.update_work(group, |work| {
-                    if let Ok(at) = work.queued.binary_search(&(epoch, write.version)) {
+                    if let Ok(at) = work.queued.binary_search(&(epoch, version)) {
                         work.queued.remove(at);
                     }
                     if work.queued.is_empty() {
@@ -650,7 +680,7 @@ impl Server {
                 for (primary, epoch) in settled.unwrap_or_default() {
                     self.reply_sync_when_settled(primary, group, epoch);
                 }
-                let ack = Message::ReplicaAck { group, epoch, version: write.version };
+                let ack = Message::ReplicaAck { group, epoch, version };
                 self.answer_primary(primary, ack);
             }
             Io::Fence { group, epoch, primary } => {

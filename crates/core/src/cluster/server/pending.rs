@@ -143,12 +143,13 @@ mod tests {
     use somnus_types::{ByteRange, ObjectId};
 
     use super::*;
-    use crate::cluster::{ChunkId, ChunkIndex, Stamp};
+    use crate::cluster::{ChunkId, ChunkIndex, Payload, Stamp};
 
     fn pending(version: u64, stamp: u64) -> Pending {
         let chunk = ChunkId { object: ObjectId(1), chunk: ChunkIndex(0) };
         let range = ByteRange::new(0, 4096);
-        let write = UnstableWrite { chunk, range, version: Version(version), stamp: Stamp(stamp) };
+        let (version, stamp) = (Version(version), Stamp(stamp));
+        let write = UnstableWrite { chunk, range, version, stamp, data: Payload::NONE };
         Pending::new(write, 3, VirtualInstant::ZERO, None)
     }
 

@@ -16,7 +16,7 @@ use super::rebuild::Rebuild;
 use super::{Broken, Io, Server, disk_position};
 use crate::cluster::store::BLOCK_BYTES;
 use crate::cluster::{
-    ChunkId, DvlHandoff, Epoch, GroupView, LogRecord, Message, Peer, Piece, ReplyBody,
+    ChunkId, DvlHandoff, Epoch, GroupView, LogRecord, Message, Payload, Peer, Piece, ReplyBody,
     RequestError, Stamp, UnstableWrite,
 };
 
@@ -52,6 +52,8 @@ struct Waiting {
     range: ByteRange,
     /// Some: a write of this stamp; none: a read.
     stamp: Option<Stamp>,
+    /// A write's bytes (none for a read, and in the simulator).
+    data: Payload,
 }
 
 /// A read of a range the own replica lacks logged writes over (it was down when they
@@ -370,12 +372,12 @@ impl Server {
     }
 
     pub(super) fn client_message(&mut self, client: Peer, message: Message) {
-        let (request, group, epoch, chunk, range, stamp) = match message {
-            Message::ClientWrite { request, group, epoch, chunk, range, stamp } => {
-                (request, group, epoch, chunk, range, Some(stamp))
+        let (request, group, epoch, chunk, range, stamp, data) = match message {
+            Message::ClientWrite { request, group, epoch, chunk, range, stamp, data } => {
+                (request, group, epoch, chunk, range, Some(stamp), data)
             }
             Message::ClientRead { request, group, epoch, chunk, range } => {
-                (request, group, epoch, chunk, range, None)
+                (request, group, epoch, chunk, range, None, Payload::NONE)
             }
             _ => {
                 self.counters.messages_dropped += 1;
@@ -397,7 +399,7 @@ impl Server {
                 self.refuse(client, request, RequestError::Retry);
             }
             Some(_) if serving => {
-                let waiting = Waiting { client, request, chunk, range, stamp };
+                let waiting = Waiting { client, request, chunk, range, stamp, data };
                 let Some(led) = self.led.get_mut(&group) else { return };
                 if !led.answer_repeat(&waiting) {
                     led.waiting.push_back(waiting);
@@ -405,7 +407,8 @@ impl Server {
                 self.admit(group);
             }
             None if stamp.is_none() && broken == Some(Broken::ReadFromSecondary) => {
-                self.read_as_secondary(group, Waiting { client, request, chunk, range, stamp });
+                let read = Waiting { client, request, chunk, range, stamp, data };
+                self.read_as_secondary(group, read);
             }
             _ => {
                 let known = led.map_or(self.store.epoch(group), |led| led.epoch);
@@ -487,12 +490,12 @@ impl Server {
         &mut self,
         group: ChunkGroupId,
         record: &LogRecord,
-        write: UnstableWrite,
+        write: &UnstableWrite,
     ) {
         let Some(led) = self.led.get_mut(&group) else { return };
         for demand in led.demand.iter_mut().filter(|d| d.awaiting.contains(record)) {
             demand.awaiting.retain(|r| r != record);
-            demand.found.push(write);
+            demand.found.push(write.clone());
         }
     }
 
@@ -552,7 +555,7 @@ impl Server {
         let version = Version(led.epoch.0 << SEQUENCE_BITS | led.next_sequence);
         led.next_sequence += 1;
         led.last_version = led.last_version.max(version);
-        let write = UnstableWrite { chunk: w.chunk, range: w.range, version, stamp };
+        let write = UnstableWrite { chunk: w.chunk, range: w.range, version, stamp, data: w.data };
         let client = Some((w.client, w.request));
         led.pending.insert(Pending::new(write, led.replicas.len(), self.now, client));
         self.send_write(group, version, Targets::All);
@@ -569,7 +572,7 @@ impl Server {
         let epoch = led.epoch;
         let Some(pending) = led.pending.get_mut(&version) else { return };
         pending.sent_at = self.now;
-        let write = pending.write;
+        let write = pending.write.clone();
         let targets: Vec<ServerId> = led
             .replicas
             .iter()
@@ -590,6 +593,7 @@ impl Server {
         stable: Version,
     ) {
         for replica in replicas {
+            let write = write.clone();
             if replica == self.id {
                 self.replica_write(self.id, group, epoch, write, stable);
             } else {
@@ -761,9 +765,10 @@ impl Server {
             {
                 continue;
             }
-            led.last_version = led.last_version.max(write.version);
+            let version = write.version;
+            led.last_version = led.last_version.max(version);
             led.insert_adopted(write, now);
-            adopted.push(write.version);
+            adopted.push(version);
         }
         self.counters.writes_adopted += adopted.len() as u64;
         let under_way: Vec<Version> = led.pending.keys().copied().collect();
@@ -876,12 +881,13 @@ fn overlay(pieces: Vec<Piece>, write: &UnstableWrite) -> Vec<Piece> {
             continue;
         }
         if piece.range.start < start {
-            out.push(Piece { range: ByteRange::from_bounds(piece.range.start, start), ..piece });
+            out.push(piece.cut(ByteRange::from_bounds(piece.range.start, start)));
         }
         let range = ByteRange::from_bounds(start, end);
-        out.push(Piece { range, version: write.version, stamp: write.stamp });
+        let data = write.cut(range).data;
+        out.push(Piece { range, version: write.version, stamp: write.stamp, data });
         if end < piece.range.end {
-            out.push(Piece { range: ByteRange::from_bounds(end, piece.range.end), ..piece });
+            out.push(piece.cut(ByteRange::from_bounds(end, piece.range.end)));
         }
     }
     out
@@ -899,6 +905,7 @@ mod tests {
             range: ByteRange::from_bounds(start, end),
             version: Version(version),
             stamp: Stamp(version),
+            data: Payload::NONE,
         }
     }
 
@@ -910,6 +917,7 @@ mod tests {
             range: ByteRange::from_bounds(2048, 14336),
             version: Version(7),
             stamp: Stamp(7),
+            data: Payload::NONE,
         };
         let expected = vec![
             piece(0, 2048, 5),

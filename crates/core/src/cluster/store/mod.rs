@@ -25,7 +25,75 @@ mod blocks;
 
 use blocks::{Block, ChunkBlocks};
 
-use super::{ChunkId, Epoch, Piece, Stamp, UnstableWrite};
+use super::{ChunkId, Epoch, Payload, Piece, Stamp, UnstableWrite};
+
+/// A change of a replica's durable state, as one disk write makes it. The simulator
+/// charges its disk model for the write's size; the runtime journals the change (with
+/// its bytes) and syncs before it reports the write done, and after a restart replays
+/// its journal through [`ChunkStore::redo`], the code every completed write runs.
+#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub enum StoreOp {
+    /// A replica write of the group's primary (C3).
+    Apply { group: ChunkGroupId, write: UnstableWrite, stable: Version },
+    /// The replica is fenced at `epoch` (C1).
+    Fence { group: ChunkGroupId, epoch: Epoch },
+    /// Corrupt blocks of `range` overwritten with another replica's intact copy.
+    Repair { chunk: ChunkId, range: ByteRange, pieces: Vec<Piece> },
+    /// A rebuild's copy of a chunk, applied where newer (R1).
+    Copy { group: ChunkGroupId, chunk: ChunkId, pieces: Vec<Piece> },
+}
+
+impl StoreOp {
+    /// The payloads the change carries, in a fixed order (a journal stores them
+    /// beside the change's serialized form, which skips them).
+    pub fn payloads(&self) -> Vec<&Payload> {
+        match self {
+            StoreOp::Apply { write, .. } => vec![&write.data],
+            StoreOp::Fence { .. } => Vec::new(),
+            StoreOp::Repair { pieces, .. } | StoreOp::Copy { pieces, .. } => {
+                pieces.iter().map(|p| &p.data).collect()
+            }
+        }
+    }
+
+    /// The payloads, to fill in when the change is read back, in the same order.
+    pub fn payloads_mut(&mut self) -> Vec<&mut Payload> {
+        match self {
+            StoreOp::Apply { write, .. } => vec![&mut write.data],
+            StoreOp::Fence { .. } => Vec::new(),
+            StoreOp::Repair { pieces, .. } | StoreOp::Copy { pieces, .. } => {
+                pieces.iter_mut().map(|p| &mut p.data).collect()
+            }
+        }
+    }
+}
+
+/// Where a replica's bytes live: nowhere in the simulator (its stamps stand for the
+/// bytes), the runtime's chunk files. The store calls it as it changes its blocks, so
+/// the bytes follow exactly the blocks a write, a repair or a copy lands on.
+pub trait ChunkData: std::fmt::Debug + Send {
+    /// Puts one block's bytes in block `index` of `chunk` (a chunk of `group`), which
+    /// now holds `version` by `stamp`. `data` is none where the write carried no
+    /// bytes (only a bug sends one to a store that keeps them). An I/O error is the
+    /// implementation's to record and report: the write was made durable before the
+    /// store was told of it.
+    fn write_block(
+        &mut self,
+        group: ChunkGroupId,
+        chunk: ChunkId,
+        index: u64,
+        version: Version,
+        stamp: Stamp,
+        data: Option<&[u8]>,
+    );
+    /// The bytes of blocks `blocks` of `chunk` (zeros where never written), or the
+    /// indices of those whose checksum fails.
+    fn read_blocks(
+        &mut self,
+        chunk: ChunkId,
+        blocks: std::ops::Range<u64>,
+    ) -> Result<bytes::Bytes, Vec<u64>>;
+}
 
 /// The unit of checksums and of the stamps a write leaves: requests are whole blocks.
 pub const BLOCK_BYTES: u64 = 4096;
@@ -71,7 +139,7 @@ pub struct Corrupt {
     pub ranges: Vec<ByteRange>,
 }
 
-#[derive(Clone, Debug)]
+#[derive(Debug)]
 pub struct ChunkStore {
     /// Blocks a chunk has, past which nothing is stored (a range reaching beyond
     /// is cut there: the primary refuses such requests, so only a bug sends one).
@@ -81,6 +149,8 @@ pub struct ChunkStore {
     /// The blocks (chunk, index) a fault garbled and no write or repair has
     /// overwritten since.
     corrupt: BTreeSet<(ChunkId, u64)>,
+    /// The bytes, where the shell keeps them (the runtime).
+    data: Option<Box<dyn ChunkData>>,
 }
 
 /// The blocks `range` covers, as indices (ranges are block-aligned).
@@ -99,7 +169,13 @@ impl ChunkStore {
             chunks: BTreeMap::new(),
             groups: BTreeMap::new(),
             corrupt: BTreeSet::new(),
+            data: None,
         }
+    }
+
+    /// A store whose bytes live in `data` (the runtime's chunk files).
+    pub fn with_data(chunk_size_bytes: u64, data: Box<dyn ChunkData>) -> ChunkStore {
+        ChunkStore { data: Some(data), ..ChunkStore::new(chunk_size_bytes) }
     }
 
     /// The blocks of `range` a chunk can hold.
@@ -133,7 +209,23 @@ impl ChunkStore {
             .or_insert_with(|| ChunkRecord { group, blocks: ChunkBlocks::default() });
         let painted = Block { version: write.version, stamp: write.stamp };
         let corrupt = &mut self.corrupt;
-        if corrupt.is_empty() {
+        if let Some(data) = &mut self.data {
+            // The bytes go to exactly the blocks the write lands on.
+            record.blocks.paint(range, painted, self.chunk_blocks, |index| {
+                corrupt.remove(&(write.chunk, index));
+                let offset = index * BLOCK_BYTES - write.range.start;
+                let bytes = write.data.slice(offset, BLOCK_BYTES);
+                let (version, stamp) = (write.version, write.stamp);
+                data.write_block(
+                    group,
+                    write.chunk,
+                    index,
+                    version,
+                    stamp,
+                    bytes.bytes().map(|b| &b[..]),
+                );
+            });
+        } else if corrupt.is_empty() {
             record.blocks.paint(range, painted, self.chunk_blocks, |_| {});
         } else {
             // A newer write replaces a garbled block whole.
@@ -144,13 +236,41 @@ impl ChunkStore {
     }
 
     /// What `range` of `chunk` holds, in order (adjacent blocks of one write as one
-    /// piece), or the corrupt blocks of it.
-    pub fn read(&self, chunk: ChunkId, range: ByteRange) -> Result<Vec<Piece>, Corrupt> {
+    /// piece), with the bytes where the store keeps them, or the corrupt blocks of it
+    /// (a checksum that fails on reading marks its block corrupt).
+    pub fn read(&mut self, chunk: ChunkId, range: ByteRange) -> Result<Vec<Piece>, Corrupt> {
+        let bytes = match &mut self.data {
+            None => None,
+            Some(data) => match data.read_blocks(chunk, blocks(range)) {
+                Ok(bytes) => Some(bytes),
+                Err(bad) => {
+                    let written = |index: &u64| {
+                        self.chunks.get(&chunk).is_some_and(|c| c.blocks.get(*index).written())
+                    };
+                    let bad: Vec<u64> = bad.into_iter().filter(written).collect();
+                    self.corrupt.extend(bad.iter().map(|index| (chunk, *index)));
+                    None
+                }
+            },
+        };
         let corrupt: Vec<ByteRange> =
             self.corrupt_in(chunk, range).map(|block| block_range(block..block + 1)).collect();
         if !corrupt.is_empty() {
             return Err(Corrupt { ranges: corrupt });
         }
+        let mut pieces = self.pieces(chunk, range);
+        if let Some(bytes) = bytes {
+            let whole = Payload::new(bytes);
+            let start = blocks(range).start * BLOCK_BYTES;
+            for piece in &mut pieces {
+                piece.data = whole.slice(piece.range.start - start, piece.range.size_bytes());
+            }
+        }
+        Ok(pieces)
+    }
+
+    /// What `range` of `chunk` holds by its blocks' versions and stamps, without bytes.
+    fn pieces(&self, chunk: ChunkId, range: ByteRange) -> Vec<Piece> {
         let mut pieces: Vec<Piece> = Vec::new();
         let held = self.blocks(chunk);
         for index in blocks(range) {
@@ -163,10 +283,11 @@ impl ChunkStore {
                     range: block_range(index..index + 1),
                     version: block.version,
                     stamp: block.stamp,
+                    data: Payload::NONE,
                 }),
             }
         }
-        Ok(pieces)
+        pieces
     }
 
     /// The corrupt blocks of `range` of `chunk`, in order.
@@ -197,7 +318,8 @@ impl ChunkStore {
     /// blocks keep what they hold.
     pub fn repair(&mut self, chunk: ChunkId, range: ByteRange, pieces: &[Piece]) {
         let corrupt: Vec<u64> = self.corrupt_in(chunk, range).collect();
-        let Some(ChunkRecord { blocks, .. }) = self.chunks.get_mut(&chunk) else { return };
+        let Some(ChunkRecord { blocks, group }) = self.chunks.get_mut(&chunk) else { return };
+        let group = *group;
         for block in corrupt {
             if block as usize >= blocks.len() {
                 continue;
@@ -208,6 +330,11 @@ impl ChunkStore {
             if let Some(copy) = copy {
                 blocks.set(block, Block { version: copy.version, stamp: copy.stamp });
                 self.corrupt.remove(&(chunk, block));
+                if let Some(data) = &mut self.data {
+                    let bytes = copy.data.slice(bad.start - copy.range.start, BLOCK_BYTES);
+                    let bytes = bytes.bytes().map(|b| &b[..]);
+                    data.write_block(group, chunk, block, copy.version, copy.stamp, bytes);
+                }
             }
         }
     }
@@ -261,7 +388,9 @@ impl ChunkStore {
                 {
                     last.range.end = range.end;
                 }
-                _ => pieces.push(Piece { range, version: block.version, stamp }),
+                _ => {
+                    pieces.push(Piece { range, version: block.version, stamp, data: Payload::NONE })
+                }
             }
         }
         pieces
@@ -300,13 +429,25 @@ impl ChunkStore {
                 range: piece.range,
                 version: piece.version,
                 stamp: piece.stamp,
+                data: piece.data.clone(),
             };
             self.paint(group, &write);
         }
     }
 
+    /// Makes the change `op` describes: what a completed disk write does, and what
+    /// the runtime's journal replays after a restart.
+    pub fn redo(&mut self, op: StoreOp) {
+        match op {
+            StoreOp::Apply { group, write, stable } => self.apply(group, write, stable),
+            StoreOp::Fence { group, epoch } => self.fence(group, epoch),
+            StoreOp::Repair { chunk, range, pieces } => self.repair(chunk, range, &pieces),
+            StoreOp::Copy { group, chunk, pieces } => self.paint_copy(group, chunk, &pieces),
+        }
+    }
+
     pub fn unstable(&self, group: ChunkGroupId) -> Vec<UnstableWrite> {
-        self.groups.get(&group).map_or_else(Vec::new, |g| g.unstable.iter().copied().collect())
+        self.groups.get(&group).map_or_else(Vec::new, |g| g.unstable.iter().cloned().collect())
     }
 }
 
@@ -327,7 +468,81 @@ mod tests {
             range: ByteRange::new(start * BLOCK_BYTES, blocks * BLOCK_BYTES),
             version: Version(version),
             stamp: Stamp(stamp),
+            data: Payload::NONE,
         }
+    }
+
+    /// Bytes in memory, per block, with a flag that makes a block's checksum fail.
+    #[derive(Debug, Default)]
+    struct MemData(BTreeMap<(ChunkId, u64), (Vec<u8>, bool)>);
+
+    impl ChunkData for MemData {
+        fn write_block(
+            &mut self,
+            _: ChunkGroupId,
+            chunk: ChunkId,
+            index: u64,
+            _: Version,
+            _: Stamp,
+            data: Option<&[u8]>,
+        ) {
+            self.0.insert((chunk, index), (data.unwrap_or_default().to_vec(), false));
+        }
+
+        fn read_blocks(
+            &mut self,
+            chunk: ChunkId,
+            blocks: std::ops::Range<u64>,
+        ) -> Result<bytes::Bytes, Vec<u64>> {
+            let held = |i| self.0.get(&(chunk, i));
+            let bad: Vec<u64> = blocks.clone().filter(|i| held(*i).is_some_and(|b| b.1)).collect();
+            if !bad.is_empty() {
+                return Err(bad);
+            }
+            let zero = (vec![0; BLOCK_BYTES as usize], false);
+            Ok(blocks.flat_map(|i| held(i).unwrap_or(&zero).0.clone()).collect())
+        }
+    }
+
+    fn with_bytes(write: UnstableWrite, fill: u8) -> UnstableWrite {
+        let data = Payload::new(vec![fill; write.range.size_bytes() as usize].into());
+        UnstableWrite { data, ..write }
+    }
+
+    /// Where the store keeps bytes, they follow exactly the blocks a write lands on
+    /// (newer only), a read returns them sliced per piece, and a block whose checksum
+    /// fails on reading is found corrupt and repaired with its copy's bytes.
+    #[test]
+    fn bytes_follow_the_blocks_a_write_lands_on() {
+        let mut store = ChunkStore::with_data(CHUNK_BYTES, Box::new(MemData::default()));
+        store.apply(GROUP, with_bytes(write(0, 2, 5, 50), 0xaa), Version(0));
+        store.apply(GROUP, with_bytes(write(1, 2, 4, 40), 0xbb), Version(0));
+        let pieces = store.read(CHUNK, ByteRange::new(0, 3 * BLOCK_BYTES)).unwrap();
+        let got: Vec<(u64, u8, usize)> = pieces
+            .iter()
+            .map(|p| {
+                let bytes = p.data.bytes().unwrap();
+                assert!(bytes.iter().all(|b| *b == bytes[0]));
+                (p.version.0, bytes[0], bytes.len())
+            })
+            .collect();
+        // Block 1 keeps version 5's bytes: version 4 lands on block 2 only.
+        assert_eq!(got, [(5, 0xaa, 2 * BLOCK_BYTES as usize), (4, 0xbb, BLOCK_BYTES as usize)]);
+
+        let mut copy = ChunkStore::new(CHUNK_BYTES);
+        copy.apply(GROUP, write(0, 2, 5, 50), Version(0));
+        // The disk garbles block 0: its checksum fails on the next read.
+        let range = ByteRange::new(0, BLOCK_BYTES);
+        let mut garbled = MemData::default();
+        garbled.0.insert((CHUNK, 0), (vec![0xaa; BLOCK_BYTES as usize], true));
+        store.data = Some(Box::new(garbled));
+        assert_eq!(store.read(CHUNK, range), Err(Corrupt { ranges: vec![range] }));
+        assert_eq!(store.corrupt_ranges(), [(GROUP, CHUNK, range)], "found on reading");
+        let intact = copy.read(CHUNK, range).unwrap()[0].clone();
+        let intact = [Piece { data: Payload::new(vec![0xcc; 4096].into()), ..intact }];
+        store.repair(CHUNK, range, &intact);
+        let repaired = store.read(CHUNK, range).unwrap();
+        assert_eq!(repaired[0].data.bytes().map(|b| b[0]), Some(0xcc));
     }
 
     #[test]
@@ -359,7 +574,7 @@ mod tests {
         let range = ByteRange::new(0, 4 * BLOCK_BYTES);
         let corrupt = store.read(CHUNK, range).unwrap_err();
         assert_eq!(corrupt.ranges, [ByteRange::new(2 * BLOCK_BYTES, BLOCK_BYTES)]);
-        let older = [Piece { range, version: Version(6), stamp: Stamp(60) }];
+        let older = [Piece { range, version: Version(6), stamp: Stamp(60), data: Payload::NONE }];
         assert!(!store.repairable(CHUNK, range, &older), "an older copy must not repair");
         store.repair(CHUNK, range, &older);
         assert!(store.read(CHUNK, range).is_err());
@@ -401,7 +616,8 @@ mod tests {
             [Piece {
                 range: ByteRange::new(2 * BLOCK_BYTES, 2 * BLOCK_BYTES),
                 version: Version(3),
-                stamp: Stamp(30)
+                stamp: Stamp(30),
+                data: Payload::NONE,
             }]
         );
     }
@@ -438,6 +654,7 @@ mod tests {
                         range: ByteRange::new(start * BLOCK_BYTES, len * BLOCK_BYTES),
                         version: Version(version),
                         stamp: Stamp(stamp),
+                        data: Payload::NONE,
                     }];
                     store.repair(CHUNK, copy[0].range, &copy);
                     for b in start..start + len {
@@ -503,6 +720,7 @@ mod tests {
                         range: ByteRange::new(b * BLOCK_BYTES, BLOCK_BYTES),
                         version: Version(version),
                         stamp: Stamp(stamp),
+                        data: Payload::NONE,
                     }),
                 }
             }
