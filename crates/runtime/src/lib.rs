@@ -3,6 +3,10 @@
 //! two shells"). It turns the core's actions into I/O and I/O into the core's events,
 //! and decides nothing of the protocol itself.
 
+pub mod chunk_files;
 pub mod command_log;
+pub mod durable;
+pub mod journal;
 pub mod secret_file;
+pub mod server_disk;
 pub mod transport;

@@ -102,6 +102,28 @@ pub fn encode_message(message: &Message, max: usize, out: &mut Vec<u8>) -> Resul
     encode_body(&MessageFrame::Message(message), &attachment, max, out)
 }
 
+/// Appends `payloads` to `out` in the attachment's layout (each a length, then its
+/// bytes): what a file that keeps payloads beside a serialized value writes too.
+pub fn append_payloads(payloads: &[&Payload], out: &mut Vec<u8>) {
+    for payload in payloads {
+        let length = payload.bytes().map_or(NO_PAYLOAD, |b| b.len() as u32);
+        out.extend_from_slice(&length.to_le_bytes());
+        out.extend(payload.bytes().map(|b| &b[..]).unwrap_or_default());
+    }
+}
+
+/// Fills `slots` from `bytes` in the attachment's layout, which must hold exactly
+/// them; the payloads share `bytes` (no copy).
+pub fn fill_payloads(slots: Vec<&mut Payload>, bytes: &bytes::Bytes) -> Result<(), WireError> {
+    let layout = payload_layout(slots.len(), bytes)?;
+    for (payload, range) in slots.into_iter().zip(layout) {
+        if let Some(range) = range {
+            *payload = Payload::new(bytes.slice(range));
+        }
+    }
+    Ok(())
+}
+
 /// The length an attachment gives a payload slot that holds none.
 const NO_PAYLOAD: u32 = u32::MAX;
 
@@ -220,6 +242,7 @@ impl FrameDecoder {
                 }
             }
         }
+
         Ok(Some(Decoded { frame, wire_bytes: 4 + length }))
     }
 

@@ -15,8 +15,8 @@ mod handshake;
 mod secret;
 
 pub use frame::{
-    Decoded, FRAME_BYTES_MAX_DEFAULT, FrameDecoder, HEADER_BYTES, WIRE_VERSION, WireError, encode,
-    encode_message,
+    Decoded, FRAME_BYTES_MAX_DEFAULT, FrameDecoder, HEADER_BYTES, WIRE_VERSION, WireError,
+    append_payloads, encode, encode_message, fill_payloads,
 };
 pub use handshake::{AuthError, Handshake, Side, Step};
 pub use secret::{ClusterSecret, SECRET_BYTES, SecretError};

@@ -93,6 +93,9 @@ pub trait ChunkData: std::fmt::Debug + Send {
         chunk: ChunkId,
         blocks: std::ops::Range<u64>,
     ) -> Result<bytes::Bytes, Vec<u64>>;
+    /// Makes every block written so far durable (before the shell cuts the journal
+    /// that made them durable until now).
+    fn sync(&mut self) -> Result<(), String>;
 }
 
 /// The unit of checksums and of the stamps a write leaves: requests are whole blocks.
@@ -435,6 +438,49 @@ impl ChunkStore {
         }
     }
 
+    /// Makes the bytes written so far durable where the store keeps them.
+    pub fn sync_data(&mut self) -> Result<(), String> {
+        self.data.as_mut().map_or(Ok(()), |data| data.sync())
+    }
+
+    /// Restart: block `index` of `chunk` (of `group`) holds `version` by `stamp`, as
+    /// the shell found it on its disk (its bytes are there already).
+    pub fn restore_block(
+        &mut self,
+        group: ChunkGroupId,
+        chunk: ChunkId,
+        index: u64,
+        version: Version,
+        stamp: Stamp,
+    ) {
+        let record = self
+            .chunks
+            .entry(chunk)
+            .or_insert_with(|| ChunkRecord { group, blocks: ChunkBlocks::default() });
+        let block = Block { version, stamp };
+        record.blocks.paint(index..index + 1, block, self.chunk_blocks, |_| {});
+    }
+
+    /// Restart: `group` is fenced at `epoch` and holds `unstable`, as the shell's
+    /// snapshot of [`ChunkStore::groups`] kept them.
+    pub fn restore_group(
+        &mut self,
+        group: ChunkGroupId,
+        epoch: Epoch,
+        unstable: Vec<UnstableWrite>,
+    ) {
+        let record = self.groups.entry(group).or_default();
+        record.epoch = epoch;
+        record.unstable = unstable.into();
+    }
+
+    /// Every group's fence and unstable writes (with their bytes): with the blocks,
+    /// the whole durable state (the runtime's snapshot, before it cuts its journal).
+    pub fn groups(&self) -> Vec<(ChunkGroupId, Epoch, Vec<UnstableWrite>)> {
+        let groups = self.groups.iter();
+        groups.map(|(g, r)| (*g, r.epoch, r.unstable.iter().cloned().collect())).collect()
+    }
+
     /// Makes the change `op` describes: what a completed disk write does, and what
     /// the runtime's journal replays after a restart.
     pub fn redo(&mut self, op: StoreOp) {
@@ -501,6 +547,10 @@ mod tests {
             }
             let zero = (vec![0; BLOCK_BYTES as usize], false);
             Ok(blocks.flat_map(|i| held(i).unwrap_or(&zero).0.clone()).collect())
+        }
+
+        fn sync(&mut self) -> Result<(), String> {
+            Ok(())
         }
     }
 

@@ -1,0 +1,311 @@
+//! A storage server's replica state on disk: chunk files, the groups' snapshot and the
+//! journal, brought back as the core's [`ChunkStore`] at start (docs/runtime.md).
+//!
+//! - A write the core issues is made durable by [`ServerDisk::make_durable`] (journal
+//!   append and sync) before the core hears `DiskDone`; at `DiskDone` the core applies
+//!   it ([`ChunkStore::redo`]'s code), which writes the chunk files' blocks.
+//! - [`ServerDisk::checkpoint`] syncs the chunk files, writes every group's fence and
+//!   unstable writes (with their bytes: a new primary may ask for them, C3) as
+//!   `groups.snap`, and cuts the journal.
+//! - [`ServerDisk::open`] loads the chunk files' blocks (checking each block's
+//!   checksum: a block that fails it is corrupt, and repaired from a replica), then the
+//!   snapshot, then replays the journal through `ChunkStore::redo`: the state is the
+//!   one the core last acknowledged from.
+
+use std::path::{Path, PathBuf};
+
+use bytes::Bytes;
+use somnus_core::cluster::Epoch;
+use somnus_core::cluster::UnstableWrite;
+use somnus_core::cluster::store::{BLOCK_BYTES, ChunkStore, StoreOp};
+use somnus_types::ChunkGroupId;
+
+use crate::chunk_files::{ChunkFileError, ChunkFiles, IoErrors};
+use crate::durable;
+use crate::journal::{Journal, JournalError};
+
+const SNAPSHOT: &str = "groups.snap";
+const JOURNAL: &str = "journal";
+const CHUNKS: &str = "chunks";
+
+/// Journal bytes past which [`ServerDisk::wants_checkpoint`] says so.
+pub const JOURNAL_BYTES_MAX: u64 = 64 << 20;
+
+#[derive(Debug, thiserror::Error)]
+pub enum ServerDiskError {
+    #[error(transparent)]
+    Chunks(#[from] ChunkFileError),
+    #[error(transparent)]
+    Journal(#[from] JournalError),
+    #[error("cannot use the groups' snapshot {path}: {source}")]
+    SnapshotIo { path: PathBuf, source: std::io::Error },
+    #[error("the groups' snapshot {path} is damaged ({what}); the server does not start on it")]
+    SnapshotDamaged { path: PathBuf, what: String },
+    #[error("{0}")]
+    Io(String),
+}
+
+type Groups = Vec<(ChunkGroupId, Epoch, Vec<UnstableWrite>)>;
+
+#[derive(Debug)]
+pub struct ServerDisk {
+    dir: PathBuf,
+    journal: Journal,
+    errors: IoErrors,
+}
+
+impl ServerDisk {
+    /// Opens (creating) the replica state in `dir`, and the store it holds.
+    pub fn open(
+        dir: &Path,
+        chunk_size_bytes: u64,
+    ) -> Result<(ServerDisk, ChunkStore), ServerDiskError> {
+        let errors = IoErrors::default();
+        let (files, found) = ChunkFiles::open(&dir.join(CHUNKS), chunk_size_bytes, errors.clone())?;
+        let mut store = ChunkStore::with_data(chunk_size_bytes, Box::new(files));
+        for block in found {
+            store.restore_block(block.group, block.chunk, block.index, block.version, block.stamp);
+            if !block.intact {
+                store.corrupt_block(block.chunk, block.index * BLOCK_BYTES);
+            }
+        }
+        for (group, epoch, unstable) in read_snapshot(&dir.join(SNAPSHOT))? {
+            store.restore_group(group, epoch, unstable);
+        }
+        let (journal, ops) = Journal::open(&dir.join(JOURNAL))?;
+        for op in ops {
+            store.redo(op);
+        }
+        let disk = ServerDisk { dir: dir.to_owned(), journal, errors };
+        disk.check()?;
+        Ok((disk, store))
+    }
+
+    /// Makes `ops` durable, as one group commit.
+    pub fn make_durable(&mut self, ops: &[StoreOp]) -> Result<(), ServerDiskError> {
+        Ok(self.journal.append(ops)?)
+    }
+
+    /// Whether the journal has grown past its bound.
+    pub fn wants_checkpoint(&self) -> bool {
+        self.journal.bytes() > JOURNAL_BYTES_MAX
+    }
+
+    /// An I/O error the chunk files met since the last check: the server stops on it.
+    pub fn check(&self) -> Result<(), ServerDiskError> {
+        let errors = self.errors.lock().map(|e| e.clone()).unwrap_or_default();
+        match errors.first() {
+            Some(error) => Err(ServerDiskError::Io(error.clone())),
+            None => Ok(()),
+        }
+    }
+
+    /// Makes the store's state durable without the journal, then cuts it.
+    pub fn checkpoint(&mut self, store: &mut ChunkStore) -> Result<(), ServerDiskError> {
+        store.sync_data().map_err(ServerDiskError::Io)?;
+        let path = self.dir.join(SNAPSHOT);
+        durable::replace(&path, &encode_snapshot(&store.groups()))
+            .map_err(|source| ServerDiskError::SnapshotIo { path, source })?;
+        Ok(self.journal.cut()?)
+    }
+}
+
+/// `crc32c u32 | body_len u32 | postcard(groups) | payloads of every unstable write`.
+fn encode_snapshot(groups: &Groups) -> Vec<u8> {
+    let body = postcard::to_allocvec(groups).unwrap_or_default();
+    let mut out = vec![0u8; 8];
+    out[4..8].copy_from_slice(&(body.len() as u32).to_le_bytes());
+    out.extend_from_slice(&body);
+    let payloads: Vec<_> = groups.iter().flat_map(|(_, _, w)| w.iter().map(|w| &w.data)).collect();
+    somnus_wire::append_payloads(&payloads, &mut out);
+    let crc = crc32c::crc32c(&out[4..]);
+    out[0..4].copy_from_slice(&crc.to_le_bytes());
+    out
+}
+
+fn read_snapshot(path: &Path) -> Result<Groups, ServerDiskError> {
+    let bytes = match std::fs::read(path) {
+        Ok(bytes) => Bytes::from(bytes),
+        Err(error) if error.kind() == std::io::ErrorKind::NotFound => return Ok(Vec::new()),
+        Err(source) => return Err(ServerDiskError::SnapshotIo { path: path.to_owned(), source }),
+    };
+    let damaged = |what: String| ServerDiskError::SnapshotDamaged { path: path.to_owned(), what };
+    if bytes.len() < 8 {
+        return Err(damaged(format!("{} bytes", bytes.len())));
+    }
+    let field =
+        |at: usize| u32::from_le_bytes([bytes[at], bytes[at + 1], bytes[at + 2], bytes[at + 3]]);
+    if crc32c::crc32c(&bytes[4..]) != field(0) {
+        return Err(damaged("checksum mismatch".into()));
+    }
+    let body_len = field(4) as usize;
+    let body = bytes.get(8..8 + body_len).ok_or_else(|| damaged("a body past its end".into()))?;
+    let mut groups: Groups = postcard::from_bytes(body).map_err(|e| damaged(e.to_string()))?;
+    let slots = groups.iter_mut().flat_map(|(_, _, w)| w.iter_mut().map(|w| &mut w.data)).collect();
+    somnus_wire::fill_payloads(slots, &bytes.slice(8 + body_len..))
+        .map_err(|e| damaged(e.to_string()))?;
+    Ok(groups)
+}
+
+#[cfg(test)]
+mod tests {
+    use somnus_core::cluster::{ChunkId, ChunkIndex, Payload, Piece, Stamp};
+    use somnus_types::{ByteRange, ObjectId, Version};
+
+    use super::*;
+
+    const CHUNK_BYTES: u64 = 1 << 20;
+    const GROUP: ChunkGroupId = ChunkGroupId(3);
+
+    fn chunk(n: u32) -> ChunkId {
+        ChunkId { object: ObjectId(7), chunk: ChunkIndex(n) }
+    }
+
+    fn write(n: u32, block: u64, blocks: u64, version: u64, fill: u8) -> UnstableWrite {
+        let range = ByteRange::new(block * BLOCK_BYTES, blocks * BLOCK_BYTES);
+        let data = Payload::new(vec![fill; range.size_bytes() as usize].into());
+        UnstableWrite {
+            chunk: chunk(n),
+            range,
+            version: Version(version),
+            stamp: Stamp(version * 10),
+            data,
+        }
+    }
+
+    /// What the core would do: make durable, then apply.
+    fn commit(disk: &mut ServerDisk, store: &mut ChunkStore, ops: Vec<StoreOp>) {
+        disk.make_durable(&ops).unwrap();
+        for op in ops {
+            store.redo(op);
+        }
+        disk.check().unwrap();
+    }
+
+    /// Everything a replica holds: blocks with bytes, fences, unstable writes.
+    fn state(store: &mut ChunkStore) -> (Vec<Vec<Piece>>, Groups) {
+        let chunks: Vec<ChunkId> = store.chunk_ids().collect();
+        let whole = ByteRange::new(0, CHUNK_BYTES);
+        let reads = chunks.into_iter().map(|c| store.read(c, whole).unwrap()).collect();
+        (reads, store.groups())
+    }
+
+    #[test]
+    fn a_restart_brings_back_exactly_what_was_made_durable() {
+        let dir = tempfile::tempdir().unwrap();
+        let (mut disk, mut store) = ServerDisk::open(dir.path(), CHUNK_BYTES).unwrap();
+        commit(
+            &mut disk,
+            &mut store,
+            vec![
+                StoreOp::Fence { group: GROUP, epoch: Epoch(2) },
+                StoreOp::Apply { group: GROUP, write: write(0, 0, 4, 5, 0xa1), stable: Version(0) },
+                StoreOp::Apply { group: GROUP, write: write(0, 2, 4, 6, 0xa2), stable: Version(5) },
+                StoreOp::Apply { group: GROUP, write: write(1, 0, 1, 7, 0xa3), stable: Version(5) },
+            ],
+        );
+        let before = state(&mut store);
+        assert_eq!(before.1[0].2.len(), 2, "versions 6 and 7 are unstable");
+        assert_eq!(before.1[0].2[0].data, write(0, 2, 4, 6, 0xa2).data, "with their bytes");
+        drop((disk, store));
+
+        // From the journal alone.
+        let (mut disk, mut store) = ServerDisk::open(dir.path(), CHUNK_BYTES).unwrap();
+        assert_eq!(state(&mut store), before);
+        // From a checkpoint, then a journal after it.
+        disk.checkpoint(&mut store).unwrap();
+        commit(
+            &mut disk,
+            &mut store,
+            vec![StoreOp::Apply {
+                group: GROUP,
+                write: write(0, 1, 1, 8, 0xa4),
+                stable: Version(7),
+            }],
+        );
+        let after = state(&mut store);
+        drop((disk, store));
+        let (_, mut store) = ServerDisk::open(dir.path(), CHUNK_BYTES).unwrap();
+        assert_eq!(state(&mut store), after);
+        assert_ne!(after, before);
+    }
+
+    #[test]
+    fn a_torn_last_record_is_dropped_and_damage_before_the_end_is_named() {
+        let dir = tempfile::tempdir().unwrap();
+        let (mut disk, mut store) = ServerDisk::open(dir.path(), CHUNK_BYTES).unwrap();
+        let first =
+            StoreOp::Apply { group: GROUP, write: write(0, 0, 1, 5, 1), stable: Version(0) };
+        let second =
+            StoreOp::Apply { group: GROUP, write: write(0, 1, 1, 6, 2), stable: Version(0) };
+        commit(&mut disk, &mut store, vec![first.clone()]);
+        commit(&mut disk, &mut store, vec![second]);
+        drop((disk, store));
+        let journal = dir.path().join(JOURNAL);
+        let bytes = std::fs::read(&journal).unwrap();
+
+        // A crash in the middle of the second append: it was never acknowledged.
+        std::fs::write(&journal, &bytes[..bytes.len() - 100]).unwrap();
+        // Its blocks reached the chunk file before the crash: start from none.
+        std::fs::remove_dir_all(dir.path().join(CHUNKS)).unwrap();
+        let (_, store) = ServerDisk::open(dir.path(), CHUNK_BYTES).unwrap();
+        assert_eq!(store.groups()[0].2.len(), 1, "only the first write");
+        assert_eq!(
+            std::fs::metadata(&journal).unwrap().len() as usize,
+            bytes.len() / 2,
+            "the torn record is cut off"
+        );
+        drop(store);
+
+        // A flipped bit in the first record, with the second after it: damage.
+        let mut damaged = bytes.clone();
+        damaged[20] ^= 1;
+        std::fs::write(&journal, &damaged).unwrap();
+        let error = ServerDisk::open(dir.path(), CHUNK_BYTES).unwrap_err().to_string();
+        assert!(error.contains("damaged at byte 0 (checksum mismatch)"), "{error}");
+        assert_eq!(
+            std::fs::read(&journal).unwrap(),
+            damaged,
+            "nothing is cut from a damaged journal"
+        );
+    }
+
+    #[test]
+    fn a_block_garbled_on_disk_is_found_corrupt_at_start_and_on_read() {
+        let dir = tempfile::tempdir().unwrap();
+        let (mut disk, mut store) = ServerDisk::open(dir.path(), CHUNK_BYTES).unwrap();
+        commit(
+            &mut disk,
+            &mut store,
+            vec![StoreOp::Apply {
+                group: GROUP,
+                write: write(0, 0, 2, 5, 0x77),
+                stable: Version(5),
+            }],
+        );
+        disk.checkpoint(&mut store).unwrap();
+        let path = dir.path().join(CHUNKS).join("0000000000000007-00000000.chunk");
+        let garble = |path: &Path| {
+            let mut bytes = std::fs::read(path).unwrap();
+            let at = bytes.len() - CHUNK_BYTES as usize + 100; // block 0's data
+            bytes[at] ^= 0xff;
+            std::fs::write(path, bytes).unwrap();
+        };
+        // While the server runs: the next read finds it.
+        garble(&path);
+        let one = ByteRange::new(0, BLOCK_BYTES);
+        assert!(store.read(chunk(0), one).is_err());
+        assert_eq!(store.corrupt_ranges(), [(GROUP, chunk(0), one)]);
+        assert!(store.read(chunk(0), ByteRange::new(BLOCK_BYTES, BLOCK_BYTES)).is_ok());
+        drop((disk, store));
+        // At start.
+        let (_, store) = ServerDisk::open(dir.path(), CHUNK_BYTES).unwrap();
+        assert_eq!(store.corrupt_ranges(), [(GROUP, chunk(0), one)]);
+        // A damaged file header stops the start, naming the file.
+        let mut bytes = std::fs::read(&path).unwrap();
+        bytes[3] ^= 1;
+        std::fs::write(&path, bytes).unwrap();
+        let error = ServerDisk::open(dir.path(), CHUNK_BYTES).unwrap_err().to_string();
+        assert!(error.contains("00000000.chunk has a damaged header"), "{error}");
+    }
+}
