@@ -5,6 +5,7 @@
 
 pub mod chunk_files;
 pub mod command_log;
+pub mod disk_worker;
 pub mod durable;
 pub mod journal;
 pub mod secret_file;
