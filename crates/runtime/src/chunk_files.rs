@@ -20,6 +20,7 @@ use somnus_core::cluster::{ChunkId, ChunkIndex, Stamp};
 use somnus_types::{ChunkGroupId, ObjectId, Version};
 
 use crate::durable;
+use crate::record::u32_at;
 
 const MAGIC: &[u8; 8] = b"SOMNUSCK";
 const FORMAT: u32 = 1;
@@ -94,10 +95,6 @@ fn file_header(group: ChunkGroupId, chunk: ChunkId, chunk_blocks: u64) -> [u8; 6
     let crc = crc32c::crc32c(&header[..60]);
     header[60..64].copy_from_slice(&crc.to_le_bytes());
     header
-}
-
-fn u32_at(bytes: &[u8], at: usize) -> u32 {
-    u32::from_le_bytes([bytes[at], bytes[at + 1], bytes[at + 2], bytes[at + 3]])
 }
 
 fn u64_at(bytes: &[u8], at: usize) -> u64 {

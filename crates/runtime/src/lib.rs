@@ -8,6 +8,7 @@ pub mod command_log;
 pub mod disk_worker;
 pub mod durable;
 pub mod journal;
+pub mod record;
 pub mod secret_file;
 pub mod server_disk;
 pub mod transport;

@@ -16,13 +16,13 @@ use std::path::{Path, PathBuf};
 
 use bytes::Bytes;
 use somnus_core::cluster::Epoch;
-use somnus_core::cluster::UnstableWrite;
 use somnus_core::cluster::store::{BLOCK_BYTES, ChunkStore, StoreOp};
+use somnus_core::cluster::{Payload, UnstableWrite};
 use somnus_types::ChunkGroupId;
 
 use crate::chunk_files::{ChunkFileError, ChunkFiles, IoErrors};
-use crate::durable;
 use crate::journal::{Journal, JournalError};
+use crate::{durable, record};
 
 const SNAPSHOT: &str = "groups.snap";
 const JOURNAL: &str = "journal";
@@ -110,16 +110,16 @@ impl ServerDisk {
     }
 }
 
-/// `crc32c u32 | body_len u32 | postcard(groups) | payloads of every unstable write`.
+/// The payloads of every unstable write, in order.
+fn payloads_of(groups: &mut Groups) -> Vec<&mut Payload> {
+    groups.iter_mut().flat_map(|(_, _, w)| w.iter_mut().map(|w| &mut w.data)).collect()
+}
+
+/// The snapshot: one record (`record.rs`) of every group and its unstable writes' bytes.
 fn encode_snapshot(groups: &Groups) -> Vec<u8> {
-    let body = postcard::to_allocvec(groups).unwrap_or_default();
-    let mut out = vec![0u8; 8];
-    out[4..8].copy_from_slice(&(body.len() as u32).to_le_bytes());
-    out.extend_from_slice(&body);
     let payloads: Vec<_> = groups.iter().flat_map(|(_, _, w)| w.iter().map(|w| &w.data)).collect();
-    somnus_wire::append_payloads(&payloads, &mut out);
-    let crc = crc32c::crc32c(&out[4..]);
-    out[0..4].copy_from_slice(&crc.to_le_bytes());
+    let mut out = Vec::new();
+    record::encode(groups, &payloads, &mut out);
     out
 }
 
@@ -130,21 +130,11 @@ fn read_snapshot(path: &Path) -> Result<Groups, ServerDiskError> {
         Err(source) => return Err(ServerDiskError::SnapshotIo { path: path.to_owned(), source }),
     };
     let damaged = |what: String| ServerDiskError::SnapshotDamaged { path: path.to_owned(), what };
-    if bytes.len() < 8 {
-        return Err(damaged(format!("{} bytes", bytes.len())));
+    match record::decode(&bytes, payloads_of).map_err(damaged)? {
+        Some((groups, length)) if length == bytes.len() => Ok(groups),
+        Some((_, length)) => Err(damaged(format!("{} bytes past its end", bytes.len() - length))),
+        None => Err(damaged(format!("cut short at {} bytes", bytes.len()))),
     }
-    let field =
-        |at: usize| u32::from_le_bytes([bytes[at], bytes[at + 1], bytes[at + 2], bytes[at + 3]]);
-    if crc32c::crc32c(&bytes[4..]) != field(0) {
-        return Err(damaged("checksum mismatch".into()));
-    }
-    let body_len = field(4) as usize;
-    let body = bytes.get(8..8 + body_len).ok_or_else(|| damaged("a body past its end".into()))?;
-    let mut groups: Groups = postcard::from_bytes(body).map_err(|e| damaged(e.to_string()))?;
-    let slots = groups.iter_mut().flat_map(|(_, _, w)| w.iter_mut().map(|w| &mut w.data)).collect();
-    somnus_wire::fill_payloads(slots, &bytes.slice(8 + body_len..))
-        .map_err(|e| damaged(e.to_string()))?;
-    Ok(groups)
 }
 
 #[cfg(test)]

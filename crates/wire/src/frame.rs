@@ -90,10 +90,7 @@ pub fn encode(frame: &Frame, max: usize, out: &mut Vec<u8>) -> Result<(), WireEr
 /// As [`encode`] for `Frame::Message(message)`, without moving the message into one.
 pub fn encode_message(message: &Message, max: usize, out: &mut Vec<u8>) -> Result<(), WireError> {
     let payloads = message.payloads();
-    let lengths: Vec<[u8; 4]> = payloads
-        .iter()
-        .map(|p| p.bytes().map_or(NO_PAYLOAD, |b| b.len() as u32).to_le_bytes())
-        .collect();
+    let lengths: Vec<[u8; 4]> = payloads.iter().map(|p| slot_length(p).to_le_bytes()).collect();
     let mut attachment: Vec<&[u8]> = Vec::with_capacity(2 * payloads.len());
     for (length, payload) in lengths.iter().zip(&payloads) {
         attachment.push(length);
@@ -106,7 +103,7 @@ pub fn encode_message(message: &Message, max: usize, out: &mut Vec<u8>) -> Resul
 /// bytes): what a file that keeps payloads beside a serialized value writes too.
 pub fn append_payloads(payloads: &[&Payload], out: &mut Vec<u8>) {
     for payload in payloads {
-        let length = payload.bytes().map_or(NO_PAYLOAD, |b| b.len() as u32);
+        let length = slot_length(payload);
         out.extend_from_slice(&length.to_le_bytes());
         out.extend(payload.bytes().map(|b| &b[..]).unwrap_or_default());
     }
@@ -126,6 +123,11 @@ pub fn fill_payloads(slots: Vec<&mut Payload>, bytes: &bytes::Bytes) -> Result<(
 
 /// The length an attachment gives a payload slot that holds none.
 const NO_PAYLOAD: u32 = u32::MAX;
+
+/// The length field of a payload's slot.
+fn slot_length(payload: &Payload) -> u32 {
+    payload.bytes().map_or(NO_PAYLOAD, |b| b.len() as u32)
+}
 
 /// `Frame` by reference: serde encodes a reference as what it points to, so with the
 /// same variant order this writes the same bytes as `Frame` (a test checks it).

@@ -37,12 +37,20 @@ impl Payload {
     pub fn slice(&self, offset: u64, len: u64) -> Payload {
         match self.bytes() {
             None => Payload::NONE,
-            Some(bytes) => {
-                let start = (offset as usize).min(bytes.len());
-                let end = (offset.saturating_add(len) as usize).min(bytes.len());
-                Payload::new(bytes.slice(start..end))
-            }
+            Some(bytes) => Payload::new(bytes.slice(Self::within(bytes, offset, len))),
         }
+    }
+
+    /// The bytes `offset..offset + len` covers, borrowed (as [`Payload::slice`], without
+    /// making a payload of them).
+    pub fn bytes_at(&self, offset: u64, len: u64) -> Option<&[u8]> {
+        self.bytes().map(|bytes| &bytes[Self::within(bytes, offset, len)])
+    }
+
+    /// `offset..offset + len`, cut at the end of `bytes`.
+    fn within(bytes: &Bytes, offset: u64, len: u64) -> std::ops::Range<usize> {
+        let start = (offset as usize).min(bytes.len());
+        start..(offset.saturating_add(len) as usize).min(bytes.len())
     }
 }
 
@@ -56,6 +64,8 @@ mod tests {
         assert_eq!(payload.slice(2, 3).bytes().map(|b| &b[..]), Some(&b"cde"[..]));
         assert_eq!(payload.slice(6, 10).bytes().map(|b| &b[..]), Some(&b"gh"[..]));
         assert!(Payload::NONE.slice(0, 4).is_none());
+        assert_eq!(payload.bytes_at(2, 3), Some(&b"cde"[..]));
+        assert_eq!(Payload::NONE.bytes_at(0, 4), None);
         assert_eq!(size_of::<Payload>(), size_of::<usize>());
     }
 }

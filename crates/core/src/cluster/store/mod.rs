@@ -216,17 +216,9 @@ impl ChunkStore {
             // The bytes go to exactly the blocks the write lands on.
             record.blocks.paint(range, painted, self.chunk_blocks, |index| {
                 corrupt.remove(&(write.chunk, index));
-                let offset = index * BLOCK_BYTES - write.range.start;
-                let bytes = write.data.slice(offset, BLOCK_BYTES);
-                let (version, stamp) = (write.version, write.stamp);
-                data.write_block(
-                    group,
-                    write.chunk,
-                    index,
-                    version,
-                    stamp,
-                    bytes.bytes().map(|b| &b[..]),
-                );
+                let bytes =
+                    write.data.bytes_at(index * BLOCK_BYTES - write.range.start, BLOCK_BYTES);
+                data.write_block(group, write.chunk, index, write.version, write.stamp, bytes);
             });
         } else if corrupt.is_empty() {
             record.blocks.paint(range, painted, self.chunk_blocks, |_| {});
@@ -334,8 +326,7 @@ impl ChunkStore {
                 blocks.set(block, Block { version: copy.version, stamp: copy.stamp });
                 self.corrupt.remove(&(chunk, block));
                 if let Some(data) = &mut self.data {
-                    let bytes = copy.data.slice(bad.start - copy.range.start, BLOCK_BYTES);
-                    let bytes = bytes.bytes().map(|b| &b[..]);
+                    let bytes = copy.data.bytes_at(bad.start - copy.range.start, BLOCK_BYTES);
                     data.write_block(group, chunk, block, copy.version, copy.stamp, bytes);
                 }
             }
