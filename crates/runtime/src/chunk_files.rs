@@ -187,8 +187,18 @@ impl ChunkFiles {
             found.push(FoundBlock { group, chunk, index, version, stamp, intact });
         }
         let file = OpenOptions::new().read(true).write(true).open(path).map_err(read_error)?;
+        // A crash may have lost the size set at creation (it is not synced): a block
+        // past the end must read as unwritten, not fail the read of its neighbours.
+        if (bytes.len() as u64) < self.file_bytes() {
+            file.set_len(self.file_bytes()).map_err(read_error)?;
+        }
         self.files.insert(chunk, file);
         Ok(found)
+    }
+
+    /// A chunk file's whole size: headers, then every block.
+    fn file_bytes(&self) -> u64 {
+        data_start(self.chunk_blocks) + self.chunk_blocks * BLOCK_BYTES
     }
 
     fn path(&self, chunk: ChunkId) -> PathBuf {
@@ -205,7 +215,7 @@ impl ChunkFiles {
     fn file(&mut self, group: ChunkGroupId, chunk: ChunkId) -> std::io::Result<&File> {
         if !self.files.contains_key(&chunk) {
             let path = self.path(chunk);
-            let size = data_start(self.chunk_blocks) + self.chunk_blocks * BLOCK_BYTES;
+            let size = self.file_bytes();
             let mut bytes = vec![0u8; data_start(self.chunk_blocks) as usize];
             bytes[..FILE_HEADER_BYTES as usize].copy_from_slice(&file_header(
                 group,

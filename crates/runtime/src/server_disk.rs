@@ -291,6 +291,14 @@ mod tests {
         // At start.
         let (_, store) = ServerDisk::open(dir.path(), CHUNK_BYTES).unwrap();
         assert_eq!(store.corrupt_ranges(), [(GROUP, chunk(0), one)]);
+        // A crash lost the file's size (set at creation, never synced): blocks past
+        // the end read as unwritten, and the written one beside them still reads.
+        let file = std::fs::OpenOptions::new().write(true).open(&path).unwrap();
+        file.set_len(CHUNK_BYTES / 2).unwrap();
+        drop((store, file));
+        let (_, mut store) = ServerDisk::open(dir.path(), CHUNK_BYTES).unwrap();
+        let across = store.read(chunk(0), ByteRange::new(BLOCK_BYTES, CHUNK_BYTES - BLOCK_BYTES));
+        assert_eq!(across.unwrap()[0].data.bytes().map(|b| b[0]), Some(0x77));
         // A damaged file header stops the start, naming the file.
         let mut bytes = std::fs::read(&path).unwrap();
         bytes[3] ^= 1;
