@@ -16,9 +16,38 @@ use std::io::Write;
 use std::path::{Path, PathBuf};
 
 use bytes::Bytes;
+use serde::Serialize;
+use serde::de::DeserializeOwned;
+use somnus_core::cluster::Payload;
+use somnus_core::cluster::logvolume::IndexChange;
 use somnus_core::cluster::store::StoreOp;
 
 use crate::{durable, record};
+
+/// What a journal holds: a value and the payloads it carries.
+pub trait Entry: Serialize + DeserializeOwned {
+    fn payloads(&self) -> Vec<&Payload>;
+    fn payloads_mut(&mut self) -> Vec<&mut Payload>;
+}
+
+impl Entry for StoreOp {
+    fn payloads(&self) -> Vec<&Payload> {
+        StoreOp::payloads(self)
+    }
+    fn payloads_mut(&mut self) -> Vec<&mut Payload> {
+        StoreOp::payloads_mut(self)
+    }
+}
+
+/// A logger's index changes carry no bytes: the log holds them.
+impl Entry for IndexChange {
+    fn payloads(&self) -> Vec<&Payload> {
+        Vec::new()
+    }
+    fn payloads_mut(&mut self) -> Vec<&mut Payload> {
+        Vec::new()
+    }
+}
 
 #[derive(Debug, thiserror::Error)]
 pub enum JournalError {
@@ -32,16 +61,17 @@ pub enum JournalError {
 }
 
 #[derive(Debug)]
-pub struct Journal {
+pub struct Journal<T> {
     path: PathBuf,
     file: File,
     bytes: u64,
+    entries: std::marker::PhantomData<fn(T)>,
 }
 
-impl Journal {
-    /// Opens the journal at `path` (empty if there is none) and returns the changes it
+impl<T: Entry> Journal<T> {
+    /// Opens the journal at `path` (empty if there is none) and returns the entries it
     /// holds, in order; a torn last record is cut off.
-    pub fn open(path: &Path) -> Result<(Journal, Vec<StoreOp>), JournalError> {
+    pub fn open(path: &Path) -> Result<(Journal<T>, Vec<T>), JournalError> {
         let io = |source| JournalError::Io { path: path.to_owned(), source };
         let file =
             OpenOptions::new().read(true).append(true).create(true).open(path).map_err(io)?;
@@ -50,7 +80,7 @@ impl Journal {
         let mut at = 0;
         while at < bytes.len() {
             let rest = bytes.slice(at..);
-            match record::decode(&rest, StoreOp::payloads_mut) {
+            match record::decode(&rest, T::payloads_mut) {
                 Ok(Some((op, length))) => {
                     ops.push(op);
                     at += length;
@@ -70,12 +100,18 @@ impl Journal {
             file.set_len(at as u64).map_err(io)?;
             file.sync_all().map_err(io)?;
         }
-        Ok((Journal { path: path.to_owned(), file, bytes: at as u64 }, ops))
+        let journal = Journal {
+            path: path.to_owned(),
+            file,
+            bytes: at as u64,
+            entries: std::marker::PhantomData,
+        };
+        Ok((journal, ops))
     }
 
     /// Appends `ops` and syncs them, as one group commit: when it returns, every one
     /// is durable.
-    pub fn append(&mut self, ops: &[StoreOp]) -> Result<(), JournalError> {
+    pub fn append(&mut self, ops: &[T]) -> Result<(), JournalError> {
         let io = |source| JournalError::Io { path: self.path.clone(), source };
         let mut out = Vec::new();
         for op in ops {
@@ -100,5 +136,19 @@ impl Journal {
         self.file.sync_all().map_err(io)?;
         self.bytes = 0;
         durable::sync_dir(self.path.parent().unwrap_or(Path::new("."))).map_err(io)
+    }
+
+    /// Replaces every entry by `entries`, whole or not at all (a new file written,
+    /// synced and renamed over the old one).
+    pub fn rewrite(&mut self, entries: &[T]) -> Result<(), JournalError> {
+        let io = |source| JournalError::Io { path: self.path.clone(), source };
+        let mut out = Vec::new();
+        for entry in entries {
+            record::encode(entry, &entry.payloads(), &mut out);
+        }
+        durable::replace(&self.path, &out).map_err(io)?;
+        self.file = OpenOptions::new().read(true).append(true).open(&self.path).map_err(io)?;
+        self.bytes = out.len() as u64;
+        Ok(())
     }
 }

@@ -7,6 +7,7 @@ pub mod chunk_files;
 pub mod command_log;
 pub mod disk_worker;
 pub mod durable;
+pub mod file_log;
 pub mod journal;
 pub mod record;
 pub mod secret_file;

@@ -50,7 +50,7 @@ type Groups = Vec<(ChunkGroupId, Epoch, Vec<UnstableWrite>)>;
 #[derive(Debug)]
 pub struct ServerDisk {
     dir: PathBuf,
-    journal: Journal,
+    journal: Journal<StoreOp>,
     errors: IoErrors,
 }
 

@@ -89,6 +89,35 @@ pub trait LogBackend: std::fmt::Debug + Send {
     /// The machine crashed: the log keeps what was durable and is opened again (its
     /// recovery runs).
     fn crash(&mut self) -> Result<(), BackendError>;
+    /// A change of the logger's index, to be made durable with the next flush. The
+    /// simulator's logger keeps its index across a crash in memory and ignores these;
+    /// a process that restarts rebuilds its index from them ([`LogVolume::restore`]).
+    fn note(&mut self, _change: &IndexChange) {}
+    /// Whether the noted changes have grown enough to be replaced by the index's
+    /// current state ([`LogBackend::rewrite_index`]).
+    fn index_rewrite_due(&self) -> bool {
+        false
+    }
+    /// Replaces every change noted so far by `state`, durably.
+    fn rewrite_index(&mut self, _state: &[IndexChange]) -> Result<(), BackendError> {
+        Ok(())
+    }
+}
+
+/// One change of a logger's index ([`LogBackend::note`]): replaying them in order
+/// rebuilds the index a process had.
+#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub enum IndexChange {
+    /// The group's fence was raised to `epoch`.
+    Fenced { group: ChunkGroupId, epoch: Epoch },
+    /// A write was logged under the owner of `epoch` (its bytes are in the log).
+    Logged { group: ChunkGroupId, epoch: Epoch, write: UnstableWrite },
+    /// A marker came before its append: the append is dropped when it comes.
+    Tombstone { group: ChunkGroupId, epoch: Epoch, version: Version },
+    /// A write no byte of which is visible any more.
+    Forgotten { group: ChunkGroupId, epoch: Epoch, version: Version },
+    /// The owner's newest version appended (kept when its writes are forgotten: D1).
+    Newest { group: ChunkGroupId, epoch: Epoch, version: Version },
 }
 
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
@@ -240,17 +269,103 @@ impl LogVolume {
         }
     }
 
+    /// A logger on `log` whose index is rebuilt from the changes noted before a
+    /// restart, in order.
+    pub fn restore(
+        chunk_size_bytes: u64,
+        log: Box<dyn LogBackend>,
+        changes: impl IntoIterator<Item = IndexChange>,
+    ) -> LogVolume {
+        let mut volume = LogVolume::on(chunk_size_bytes, log);
+        for change in changes {
+            volume.apply(change);
+        }
+        // Writes hidden by markers flushed before the crash, whose forgetting was not.
+        let hidden: Vec<(ChunkGroupId, Epoch, Version)> = volume
+            .writes
+            .iter()
+            .filter(|((group, epoch, _), write)| !volume.visible(*group, *epoch, write))
+            .map(|(key, _)| *key)
+            .collect();
+        for key in hidden {
+            volume.writes.remove(&key);
+        }
+        volume
+    }
+
+    /// Notes `change` with the log (made durable by the next flush) and applies it.
+    fn change(&mut self, change: IndexChange) {
+        self.log.note(&change);
+        self.apply(change);
+    }
+
+    fn apply(&mut self, change: IndexChange) {
+        match change {
+            IndexChange::Fenced { group, epoch } => {
+                self.fences.insert(group, epoch);
+                // Appends of older owners are refused now: their tombstones are not needed.
+                self.tombstones.retain(|(g, owner, _)| *g != group || *owner >= epoch);
+            }
+            IndexChange::Logged { group, epoch, write } => {
+                let newest = self.newest.entry(owner(group, epoch)).or_default();
+                *newest = (*newest).max(write.version);
+                self.writes.insert((group, epoch, write.version), write);
+            }
+            IndexChange::Tombstone { group, epoch, version } => {
+                self.tombstones.insert((group, epoch, version));
+            }
+            IndexChange::Forgotten { group, epoch, version } => {
+                self.writes.remove(&(group, epoch, version));
+            }
+            IndexChange::Newest { group, epoch, version } => {
+                let newest = self.newest.entry(owner(group, epoch)).or_default();
+                *newest = (*newest).max(version);
+            }
+        }
+    }
+
+    /// The index as changes that rebuild it (what a rewrite keeps).
+    fn index_state(&self) -> Vec<IndexChange> {
+        let fences = self.fences.iter().map(|(g, e)| IndexChange::Fenced { group: *g, epoch: *e });
+        let newest = self.newest.iter().map(|(owner, version)| IndexChange::Newest {
+            group: ChunkGroupId((owner.0 >> 32) as u32),
+            epoch: Epoch(owner.0 & 0xffff_ffff),
+            version: *version,
+        });
+        let tombstones = self.tombstones.iter().map(|(group, epoch, version)| {
+            IndexChange::Tombstone { group: *group, epoch: *epoch, version: *version }
+        });
+        let writes = self.writes.iter().map(|((group, epoch, _), write)| IndexChange::Logged {
+            group: *group,
+            epoch: *epoch,
+            write: write.clone(),
+        });
+        fences.chain(newest).chain(tombstones).chain(writes).collect()
+    }
+
+    /// Flushes the log, then rewrites the noted index if it has grown enough.
+    fn flush(&mut self) -> Result<(), BackendError> {
+        self.log.flush()?;
+        if self.log.index_rewrite_due() {
+            let state = self.index_state();
+            self.log.rewrite_index(&state)?;
+        }
+        Ok(())
+    }
+
     pub fn fence(&self, group: ChunkGroupId) -> Epoch {
         self.fences.get(&group).copied().unwrap_or_default()
     }
 
     /// Raises the group's fence (never lowers it).
     pub fn set_fence(&mut self, group: ChunkGroupId, epoch: Epoch) {
-        let fence = self.fences.entry(group).or_default();
-        *fence = (*fence).max(epoch);
-        // Appends of older owners are refused now: their tombstones are not needed.
-        let fence = *fence;
-        self.tombstones.retain(|(g, owner, _)| *g != group || *owner >= fence);
+        if epoch <= self.fence(group) {
+            return;
+        }
+        self.change(IndexChange::Fenced { group, epoch });
+        if let Err(error) = self.flush() {
+            self.fault(format!("flushing the log: {error}"));
+        }
     }
 
     /// Whether a record of `write` fits now.
@@ -282,8 +397,7 @@ impl LogVolume {
                 Ok(()) => {
                     // The index keeps no bytes: a read takes them from the log.
                     let indexed = UnstableWrite { data: Payload::NONE, ..write.clone() };
-                    self.writes.insert((group, epoch, write.version), indexed);
-                    self.newest.insert(owner, write.version);
+                    self.change(IndexChange::Logged { group, epoch, write: indexed });
                     appended.push(write.version);
                     logged.push(write.version);
                 }
@@ -294,12 +408,12 @@ impl LogVolume {
                 }
             }
         }
-        if let Err(error) = self.log.flush() {
+        if let Err(error) = self.flush() {
             // Not durable: the batch is not acknowledged (the primary logs it again,
             // elsewhere or later), and the index forgets it.
             self.fault(format!("flushing the log: {error}"));
             for version in &appended {
-                self.writes.remove(&(group, epoch, *version));
+                self.change(IndexChange::Forgotten { group, epoch, version: *version });
             }
             logged.retain(|v| !appended.contains(v));
             full.extend(appended);
@@ -321,7 +435,8 @@ impl LogVolume {
         for record in records {
             let owner = owner(group, record.owner);
             if record.version > self.newest_version(owner) {
-                self.tombstones.insert((group, record.owner, record.version));
+                let (epoch, version) = (record.owner, record.version);
+                self.change(IndexChange::Tombstone { group, epoch, version });
                 continue;
             }
             let (object, range) = self.address(record.chunk, record.range);
@@ -331,7 +446,7 @@ impl LogVolume {
                 marked.push(*record);
             }
         }
-        if let Err(error) = self.log.flush() {
+        if let Err(error) = self.flush() {
             // The markers are not durable: nothing reads as hidden, nothing is pruned.
             self.fault(format!("flushing the log: {error}"));
         }
@@ -343,8 +458,10 @@ impl LogVolume {
                 .filter(|(_, w)| !self.visible(group, record.owner, w))
                 .map(|((_, _, v), _)| *v)
                 .collect();
+            // Noted, durable with the next flush; a restart also forgets what reads
+            // as hidden ([`LogVolume::restore`]).
             for version in hidden {
-                self.writes.remove(&(group, record.owner, version));
+                self.change(IndexChange::Forgotten { group, epoch: record.owner, version });
             }
         }
     }
@@ -603,6 +720,129 @@ mod tests {
         log.set_fence(group, Epoch(2));
         assert_eq!(log.fence(group), Epoch(3));
         assert_eq!(log.fence(ChunkGroupId(1)), Epoch(0));
+    }
+
+    type Shared<T> = std::sync::Arc<std::sync::Mutex<T>>;
+
+    /// The model log (shared, so that a restored logger opens the same one), noting
+    /// index changes into a shared list, rewritten whole once it holds `rewrite_at`.
+    #[derive(Debug)]
+    struct Noting {
+        log: Shared<ModelLog>,
+        notes: Shared<Vec<IndexChange>>,
+        rewrite_at: usize,
+    }
+
+    impl LogBackend for Noting {
+        fn fits(&self, payload_bytes: u64) -> bool {
+            self.log.lock().unwrap().fits(payload_bytes)
+        }
+        fn newest_version(&self, owner: OwnerId) -> Version {
+            self.log.lock().unwrap().newest_version(owner)
+        }
+        fn append(
+            &mut self,
+            owner: OwnerId,
+            object: ObjectId,
+            range: ByteRange,
+            version: Version,
+            stamp: Stamp,
+            data: &Payload,
+        ) -> Result<(), BackendError> {
+            self.log.lock().unwrap().append(owner, object, range, version, stamp, data)
+        }
+        fn invalidate(
+            &mut self,
+            owner: OwnerId,
+            object: ObjectId,
+            range: ByteRange,
+            version: Version,
+        ) -> Result<(), BackendError> {
+            self.log.lock().unwrap().invalidate(owner, object, range, version)
+        }
+        fn flush(&mut self) -> Result<(), BackendError> {
+            Ok(())
+        }
+        fn read(
+            &self,
+            owner: OwnerId,
+            object: ObjectId,
+            range: ByteRange,
+        ) -> Result<Vec<LogPiece>, BackendError> {
+            self.log.lock().unwrap().read(owner, object, range)
+        }
+        fn versions(
+            &self,
+            owner: OwnerId,
+            object: ObjectId,
+            range: ByteRange,
+        ) -> Vec<(ByteRange, Version)> {
+            self.log.lock().unwrap().versions(owner, object, range)
+        }
+        fn collect(&mut self) -> Result<u64, BackendError> {
+            self.log.lock().unwrap().collect()
+        }
+        fn live_bytes(&self) -> u64 {
+            self.log.lock().unwrap().live_bytes()
+        }
+        fn used_bytes(&self) -> u64 {
+            self.log.lock().unwrap().used_bytes()
+        }
+        fn crash(&mut self) -> Result<(), BackendError> {
+            Ok(())
+        }
+        fn note(&mut self, change: &IndexChange) {
+            self.notes.lock().unwrap().push(change.clone());
+        }
+        fn index_rewrite_due(&self) -> bool {
+            self.notes.lock().unwrap().len() >= self.rewrite_at
+        }
+        fn rewrite_index(&mut self, state: &[IndexChange]) -> Result<(), BackendError> {
+            *self.notes.lock().unwrap() = state.to_vec();
+            Ok(())
+        }
+    }
+
+    /// What a logger's index answers, to compare two.
+    fn index_of(log: &LogVolume) -> impl PartialEq + std::fmt::Debug {
+        let groups = [ChunkGroupId(1), ChunkGroupId(2)];
+        let fences: Vec<Epoch> = groups.iter().map(|g| log.fence(*g)).collect();
+        (log.held(), fences, log.tombstones.clone(), log.newest.clone(), log.write_count())
+    }
+
+    /// A logger through appends, markers (one ahead of its append), fences, noting its
+    /// index; then one restored from the notes on the same log answers the same, and
+    /// takes a late repeat as a repeat (D1) and the early marker's append as dropped.
+    fn restored_answers_the_same(rewrite_at: usize) {
+        let (log, notes): (Shared<ModelLog>, Shared<Vec<IndexChange>>) =
+            (std::sync::Arc::new(std::sync::Mutex::new(ModelLog::new(64 << 20))), Default::default());
+        let backend = || Box::new(Noting { log: log.clone(), notes: notes.clone(), rewrite_at });
+        let mut volume = LogVolume::on(1 << 20, backend());
+        let (g1, g2) = (ChunkGroupId(1), ChunkGroupId(2));
+        let writes: Vec<UnstableWrite> =
+            (1..=6).map(|v| write(v * 4096, v * 4096 + 8192, v)).collect();
+        volume.append_batch(g1, Epoch(1), &writes[..4]);
+        volume.append_batch(g2, Epoch(3), &writes[4..]);
+        volume.invalidate_batch(g1, &[record(1, &writes[0]), record(1, &writes[1])]);
+        volume.invalidate_batch(g2, &[record(3, &write(0, 4096, 9))]);
+        volume.set_fence(g1, Epoch(2));
+        assert_eq!(volume.write_count(), 4);
+        let noted = notes.lock().unwrap().clone();
+        let mut restored = LogVolume::restore(1 << 20, backend(), noted);
+        assert_eq!(index_of(&restored), index_of(&volume));
+        assert_eq!(restored.append_batch(g1, Epoch(1), &writes[..1]).0, vec![Version(1)]);
+        assert_eq!(restored.append_batch(g2, Epoch(3), &[write(0, 4096, 9)]).0, vec![Version(9)]);
+        assert_eq!(restored.write_count(), 4, "a repeat or a dropped append was logged");
+    }
+
+    #[test]
+    fn a_logger_restored_from_its_noted_index_answers_the_same() {
+        restored_answers_the_same(usize::MAX);
+    }
+
+    #[test]
+    fn a_logger_restored_from_a_rewritten_index_answers_the_same() {
+        restored_answers_the_same(3);
     }
 
     #[test]

@@ -260,6 +260,37 @@ impl Mds {
         mds
     }
 
+    /// The MDS restarted at `now` from its persisted commands, in order (a snapshot's,
+    /// then the log's). What was not a command is not known: a group's DVL handoff
+    /// (the state a migrating primary gave back) is lost, so every next primary
+    /// recovers its DVL from the group's loggers (D4); a lease granted before the
+    /// restart may still run, so every group with a primary is taken as granted with a
+    /// full lease from now, renewed by its primary's heartbeats and deposed only once
+    /// it runs out (C2). A primary that restarted too is granted a new epoch at its
+    /// first heartbeat, as after any lost grant.
+    pub fn restore(
+        config: ClusterConfig,
+        layout: &Layout,
+        now: VirtualInstant,
+        commands: impl IntoIterator<Item = Command>,
+    ) -> Mds {
+        let mut mds = Mds::new(config, layout, now);
+        for command in commands {
+            mds.apply(&command);
+        }
+        let lease_end = now.saturating_add(config.lease);
+        for index in 0..mds.groups.len() {
+            let entry = &mut mds.groups[index];
+            entry.handoff = None;
+            entry.migrating_to = None;
+            entry.granted = entry.primary.is_some();
+            entry.granted_at = now;
+            entry.lease_expires = entry.primary.map(|_| lease_end);
+            mds.index_lease(ChunkGroupId(index as u32));
+        }
+        mds
+    }
+
     pub fn handle(&mut self, now: VirtualInstant, event: MdsEvent) {
         assert!(now >= self.now, "time went back: {now:?} < {:?}", self.now);
         self.now = now;

@@ -47,6 +47,8 @@ struct Harness {
     persisted: Vec<Command>,
     wakes: Vec<ServerId>,
     client_replies: Vec<Message>,
+    /// Whether each grant carried a DVL handoff, in order.
+    grants_with_handoff: Vec<bool>,
 }
 
 impl Harness {
@@ -82,6 +84,7 @@ impl Harness {
             persisted: Vec::new(),
             wakes: Vec::new(),
             client_replies: Vec::new(),
+            grants_with_handoff: Vec::new(),
         }
     }
 
@@ -116,7 +119,8 @@ impl Harness {
         }
         match message {
             Message::GrantLease(grant) => {
-                let LeaseGrant { view, lease_from, .. } = *grant;
+                let LeaseGrant { view, lease_from, handoff, .. } = *grant;
+                self.grants_with_handoff.push(handoff.is_some());
                 fake.leases
                     .insert(view.group, (view.epoch, lease_from.saturating_add(self.config.lease)));
             }
@@ -407,6 +411,50 @@ fn the_lease_checker_catches_an_mds_that_reassigns_early() {
     let mut h = Harness::with_mds_config(broken);
     let caught =
         std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| partition_a_primary(&mut h)));
+    let message = caught.expect_err("two leases overlap");
+    let text = message.downcast_ref::<String>().cloned().unwrap_or_default();
+    assert!(text.starts_with("C1:"), "{text}");
+}
+
+/// The MDS restarts from its commands while server 4 is cut off holding leases.
+fn restart_with_a_partitioned_primary(h: &mut Harness, broken: bool) {
+    h.servers[4].partitioned = true;
+    h.mds = Mds::restore(h.config, &layout(), h.now, h.persisted.clone());
+    if broken {
+        // Broken variant: the restarted MDS takes every lease as run out.
+        for group in 0..GROUPS as usize {
+            h.mds.groups[group].lease_expires = Some(h.now);
+            h.mds.index_lease(ChunkGroupId(group as u32));
+        }
+    }
+    h.grants_with_handoff.clear();
+    for _ in 0..30 {
+        h.second();
+    }
+}
+
+#[test]
+fn a_restarted_mds_waits_out_every_lease_and_hands_over_no_dvl() {
+    let mut h = Harness::started();
+    let led_by_4 = h.servers[4].leases.len();
+    assert!(led_by_4 > 0);
+    restart_with_a_partitioned_primary(&mut h, false);
+    // The checker ran every second (C1); server 4's groups moved once its leases ran out.
+    assert_eq!(h.mds.server_power(ServerId(4)), ServerPower::Failed);
+    assert!(h.servers[4].leases.is_empty());
+    let leased: usize = h.leaders().iter().sum();
+    assert_eq!(leased, GROUPS as usize, "every group is led again");
+    // Each new primary recovers its DVL from the loggers (D4): no handoff survives.
+    assert!(h.grants_with_handoff.len() >= led_by_4);
+    assert!(h.grants_with_handoff.iter().all(|with| !with), "a restarted MDS handed over a DVL");
+}
+
+#[test]
+fn the_lease_checker_catches_a_restarted_mds_that_does_not_wait_out_leases() {
+    let mut h = Harness::started();
+    let caught = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+        restart_with_a_partitioned_primary(&mut h, true)
+    }));
     let message = caught.expect_err("two leases overlap");
     let text = message.downcast_ref::<String>().cloned().unwrap_or_default();
     assert!(text.starts_with("C1:"), "{text}");
