@@ -8,6 +8,7 @@ mod output;
 mod bench_cluster;
 mod bench_cmd;
 mod bench_ec;
+mod cluster_cmd;
 mod demo;
 mod info_cmd;
 mod layout_cmd;
@@ -20,6 +21,7 @@ mod sim_cluster;
 mod sim_cmd;
 mod sim_scenarios;
 mod trace_cmd;
+mod up_cmd;
 
 /// mimalloc rather than the system's allocator: a simulated cluster makes about a
 /// dozen small allocations per request, spread over hundreds of nodes' state, and
@@ -76,6 +78,21 @@ enum Command {
         #[command(subcommand)]
         command: logstore_cmd::LogstoreCommand,
     },
+    /// Start a complete local cluster (an MDS and 9 storage servers in 3 racks, r = 3,
+    /// state in ./somnus-data) as child processes on loopback; Ctrl-C stops it.
+    Up(up_cmd::UpArgs),
+    /// Run a cluster's metadata service alone, from its cluster file.
+    Mds(cluster_cmd::MdsArgs),
+    /// Run one storage server alone, from its cluster file.
+    Server(cluster_cmd::ServerArgs),
+    /// Store a file as an object.
+    Put(cluster_cmd::PutArgs),
+    /// Read an object back into a file.
+    Get(cluster_cmd::GetArgs),
+    /// Delete an object.
+    Rm(cluster_cmd::KeyArgs),
+    /// Print an object's size, chunks and chunk groups.
+    Stat(cluster_cmd::KeyArgs),
     /// Run every experiment of a results document in one command, into one report
     /// directory with the paper's figures beside somnus's.
     Reproduce {
@@ -114,5 +131,12 @@ fn run(command: Command) -> Result<()> {
         Command::Logstore { command } => logstore_cmd::run(command),
         Command::Reproduce { command } => reproduce::run(command),
         Command::Show { command } => info_cmd::run(command),
+        Command::Up(args) => up_cmd::run(args),
+        Command::Mds(args) => cluster_cmd::run_mds(args),
+        Command::Server(args) => cluster_cmd::run_server(args),
+        Command::Put(args) => cluster_cmd::put(args),
+        Command::Get(args) => cluster_cmd::get(args),
+        Command::Rm(args) => cluster_cmd::rm(args),
+        Command::Stat(args) => cluster_cmd::stat(args),
     }
 }

@@ -4,12 +4,19 @@
 //! and decides nothing of the protocol itself.
 
 pub mod chunk_files;
+pub mod client;
+pub mod clock;
+pub mod cluster_file;
 pub mod command_log;
 pub mod disk_worker;
 pub mod durable;
 pub mod file_log;
 pub mod journal;
+pub mod mds_node;
+pub mod net;
+pub mod process;
 pub mod record;
 pub mod secret_file;
 pub mod server_disk;
+pub mod server_node;
 pub mod transport;

@@ -100,6 +100,10 @@ pub struct WireCounters {
     refused: [AtomicU64; REFUSAL_KINDS.len()],
     frames_in: AtomicU64,
     bytes_in: AtomicU64,
+    /// Frames sent on authenticated connections.
+    pub frames_out: AtomicU64,
+    /// Messages dropped because their peer could not be reached.
+    dropped: AtomicU64,
 }
 
 impl WireCounters {
@@ -108,6 +112,15 @@ impl WireCounters {
         if let Some(at) = REFUSAL_KINDS.iter().position(|k| *k == kind) {
             self.refused[at].fetch_add(1, Ordering::Relaxed);
         }
+    }
+
+    pub fn count_dropped(&self) {
+        self.dropped.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// Messages dropped because their peer could not be reached.
+    pub fn dropped(&self) -> u64 {
+        self.dropped.load(Ordering::Relaxed)
     }
 
     pub fn authenticated(&self) -> u64 {

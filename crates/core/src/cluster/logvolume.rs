@@ -814,8 +814,10 @@ mod tests {
     /// index; then one restored from the notes on the same log answers the same, and
     /// takes a late repeat as a repeat (D1) and the early marker's append as dropped.
     fn restored_answers_the_same(rewrite_at: usize) {
-        let (log, notes): (Shared<ModelLog>, Shared<Vec<IndexChange>>) =
-            (std::sync::Arc::new(std::sync::Mutex::new(ModelLog::new(64 << 20))), Default::default());
+        let (log, notes): (Shared<ModelLog>, Shared<Vec<IndexChange>>) = (
+            std::sync::Arc::new(std::sync::Mutex::new(ModelLog::new(64 << 20))),
+            Default::default(),
+        );
         let backend = || Box::new(Noting { log: log.clone(), notes: notes.clone(), rewrite_at });
         let mut volume = LogVolume::on(1 << 20, backend());
         let (g1, g2) = (ChunkGroupId(1), ChunkGroupId(2));

@@ -360,6 +360,15 @@ impl Mds {
         self.gear
     }
 
+    pub fn server_count(&self) -> usize {
+        self.servers.len()
+    }
+
+    /// How many groups `server` leads now.
+    pub fn groups_led(&self, server: ServerId) -> usize {
+        self.led[server.index()] as usize
+    }
+
     pub fn server_power(&self, server: ServerId) -> ServerPower {
         self.servers[server.index()].power
     }

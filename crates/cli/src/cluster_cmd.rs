@@ -1,0 +1,173 @@
+//! The commands of a running cluster: `somnus up` (a whole local cluster as child
+//! processes), `somnus mds` and `somnus server` (one role each, from a cluster file),
+//! and the client verbs `put`, `get`, `rm` and `stat`, which find the local cluster
+//! without flags (`./somnus-data/cluster.toml`, or `SOMNUS_CLUSTER`).
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use anyhow::{Context, Result, bail};
+use clap::{Args, Subcommand};
+use somnus_runtime::client::ClusterClient;
+use somnus_runtime::cluster_file::ClusterFile;
+use somnus_runtime::{process, secret_file};
+
+/// Where the client verbs and `somnus up` look for the cluster by default.
+pub(crate) const DEFAULT_DIR: &str = "somnus-data";
+
+#[derive(Args)]
+pub(crate) struct ClusterArg {
+    /// The cluster file (default: $SOMNUS_CLUSTER, else ./somnus-data/cluster.toml, as
+    /// `somnus up` writes it).
+    #[arg(long, value_name = "FILE")]
+    cluster: Option<PathBuf>,
+}
+
+impl ClusterArg {
+    pub(crate) fn path(&self) -> PathBuf {
+        self.cluster
+            .clone()
+            .or_else(|| std::env::var_os("SOMNUS_CLUSTER").map(PathBuf::from))
+            .unwrap_or_else(|| Path::new(DEFAULT_DIR).join("cluster.toml"))
+    }
+}
+
+#[derive(Args)]
+pub(crate) struct MdsArgs {
+    #[command(flatten)]
+    cluster: ClusterArg,
+}
+
+#[derive(Args)]
+pub(crate) struct ServerArgs {
+    #[command(subcommand)]
+    command: Option<ServerCommand>,
+    /// The server to run: its entry in the cluster file.
+    #[arg(long)]
+    id: Option<u32>,
+    #[command(flatten)]
+    cluster: ClusterArg,
+}
+
+#[derive(Subcommand)]
+pub(crate) enum ServerCommand {}
+
+#[derive(Args)]
+pub(crate) struct PutArgs {
+    /// The file to store (`-` for standard input).
+    file: PathBuf,
+    /// The object's name.
+    key: String,
+    #[command(flatten)]
+    cluster: ClusterArg,
+}
+
+#[derive(Args)]
+pub(crate) struct GetArgs {
+    /// The object's name.
+    key: String,
+    /// Where to write it (`-` for standard output).
+    file: PathBuf,
+    #[command(flatten)]
+    cluster: ClusterArg,
+}
+
+#[derive(Args)]
+pub(crate) struct KeyArgs {
+    /// The object's name.
+    key: String,
+    #[command(flatten)]
+    cluster: ClusterArg,
+}
+
+/// A tokio runtime for one command: two workers, as the machine has two cores.
+pub(crate) fn runtime() -> Result<tokio::runtime::Runtime> {
+    tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .context("cannot start the async runtime")
+}
+
+pub(crate) fn run_mds(args: MdsArgs) -> Result<()> {
+    let path = args.cluster.path();
+    runtime()?
+        .block_on(process::run_mds(&path))
+        .with_context(|| format!("the MDS of {} stopped", path.display()))
+}
+
+pub(crate) fn run_server(args: ServerArgs) -> Result<()> {
+    if let Some(command) = args.command {
+        match command {}
+    }
+    let Some(id) = args.id else { bail!("say which server to run with --id N") };
+    let path = args.cluster.path();
+    runtime()?
+        .block_on(process::run_server(&path, id))
+        .with_context(|| format!("server {id} of {} stopped", path.display()))
+}
+
+/// A client of the cluster at `arg`'s file.
+fn client(arg: &ClusterArg) -> Result<ClusterClient> {
+    let path = arg.path();
+    let file = ClusterFile::load(&path).with_context(
+        || "no cluster found: start one with `somnus up`, or name its file with --cluster",
+    )?;
+    let secret = secret_file::load(&ClusterFile::secret_path(&path))?;
+    Ok(ClusterClient::start(Arc::new(file), secret)?)
+}
+
+pub(crate) fn put(args: PutArgs) -> Result<()> {
+    let data = if args.file.as_os_str() == "-" {
+        let mut bytes = Vec::new();
+        std::io::Read::read_to_end(&mut std::io::stdin(), &mut bytes).context("reading stdin")?;
+        bytes
+    } else {
+        std::fs::read(&args.file).with_context(|| format!("cannot read {}", args.file.display()))?
+    };
+    let length = data.len();
+    runtime()?.block_on(async {
+        let client = client(&args.cluster)?;
+        client.put(&args.key, data.into()).await.with_context(|| format!("put {:?}", args.key))
+    })?;
+    noteln!("stored {:?}: {length} bytes", args.key);
+    Ok(())
+}
+
+pub(crate) fn get(args: GetArgs) -> Result<()> {
+    let data = runtime()?.block_on(async {
+        let client = client(&args.cluster)?;
+        client.get(&args.key).await.with_context(|| format!("get {:?}", args.key))
+    })?;
+    if args.file.as_os_str() == "-" {
+        crate::output::write_with(|out| std::io::Write::write_all(out, &data))?;
+    } else {
+        std::fs::write(&args.file, &data)
+            .with_context(|| format!("cannot write {}", args.file.display()))?;
+        noteln!("wrote {}: {} bytes", args.file.display(), data.len());
+    }
+    Ok(())
+}
+
+pub(crate) fn rm(args: KeyArgs) -> Result<()> {
+    runtime()?.block_on(async {
+        let client = client(&args.cluster)?;
+        client.delete(&args.key).await.with_context(|| format!("rm {:?}", args.key))
+    })?;
+    noteln!("removed {:?}", args.key);
+    Ok(())
+}
+
+pub(crate) fn stat(args: KeyArgs) -> Result<()> {
+    let info = runtime()?.block_on(async {
+        let client = client(&args.cluster)?;
+        client.stat(&args.key).await.with_context(|| format!("stat {:?}", args.key))
+    })?;
+    outln!("name        {}", info.name)?;
+    outln!("object      {}", info.object.0)?;
+    outln!("size        {} bytes (with the header block)", info.size_bytes)?;
+    outln!("chunk size  {} bytes", info.chunk_size_bytes)?;
+    let groups: Vec<String> = info.chunk_groups.iter().map(|g| g.0.to_string()).collect();
+    outln!("groups      {}", groups.join(" "))?;
+    Ok(())
+}

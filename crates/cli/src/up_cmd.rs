@@ -1,0 +1,186 @@
+//! `somnus up`: a complete local cluster as child processes on loopback — one MDS and
+//! the storage servers, each started from the same cluster file as `somnus mds` and
+//! `somnus server` would be on many machines. The first run writes the cluster file
+//! and its secret into the data directory; later runs start the same cluster on the
+//! same state. Ctrl-C or SIGTERM stops every child (SIGTERM, then SIGKILL after a
+//! grace period).
+
+use std::net::{SocketAddr, TcpListener};
+use std::path::{Path, PathBuf};
+use std::process::Stdio;
+use std::time::Duration;
+
+use anyhow::{Context, Result, bail};
+use clap::Args;
+use somnus_runtime::cluster_file::{ClusterFile, ClusterSection, MdsSection, ServerSection};
+use somnus_runtime::secret_file;
+use tokio::process::{Child, Command};
+
+use crate::cluster_cmd::{DEFAULT_DIR, runtime};
+
+#[derive(Args)]
+pub(crate) struct UpArgs {
+    /// Where the cluster keeps its state, its file and its processes' logs.
+    #[arg(long, default_value = DEFAULT_DIR)]
+    dir: PathBuf,
+    /// Storage servers (first run only: later runs use the cluster file's).
+    #[arg(long, default_value_t = 9)]
+    servers: u32,
+    /// Racks the servers are spread over (first run only).
+    #[arg(long, default_value_t = 3)]
+    racks: u32,
+    /// Replicas of every chunk (first run only).
+    #[arg(long, default_value_t = 3)]
+    replicas: u32,
+    /// How much faster than real time the cluster's clock runs (first run only).
+    #[arg(long, default_value_t = 1.0)]
+    time_scale: f64,
+}
+
+/// Seconds each child has to stop after SIGTERM before it is killed.
+const GRACE: Duration = Duration::from_secs(10);
+
+pub(crate) fn run(args: UpArgs) -> Result<()> {
+    let path = args.dir.join("cluster.toml");
+    let file = if path.exists() { ClusterFile::load(&path)? } else { first_run(&args, &path)? };
+    let exe = std::env::current_exe().context("cannot find the somnus binary to start")?;
+    runtime()?.block_on(supervise(&exe, &path, &file))
+}
+
+/// Writes a new cluster's file and secret into the data directory.
+fn first_run(args: &UpArgs, path: &Path) -> Result<ClusterFile> {
+    std::fs::create_dir_all(&args.dir)
+        .with_context(|| format!("cannot create {}", args.dir.display()))?;
+    let ports = free_ports(args.servers as usize + 1)?;
+    let file = ClusterFile {
+        cluster: ClusterSection {
+            replicas: args.replicas,
+            racks: args.racks,
+            groups_per_server: 8,
+            chunk_size_bytes: 1 << 20,
+            logger_capacity_bytes: 256 << 20,
+            seed: 1,
+            time_scale: args.time_scale,
+        },
+        mds: MdsSection { address: ports[0], data_dir: "mds".into() },
+        servers: (0..args.servers)
+            .map(|id| ServerSection {
+                id,
+                address: ports[id as usize + 1],
+                data_dir: format!("server-{id}").into(),
+            })
+            .collect(),
+    };
+    // Checked before anything is written: a bad shape is refused whole.
+    file.layout().context("these servers, racks and replicas make no layout")?;
+    secret_file::create(&ClusterFile::secret_path(path))?;
+    somnus_runtime::durable::replace(path, file.to_toml().as_bytes())
+        .with_context(|| format!("cannot write {}", path.display()))?;
+    ClusterFile::load(path).map_err(Into::into)
+}
+
+/// Loopback ports free now (the kernel picks them; they are kept in the file).
+fn free_ports(count: usize) -> Result<Vec<SocketAddr>> {
+    let listeners: Vec<TcpListener> = (0..count)
+        .map(|_| TcpListener::bind("127.0.0.1:0"))
+        .collect::<std::io::Result<_>>()
+        .context("cannot find free loopback ports")?;
+    listeners.iter().map(|l| l.local_addr().context("a port's address")).collect()
+}
+
+struct Running {
+    name: String,
+    child: Child,
+}
+
+async fn supervise(exe: &Path, path: &Path, file: &ClusterFile) -> Result<()> {
+    let dir = path.parent().unwrap_or(Path::new("."));
+    let logs = dir.join("logs");
+    std::fs::create_dir_all(&logs).with_context(|| format!("cannot create {}", logs.display()))?;
+    let mut children = Vec::new();
+    let cluster = path.to_string_lossy().into_owned();
+    let mut roles =
+        vec![("mds".to_owned(), vec!["mds".to_owned(), "--cluster".into(), cluster.clone()])];
+    for server in &file.servers {
+        let args = vec![
+            "server".to_owned(),
+            "--id".into(),
+            server.id.to_string(),
+            "--cluster".into(),
+            cluster.clone(),
+        ];
+        roles.push((format!("server-{}", server.id), args));
+    }
+    for (name, args) in roles {
+        let log = std::fs::File::create(logs.join(format!("{name}.log")))
+            .with_context(|| format!("cannot create the log of {name}"))?;
+        let child = Command::new(exe)
+            .args(&args)
+            .stdin(Stdio::null())
+            .stdout(log.try_clone()?)
+            .stderr(log)
+            .kill_on_drop(true)
+            .spawn()
+            .with_context(|| format!("cannot start {name}"))?;
+        children.push(Running { name, child });
+    }
+    noteln!(
+        "somnus: a cluster of {} servers in {} racks (r = {}) is up; MDS at {}",
+        file.servers.len(),
+        file.cluster.racks,
+        file.cluster.replicas,
+        file.mds.address
+    );
+    noteln!("  state and logs in {}", dir.display());
+    noteln!("  try: somnus put FILE KEY; somnus get KEY FILE  (they find this cluster themselves");
+    noteln!("       from ./{DEFAULT_DIR}; elsewhere pass --cluster {})", path.display());
+    noteln!("  Ctrl-C stops it; its state is kept for the next `somnus up`.");
+    wait_for_stop(&mut children).await?;
+    stop_all(&mut children).await;
+    Ok(())
+}
+
+/// Returns on SIGINT or SIGTERM; a child that ends meanwhile is reported.
+async fn wait_for_stop(children: &mut [Running]) -> Result<()> {
+    use tokio::signal::unix::{SignalKind, signal};
+    let mut interrupt = signal(SignalKind::interrupt())?;
+    let mut terminate = signal(SignalKind::terminate())?;
+    let mut reported = vec![false; children.len()];
+    loop {
+        tokio::select! {
+            _ = interrupt.recv() => return Ok(()),
+            _ = terminate.recv() => return Ok(()),
+            () = tokio::time::sleep(Duration::from_millis(500)) => {}
+        }
+        for (index, running) in children.iter_mut().enumerate() {
+            if reported[index] {
+                continue;
+            }
+            if let Ok(Some(status)) = running.child.try_wait() {
+                reported[index] = true;
+                noteln!("somnus: {} exited ({status}); see its log", running.name);
+            }
+        }
+        if reported.iter().all(|r| *r) {
+            bail!("every process of the cluster has exited");
+        }
+    }
+}
+
+/// SIGTERM to every child still running, then SIGKILL to those not gone in time.
+async fn stop_all(children: &mut [Running]) {
+    use nix::sys::signal::{Signal, kill};
+    use nix::unistd::Pid;
+    for running in children.iter() {
+        if let Some(pid) = running.child.id() {
+            let _ = kill(Pid::from_raw(pid as i32), Signal::SIGTERM);
+        }
+    }
+    for running in children.iter_mut() {
+        if tokio::time::timeout(GRACE, running.child.wait()).await.is_err() {
+            noteln!("somnus: {} did not stop within {GRACE:?}; killed", running.name);
+            let _ = running.child.kill().await;
+        }
+    }
+    noteln!("somnus: the cluster is stopped");
+}

@@ -1,0 +1,290 @@
+//! The client library: an async handle on a cluster (create, write a range, read a
+//! range, delete, stat), driving the core's `Client` in one task, which keeps the
+//! metadata cache and retries as the core decides (a request unanswered within the
+//! request timeout asks for the view again).
+//!
+//! Ranges are whole 4 KiB blocks, as the core takes them; a large write or read is
+//! cut into requests of at most `REQUEST_BYTES`, several in flight at once.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use bytes::{Bytes, BytesMut};
+use somnus_core::cluster::client::{Client, ClientAction, ClientEvent, ClientOp, ClientOutcome};
+use somnus_core::cluster::{ClientId, ObjectInfo, Payload, Peer, Stamp};
+use somnus_types::ByteRange;
+use somnus_wire::ClusterSecret;
+use tokio::sync::{mpsc, oneshot};
+
+use crate::clock::Clock;
+use crate::cluster_file::ClusterFile;
+use crate::net::Outbox;
+use crate::transport::{Identity, Inbound, WireCounters};
+
+/// Bytes of one request at most (a frame carries one).
+pub const REQUEST_BYTES: u64 = 1 << 20;
+/// Requests of one call in flight at once.
+const IN_FLIGHT: usize = 8;
+/// A block: ranges are whole blocks.
+pub const BLOCK_BYTES: u64 = 4096;
+
+#[derive(Debug, thiserror::Error)]
+pub enum ClientError {
+    #[error(transparent)]
+    Refused(#[from] somnus_core::cluster::client::ClientError),
+    #[error("the client's task has stopped")]
+    Stopped,
+    #[error("no answer from the cluster within {0:?}")]
+    TimedOut(std::time::Duration),
+    #[error("cannot draw a client id: {0}")]
+    Entropy(String),
+}
+
+type Reply = oneshot::Sender<ClientOutcome>;
+
+/// A connection to a cluster. Cheap to clone; the task stops when every clone is gone.
+#[derive(Clone)]
+pub struct ClusterClient {
+    submit: mpsc::UnboundedSender<(ClientOp, Reply)>,
+    id: ClientId,
+    stamps: Arc<std::sync::atomic::AtomicU64>,
+    chunk_size_bytes: u64,
+    /// How long one operation may take before the call gives up.
+    pub deadline: std::time::Duration,
+}
+
+impl ClusterClient {
+    /// A client of the cluster `file` describes, authenticated with `secret`.
+    pub fn start(
+        file: Arc<ClusterFile>,
+        secret: ClusterSecret,
+    ) -> Result<ClusterClient, ClientError> {
+        let mut id = [0u8; 4];
+        getrandom::fill(&mut id).map_err(|e| ClientError::Entropy(e.to_string()))?;
+        // Ids with the top bit set are the runtime's clients (the simulator counts
+        // its clients from 0).
+        let id = ClientId(u32::from_le_bytes(id) | 1 << 31);
+        let identity = Arc::new(Identity::new(Peer::Client(id), secret));
+        let (inbox_tx, inbox) = mpsc::channel(1024);
+        let outbox =
+            Outbox::new(identity, file.clone(), Arc::new(WireCounters::default()), inbox_tx);
+        let clock = Clock::start(file.cluster.time_scale);
+        let client = Client::new(id, file.config(), clock.now());
+        let (submit, requests) = mpsc::unbounded_channel();
+        tokio::spawn(drive(client, clock, outbox, inbox, requests));
+        Ok(ClusterClient {
+            submit,
+            id,
+            stamps: Arc::default(),
+            chunk_size_bytes: file.cluster.chunk_size_bytes,
+            deadline: std::time::Duration::from_secs(60),
+        })
+    }
+
+    pub fn id(&self) -> ClientId {
+        self.id
+    }
+
+    async fn call(&self, op: ClientOp) -> Result<ClientOutcome, ClientError> {
+        let (reply, outcome) = oneshot::channel();
+        self.submit.send((op, reply)).map_err(|_| ClientError::Stopped)?;
+        match tokio::time::timeout(self.deadline, outcome).await {
+            Ok(Ok(ClientOutcome::Failed(error))) => Err(error.into()),
+            Ok(Ok(outcome)) => Ok(outcome),
+            Ok(Err(_)) => Err(ClientError::Stopped),
+            Err(_) => Err(ClientError::TimedOut(self.deadline)),
+        }
+    }
+
+    pub async fn create(&self, name: &str, size_bytes: u64) -> Result<ObjectInfo, ClientError> {
+        let op = ClientOp::Create { name: name.to_owned(), size_bytes };
+        match self.call(op).await? {
+            ClientOutcome::Object(info) => Ok(info),
+            other => unreachable!("a create answered {other:?}"),
+        }
+    }
+
+    pub async fn stat(&self, name: &str) -> Result<ObjectInfo, ClientError> {
+        match self.call(ClientOp::Stat { name: name.to_owned() }).await? {
+            ClientOutcome::Object(info) => Ok(info),
+            other => unreachable!("a stat answered {other:?}"),
+        }
+    }
+
+    pub async fn delete(&self, name: &str) -> Result<(), ClientError> {
+        self.call(ClientOp::Delete { name: name.to_owned() }).await.map(|_| ())
+    }
+
+    /// A stamp no other write of this client carries: the client's id and a count.
+    fn stamp(&self) -> Stamp {
+        let n = self.stamps.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        Stamp(u64::from(self.id.0) << 32 | (n & 0xffff_ffff))
+    }
+
+    /// Writes `data` at `offset` (both whole blocks), acknowledged once every replica
+    /// holds it durably.
+    pub async fn write(&self, name: &str, offset: u64, data: Bytes) -> Result<(), ClientError> {
+        let ops = cut(ByteRange::new(offset, data.len() as u64)).into_iter().map(|range| {
+            let at = (range.start - offset) as usize;
+            let bytes = data.slice(at..at + range.size_bytes() as usize);
+            let data = Payload::new(bytes);
+            ClientOp::Write { name: name.to_owned(), range, stamp: self.stamp(), data }
+        });
+        for result in self.run_bounded(ops.collect()).await {
+            result?;
+        }
+        Ok(())
+    }
+
+    /// Reads `range` (whole blocks); blocks never written read as zeros.
+    pub async fn read(&self, name: &str, range: ByteRange) -> Result<Bytes, ClientError> {
+        let ops = cut(range)
+            .into_iter()
+            .map(|part| ClientOp::Read { name: name.to_owned(), range: part });
+        let mut out = BytesMut::zeroed(range.size_bytes() as usize);
+        for result in self.run_bounded(ops.collect()).await {
+            let ClientOutcome::Read(pieces) = result? else { continue };
+            for (chunk, piece) in pieces {
+                let Some(bytes) = piece.data.bytes() else { continue };
+                // The piece's range is within its chunk: place it in the object.
+                let at = u64::from(chunk.chunk.0) * self.chunk_size_bytes + piece.range.start;
+                let Some(at) = at.checked_sub(range.start) else { continue };
+                let at = at as usize;
+                let end = (at + bytes.len()).min(out.len());
+                if at < end {
+                    out[at..end].copy_from_slice(&bytes[..end - at]);
+                }
+            }
+        }
+        Ok(out.freeze())
+    }
+
+    /// Runs `ops` with at most `IN_FLIGHT` at once; their results in order.
+    async fn run_bounded(&self, ops: Vec<ClientOp>) -> Vec<Result<ClientOutcome, ClientError>> {
+        let count = ops.len();
+        let mut results: Vec<Option<Result<ClientOutcome, ClientError>>> =
+            (0..count).map(|_| None).collect();
+        let mut running = tokio::task::JoinSet::new();
+        let mut ops = ops.into_iter().enumerate();
+        loop {
+            while running.len() < IN_FLIGHT {
+                let Some((index, op)) = ops.next() else { break };
+                let this = self.clone();
+                running.spawn(async move { (index, this.call(op).await) });
+            }
+            match running.join_next().await {
+                Some(Ok((index, result))) => results[index] = Some(result),
+                Some(Err(_)) => {}
+                None => break,
+            }
+        }
+        results.into_iter().map(|r| r.unwrap_or(Err(ClientError::Stopped))).collect()
+    }
+}
+
+/// `range` cut at request-size boundaries of the object.
+fn cut(range: ByteRange) -> Vec<ByteRange> {
+    let mut parts = Vec::new();
+    let mut start = range.start;
+    while start < range.end {
+        let end = ((start / REQUEST_BYTES + 1) * REQUEST_BYTES).min(range.end);
+        parts.push(ByteRange::from_bounds(start, end));
+        start = end;
+    }
+    parts
+}
+
+/// The client's task: the core's `Client`, its timers, and the calls waiting.
+async fn drive(
+    mut client: Client,
+    clock: Clock,
+    outbox: Outbox,
+    mut inbox: mpsc::Receiver<Inbound>,
+    mut requests: mpsc::UnboundedReceiver<(ClientOp, Reply)>,
+) {
+    let mut waiting: BTreeMap<u64, Reply> = BTreeMap::new();
+    let mut next_tag = 0u64;
+    loop {
+        let event = tokio::select! {
+            request = requests.recv() => match request {
+                Some((op, reply)) => {
+                    next_tag += 1;
+                    waiting.insert(next_tag, reply);
+                    ClientEvent::Submit { tag: next_tag, op }
+                }
+                None => return,
+            },
+            Some(Inbound { from, message }) = inbox.recv() => {
+                ClientEvent::MessageReceived { from, message }
+            }
+            () = clock.sleep_until(client.poll_timeout()) => ClientEvent::TimerFired,
+        };
+        client.handle(clock.now(), event);
+        while let Some(action) = client.poll_action() {
+            match action {
+                ClientAction::Send { to, message } => outbox.send(to, message),
+                ClientAction::Done { tag, outcome } => {
+                    if let Some(reply) = waiting.remove(&tag) {
+                        let _ = reply.send(outcome);
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// The first block of an object `put` stores: what `get` needs to give the file back
+/// exactly (docs/runtime.md, "Objects stored by put").
+const OBJECT_MAGIC: &[u8; 8] = b"SOMNUSO1";
+
+/// Why an object read back is not what `put` stored.
+#[derive(Debug, thiserror::Error)]
+pub enum ObjectError {
+    #[error(transparent)]
+    Client(#[from] ClientError),
+    #[error("object {name:?} was not stored by `somnus put` (no header in its first block)")]
+    NotAFile { name: String },
+    #[error("object {name:?} reads back {length} bytes whose checksum is not the stored one")]
+    Checksum { name: String, length: u64 },
+}
+
+impl ClusterClient {
+    /// Stores `data` as the object `name`: a header block (magic, length, CRC-32C of
+    /// the bytes), then the bytes, padded to whole blocks.
+    pub async fn put(&self, name: &str, data: Bytes) -> Result<(), ClientError> {
+        let length = data.len() as u64;
+        let padded = length.div_ceil(BLOCK_BYTES) * BLOCK_BYTES;
+        self.create(name, BLOCK_BYTES + padded).await?;
+        let mut body = BytesMut::zeroed((BLOCK_BYTES + padded) as usize);
+        body[..8].copy_from_slice(OBJECT_MAGIC);
+        body[8..16].copy_from_slice(&length.to_le_bytes());
+        body[16..20].copy_from_slice(&crc32c::crc32c(&data).to_le_bytes());
+        body[BLOCK_BYTES as usize..BLOCK_BYTES as usize + data.len()].copy_from_slice(&data);
+        self.write(name, 0, body.freeze()).await
+    }
+
+    /// The bytes `put` stored as `name`, checked against the stored checksum.
+    pub async fn get(&self, name: &str) -> Result<Bytes, ObjectError> {
+        let info = self.stat(name).await?;
+        let header = self.read(name, ByteRange::new(0, BLOCK_BYTES)).await?;
+        let not_a_file = || ObjectError::NotAFile { name: name.to_owned() };
+        if &header[..8] != OBJECT_MAGIC {
+            return Err(not_a_file());
+        }
+        let length = u64::from_le_bytes(header[8..16].try_into().map_err(|_| not_a_file())?);
+        let crc = u32::from_le_bytes(header[16..20].try_into().map_err(|_| not_a_file())?);
+        let padded = length.div_ceil(BLOCK_BYTES) * BLOCK_BYTES;
+        if BLOCK_BYTES + padded > info.size_bytes {
+            return Err(not_a_file());
+        }
+        if padded == 0 {
+            return Ok(Bytes::new());
+        }
+        let body = self.read(name, ByteRange::new(BLOCK_BYTES, padded)).await?;
+        let data = body.slice(..length as usize);
+        if crc32c::crc32c(&data) != crc {
+            return Err(ObjectError::Checksum { name: name.to_owned(), length });
+        }
+        Ok(data)
+    }
+}

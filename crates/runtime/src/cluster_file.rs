@@ -1,0 +1,220 @@
+//! The cluster file (`cluster.toml`, docs/runtime.md "The cluster file"): what every
+//! process of one cluster agrees on — the layout's parameters, the protocol's sizes,
+//! and the address book (where the MDS and each storage server listen, and where each
+//! keeps its data). `somnus up` writes one; a deployment on many machines writes it
+//! by hand and gives every process the same file.
+
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+
+use serde::{Deserialize, Serialize};
+use somnus_core::cluster::{ClusterConfig, Peer, Topology};
+use somnus_core::layout::{Layout, LayoutSpec, RackAssignment, Scheme};
+use somnus_types::ServerId;
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ClusterFile {
+    pub cluster: ClusterSection,
+    pub mds: MdsSection,
+    #[serde(rename = "server")]
+    pub servers: Vec<ServerSection>,
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ClusterSection {
+    /// Replicas of every chunk group (r), also the number of gear groups.
+    pub replicas: u32,
+    /// Racks the servers are spread over (each replica of a group in its own rack).
+    pub racks: u32,
+    /// Chunk groups per server (the layout has servers x this).
+    pub groups_per_server: u32,
+    /// Bytes of each chunk.
+    pub chunk_size_bytes: u64,
+    /// Room of each server's logger for other servers' DVLs.
+    pub logger_capacity_bytes: u64,
+    /// Seed of the layout and of the MDS's choices.
+    pub seed: u64,
+    /// How much faster than real time the cluster's clock runs (1 = real time).
+    #[serde(default = "one")]
+    pub time_scale: f64,
+}
+
+fn one() -> f64 {
+    1.0
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct MdsSection {
+    pub address: SocketAddr,
+    /// Where the MDS keeps its command log (relative to the cluster file's directory).
+    pub data_dir: PathBuf,
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ServerSection {
+    pub id: u32,
+    pub address: SocketAddr,
+    /// Where the server keeps its chunks and its logger (relative to the file's
+    /// directory).
+    pub data_dir: PathBuf,
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum ClusterFileError {
+    #[error("cannot read the cluster file {path}: {source}")]
+    Read { path: PathBuf, source: std::io::Error },
+    #[error("the cluster file {path} is not valid: {reason}")]
+    Invalid { path: PathBuf, reason: String },
+}
+
+impl ClusterFile {
+    /// Reads and checks the file at `path`; relative data directories are taken from
+    /// the file's own directory.
+    pub fn load(path: &Path) -> Result<ClusterFile, ClusterFileError> {
+        let text = std::fs::read_to_string(path)
+            .map_err(|source| ClusterFileError::Read { path: path.to_owned(), source })?;
+        let invalid = |reason: String| ClusterFileError::Invalid { path: path.to_owned(), reason };
+        let mut file: ClusterFile = toml::from_str(&text).map_err(|e| invalid(e.to_string()))?;
+        file.check().map_err(invalid)?;
+        let base = path.parent().unwrap_or(Path::new("."));
+        file.mds.data_dir = base.join(&file.mds.data_dir);
+        for server in &mut file.servers {
+            server.data_dir = base.join(&server.data_dir);
+        }
+        Ok(file)
+    }
+
+    fn check(&self) -> Result<(), String> {
+        for (index, server) in self.servers.iter().enumerate() {
+            if server.id as usize != index {
+                return Err(format!(
+                    "server entries must be listed by id from 0: entry {index} has id {}",
+                    server.id
+                ));
+            }
+        }
+        if !(self.cluster.time_scale.is_finite() && self.cluster.time_scale > 0.0) {
+            return Err(format!("time_scale must be above 0, not {}", self.cluster.time_scale));
+        }
+        if self.cluster.chunk_size_bytes == 0 || !self.cluster.chunk_size_bytes.is_multiple_of(4096) {
+            return Err(format!(
+                "chunk_size_bytes must be a positive multiple of 4096, not {}",
+                self.cluster.chunk_size_bytes
+            ));
+        }
+        self.layout().map(|_| ()).map_err(|e| e.to_string())
+    }
+
+    /// The file's text, as `somnus up` writes it.
+    pub fn to_toml(&self) -> String {
+        let text = toml::to_string_pretty(self).unwrap_or_default();
+        format!(
+            "# A somnus cluster: its layout, its protocol's sizes and where each process \
+             listens.\n# Every process of the cluster reads this same file \
+             (docs/runtime.md, \"The cluster file\").\n\n{text}"
+        )
+    }
+
+    /// The layout every process builds alike from the file.
+    pub fn layout(&self) -> Result<Layout, somnus_core::layout::LayoutError> {
+        let c = &self.cluster;
+        Layout::build(&LayoutSpec {
+            servers: self.servers.len() as u32,
+            replicas: c.replicas,
+            racks: c.racks,
+            chunk_groups: self.servers.len() as u32 * c.groups_per_server,
+            scheme: Scheme::PowerAware(RackAssignment::Rotated),
+            seed: c.seed,
+        })
+    }
+
+    pub fn topology(&self) -> Result<Topology, somnus_core::layout::LayoutError> {
+        Ok(Topology::of(&self.layout()?))
+    }
+
+    /// The protocol's timing and sizes: Sierra's, with the file's sizes.
+    pub fn config(&self) -> ClusterConfig {
+        ClusterConfig {
+            replicas: self.cluster.replicas,
+            chunk_size_bytes: self.cluster.chunk_size_bytes,
+            logger_capacity_bytes: self.cluster.logger_capacity_bytes,
+            seed: self.cluster.seed,
+            ..ClusterConfig::sierra()
+        }
+    }
+
+    /// Where `peer` listens (clients do not).
+    pub fn address(&self, peer: Peer) -> Option<SocketAddr> {
+        match peer {
+            Peer::Mds => Some(self.mds.address),
+            Peer::Server(ServerId(id)) => self.servers.get(id as usize).map(|s| s.address),
+            Peer::Client(_) => None,
+        }
+    }
+
+    /// The cluster's secret, beside the file.
+    pub fn secret_path(path: &Path) -> PathBuf {
+        path.with_file_name("cluster.secret")
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn file() -> ClusterFile {
+        ClusterFile {
+            cluster: ClusterSection {
+                replicas: 3,
+                racks: 3,
+                groups_per_server: 4,
+                chunk_size_bytes: 1 << 20,
+                logger_capacity_bytes: 64 << 20,
+                seed: 1,
+                time_scale: 1.0,
+            },
+            mds: MdsSection { address: "127.0.0.1:7000".parse().unwrap(), data_dir: "mds".into() },
+            servers: (0..9)
+                .map(|id| ServerSection {
+                    id,
+                    address: format!("127.0.0.1:{}", 7001 + id).parse().unwrap(),
+                    data_dir: format!("server-{id}").into(),
+                })
+                .collect(),
+        }
+    }
+
+    #[test]
+    fn a_written_file_loads_back_with_its_directories_beside_it() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("cluster.toml");
+        std::fs::write(&path, file().to_toml()).unwrap();
+        let loaded = ClusterFile::load(&path).unwrap();
+        assert_eq!(loaded.servers.len(), 9);
+        assert_eq!(loaded.mds.data_dir, dir.path().join("mds"));
+        assert_eq!(loaded.address(Peer::Server(ServerId(2))), Some(file().servers[2].address));
+    }
+
+    #[test]
+    fn a_bad_file_is_refused_naming_what_is_wrong() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("cluster.toml");
+        let mut bad = file();
+        bad.servers[3].id = 7;
+        std::fs::write(&path, bad.to_toml()).unwrap();
+        let error = ClusterFile::load(&path).unwrap_err().to_string();
+        assert!(error.contains("entry 3 has id 7"), "{error}");
+        std::fs::write(&path, "[cluster]\nreplicas = 3\nbogus = 1\n").unwrap();
+        let error = ClusterFile::load(&path).unwrap_err().to_string();
+        assert!(error.contains("bogus"), "{error}");
+        let mut bad = file();
+        bad.cluster.racks = 20;
+        std::fs::write(&path, bad.to_toml()).unwrap();
+        let error = ClusterFile::load(&path).unwrap_err().to_string();
+        assert!(error.contains("racks"), "{error}");
+    }
+}

@@ -1,0 +1,196 @@
+//! A storage server as a process: the core's `Server` driven by one task, over its
+//! disk (chunk files, journal, logger on files) and its connections.
+//!
+//! The task waits for the first of: an inbound message, writes made durable by the
+//! disk worker, the timer the core asked for, a wake, or shutdown. It hands the event
+//! to the core and carries out the actions the core returns, in order:
+//! - `Send` goes to the peer's queue (`net::Outbox`);
+//! - `Disk` with a replica change (`Server::disk_change`) goes to the disk worker,
+//!   and `DiskDone` follows once the journal has synced it; a read, or a logger's
+//!   write (whose log the core flushes and syncs as it applies it), is done at once;
+//! - `Sleep` powers the server down (emulated: the core ignores the data path until
+//!   it is told `Woken`).
+//!
+//! The core's calls that touch files (a read of chunk blocks, the logger's flush) run
+//! inside `block_in_place`, so the runtime's other tasks go on meanwhile.
+//!
+//! A checkpoint (`ServerDisk::checkpoint`) cuts the journal, so it runs only with no
+//! change durable in the journal and not yet applied by the core: while one is due,
+//! new changes are held back until those in flight are done.
+
+use std::collections::VecDeque;
+use std::path::Path;
+use std::sync::{Arc, Mutex};
+
+use somnus_core::cluster::server::{Durable, Server, ServerAction, ServerCounters, ServerEvent};
+use somnus_core::cluster::store::StoreOp;
+use somnus_core::cluster::{ClusterConfig, Topology};
+use somnus_types::{IoId, ServerId};
+use tokio::sync::{mpsc, watch};
+
+use crate::clock::Clock;
+use crate::disk_worker;
+use crate::file_log::{FileLog, FileLogError};
+use crate::net::Outbox;
+use crate::server_disk::{ServerDisk, ServerDiskError};
+use crate::transport::Inbound;
+
+#[derive(Debug, thiserror::Error)]
+pub enum ServerNodeError {
+    #[error(transparent)]
+    Disk(#[from] ServerDiskError),
+    #[error(transparent)]
+    Log(#[from] FileLogError),
+}
+
+/// What the server's task publishes for status and metrics.
+#[derive(Clone, Debug, Default)]
+pub struct ServerStatus {
+    pub power: Option<somnus_core::cluster::ServerPower>,
+    pub leads: usize,
+    pub log_live_bytes: u64,
+    pub log_used_bytes: u64,
+    pub counters: ServerCounters,
+}
+
+/// Opens server `id`'s state in `dir`: its replicas and its logger.
+pub fn open_durable(
+    dir: &Path,
+    id: ServerId,
+    config: &ClusterConfig,
+) -> Result<(Arc<Mutex<ServerDisk>>, Durable), ServerNodeError> {
+    let (disk, store) = ServerDisk::open(&dir.join("replicas"), config.chunk_size_bytes)?;
+    let log = FileLog::open(
+        &dir.join("logger"),
+        id.0,
+        config.chunk_size_bytes,
+        config.logger_capacity_bytes,
+    )?;
+    Ok((Arc::new(Mutex::new(disk)), Durable { store, log }))
+}
+
+/// The server's inputs.
+pub struct ServerInputs {
+    pub inbox: mpsc::Receiver<Inbound>,
+    /// The wake channel: the only input a sleeping server answers.
+    pub wake: mpsc::UnboundedReceiver<()>,
+    pub shutdown: watch::Receiver<bool>,
+}
+
+/// Runs server `id` until shutdown, or until its disk fails (the error is returned:
+/// a server that cannot make writes durable stops).
+#[allow(clippy::too_many_arguments)]
+pub async fn run(
+    id: ServerId,
+    config: ClusterConfig,
+    topology: Arc<Topology>,
+    disk: Arc<Mutex<ServerDisk>>,
+    durable: Durable,
+    clock: Clock,
+    outbox: Outbox,
+    mut inputs: ServerInputs,
+    status: watch::Sender<ServerStatus>,
+) -> Result<(), ServerDiskError> {
+    let mut server = Server::new(id, config, topology, durable, clock.now(), None);
+    let (changes, mut durable_ios) = disk_worker::spawn(disk.clone());
+    let mut node = Node { changes, in_flight: 0, held: VecDeque::new(), ready: Vec::new() };
+    node.carry_out(&mut server, &outbox);
+    loop {
+        let event = tokio::select! {
+            inbound = inputs.inbox.recv() => match inbound {
+                Some(Inbound { from, message }) => vec![ServerEvent::MessageReceived { from, message }],
+                None => break,
+            },
+            done = durable_ios.recv() => match done {
+                Some(Ok(ios)) => {
+                    node.in_flight -= ios.len();
+                    ios.into_iter().map(|io| ServerEvent::DiskDone { io }).collect()
+                }
+                Some(Err(error)) => return Err(error),
+                None => return Err(ServerDiskError::Io("the disk worker stopped".into())),
+            },
+            () = clock.sleep_until(server.poll_timeout()) => vec![ServerEvent::TimerFired],
+            Some(()) = inputs.wake.recv() => vec![ServerEvent::Woken],
+            _ = inputs.shutdown.changed() => break,
+        };
+        for event in event {
+            tokio::task::block_in_place(|| server.handle(clock.now(), event));
+            node.carry_out(&mut server, &outbox);
+        }
+        // Reads and the logger's writes are done as soon as they are issued.
+        while !node.ready.is_empty() {
+            for io in std::mem::take(&mut node.ready) {
+                tokio::task::block_in_place(|| {
+                    server.handle(clock.now(), ServerEvent::DiskDone { io })
+                });
+                node.carry_out(&mut server, &outbox);
+            }
+        }
+        node.checkpoint_if_due(&disk, &mut server)?;
+        disk.lock().map_err(|_| poisoned())?.check()?;
+        let log = server.log_volume();
+        let _ = status.send(ServerStatus {
+            power: Some(server.power()),
+            leads: server.leads().len(),
+            log_live_bytes: log.live_bytes(),
+            log_used_bytes: log.used_bytes(),
+            counters: server.counters(),
+        });
+    }
+    Ok(())
+}
+
+fn poisoned() -> ServerDiskError {
+    ServerDiskError::Io("the disk's lock was poisoned".into())
+}
+
+struct Node {
+    changes: mpsc::UnboundedSender<(IoId, StoreOp)>,
+    /// Changes sent to the disk worker and not yet reported durable.
+    in_flight: usize,
+    /// Changes held back while a checkpoint waits for those in flight.
+    held: VecDeque<(IoId, StoreOp)>,
+    /// I/Os done as soon as issued, to report to the core.
+    ready: Vec<IoId>,
+}
+
+impl Node {
+    fn carry_out(&mut self, server: &mut Server, outbox: &Outbox) {
+        while let Some(action) = server.poll_action() {
+            match action {
+                ServerAction::Send { to, message } => outbox.send(to, message),
+                ServerAction::Disk { io, write: true, .. } => match server.disk_change(io) {
+                    Some(change) => self.held.push_back((io, change)),
+                    None => self.ready.push(io),
+                },
+                ServerAction::Disk { io, write: false, .. } => self.ready.push(io),
+                // Emulated standby: the core answers nothing but its wake from now on.
+                ServerAction::Sleep => {}
+            }
+        }
+    }
+
+    /// Sends held changes to the worker, unless a checkpoint is due: then it waits for
+    /// those in flight, checkpoints, and sends the held ones after.
+    fn checkpoint_if_due(
+        &mut self,
+        disk: &Mutex<ServerDisk>,
+        server: &mut Server,
+    ) -> Result<(), ServerDiskError> {
+        let due = disk.lock().map_err(|_| poisoned())?.wants_checkpoint();
+        if due && self.in_flight == 0 {
+            tokio::task::block_in_place(|| {
+                disk.lock().map_err(|_| poisoned())?.checkpoint(server.store_mut())
+            })?;
+        } else if due {
+            return Ok(());
+        }
+        while let Some(change) = self.held.pop_front() {
+            self.in_flight += 1;
+            if self.changes.send(change).is_err() {
+                return Err(ServerDiskError::Io("the disk worker stopped".into()));
+            }
+        }
+        Ok(())
+    }
+}
