@@ -100,7 +100,8 @@ impl ClusterFile {
         if !(self.cluster.time_scale.is_finite() && self.cluster.time_scale > 0.0) {
             return Err(format!("time_scale must be above 0, not {}", self.cluster.time_scale));
         }
-        if self.cluster.chunk_size_bytes == 0 || !self.cluster.chunk_size_bytes.is_multiple_of(4096) {
+        if self.cluster.chunk_size_bytes == 0 || !self.cluster.chunk_size_bytes.is_multiple_of(4096)
+        {
             return Err(format!(
                 "chunk_size_bytes must be a positive multiple of 4096, not {}",
                 self.cluster.chunk_size_bytes
