@@ -65,16 +65,41 @@ impl Cluster {
         cluster
     }
 
+    /// Starts a role; its standard error is appended to `<role>.log` beside the file.
     fn spawn(&self, args: &[&str]) -> Child {
+        let log = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(self.path.with_file_name(format!("{}.log", args.join("-"))))
+            .unwrap();
         Command::new(env!("CARGO_BIN_EXE_somnus"))
             .args(args)
             .arg("--cluster")
             .arg(&self.path)
             .stdin(Stdio::null())
             .stdout(Stdio::null())
-            .stderr(Stdio::inherit())
+            .stderr(log)
             .spawn()
             .unwrap()
+    }
+
+    /// A number every server's closing line reports, summed over the servers that
+    /// stopped (by SIGTERM) so far: the word after it names it.
+    fn reported(&self, what: &str) -> u64 {
+        let mut total = 0;
+        for id in 0..self.servers.len() {
+            let log = self.path.with_file_name(format!("server---id-{id}.log"));
+            let text = std::fs::read_to_string(log).unwrap_or_default();
+            for line in text.lines().filter(|l| l.contains(" stopped: ")) {
+                let words: Vec<&str> = line.split_whitespace().collect();
+                for pair in words.windows(2) {
+                    if pair[1].trim_matches(',') == what {
+                        total += pair[0].parse::<u64>().unwrap_or(0);
+                    }
+                }
+            }
+        }
+        total
     }
 
     fn client(&self) -> ClusterClient {
@@ -202,6 +227,10 @@ async fn writes_through_a_kill(primary: bool) {
     cluster.kill_server(other);
     let read = client.read("stream", ByteRange::new(0, SIZE)).await.unwrap();
     assert!(read[..] == model[..], "a write is lost after the second kill");
+    cluster.stop_all();
+    // The writes the killed replica missed went to the DVL and were reclaimed.
+    let (logged, reclaimed) = (cluster.reported("logged"), cluster.reported("reclaimed"));
+    assert!(logged > 0 && reclaimed > 0, "logged {logged}, reclaimed {reclaimed}");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

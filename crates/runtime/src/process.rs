@@ -110,7 +110,7 @@ pub async fn run_server(path: &Path, id: u32) -> Result<(), ProcessError> {
     let clock = Clock::start(file.cluster.time_scale);
     let (_wake_tx, wake) = mpsc::unbounded_channel();
     let inputs = server_node::ServerInputs { inbox: wiring.inbox, wake, shutdown: on_signal()? };
-    let (status, _) = watch::channel(server_node::ServerStatus::default());
+    let (status, last) = watch::channel(server_node::ServerStatus::default());
     let result = server_node::run(
         server,
         config,
@@ -124,5 +124,16 @@ pub async fn run_server(path: &Path, id: u32) -> Result<(), ProcessError> {
     )
     .await;
     wiring.listener.abort();
+    let c = last.borrow().counters;
+    eprintln!(
+        "server {id} stopped: {} writes acknowledged as primary, {} logged for sleeping or \
+         failed replicas, {} reclaimed, {} reads served ({} from loggers), {} blocks repaired",
+        c.writes_acknowledged,
+        c.writes_logged,
+        c.writes_reclaimed,
+        c.reads_served,
+        c.reads_from_loggers,
+        c.blocks_repaired
+    );
     Ok(result?)
 }
