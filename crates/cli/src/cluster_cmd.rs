@@ -93,7 +93,7 @@ pub(crate) fn run_mds(args: MdsArgs) -> Result<()> {
     let path = args.cluster.path();
     runtime()?
         .block_on(process::run_mds(&path))
-        .with_context(|| format!("the MDS of {} stopped", path.display()))
+        .with_context(|| format!("the MDS of {}", path.display()))
 }
 
 pub(crate) fn run_server(args: ServerArgs) -> Result<()> {
@@ -104,7 +104,7 @@ pub(crate) fn run_server(args: ServerArgs) -> Result<()> {
     let path = args.cluster.path();
     runtime()?
         .block_on(process::run_server(&path, id))
-        .with_context(|| format!("server {id} of {} stopped", path.display()))
+        .with_context(|| format!("server {id} of {}", path.display()))
 }
 
 /// A client of the cluster at `arg`'s file.
