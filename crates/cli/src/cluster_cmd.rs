@@ -6,8 +6,8 @@
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-use anyhow::{Context, Result, bail};
-use clap::{Args, Subcommand};
+use anyhow::{Context, Result};
+use clap::Args;
 use somnus_runtime::client::ClusterClient;
 use somnus_runtime::cluster_file::ClusterFile;
 use somnus_runtime::{process, secret_file};
@@ -40,17 +40,12 @@ pub(crate) struct MdsArgs {
 
 #[derive(Args)]
 pub(crate) struct ServerArgs {
-    #[command(subcommand)]
-    command: Option<ServerCommand>,
     /// The server to run: its entry in the cluster file.
     #[arg(long)]
-    id: Option<u32>,
+    id: u32,
     #[command(flatten)]
     cluster: ClusterArg,
 }
-
-#[derive(Subcommand)]
-pub(crate) enum ServerCommand {}
 
 #[derive(Args)]
 pub(crate) struct PutArgs {
@@ -97,14 +92,19 @@ pub(crate) fn run_mds(args: MdsArgs) -> Result<()> {
 }
 
 pub(crate) fn run_server(args: ServerArgs) -> Result<()> {
-    if let Some(command) = args.command {
-        match command {}
-    }
-    let Some(id) = args.id else { bail!("say which server to run with --id N") };
+    let id = args.id;
     let path = args.cluster.path();
     runtime()?
         .block_on(process::run_server(&path, id))
         .with_context(|| format!("server {id} of {}", path.display()))
+}
+
+/// Runs `call` with a client of the cluster at `arg`'s file, on a runtime of its own.
+fn with_client<T, F>(arg: &ClusterArg, call: impl FnOnce(ClusterClient) -> F) -> Result<T>
+where
+    F: std::future::Future<Output = Result<T>>,
+{
+    runtime()?.block_on(async { call(client(arg)?).await })
 }
 
 /// A client of the cluster at `arg`'s file.
@@ -126,18 +126,18 @@ pub(crate) fn put(args: PutArgs) -> Result<()> {
         std::fs::read(&args.file).with_context(|| format!("cannot read {}", args.file.display()))?
     };
     let length = data.len();
-    runtime()?.block_on(async {
-        let client = client(&args.cluster)?;
-        client.put(&args.key, data.into()).await.with_context(|| format!("put {:?}", args.key))
+    let key = &args.key;
+    with_client(&args.cluster, |client| async move {
+        client.put(key, data.into()).await.with_context(|| format!("put {key:?}"))
     })?;
     noteln!("stored {:?}: {length} bytes", args.key);
     Ok(())
 }
 
 pub(crate) fn get(args: GetArgs) -> Result<()> {
-    let data = runtime()?.block_on(async {
-        let client = client(&args.cluster)?;
-        client.get(&args.key).await.with_context(|| format!("get {:?}", args.key))
+    let key = &args.key;
+    let data = with_client(&args.cluster, |client| async move {
+        client.get(key).await.with_context(|| format!("get {key:?}"))
     })?;
     if args.file.as_os_str() == "-" {
         crate::output::write_with(|out| std::io::Write::write_all(out, &data))?;
@@ -150,18 +150,18 @@ pub(crate) fn get(args: GetArgs) -> Result<()> {
 }
 
 pub(crate) fn rm(args: KeyArgs) -> Result<()> {
-    runtime()?.block_on(async {
-        let client = client(&args.cluster)?;
-        client.delete(&args.key).await.with_context(|| format!("rm {:?}", args.key))
+    let key = &args.key;
+    with_client(&args.cluster, |client| async move {
+        client.delete(key).await.with_context(|| format!("rm {key:?}"))
     })?;
     noteln!("removed {:?}", args.key);
     Ok(())
 }
 
 pub(crate) fn stat(args: KeyArgs) -> Result<()> {
-    let info = runtime()?.block_on(async {
-        let client = client(&args.cluster)?;
-        client.stat(&args.key).await.with_context(|| format!("stat {:?}", args.key))
+    let key = &args.key;
+    let info = with_client(&args.cluster, |client| async move {
+        client.stat(key).await.with_context(|| format!("stat {key:?}"))
     })?;
     outln!("name        {}", info.name)?;
     outln!("object      {}", info.object.0)?;

@@ -12,7 +12,7 @@ use std::time::Duration;
 
 use anyhow::{Context, Result, bail};
 use clap::Args;
-use somnus_runtime::cluster_file::{ClusterFile, ClusterSection, MdsSection, ServerSection};
+use somnus_runtime::cluster_file::{ClusterFile, ClusterSection};
 use somnus_runtime::secret_file;
 use tokio::process::{Child, Command};
 
@@ -52,25 +52,16 @@ fn first_run(args: &UpArgs, path: &Path) -> Result<ClusterFile> {
     std::fs::create_dir_all(&args.dir)
         .with_context(|| format!("cannot create {}", args.dir.display()))?;
     let ports = free_ports(args.servers as usize + 1)?;
-    let file = ClusterFile {
-        cluster: ClusterSection {
-            replicas: args.replicas,
-            racks: args.racks,
-            groups_per_server: 8,
-            chunk_size_bytes: 1 << 20,
-            logger_capacity_bytes: 256 << 20,
-            seed: 1,
-            time_scale: args.time_scale,
-        },
-        mds: MdsSection { address: ports[0], data_dir: "mds".into() },
-        servers: (0..args.servers)
-            .map(|id| ServerSection {
-                id,
-                address: ports[id as usize + 1],
-                data_dir: format!("server-{id}").into(),
-            })
-            .collect(),
+    let cluster = ClusterSection {
+        replicas: args.replicas,
+        racks: args.racks,
+        groups_per_server: 8,
+        chunk_size_bytes: 1 << 20,
+        logger_capacity_bytes: 256 << 20,
+        seed: 1,
+        time_scale: args.time_scale,
     };
+    let file = ClusterFile::on(cluster, ports[0], ports[1..].iter().copied());
     // Checked before anything is written: a bad shape is refused whole.
     file.layout().context("these servers, racks and replicas make no layout")?;
     secret_file::create(&ClusterFile::secret_path(path))?;

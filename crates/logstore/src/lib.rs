@@ -36,9 +36,9 @@ pub use error::{Error, Request, Result};
 pub use memdisk::{Crash, MemDisk};
 pub use scan::SegmentState;
 pub use store::{
-    CommitMode, CompactionReport, Compactor, Extent, LogStore, Options, OwnerUsage, Piece,
-    ReadResult, Reclaim, ReclaimedExtent, RecoveryMode, RecoveryReport, SegmentDamage, Stats,
-    SyncMode, system_clock_ms,
+    Collected, CommitMode, CompactionReport, Compactor, Extent, LogStore, Options, OwnerUsage,
+    Piece, ReadResult, Reclaim, ReclaimedExtent, RecoveryMode, RecoveryReport, SegmentDamage,
+    Stats, SyncMode, system_clock_ms,
 };
 pub use verify::{SegmentCheck, VerifyReport, verify};
 

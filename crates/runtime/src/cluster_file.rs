@@ -110,6 +110,26 @@ impl ClusterFile {
         self.layout().map(|_| ()).map_err(|e| e.to_string())
     }
 
+    /// A cluster whose MDS listens at `mds` and server `i` at `servers[i]`, with the
+    /// data directories `mds` and `server-<i>` beside the file (what `somnus up` and
+    /// the tests write).
+    pub fn on(
+        cluster: ClusterSection,
+        mds: SocketAddr,
+        servers: impl IntoIterator<Item = SocketAddr>,
+    ) -> ClusterFile {
+        let servers = servers.into_iter().enumerate().map(|(id, address)| ServerSection {
+            id: id as u32,
+            address,
+            data_dir: format!("server-{id}").into(),
+        });
+        ClusterFile {
+            cluster,
+            mds: MdsSection { address: mds, data_dir: "mds".into() },
+            servers: servers.collect(),
+        }
+    }
+
     /// The file's text, as `somnus up` writes it.
     pub fn to_toml(&self) -> String {
         let text = toml::to_string_pretty(self).unwrap_or_default();
@@ -168,25 +188,17 @@ mod tests {
     use super::*;
 
     fn file() -> ClusterFile {
-        ClusterFile {
-            cluster: ClusterSection {
-                replicas: 3,
-                racks: 3,
-                groups_per_server: 4,
-                chunk_size_bytes: 1 << 20,
-                logger_capacity_bytes: 64 << 20,
-                seed: 1,
-                time_scale: 1.0,
-            },
-            mds: MdsSection { address: "127.0.0.1:7000".parse().unwrap(), data_dir: "mds".into() },
-            servers: (0..9)
-                .map(|id| ServerSection {
-                    id,
-                    address: format!("127.0.0.1:{}", 7001 + id).parse().unwrap(),
-                    data_dir: format!("server-{id}").into(),
-                })
-                .collect(),
-        }
+        let cluster = ClusterSection {
+            replicas: 3,
+            racks: 3,
+            groups_per_server: 4,
+            chunk_size_bytes: 1 << 20,
+            logger_capacity_bytes: 64 << 20,
+            seed: 1,
+            time_scale: 1.0,
+        };
+        let address = |port: u16| SocketAddr::from(([127, 0, 0, 1], port));
+        ClusterFile::on(cluster, address(7000), (7001..7010).map(address))
     }
 
     #[test]

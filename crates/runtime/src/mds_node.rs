@@ -44,6 +44,7 @@ pub fn open(
     layout: &Layout,
     clock: &Clock,
 ) -> Result<(CommandLog, Mds), CommandLogError> {
+    // A directory that cannot be made shows as the store's error, which names the path.
     let _ = std::fs::create_dir_all(dir);
     let (log, commands) = CommandLog::open(&dir.join("commands.redb"))?;
     let mds = Mds::restore(config, layout, clock.now(), commands);
@@ -69,21 +70,29 @@ pub async fn run(
                 None => break,
             },
             Some(event) = inputs.operator.recv() => event,
-            () = clock.sleep_until(mds.poll_timeout()) => MdsEvent::TimerFired,
+            () = clock.sleep_until(mds.poll_timeout()) => {
+                publish(&mds, &status);
+                MdsEvent::TimerFired
+            }
             _ = inputs.shutdown.changed() => break,
         };
         mds.handle(clock.now(), event);
         carry_out(&mut mds, &mut log, &outbox, wake.as_ref())?;
-        let servers = (0..mds.server_count()).map(|s| ServerId(s as u32));
-        let _ = status.send(MdsStatus {
-            gear: mds.gear(),
-            power: servers.clone().map(|s| mds.server_power(s)).collect(),
-            groups_led: servers.map(|s| mds.groups_led(s)).collect(),
-            objects: mds.object_count(),
-            counters: mds.counters(),
-        });
     }
+    publish(&mds, &status);
     Ok(())
+}
+
+/// Publishes the MDS's state (at each of its timers, and when it stops).
+fn publish(mds: &Mds, status: &watch::Sender<MdsStatus>) {
+    let servers = (0..mds.server_count()).map(|s| ServerId(s as u32));
+    let _ = status.send(MdsStatus {
+        gear: mds.gear(),
+        power: servers.clone().map(|s| mds.server_power(s)).collect(),
+        groups_led: servers.map(|s| mds.groups_led(s)).collect(),
+        objects: mds.object_count(),
+        counters: mds.counters(),
+    });
 }
 
 fn carry_out(

@@ -55,11 +55,13 @@ impl Outbox {
     }
 
     /// Queues `message` for `to`; dials `to` if no connection is up or being made.
-    pub fn send(&self, to: Peer, message: Message) {
+    pub fn send(&self, to: Peer, mut message: Message) {
         let mut queues = self.queues.lock().unwrap_or_else(|e| e.into_inner());
         if let Some(queue) = queues.get(&to) {
-            if queue.send(message.clone()).is_ok() {
-                return;
+            match queue.send(message) {
+                Ok(()) => return,
+                // The writer ended: the message comes back, for a new connection.
+                Err(mpsc::error::SendError(back)) => message = back,
             }
             queues.remove(&to);
         }

@@ -27,6 +27,8 @@ pub enum ProcessError {
     Listen { address: std::net::SocketAddr, source: std::io::Error },
     #[error("the cluster file has no server {0}")]
     NoSuchServer(u32),
+    #[error("the cluster file gives {0:?} no address")]
+    NoAddress(Peer),
     #[error("{0}")]
     Layout(#[from] somnus_core::layout::LayoutError),
     #[error(transparent)]
@@ -39,11 +41,10 @@ pub enum ProcessError {
     Signals(std::io::Error),
 }
 
-/// The role's shared pieces: identity, counters, inbox and outbox, listener.
+/// The role's shared pieces: its outbox, inbox and listener.
 struct Wiring {
     outbox: Outbox,
     inbox: mpsc::Receiver<crate::transport::Inbound>,
-    counters: Arc<WireCounters>,
     listener: tokio::task::JoinHandle<()>,
 }
 
@@ -53,15 +54,12 @@ async fn wire(file: &Arc<ClusterFile>, path: &Path, peer: Peer) -> Result<Wiring
     let counters = Arc::new(WireCounters::default());
     let (inbox_tx, inbox) = mpsc::channel(4096);
     let outbox = Outbox::new(identity.clone(), file.clone(), counters.clone(), inbox_tx.clone());
-    let address = file.address(peer).ok_or(match peer {
-        Peer::Server(ServerId(id)) => ProcessError::NoSuchServer(id),
-        _ => ProcessError::NoSuchServer(u32::MAX),
-    })?;
+    let address = file.address(peer).ok_or(ProcessError::NoAddress(peer))?;
     let socket = TcpListener::bind(address)
         .await
         .map_err(|source| ProcessError::Listen { address, source })?;
     let listener = listen(socket, identity, counters.clone(), outbox.clone(), inbox_tx);
-    Ok(Wiring { outbox, inbox, counters, listener })
+    Ok(Wiring { outbox, inbox, listener })
 }
 
 /// A watch that turns true on SIGINT or SIGTERM.
@@ -94,7 +92,6 @@ pub async fn run_mds(path: &Path) -> Result<(), ProcessError> {
     let wake = Arc::new(|_server: ServerId| {});
     let result = mds_node::run(mds, log, clock, wiring.outbox, wake, inputs, status).await;
     wiring.listener.abort();
-    let _ = wiring.counters;
     Ok(result?)
 }
 

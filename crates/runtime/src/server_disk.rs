@@ -13,6 +13,8 @@
 //!   one the core last acknowledged from.
 
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
 
 use bytes::Bytes;
 use somnus_core::cluster::Epoch;
@@ -51,7 +53,32 @@ type Groups = Vec<(ChunkGroupId, Epoch, Vec<UnstableWrite>)>;
 pub struct ServerDisk {
     dir: PathBuf,
     journal: Journal<StoreOp>,
+    watch: DiskWatch,
+}
+
+/// What the server's task asks of its disk after every event, without the disk's lock
+/// (which the disk worker holds through each sync): the chunk files' I/O errors, and
+/// whether a checkpoint is due.
+#[derive(Clone, Debug)]
+pub struct DiskWatch {
     errors: IoErrors,
+    journal_bytes: Arc<AtomicU64>,
+}
+
+impl DiskWatch {
+    /// Whether the journal has grown past its bound.
+    pub fn wants_checkpoint(&self) -> bool {
+        self.journal_bytes.load(Ordering::Relaxed) > JOURNAL_BYTES_MAX
+    }
+
+    /// An I/O error the chunk files met since the last check: the server stops on it.
+    pub fn check(&self) -> Result<(), ServerDiskError> {
+        let errors = self.errors.lock().map(|e| e.clone()).unwrap_or_default();
+        match errors.first() {
+            Some(error) => Err(ServerDiskError::Io(error.clone())),
+            None => Ok(()),
+        }
+    }
 }
 
 impl ServerDisk {
@@ -76,28 +103,33 @@ impl ServerDisk {
         for op in ops {
             store.redo(op);
         }
-        let disk = ServerDisk { dir: dir.to_owned(), journal, errors };
+        let journal_bytes = Arc::new(AtomicU64::new(journal.bytes()));
+        let watch = DiskWatch { errors, journal_bytes };
+        let disk = ServerDisk { dir: dir.to_owned(), journal, watch };
         disk.check()?;
         Ok((disk, store))
     }
 
     /// Makes `ops` durable, as one group commit.
     pub fn make_durable(&mut self, ops: &[StoreOp]) -> Result<(), ServerDiskError> {
-        Ok(self.journal.append(ops)?)
+        self.journal.append(ops)?;
+        self.watch.journal_bytes.store(self.journal.bytes(), Ordering::Relaxed);
+        Ok(())
+    }
+
+    /// The errors and checkpoint bound, readable without this disk's lock.
+    pub fn watch(&self) -> DiskWatch {
+        self.watch.clone()
     }
 
     /// Whether the journal has grown past its bound.
     pub fn wants_checkpoint(&self) -> bool {
-        self.journal.bytes() > JOURNAL_BYTES_MAX
+        self.watch.wants_checkpoint()
     }
 
     /// An I/O error the chunk files met since the last check: the server stops on it.
     pub fn check(&self) -> Result<(), ServerDiskError> {
-        let errors = self.errors.lock().map(|e| e.clone()).unwrap_or_default();
-        match errors.first() {
-            Some(error) => Err(ServerDiskError::Io(error.clone())),
-            None => Ok(()),
-        }
+        self.watch.check()
     }
 
     /// Makes the store's state durable without the journal, then cuts it.
@@ -106,7 +138,9 @@ impl ServerDisk {
         let path = self.dir.join(SNAPSHOT);
         durable::replace(&path, &encode_snapshot(&store.groups()))
             .map_err(|source| ServerDiskError::SnapshotIo { path, source })?;
-        Ok(self.journal.cut()?)
+        self.journal.cut()?;
+        self.watch.journal_bytes.store(0, Ordering::Relaxed);
+        Ok(())
     }
 }
 

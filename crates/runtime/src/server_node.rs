@@ -32,7 +32,7 @@ use crate::clock::Clock;
 use crate::disk_worker;
 use crate::file_log::{FileLog, FileLogError};
 use crate::net::Outbox;
-use crate::server_disk::{ServerDisk, ServerDiskError};
+use crate::server_disk::{DiskWatch, ServerDisk, ServerDiskError};
 use crate::transport::Inbound;
 
 #[derive(Debug, thiserror::Error)]
@@ -93,51 +93,54 @@ pub async fn run(
 ) -> Result<(), ServerDiskError> {
     let mut server = Server::new(id, config, topology, durable, clock.now(), None);
     let (changes, mut durable_ios) = disk_worker::spawn(disk.clone());
-    let mut node = Node { changes, in_flight: 0, held: VecDeque::new(), ready: Vec::new() };
+    let watch = disk.lock().map_err(|_| poisoned())?.watch();
+    let mut node = Node { watch, changes, in_flight: 0, held: VecDeque::new(), ready: Vec::new() };
     node.carry_out(&mut server, &outbox);
     loop {
         let event = tokio::select! {
             inbound = inputs.inbox.recv() => match inbound {
-                Some(Inbound { from, message }) => vec![ServerEvent::MessageReceived { from, message }],
+                Some(Inbound { from, message }) => ServerEvent::MessageReceived { from, message },
                 None => break,
             },
             done = durable_ios.recv() => match done {
+                // Made durable: done, like the reads, in the order they were sent.
                 Some(Ok(ios)) => {
                     node.in_flight -= ios.len();
-                    ios.into_iter().map(|io| ServerEvent::DiskDone { io }).collect()
+                    node.ready.extend(ios);
+                    node.finish_ready(&mut server, &outbox, &clock);
+                    node.after_events(&disk, &mut server)?;
+                    continue;
                 }
                 Some(Err(error)) => return Err(error),
                 None => return Err(ServerDiskError::Io("the disk worker stopped".into())),
             },
-            () = clock.sleep_until(server.poll_timeout()) => vec![ServerEvent::TimerFired],
-            Some(()) = inputs.wake.recv() => vec![ServerEvent::Woken],
+            () = clock.sleep_until(server.poll_timeout()) => {
+                publish(&server, &status);
+                ServerEvent::TimerFired
+            }
+            Some(()) = inputs.wake.recv() => ServerEvent::Woken,
             _ = inputs.shutdown.changed() => break,
         };
-        for event in event {
-            tokio::task::block_in_place(|| server.handle(clock.now(), event));
-            node.carry_out(&mut server, &outbox);
-        }
-        // Reads and the logger's writes are done as soon as they are issued.
-        while !node.ready.is_empty() {
-            for io in std::mem::take(&mut node.ready) {
-                tokio::task::block_in_place(|| {
-                    server.handle(clock.now(), ServerEvent::DiskDone { io })
-                });
-                node.carry_out(&mut server, &outbox);
-            }
-        }
-        node.checkpoint_if_due(&disk, &mut server)?;
-        disk.lock().map_err(|_| poisoned())?.check()?;
-        let log = server.log_volume();
-        let _ = status.send(ServerStatus {
-            power: Some(server.power()),
-            leads: server.leads().len(),
-            log_live_bytes: log.live_bytes(),
-            log_used_bytes: log.used_bytes(),
-            counters: server.counters(),
-        });
+        tokio::task::block_in_place(|| server.handle(clock.now(), event));
+        node.carry_out(&mut server, &outbox);
+        node.finish_ready(&mut server, &outbox, &clock);
+        node.after_events(&disk, &mut server)?;
     }
+    publish(&server, &status);
     Ok(())
+}
+
+/// Publishes the server's state (at each timer, at least once per heartbeat interval,
+/// and when it stops).
+fn publish(server: &Server, status: &watch::Sender<ServerStatus>) {
+    let log = server.log_volume();
+    let _ = status.send(ServerStatus {
+        power: Some(server.power()),
+        leads: server.leads().len(),
+        log_live_bytes: log.live_bytes(),
+        log_used_bytes: log.used_bytes(),
+        counters: server.counters(),
+    });
 }
 
 fn poisoned() -> ServerDiskError {
@@ -145,6 +148,7 @@ fn poisoned() -> ServerDiskError {
 }
 
 struct Node {
+    watch: DiskWatch,
     changes: mpsc::UnboundedSender<(IoId, StoreOp)>,
     /// Changes sent to the disk worker and not yet reported durable.
     in_flight: usize,
@@ -170,20 +174,36 @@ impl Node {
         }
     }
 
-    /// Sends held changes to the worker, unless a checkpoint is due: then it waits for
-    /// those in flight, checkpoints, and sends the held ones after.
-    fn checkpoint_if_due(
+    /// Tells the core of the I/Os done (reads and the logger's writes are done as soon
+    /// as issued; replica changes once durable), and of those their answers issue.
+    fn finish_ready(&mut self, server: &mut Server, outbox: &Outbox, clock: &Clock) {
+        while !self.ready.is_empty() {
+            for io in std::mem::take(&mut self.ready) {
+                tokio::task::block_in_place(|| {
+                    server.handle(clock.now(), ServerEvent::DiskDone { io })
+                });
+                self.carry_out(server, outbox);
+            }
+        }
+    }
+
+    /// After the core's events: stops on an I/O error of the chunk files; sends held
+    /// changes to the worker, unless a checkpoint is due: then it waits for those in
+    /// flight, checkpoints, and sends the held ones after.
+    fn after_events(
         &mut self,
         disk: &Mutex<ServerDisk>,
         server: &mut Server,
     ) -> Result<(), ServerDiskError> {
-        let due = disk.lock().map_err(|_| poisoned())?.wants_checkpoint();
-        if due && self.in_flight == 0 {
+        self.watch.check()?;
+        if self.watch.wants_checkpoint() {
+            if self.in_flight > 0 {
+                return Ok(());
+            }
+            // Nothing in flight: the disk worker is idle and its lock free.
             tokio::task::block_in_place(|| {
                 disk.lock().map_err(|_| poisoned())?.checkpoint(server.store_mut())
             })?;
-        } else if due {
-            return Ok(());
         }
         while let Some(change) = self.held.pop_front() {
             self.in_flight += 1;

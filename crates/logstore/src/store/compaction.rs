@@ -8,7 +8,7 @@ use std::sync::{Arc, Condvar, Mutex};
 use std::time::Duration;
 
 use super::read::{files_of, slice_of};
-use super::{CommitMode, CompactionReport, LogStore, insert_header, lock, stopwatch};
+use super::{Collected, CommitMode, CompactionReport, LogStore, insert_header, lock, stopwatch};
 use crate::disk::DiskFile;
 use crate::error::{Error, Result};
 use crate::format::{RecordHeader, RecordKind};
@@ -39,13 +39,15 @@ impl LogStore {
         Ok(None)
     }
 
-    /// Runs compaction steps until no segment qualifies; returns how many ran.
-    pub fn collect_garbage(&self) -> Result<u64> {
-        let mut steps = 0;
-        while self.compact()?.is_some() {
-            steps += 1;
+    /// Runs compaction steps until no segment qualifies; returns how many ran and the
+    /// bytes their copies wrote.
+    pub fn collect_garbage(&self) -> Result<Collected> {
+        let mut collected = Collected::default();
+        while let Some(report) = self.compact()? {
+            collected.steps += 1;
+            collected.bytes_written += report.bytes_written();
         }
-        Ok(steps)
+        Ok(collected)
     }
 
     /// The segments worth a look, fewest live bytes (as a share of size) first; the

@@ -36,7 +36,7 @@ pub use compaction::Compactor;
 pub use options::{CommitMode, Options, SyncMode, system_clock_ms};
 pub use read::{Extent, Piece, ReadResult, Reclaim, ReclaimedExtent};
 pub use report::{
-    CompactionReport, OwnerUsage, RecoveryMode, RecoveryReport, SegmentDamage, Stats,
+    Collected, CompactionReport, OwnerUsage, RecoveryMode, RecoveryReport, SegmentDamage, Stats,
 };
 
 use crate::disk::{Disk, DiskFile};

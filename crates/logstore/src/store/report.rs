@@ -122,3 +122,19 @@ pub struct CompactionReport {
     pub bytes_copied: u64,
     pub duration: Duration,
 }
+
+impl CompactionReport {
+    /// Bytes the step's copies wrote: their records, headers and payloads.
+    pub fn bytes_written(&self) -> u64 {
+        self.records_copied * crate::format::RECORD_HEADER_BYTES + self.bytes_copied
+    }
+}
+
+/// What [`LogStore::collect_garbage`](crate::LogStore::collect_garbage) did.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Collected {
+    /// Compaction steps run.
+    pub steps: u64,
+    /// Bytes their copies wrote.
+    pub bytes_written: u64,
+}

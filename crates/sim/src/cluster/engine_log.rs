@@ -168,12 +168,7 @@ impl LogBackend for EngineLog {
     }
 
     fn collect(&mut self) -> Result<u64, BackendError> {
-        let mut written = 0;
-        while let Some(report) = self.store.compact().map_err(failed)? {
-            let headers = report.records_copied * somnus_logstore::format::RECORD_HEADER_BYTES;
-            written += headers + report.bytes_copied;
-        }
-        Ok(written)
+        Ok(self.store.collect_garbage().map_err(failed)?.bytes_written)
     }
 
     fn live_bytes(&self) -> u64 {
