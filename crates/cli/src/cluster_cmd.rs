@@ -1,6 +1,6 @@
 //! The commands of a running cluster: `somnus up` (a whole local cluster as child
 //! processes), `somnus mds` and `somnus server` (one role each, from a cluster file),
-//! and the client verbs `put`, `get`, `rm` and `stat`, which find the local cluster
+//! and the client verbs `put`, `get`, `rm`, `stat` and `ls`, which find the local cluster
 //! without flags (`./somnus-data/cluster.toml`, or `SOMNUS_CLUSTER`).
 
 use std::path::{Path, PathBuf};
@@ -11,6 +11,7 @@ use clap::Args;
 use somnus_runtime::client::ClusterClient;
 use somnus_runtime::cluster_file::ClusterFile;
 use somnus_runtime::{process, secret_file};
+use somnus_wire::ClusterSecret;
 
 /// Where the client verbs and `somnus up` look for the cluster by default.
 pub(crate) const DEFAULT_DIR: &str = "somnus-data";
@@ -39,10 +40,34 @@ pub(crate) struct MdsArgs {
 }
 
 #[derive(Args)]
+#[command(args_conflicts_with_subcommands = true, subcommand_negates_reqs = true)]
 pub(crate) struct ServerArgs {
+    #[command(subcommand)]
+    action: Option<ServerAction>,
     /// The server to run: its entry in the cluster file.
-    #[arg(long)]
-    id: u32,
+    #[arg(long, required = true)]
+    id: Option<u32>,
+    #[command(flatten)]
+    cluster: ClusterArg,
+}
+
+#[derive(clap::Subcommand)]
+pub(crate) enum ServerAction {
+    /// Remove a server for good: the MDS declares it lost and rebuilds a copy of each
+    /// of its chunk groups on the other servers, so every group has r copies again.
+    Remove {
+        /// The server's id.
+        id: u32,
+        #[command(flatten)]
+        cluster: ClusterArg,
+    },
+}
+
+#[derive(Args)]
+pub(crate) struct LsArgs {
+    /// Only the objects whose names start with this.
+    #[arg(default_value = "")]
+    prefix: String,
     #[command(flatten)]
     cluster: ClusterArg,
 }
@@ -92,7 +117,11 @@ pub(crate) fn run_mds(args: MdsArgs) -> Result<()> {
 }
 
 pub(crate) fn run_server(args: ServerArgs) -> Result<()> {
-    let id = args.id;
+    if let Some(ServerAction::Remove { id, cluster }) = args.action {
+        return crate::status_cmd::remove_server(id, &cluster);
+    }
+    // clap requires --id without a subcommand.
+    let id = args.id.unwrap_or_default();
     let path = args.cluster.path();
     runtime()?
         .block_on(process::run_server(&path, id))
@@ -109,12 +138,18 @@ where
 
 /// A client of the cluster at `arg`'s file.
 fn client(arg: &ClusterArg) -> Result<ClusterClient> {
+    let (file, secret) = load(arg)?;
+    Ok(ClusterClient::start(Arc::new(file), secret)?)
+}
+
+/// The cluster file at `arg`, and its secret.
+pub(crate) fn load(arg: &ClusterArg) -> Result<(ClusterFile, ClusterSecret)> {
     let path = arg.path();
     let file = ClusterFile::load(&path).with_context(
         || "no cluster found: start one with `somnus up`, or name its file with --cluster",
     )?;
     let secret = secret_file::load(&ClusterFile::secret_path(&path))?;
-    Ok(ClusterClient::start(Arc::new(file), secret)?)
+    Ok((file, secret))
 }
 
 pub(crate) fn put(args: PutArgs) -> Result<()> {
@@ -169,5 +204,17 @@ pub(crate) fn stat(args: KeyArgs) -> Result<()> {
     outln!("chunk size  {} bytes", info.chunk_size_bytes)?;
     let groups: Vec<String> = info.chunk_groups.iter().map(|g| g.0.to_string()).collect();
     outln!("groups      {}", groups.join(" "))?;
+    Ok(())
+}
+
+pub(crate) fn ls(args: LsArgs) -> Result<()> {
+    let prefix = &args.prefix;
+    let objects = with_client(&args.cluster, |client| async move {
+        client.list(prefix).await.with_context(|| format!("ls {prefix:?}"))
+    })?;
+    for object in &objects {
+        outln!("{:>14}  {}", object.size_bytes, object.name)?;
+    }
+    noteln!("{} objects", objects.len());
     Ok(())
 }

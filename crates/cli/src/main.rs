@@ -20,6 +20,7 @@ mod reproduce;
 mod sim_cluster;
 mod sim_cmd;
 mod sim_scenarios;
+mod status_cmd;
 mod trace_cmd;
 mod up_cmd;
 
@@ -83,7 +84,8 @@ enum Command {
     Up(up_cmd::UpArgs),
     /// Run a cluster's metadata service alone, from its cluster file.
     Mds(cluster_cmd::MdsArgs),
-    /// Run one storage server alone, from its cluster file.
+    /// Run one storage server alone, from its cluster file (`--id N`), or remove one
+    /// for good (`somnus server remove ID`).
     Server(cluster_cmd::ServerArgs),
     /// Store a file as an object.
     Put(cluster_cmd::PutArgs),
@@ -93,6 +95,17 @@ enum Command {
     Rm(cluster_cmd::KeyArgs),
     /// Print an object's size, chunks and chunk groups.
     Stat(cluster_cmd::KeyArgs),
+    /// List the objects (their sizes and names), or those under a prefix.
+    Ls(cluster_cmd::LsArgs),
+    /// Show the running cluster: each server's rack, gear group, power state, watts,
+    /// chunk groups and DVL bytes, the gear, and the energy saved so far. Exits
+    /// non-zero when no cluster answers.
+    Status(status_cmd::StatusArgs),
+    /// Shift the cluster's gear (how many gear groups serve).
+    Gear {
+        #[command(subcommand)]
+        command: status_cmd::GearCommand,
+    },
     /// Run every experiment of a results document in one command, into one report
     /// directory with the paper's figures beside somnus's.
     Reproduce {
@@ -138,5 +151,8 @@ fn run(command: Command) -> Result<()> {
         Command::Get(args) => cluster_cmd::get(args),
         Command::Rm(args) => cluster_cmd::rm(args),
         Command::Stat(args) => cluster_cmd::stat(args),
+        Command::Ls(args) => cluster_cmd::ls(args),
+        Command::Status(args) => status_cmd::status(args),
+        Command::Gear { command } => status_cmd::gear(command),
     }
 }

@@ -51,7 +51,10 @@ pub(crate) fn run(args: UpArgs) -> Result<()> {
 fn first_run(args: &UpArgs, path: &Path) -> Result<ClusterFile> {
     std::fs::create_dir_all(&args.dir)
         .with_context(|| format!("cannot create {}", args.dir.display()))?;
-    let ports = free_ports(args.servers as usize + 1)?;
+    // Each process: one port for its peers (and its wake packet), one for HTTP.
+    let roles = args.servers as usize + 1;
+    let ports = free_ports(2 * roles)?;
+    let (peers, http) = ports.split_at(roles);
     let cluster = ClusterSection {
         replicas: args.replicas,
         racks: args.racks,
@@ -60,8 +63,10 @@ fn first_run(args: &UpArgs, path: &Path) -> Result<ClusterFile> {
         logger_capacity_bytes: 256 << 20,
         seed: 1,
         time_scale: args.time_scale,
+        server_profile: "ecs2-storage-node".into(),
     };
-    let file = ClusterFile::on(cluster, ports[0], ports[1..].iter().copied());
+    let file = ClusterFile::on(cluster, peers[0], peers[1..].iter().copied())
+        .with_http(http[0], http[1..].iter().copied());
     // Checked before anything is written: a bad shape is refused whole.
     file.layout().context("these servers, racks and replicas make no layout")?;
     secret_file::create(&ClusterFile::secret_path(path))?;

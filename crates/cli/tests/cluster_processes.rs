@@ -43,9 +43,11 @@ impl Cluster {
             logger_capacity_bytes: 64 << 20,
             seed: 7,
             time_scale: 1.0,
+            server_profile: "ecs2-storage-node".into(),
         };
-        let ports = free_ports(10);
-        let file = ClusterFile::on(cluster, ports[0], ports[1..].iter().copied());
+        let ports = free_ports(20);
+        let file = ClusterFile::on(cluster, ports[0], ports[1..10].iter().copied())
+            .with_http(ports[10], ports[11..].iter().copied());
         std::fs::write(&path, file.to_toml()).unwrap();
         secret_file::create(&ClusterFile::secret_path(&path)).unwrap();
         let file = Arc::new(ClusterFile::load(&path).unwrap());

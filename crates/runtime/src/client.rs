@@ -11,7 +11,7 @@ use std::sync::Arc;
 
 use bytes::{Bytes, BytesMut};
 use somnus_core::cluster::client::{Client, ClientAction, ClientEvent, ClientOp, ClientOutcome};
-use somnus_core::cluster::{ClientId, ObjectInfo, Payload, Peer, Stamp};
+use somnus_core::cluster::{ClientId, ListedObject, ObjectInfo, Payload, Peer, Stamp};
 use somnus_types::ByteRange;
 use somnus_wire::ClusterSecret;
 use tokio::sync::{mpsc, oneshot};
@@ -25,6 +25,8 @@ use crate::transport::{Identity, Inbound, WireCounters};
 pub const REQUEST_BYTES: u64 = 1 << 20;
 /// Requests of one call in flight at once.
 const IN_FLIGHT: usize = 8;
+/// Names per page of a listing (the most the MDS sends).
+const LIST_PAGE: u32 = 1000;
 /// A block: ranges are whole blocks.
 pub const BLOCK_BYTES: u64 = 4096;
 
@@ -108,6 +110,39 @@ impl ClusterClient {
         match self.call(ClientOp::Stat { name: name.to_owned() }).await? {
             ClientOutcome::Object(info) => Ok(info),
             other => unreachable!("a stat answered {other:?}"),
+        }
+    }
+
+    /// One page of the objects whose names start with `prefix`, after `start_after`,
+    /// in name order; `true` when more follow the page's last name.
+    pub async fn list_page(
+        &self,
+        prefix: &str,
+        start_after: Option<&str>,
+        limit: u32,
+    ) -> Result<(Vec<ListedObject>, bool), ClientError> {
+        let op = ClientOp::List {
+            prefix: prefix.to_owned(),
+            start_after: start_after.map(str::to_owned),
+            limit,
+        };
+        match self.call(op).await? {
+            ClientOutcome::Listed { objects, truncated } => Ok((objects, truncated)),
+            other => unreachable!("a listing answered {other:?}"),
+        }
+    }
+
+    /// Every object whose name starts with `prefix`, in name order, a page at a time.
+    pub async fn list(&self, prefix: &str) -> Result<Vec<ListedObject>, ClientError> {
+        let mut all: Vec<ListedObject> = Vec::new();
+        loop {
+            let after = all.last().map(|o| o.name.as_str());
+            let (page, truncated) = self.list_page(prefix, after, LIST_PAGE).await?;
+            let empty = page.is_empty();
+            all.extend(page);
+            if !truncated || empty {
+                return Ok(all);
+            }
         }
     }
 

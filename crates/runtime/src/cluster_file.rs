@@ -10,7 +10,10 @@ use std::path::{Path, PathBuf};
 use serde::{Deserialize, Serialize};
 use somnus_core::cluster::{ClusterConfig, Peer, Topology};
 use somnus_core::layout::{Layout, LayoutSpec, RackAssignment, Scheme};
+use somnus_core::power::{PowerProfile, PowerState, UnitKind, builtin_profile};
 use somnus_types::ServerId;
+
+use crate::power::PowerSection;
 
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -39,16 +42,27 @@ pub struct ClusterSection {
     /// How much faster than real time the cluster's clock runs (1 = real time).
     #[serde(default = "one")]
     pub time_scale: f64,
+    /// The built-in power profile of a storage server: its modelled watts per state
+    /// and the time of its sleep and wake (`somnus show profiles`).
+    #[serde(default = "default_server_profile")]
+    pub server_profile: String,
 }
 
 fn one() -> f64 {
     1.0
 }
 
+fn default_server_profile() -> String {
+    "ecs2-storage-node".into()
+}
+
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct MdsSection {
     pub address: SocketAddr,
+    /// Where the MDS serves HTTP: metrics, status and the operator's commands.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub http: Option<SocketAddr>,
     /// Where the MDS keeps its command log (relative to the cluster file's directory).
     pub data_dir: PathBuf,
 }
@@ -57,10 +71,21 @@ pub struct MdsSection {
 #[serde(deny_unknown_fields)]
 pub struct ServerSection {
     pub id: u32,
+    /// Where the server listens for its peers (TCP) and for its wake packet (UDP).
     pub address: SocketAddr,
+    /// Where the server serves HTTP: metrics and status.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub http: Option<SocketAddr>,
     /// Where the server keeps its chunks and its logger (relative to the file's
     /// directory).
     pub data_dir: PathBuf,
+    /// How the server's units sleep (default: emulated).
+    #[serde(default, skip_serializing_if = "is_default")]
+    pub power: PowerSection,
+}
+
+fn is_default(power: &PowerSection) -> bool {
+    *power == PowerSection::default()
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -100,6 +125,10 @@ impl ClusterFile {
         if !(self.cluster.time_scale.is_finite() && self.cluster.time_scale > 0.0) {
             return Err(format!("time_scale must be above 0, not {}", self.cluster.time_scale));
         }
+        for server in &self.servers {
+            server.power.check().map_err(|e| format!("server {}: power: {e}", server.id))?;
+        }
+        self.server_profile().map_err(|e| e.to_string())?;
         if self.cluster.chunk_size_bytes == 0 || !self.cluster.chunk_size_bytes.is_multiple_of(4096)
         {
             return Err(format!(
@@ -121,13 +150,44 @@ impl ClusterFile {
         let servers = servers.into_iter().enumerate().map(|(id, address)| ServerSection {
             id: id as u32,
             address,
+            http: None,
             data_dir: format!("server-{id}").into(),
+            power: PowerSection::default(),
         });
         ClusterFile {
             cluster,
-            mds: MdsSection { address: mds, data_dir: "mds".into() },
+            mds: MdsSection { address: mds, http: None, data_dir: "mds".into() },
             servers: servers.collect(),
         }
+    }
+
+    /// The same cluster serving HTTP: the MDS at `mds`, server `i` at `servers[i]`.
+    pub fn with_http(
+        mut self,
+        mds: SocketAddr,
+        servers: impl IntoIterator<Item = SocketAddr>,
+    ) -> ClusterFile {
+        self.mds.http = Some(mds);
+        for (server, http) in self.servers.iter_mut().zip(servers) {
+            server.http = Some(http);
+        }
+        self
+    }
+
+    /// The servers' power profile; one without a sleep and a wake is refused.
+    pub fn server_profile(&self) -> Result<PowerProfile, String> {
+        let name = &self.cluster.server_profile;
+        let profile = builtin_profile(name).map_err(|e| format!("server_profile: {e}"))?;
+        let both =
+            [(PowerState::Idle, PowerState::Standby), (PowerState::Standby, PowerState::Idle)]
+                .iter()
+                .all(|(from, to)| profile.transition(*from, *to).is_some());
+        if profile.kind != UnitKind::Server || !both {
+            return Err(format!(
+                "server_profile {name:?} is not a server's profile with a sleep and a wake"
+            ));
+        }
+        Ok(profile)
     }
 
     /// The file's text, as `somnus up` writes it.
@@ -196,6 +256,7 @@ mod tests {
             logger_capacity_bytes: 64 << 20,
             seed: 1,
             time_scale: 1.0,
+            server_profile: default_server_profile(),
         };
         let address = |port: u16| SocketAddr::from(([127, 0, 0, 1], port));
         ClusterFile::on(cluster, address(7000), (7001..7010).map(address))
@@ -229,5 +290,15 @@ mod tests {
         std::fs::write(&path, bad.to_toml()).unwrap();
         let error = ClusterFile::load(&path).unwrap_err().to_string();
         assert!(error.contains("racks"), "{error}");
+        let mut bad = file();
+        bad.cluster.server_profile = "seagate-cheetah-15k4-36gb".into();
+        std::fs::write(&path, bad.to_toml()).unwrap();
+        let error = ClusterFile::load(&path).unwrap_err().to_string();
+        assert!(error.contains("not a server's profile"), "{error}");
+        let mut bad = file();
+        bad.servers[1].power.mac = Some("12:34".into());
+        std::fs::write(&path, bad.to_toml()).unwrap();
+        let error = ClusterFile::load(&path).unwrap_err().to_string();
+        assert!(error.contains("server 1: power: mac"), "{error}");
     }
 }

@@ -25,9 +25,13 @@ pub struct MdsStatus {
     pub gear: u32,
     pub power: Vec<somnus_core::cluster::ServerPower>,
     pub groups_led: Vec<usize>,
+    pub groups_held: Vec<usize>,
     pub objects: usize,
     pub counters: MdsCounters,
 }
+
+/// How often the MDS publishes its status, at the least (real time).
+const STATUS_INTERVAL: std::time::Duration = std::time::Duration::from_millis(500);
 
 /// The MDS's inputs.
 pub struct MdsInputs {
@@ -63,16 +67,29 @@ pub async fn run(
     status: watch::Sender<MdsStatus>,
 ) -> Result<(), CommandLogError> {
     carry_out(&mut mds, &mut log, &outbox, wake.as_ref())?;
+    // The MDS's own timers may be far apart in a quiet cluster: status is published
+    // at least this often as well.
+    let mut status_tick = tokio::time::interval(STATUS_INTERVAL);
     loop {
         let event = tokio::select! {
             inbound = inputs.inbox.recv() => match inbound {
                 Some(Inbound { from, message }) => MdsEvent::MessageReceived { from, message },
                 None => break,
             },
-            Some(event) = inputs.operator.recv() => event,
+            Some(event) = inputs.operator.recv() => {
+                mds.handle(clock.now(), event);
+                carry_out(&mut mds, &mut log, &outbox, wake.as_ref())?;
+                // The operator sees the command's effect at once.
+                publish(&mds, &status);
+                continue;
+            }
             () = clock.sleep_until(mds.poll_timeout()) => {
                 publish(&mds, &status);
                 MdsEvent::TimerFired
+            }
+            _ = status_tick.tick() => {
+                publish(&mds, &status);
+                continue;
             }
             _ = inputs.shutdown.changed() => break,
         };
@@ -83,13 +100,15 @@ pub async fn run(
     Ok(())
 }
 
-/// Publishes the MDS's state (at each of its timers, and when it stops).
+/// Publishes the MDS's state (at each of its timers, after an operator's command,
+/// and when it stops).
 fn publish(mds: &Mds, status: &watch::Sender<MdsStatus>) {
     let servers = (0..mds.server_count()).map(|s| ServerId(s as u32));
     let _ = status.send(MdsStatus {
         gear: mds.gear(),
         power: servers.clone().map(|s| mds.server_power(s)).collect(),
-        groups_led: servers.map(|s| mds.groups_led(s)).collect(),
+        groups_led: servers.clone().map(|s| mds.groups_led(s)).collect(),
+        groups_held: servers.map(|s| mds.groups_held(s)).collect(),
         objects: mds.object_count(),
         counters: mds.counters(),
     });

@@ -1,20 +1,27 @@
 //! Starting a role as a process: `somnus mds` and `somnus server` read the cluster
-//! file and its secret, listen on their address, and run their task until a signal
-//! (SIGINT or SIGTERM) or a fatal error.
+//! file and its secret, listen on their address (and serve HTTP where the file says),
+//! and run their tasks until a signal (SIGINT or SIGTERM) or a fatal error: the MDS
+//! its core and the waker of sleeping servers; a server its core and its power task.
 
+use std::net::SocketAddr;
 use std::path::Path;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex, PoisonError};
 
-use somnus_core::cluster::Peer;
-use somnus_types::ServerId;
+use somnus_core::cluster::{Peer, ServerPower};
+use somnus_types::{ServerId, VirtualDuration};
+use somnus_wire::ClusterSecret;
 use tokio::net::TcpListener;
 use tokio::sync::{mpsc, watch};
 
 use crate::clock::Clock;
 use crate::cluster_file::ClusterFile;
+use crate::http::{Endpoint, Operator};
+use crate::mds_node::MdsStatus;
 use crate::net::{Outbox, listen};
+use crate::power::{NodeMeter, PowerDriver, Rapl, WakeListener, Waker, emulated_mac, parse_mac};
+use crate::status::{MdsReport, MdsServerView, ServerReport, WireReport};
 use crate::transport::{Identity, WireCounters};
-use crate::{mds_node, secret_file, server_node};
+use crate::{http, mds_node, metrics, secret_file, server_node};
 
 /// Why a role could not start or stopped.
 #[derive(Debug, thiserror::Error)]
@@ -39,17 +46,25 @@ pub enum ProcessError {
     ServerDisk(#[from] crate::server_disk::ServerDiskError),
     #[error("cannot wait for signals: {0}")]
     Signals(std::io::Error),
+    #[error("cannot open the wake channel on {address}: {source}")]
+    Wake { address: std::net::SocketAddr, source: std::io::Error },
+    #[error("{0}")]
+    Profile(String),
 }
 
-/// The role's shared pieces: its outbox, inbox and listener.
+/// The role's shared pieces: its outbox, inbox, listener and transport counters.
 struct Wiring {
     outbox: Outbox,
     inbox: mpsc::Receiver<crate::transport::Inbound>,
     listener: tokio::task::JoinHandle<()>,
+    counters: Arc<WireCounters>,
 }
 
-async fn wire(file: &Arc<ClusterFile>, path: &Path, peer: Peer) -> Result<Wiring, ProcessError> {
-    let secret = secret_file::load(&ClusterFile::secret_path(path))?;
+async fn wire(
+    file: &Arc<ClusterFile>,
+    secret: ClusterSecret,
+    peer: Peer,
+) -> Result<Wiring, ProcessError> {
     let identity = Arc::new(Identity::new(peer, secret));
     let counters = Arc::new(WireCounters::default());
     let (inbox_tx, inbox) = mpsc::channel(4096);
@@ -59,7 +74,19 @@ async fn wire(file: &Arc<ClusterFile>, path: &Path, peer: Peer) -> Result<Wiring
         .await
         .map_err(|source| ProcessError::Listen { address, source })?;
     let listener = listen(socket, identity, counters.clone(), outbox.clone(), inbox_tx);
-    Ok(Wiring { outbox, inbox, listener })
+    Ok(Wiring { outbox, inbox, listener, counters })
+}
+
+/// Serves `endpoint` at `address`, if the file gives one.
+async fn serve_http(
+    address: Option<SocketAddr>,
+    endpoint: Endpoint,
+) -> Result<Option<tokio::task::JoinHandle<()>>, ProcessError> {
+    let Some(address) = address else { return Ok(None) };
+    let socket = TcpListener::bind(address)
+        .await
+        .map_err(|source| ProcessError::Listen { address, source })?;
+    Ok(Some(http::serve(socket, endpoint)))
 }
 
 /// A watch that turns true on SIGINT or SIGTERM.
@@ -84,43 +111,157 @@ pub async fn run_mds(path: &Path) -> Result<(), ProcessError> {
     let layout = file.layout()?;
     let clock = Clock::start(file.cluster.time_scale);
     let (log, mds) = mds_node::open(&file.mds.data_dir, file.config(), &layout, &clock)?;
-    let wiring = wire(&file, path, Peer::Mds).await?;
-    let (_operator_tx, operator) = mpsc::unbounded_channel();
-    let inputs = mds_node::MdsInputs { inbox: wiring.inbox, operator, shutdown: on_signal()? };
-    let (status, _) = watch::channel(mds_node::MdsStatus::default());
-    // Emulated wake: servers wake on their own wake channel (to come: Wake-on-LAN).
-    let wake = Arc::new(|_server: ServerId| {});
+    let secret = secret_file::load(&ClusterFile::secret_path(path))?;
+    let wiring = wire(&file, secret.clone(), Peer::Mds).await?;
+    let (operator_tx, operator) = mpsc::unbounded_channel();
+    let shutdown = on_signal()?;
+    let inputs = mds_node::MdsInputs { inbox: wiring.inbox, operator, shutdown };
+    let (status, status_rx) = watch::channel(MdsStatus::default());
+    let unspecified = SocketAddr::from(([0, 0, 0, 0], 0));
+    let waker = Waker::bind()
+        .await
+        .map_err(|source| ProcessError::Wake { address: unspecified, source })?;
+    let wake = wake_servers(file.clone(), Arc::new(waker), status_rx.clone(), clock);
+    let report = mds_report(&file, status_rx, wiring.counters.clone())?;
+    let operator = Operator {
+        secret,
+        events: operator_tx,
+        servers: file.servers.len() as u32,
+        replicas: file.cluster.replicas,
+    };
+    let endpoint = Endpoint { report, metrics: metrics::install(), operator: Some(operator) };
+    let http = serve_http(file.mds.http, endpoint).await?;
     let result = mds_node::run(mds, log, clock, wiring.outbox, wake, inputs, status).await;
     wiring.listener.abort();
+    if let Some(http) = http {
+        http.abort();
+    }
     Ok(result?)
+}
+
+/// The MDS's `WakeServer`: a magic packet to the server's wake channel, sent again
+/// every 2 s of the cluster's clock while the MDS still has it asleep or waking (a
+/// real NIC may miss the first while the host suspends), until the wake timeout.
+fn wake_servers(
+    file: Arc<ClusterFile>,
+    waker: Arc<Waker>,
+    status: watch::Receiver<MdsStatus>,
+    clock: Clock,
+) -> Arc<dyn Fn(ServerId) + Send + Sync> {
+    let timeout = file.config().wake_timeout;
+    Arc::new(move |server: ServerId| {
+        let Some(section) = file.servers.get(server.index()) else { return };
+        let configured = section.power.mac.as_deref().and_then(|mac| parse_mac(mac).ok());
+        let mac = configured.unwrap_or_else(|| emulated_mac(server.0));
+        let address = section.address;
+        let (waker, status) = (waker.clone(), status.clone());
+        tokio::spawn(async move {
+            let deadline = clock.now() + timeout;
+            loop {
+                if let Err(error) = waker.wake(mac, address, configured.is_some()).await {
+                    eprintln!("mds: cannot send the wake packet of server {}: {error}", server.0);
+                }
+                clock.sleep_until(Some(clock.now() + VirtualDuration::from_secs(2))).await;
+                let power = status.borrow().power.get(server.index()).copied();
+                let waiting = matches!(power, Some(ServerPower::Asleep | ServerPower::Waking));
+                if !waiting || clock.now() >= deadline {
+                    return;
+                }
+            }
+        });
+    })
+}
+
+type Report = Arc<dyn Fn() -> serde_json::Value + Send + Sync>;
+
+/// The MDS's `/status`: its view of every server, with the layout's racks and gear
+/// groups; each call also sets the metrics' gauges.
+fn mds_report(
+    file: &ClusterFile,
+    status: watch::Receiver<MdsStatus>,
+    counters: Arc<WireCounters>,
+) -> Result<Report, ProcessError> {
+    let topology = file.topology()?;
+    let servers = file.servers.len();
+    let replicas = file.cluster.replicas;
+    let rapl = Mutex::new(Rapl::open(Path::new(crate::power::RAPL_ROOT)));
+    Ok(Arc::new(move || {
+        let now = status.borrow().clone();
+        let servers = (0..servers)
+            .map(|index| {
+                let server = ServerId(index as u32);
+                MdsServerView {
+                    id: server.0,
+                    rack: topology.rack(server).0,
+                    gear_group: topology.gear_group(server).0,
+                    power: now.power.get(index).copied().unwrap_or(ServerPower::On),
+                    primaries: now.groups_led.get(index).copied().unwrap_or(0),
+                    chunk_groups: now.groups_held.get(index).copied().unwrap_or(0),
+                }
+            })
+            .collect();
+        let rapl_joules =
+            rapl.lock().unwrap_or_else(PoisonError::into_inner).as_mut().map(Rapl::joules);
+        let report = MdsReport {
+            gear: now.gear,
+            replicas,
+            objects: now.objects,
+            servers,
+            counters: now.counters,
+            rapl_joules,
+            wire: WireReport::of(&counters),
+        };
+        metrics::record_mds(&report);
+        serde_json::to_value(&report).unwrap_or_default()
+    }))
 }
 
 /// Runs server `id` of the cluster file at `path` until a signal.
 pub async fn run_server(path: &Path, id: u32) -> Result<(), ProcessError> {
     let file = Arc::new(ClusterFile::load(path)?);
-    let section = file.servers.get(id as usize).ok_or(ProcessError::NoSuchServer(id))?;
+    let section = file.servers.get(id as usize).ok_or(ProcessError::NoSuchServer(id))?.clone();
     let config = file.config();
     let topology = Arc::new(file.topology()?);
+    let profile = file.server_profile().map_err(ProcessError::Profile)?;
     let server = ServerId(id);
     let (disk, durable) = server_node::open_durable(&section.data_dir, server, &config)?;
-    let wiring = wire(&file, path, Peer::Server(server)).await?;
+    let secret = secret_file::load(&ClusterFile::secret_path(path))?;
+    let wiring = wire(&file, secret, Peer::Server(server)).await?;
     let clock = Clock::start(file.cluster.time_scale);
-    let (_wake_tx, wake) = mpsc::unbounded_channel();
-    let inputs = server_node::ServerInputs { inbox: wiring.inbox, wake, shutdown: on_signal()? };
-    let (status, last) = watch::channel(server_node::ServerStatus::default());
-    let result = server_node::run(
-        server,
-        config,
-        topology,
-        disk,
-        durable,
+    let shutdown = on_signal()?;
+    // The power task: the actuators, the meter and the wake channel.
+    let mac = section.power.mac.as_deref().and_then(|m| parse_mac(m).ok());
+    let listener = WakeListener::bind(section.address, mac.unwrap_or_else(|| emulated_mac(id)))
+        .await
+        .map_err(|source| ProcessError::Wake { address: section.address, source })?;
+    let meter = Arc::new(Mutex::new(NodeMeter::new(profile, clock.now())));
+    let (sleeps_tx, sleeps) = mpsc::unbounded_channel();
+    let (woken, wake) = mpsc::unbounded_channel();
+    let power = PowerDriver {
+        server: id,
+        actuators: section.power.actuators(),
+        emulated: section.power.emulated(),
+        meter: meter.clone(),
+        listener,
         clock,
-        wiring.outbox,
-        inputs,
-        status,
-    )
-    .await;
+        sleeps,
+        woken,
+        shutdown: shutdown.clone(),
+    };
+    let power = tokio::spawn(power.run());
+    let (status, last) = watch::channel(server_node::ServerStatus::default());
+    let report = server_report(id, last.clone(), meter, clock, wiring.counters.clone());
+    let endpoint = Endpoint { report, metrics: metrics::install(), operator: None };
+    let http = serve_http(section.http, endpoint).await?;
+    let inputs = server_node::ServerInputs { inbox: wiring.inbox, wake, shutdown };
+    let outputs = server_node::ServerOutputs { outbox: wiring.outbox, status, sleeps: sleeps_tx };
+    let result =
+        server_node::run(server, config, topology, disk, durable, clock, inputs, outputs).await;
     wiring.listener.abort();
+    power.abort();
+    if let Some(http) = http {
+        http.abort();
+    }
     let c = last.borrow().counters;
     eprintln!(
         "server {id} stopped: {} writes acknowledged as primary, {} logged for sleeping or \
@@ -133,4 +274,30 @@ pub async fn run_server(path: &Path, id: u32) -> Result<(), ProcessError> {
         c.blocks_repaired
     );
     Ok(result?)
+}
+
+/// A server's `/status`; each call also sets the metrics' gauges.
+fn server_report(
+    id: u32,
+    status: watch::Receiver<server_node::ServerStatus>,
+    meter: Arc<Mutex<NodeMeter>>,
+    clock: Clock,
+    counters: Arc<WireCounters>,
+) -> Report {
+    Arc::new(move || {
+        let now = status.borrow().clone();
+        let energy = meter.lock().unwrap_or_else(PoisonError::into_inner).reading(clock.now());
+        let report = ServerReport {
+            id,
+            power: now.power,
+            leads: now.leads,
+            dvl_live_bytes: now.log_live_bytes,
+            dvl_used_bytes: now.log_used_bytes,
+            counters: now.counters,
+            energy,
+            wire: WireReport::of(&counters),
+        };
+        metrics::record_server(&report);
+        serde_json::to_value(&report).unwrap_or_default()
+    })
 }

@@ -8,8 +8,9 @@
 //! - `Disk` with a replica change (`Server::disk_change`) goes to the disk worker,
 //!   and `DiskDone` follows once the journal has synced it; a read, or a logger's
 //!   write (whose log the core flushes and syncs as it applies it), is done at once;
-//! - `Sleep` powers the server down (emulated: the core ignores the data path until
-//!   it is told `Woken`).
+//! - `Sleep` goes to the power task (`power::PowerDriver`), which powers the
+//!   server's units down and, on its wake packet, up, and then sends `Woken`; the core
+//!   answers nothing but that meanwhile.
 //!
 //! The core's calls that touch files (a read of chunk blocks, the logger's flush) run
 //! inside `block_in_place`, so the runtime's other tasks go on meanwhile.
@@ -18,22 +19,23 @@
 //! change durable in the journal and not yet applied by the core: while one is due,
 //! new changes are held back until those in flight are done.
 
-use std::collections::VecDeque;
+use std::collections::{BTreeMap, VecDeque};
 use std::path::Path;
 use std::sync::{Arc, Mutex};
 
 use somnus_core::cluster::server::{Durable, Server, ServerAction, ServerCounters, ServerEvent};
 use somnus_core::cluster::store::StoreOp;
-use somnus_core::cluster::{ClusterConfig, Topology};
+use somnus_core::cluster::{ClusterConfig, Message, Peer, ReplyBody, Topology};
 use somnus_types::{IoId, ServerId};
 use tokio::sync::{mpsc, watch};
+use tokio::time::Instant;
 
 use crate::clock::Clock;
-use crate::disk_worker;
 use crate::file_log::{FileLog, FileLogError};
 use crate::net::Outbox;
 use crate::server_disk::{DiskWatch, ServerDisk, ServerDiskError};
 use crate::transport::Inbound;
+use crate::{disk_worker, metrics};
 
 #[derive(Debug, thiserror::Error)]
 pub enum ServerNodeError {
@@ -77,6 +79,14 @@ pub struct ServerInputs {
     pub shutdown: watch::Receiver<bool>,
 }
 
+/// Where the server's task sends what is not a message.
+pub struct ServerOutputs {
+    pub outbox: Outbox,
+    pub status: watch::Sender<ServerStatus>,
+    /// The power task: one `()` per `ServerAction::Sleep`.
+    pub sleeps: mpsc::UnboundedSender<()>,
+}
+
 /// Runs server `id` until shutdown, or until its disk fails (the error is returned:
 /// a server that cannot make writes durable stops).
 #[allow(clippy::too_many_arguments)]
@@ -87,19 +97,30 @@ pub async fn run(
     disk: Arc<Mutex<ServerDisk>>,
     durable: Durable,
     clock: Clock,
-    outbox: Outbox,
     mut inputs: ServerInputs,
-    status: watch::Sender<ServerStatus>,
+    outputs: ServerOutputs,
 ) -> Result<(), ServerDiskError> {
+    let ServerOutputs { outbox, status, sleeps } = outputs;
     let mut server = Server::new(id, config, topology, durable, clock.now(), None);
     let (changes, mut durable_ios) = disk_worker::spawn(disk.clone());
     let watch = disk.lock().map_err(|_| poisoned())?.watch();
-    let mut node = Node { watch, changes, in_flight: 0, held: VecDeque::new(), ready: Vec::new() };
+    let mut node = Node {
+        watch,
+        changes,
+        in_flight: 0,
+        held: VecDeque::new(),
+        ready: Vec::new(),
+        sleeps,
+        requests: BTreeMap::new(),
+    };
     node.carry_out(&mut server, &outbox);
     loop {
         let event = tokio::select! {
             inbound = inputs.inbox.recv() => match inbound {
-                Some(Inbound { from, message }) => ServerEvent::MessageReceived { from, message },
+                Some(Inbound { from, message }) => {
+                    node.arrived(from, &message);
+                    ServerEvent::MessageReceived { from, message }
+                }
                 None => break,
             },
             done = durable_ios.recv() => match done {
@@ -156,20 +177,55 @@ struct Node {
     held: VecDeque<(IoId, StoreOp)>,
     /// I/Os done as soon as issued, to report to the core.
     ready: Vec<IoId>,
+    sleeps: mpsc::UnboundedSender<()>,
+    /// Client requests being served, for the latency histograms: when each arrived.
+    requests: BTreeMap<(Peer, u64), (&'static str, Instant)>,
 }
 
+/// Client requests tracked at once: beyond it (clients that never hear back), the
+/// oldest are forgotten.
+const TRACKED_REQUESTS_MAX: usize = 65_536;
+
 impl Node {
+    /// Notes when a client's request arrived.
+    fn arrived(&mut self, from: Peer, message: &Message) {
+        let (kind, request) = match message {
+            Message::ClientWrite { request, .. } => ("write", *request),
+            Message::ClientRead { request, .. } => ("read", *request),
+            _ => return,
+        };
+        if self.requests.len() >= TRACKED_REQUESTS_MAX {
+            self.requests.pop_first();
+        }
+        self.requests.insert((from, request), (kind, Instant::now()));
+    }
+
+    /// Records the latency of a request answered by `message`.
+    fn answered(&mut self, to: Peer, message: &Message) {
+        let Message::ClientReply { request, body } = message else { return };
+        let Some((kind, arrived)) = self.requests.remove(&(to, *request)) else { return };
+        match body {
+            ReplyBody::Refused(_) => metrics::request_failed(kind),
+            _ => metrics::request_done(kind, arrived.elapsed().as_secs_f64()),
+        }
+    }
+
     fn carry_out(&mut self, server: &mut Server, outbox: &Outbox) {
         while let Some(action) = server.poll_action() {
             match action {
-                ServerAction::Send { to, message } => outbox.send(to, message),
+                ServerAction::Send { to, message } => {
+                    self.answered(to, &message);
+                    outbox.send(to, message)
+                }
                 ServerAction::Disk { io, write: true, .. } => match server.disk_change(io) {
                     Some(change) => self.held.push_back((io, change)),
                     None => self.ready.push(io),
                 },
                 ServerAction::Disk { io, write: false, .. } => self.ready.push(io),
-                // Emulated standby: the core answers nothing but its wake from now on.
-                ServerAction::Sleep => {}
+                // The core answers nothing but its wake from now on.
+                ServerAction::Sleep => {
+                    let _ = self.sleeps.send(());
+                }
             }
         }
     }

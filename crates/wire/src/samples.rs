@@ -1,9 +1,9 @@
 //! One message of every kind, for round-trip tests and the fuzzer's seed corpus.
 
 use somnus_core::cluster::{
-    ChunkId, ChunkIndex, DvlHandoff, Epoch, GroupView, LeaseGrant, LeaseRenewal, LogRecord,
-    LoggedExtent, Message, MetadataError, ObjectInfo, Payload, Piece, ReplyBody, RequestError,
-    ServerPower, Stamp, UnstableWrite,
+    ChunkId, ChunkIndex, DvlHandoff, Epoch, GroupView, LeaseGrant, LeaseRenewal, ListedObject,
+    LogRecord, LoggedExtent, Message, MetadataError, ObjectInfo, Payload, Piece, ReplyBody,
+    RequestError, ServerPower, Stamp, UnstableWrite,
 };
 use somnus_types::{ByteRange, ChunkGroupId, ObjectId, ServerId, Version, VirtualInstant};
 
@@ -125,6 +125,17 @@ pub fn every_message() -> Vec<Message> {
         Message::LogData { group, epoch, writes: vec![(record, Some(write)), (record, None)] },
         Message::LogInvalidate { group, epoch, records: vec![record] },
         Message::LogInvalidated { group, epoch, records: vec![record] },
+        Message::ListObjects {
+            request: 8,
+            prefix: "logs/".into(),
+            start_after: Some("logs/a".into()),
+            limit: 100,
+        },
+        Message::ObjectsListed {
+            request: 8,
+            objects: vec![ListedObject { name: "logs/b".into(), size_bytes: 4096 }],
+            truncated: true,
+        },
     ]
 }
 
@@ -175,8 +186,10 @@ pub fn variant(message: &Message) -> usize {
         Message::LogData { .. } => 40,
         Message::LogInvalidate { .. } => 41,
         Message::LogInvalidated { .. } => 42,
+        Message::ListObjects { .. } => 43,
+        Message::ObjectsListed { .. } => 44,
     }
 }
 
 /// Variants of [`Message`].
-pub const VARIANTS: usize = 43;
+pub const VARIANTS: usize = 45;

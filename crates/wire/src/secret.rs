@@ -53,6 +53,25 @@ impl ClusterSecret {
     }
 }
 
+impl ClusterSecret {
+    /// The bearer token of the operator's HTTP commands (`somnus gear set`): a keyed
+    /// hash of the secret, so the secret itself never crosses the wire, as 64 hex
+    /// digits.
+    pub fn operator_token(&self) -> String {
+        let hash = blake3::keyed_hash(&self.0, b"somnus operator token v1");
+        hash.as_bytes().iter().map(|byte| format!("{byte:02x}")).collect()
+    }
+
+    /// Whether `token` is the operator token (compared in constant time).
+    pub fn is_operator_token(&self, token: &str) -> bool {
+        let expected = blake3::keyed_hash(&self.0, b"somnus operator token v1");
+        match ClusterSecret::parse(token) {
+            Ok(given) => expected == blake3::Hash::from(given.0),
+            Err(_) => false,
+        }
+    }
+}
+
 /// Never printed: a log line must not leak it.
 impl fmt::Debug for ClusterSecret {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
@@ -72,6 +91,11 @@ mod tests {
         assert_eq!(ClusterSecret::parse(&format!("  {text}  ")), Ok(secret.clone()));
         assert_eq!(format!("{secret:?}"), "ClusterSecret(..)");
         assert_eq!(ClusterSecret::parse("abc"), Err(SecretError::Length { got: 3, want: 64 }));
+        let token = secret.operator_token();
+        assert!(secret.is_operator_token(&token));
+        assert!(!secret.is_operator_token(text.trim()), "the secret is not the token");
+        assert!(!ClusterSecret::from_bytes([9; 32]).is_operator_token(&token));
+        assert!(!secret.is_operator_token("not hex"));
         let mut bad = text.trim().to_string();
         bad.replace_range(10..11, "g");
         assert_eq!(

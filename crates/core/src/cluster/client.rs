@@ -13,8 +13,8 @@ use std::collections::{BTreeMap, VecDeque};
 use somnus_types::{ByteRange, ChunkGroupId, Version, VirtualInstant};
 
 use super::{
-    ChunkId, ClientId, ClusterConfig, GroupView, Message, MetadataError, ObjectInfo, Payload, Peer,
-    Piece, ReplyBody, Stamp,
+    ChunkId, ClientId, ClusterConfig, GroupView, ListedObject, Message, MetadataError, ObjectInfo,
+    Payload, Peer, Piece, ReplyBody, Stamp,
 };
 
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -41,6 +41,12 @@ pub enum ClientOp {
     Stat {
         name: String,
     },
+    /// One page of the names starting with `prefix`, after `start_after`.
+    List {
+        prefix: String,
+        start_after: Option<String>,
+        limit: u32,
+    },
 }
 
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -51,6 +57,11 @@ pub enum ClientOutcome {
     /// The pieces read, per chunk, in object order (ranges within the chunk).
     Read(Vec<(ChunkId, Piece)>),
     Deleted,
+    /// A page of a listing; `truncated` says more names follow the last.
+    Listed {
+        objects: Vec<ListedObject>,
+        truncated: bool,
+    },
     Failed(ClientError),
 }
 
@@ -241,6 +252,12 @@ impl Client {
             ClientOp::Stat { name } => {
                 Some(Message::LookupObject { request: 0, name: name.clone() })
             }
+            ClientOp::List { prefix, start_after, limit } => Some(Message::ListObjects {
+                request: 0,
+                prefix: prefix.clone(),
+                start_after: start_after.clone(),
+                limit: *limit,
+            }),
             ClientOp::Write { .. } | ClientOp::Read { .. } => None,
         };
         self.ops.insert(tag, Op { op, state: OpState::NeedsInfo });
@@ -255,7 +272,8 @@ impl Client {
         match &mut message {
             Message::CreateObject { request: r, .. }
             | Message::DeleteObject { request: r, .. }
-            | Message::LookupObject { request: r, .. } => *r = request,
+            | Message::LookupObject { request: r, .. }
+            | Message::ListObjects { request: r, .. } => *r = request,
             _ => unreachable!("only object requests are sent for an op"),
         }
         if let Some(op) = self.ops.get_mut(&tag) {
@@ -403,6 +421,7 @@ impl Client {
             | Message::ObjectDeleted { request, .. }
             | Message::GroupFound { request, .. }
             | Message::MetadataRefused { request, .. }
+            | Message::ObjectsListed { request, .. }
             | Message::ClientReply { request, .. } => *request,
             _ => return,
         };
@@ -496,6 +515,9 @@ impl Client {
             Message::ObjectDeleted { name, .. } => {
                 self.objects.remove(&name);
                 ClientOutcome::Deleted
+            }
+            Message::ObjectsListed { objects, truncated, .. } => {
+                ClientOutcome::Listed { objects, truncated }
             }
             Message::MetadataRefused { error, .. } => ClientOutcome::Failed(error.into()),
             _ => return,

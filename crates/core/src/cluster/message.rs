@@ -534,6 +534,27 @@ pub enum Message {
         epoch: Epoch,
         records: Vec<LogRecord>,
     },
+    /// A client lists the objects whose names start with `prefix`, in name order,
+    /// after `start_after` (one page of at most `limit`, capped by the MDS).
+    ListObjects {
+        request: u64,
+        prefix: String,
+        start_after: Option<String>,
+        limit: u32,
+    },
+    /// One page of a listing; `truncated` says more names follow the last.
+    ObjectsListed {
+        request: u64,
+        objects: Vec<ListedObject>,
+        truncated: bool,
+    },
+}
+
+/// One object of a listing.
+#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct ListedObject {
+    pub name: String,
+    pub size_bytes: u64,
 }
 
 /// The payloads of a message, in a fixed order, by reference (`$ref` is `&` or `&mut`):
@@ -592,6 +613,9 @@ impl Message {
             Message::GrantLease(grant) => grant.handoff.as_ref().map_or(0, DvlHandoff::wire_bytes),
             Message::CancelLease { handoff, .. } => handoff.wire_bytes(),
             Message::ObjectFound { info, .. } => info.chunk_groups.len() as u64 * 4,
+            Message::ObjectsListed { objects, .. } => {
+                objects.iter().map(|o| o.name.len() as u64 + 8).sum()
+            }
             Message::ClientWrite { range, .. } => range.size_bytes(),
             Message::ReplicaWrite { write, .. } => write.range.size_bytes(),
             Message::ClientReply { body: ReplyBody::Read { pieces }, .. }

@@ -12,8 +12,8 @@ pub mod store;
 
 pub use message::{
     ChunkId, ChunkIndex, ClientId, DvlHandoff, Epoch, GroupView, LeaseGrant, LeaseRenewal,
-    LogRecord, LoggedExtent, Message, MetadataError, ObjectInfo, Peer, Piece, ReplyBody,
-    RequestError, Stamp, UnstableWrite,
+    ListedObject, LogRecord, LoggedExtent, Message, MetadataError, ObjectInfo, Peer, Piece,
+    ReplyBody, RequestError, Stamp, UnstableWrite,
 };
 pub use payload::Payload;
 

@@ -925,7 +925,7 @@ impl<'t> ClusterSim<'t> {
                     self.checker.read(tag, now, &pieces);
                 }
             }
-            ClientOutcome::Deleted => {}
+            ClientOutcome::Deleted | ClientOutcome::Listed { .. } => {}
             ClientOutcome::Failed(error) => {
                 self.checker.violate(format!("client c{c} op {tag} failed: {error}"));
             }

@@ -117,7 +117,7 @@ pub enum Command {
 }
 
 /// What the MDS dropped or did, for tests and metrics.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct MdsCounters {
     /// Messages for nothing the MDS knows (late, repeated, from an old epoch).
     pub messages_dropped: u64,
@@ -367,6 +367,11 @@ impl Mds {
     /// How many groups `server` leads now.
     pub fn groups_led(&self, server: ServerId) -> usize {
         self.led[server.index()] as usize
+    }
+
+    /// Chunk groups `server` holds a replica of now (after rebuilds).
+    pub fn groups_held(&self, server: ServerId) -> usize {
+        self.groups.iter().filter(|g| g.replicas.contains(&server)).count()
     }
 
     pub fn server_power(&self, server: ServerId) -> ServerPower {

@@ -5,12 +5,14 @@
 use somnus_types::{ChunkGroupId, ObjectId};
 
 use super::{Command, Mds, ObjectEntry, mix};
-use crate::cluster::{ClientId, GroupView, Message, MetadataError, ObjectInfo, Peer};
+use crate::cluster::{ClientId, GroupView, ListedObject, Message, MetadataError, ObjectInfo, Peer};
 
 /// The longest object name, in bytes (S3's limit).
 pub const NAME_BYTES_MAX: usize = 1024;
 /// The most chunks one object has (64 TiB of 64 MiB chunks).
 pub const OBJECT_CHUNKS_MAX: u64 = 1 << 20;
+/// The most names one page of a listing holds (S3's `max-keys` limit).
+pub(crate) const LIST_PAGE_MAX: u32 = 1000;
 /// The most objects the MDS holds.
 pub const OBJECTS_MAX: usize = 1 << 26;
 
@@ -31,6 +33,9 @@ impl Mds {
             }
             Message::LookupGroup { request, group } if group.index() < self.groups.len() => {
                 (request, Ok(Message::GroupFound { request, view: self.view(group) }))
+            }
+            Message::ListObjects { request, prefix, start_after, limit } => {
+                (request, Ok(self.list(request, &prefix, start_after.as_deref(), limit)))
             }
             _ => {
                 self.counters.messages_dropped += 1;
@@ -104,6 +109,27 @@ impl Mds {
             chunk_groups: entry.chunk_groups.clone(),
             views,
         })
+    }
+
+    /// One page of the names starting with `prefix`, after `start_after`.
+    fn list(&self, request: u64, prefix: &str, start_after: Option<&str>, limit: u32) -> Message {
+        use std::ops::Bound;
+        let from = match start_after {
+            Some(after) if after >= prefix => Bound::Excluded(after),
+            _ => Bound::Included(prefix),
+        };
+        let limit = limit.clamp(1, LIST_PAGE_MAX) as usize;
+        let mut names = self
+            .objects
+            .range::<str, _>((from, Bound::Unbounded))
+            .take_while(|(name, _)| name.starts_with(prefix));
+        let objects: Vec<ListedObject> = names
+            .by_ref()
+            .take(limit)
+            .map(|(name, entry)| ListedObject { name: name.clone(), size_bytes: entry.size_bytes })
+            .collect();
+        let truncated = names.next().is_some();
+        Message::ObjectsListed { request, objects, truncated }
     }
 
     pub fn object_count(&self) -> usize {

@@ -340,6 +340,40 @@ fn the_namespace_answers_each_request_with_its_id() {
 }
 
 #[test]
+fn a_listing_pages_through_the_names_under_a_prefix_in_order() {
+    let mut h = Harness::new();
+    let client = Peer::Client(ClientId(1));
+    let ask =
+        |h: &mut Harness, message| h.event(MdsEvent::MessageReceived { from: client, message });
+    for (request, name) in ["b/2", "a", "b/1", "b/3", "c"].into_iter().enumerate() {
+        let request = request as u64;
+        ask(&mut h, Message::CreateObject { request, name: name.into(), size_bytes: 4096 });
+    }
+    h.client_replies.clear();
+    let list = |request, start_after: Option<&str>, limit| Message::ListObjects {
+        request,
+        prefix: "b/".into(),
+        start_after: start_after.map(str::to_owned),
+        limit,
+    };
+    ask(&mut h, list(10, None, 2));
+    ask(&mut h, list(11, Some("b/2"), 2));
+    ask(&mut h, list(12, Some("a"), 0));
+    let replies = std::mem::take(&mut h.client_replies);
+    let page = |i: usize| match &replies[i] {
+        Message::ObjectsListed { request, objects, truncated } => {
+            let names: Vec<&str> = objects.iter().map(|o| o.name.as_str()).collect();
+            (*request, names, *truncated)
+        }
+        other => panic!("{other:?}"),
+    };
+    assert_eq!(page(0), (10, vec!["b/1", "b/2"], true));
+    assert_eq!(page(1), (11, vec!["b/3"], false));
+    // A start before the prefix starts at the prefix; a limit of 0 still lists one.
+    assert_eq!(page(2), (12, vec!["b/1"], true));
+}
+
+#[test]
 fn replaying_the_command_log_rebuilds_the_durable_state() {
     let mut h = Harness::started();
     let client = Peer::Client(ClientId(1));

@@ -119,7 +119,7 @@ impl Durable {
 }
 
 /// What a server did, for tests and metrics.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct ServerCounters {
     pub writes_acknowledged: u64,
     pub reads_served: u64,

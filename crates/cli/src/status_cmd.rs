@@ -1,0 +1,186 @@
+//! The operator's commands, over each process's HTTP endpoint (docs/runtime.md,
+//! "HTTP"): `somnus status`, `somnus gear set N`, `somnus server remove ID`. Each
+//! fails fast (a few seconds) when no cluster answers.
+
+use std::net::SocketAddr;
+
+use anyhow::{Context, Result, bail};
+use clap::{Args, Subcommand};
+use somnus_runtime::cluster_file::ClusterFile;
+use somnus_runtime::http::{self, CallError};
+use somnus_runtime::status::{MdsReport, ServerReport};
+
+use crate::cluster_cmd::{ClusterArg, load, runtime};
+
+#[derive(Args)]
+pub(crate) struct StatusArgs {
+    /// Print the MDS's and every server's report as one JSON document.
+    #[arg(long)]
+    json: bool,
+    #[command(flatten)]
+    cluster: ClusterArg,
+}
+
+#[derive(Subcommand)]
+pub(crate) enum GearCommand {
+    /// Serve with gear groups 0..N (1 ≤ N ≤ r): the others drain their primaries and
+    /// sleep, their writes go to the DVL; a higher gear wakes them and reclaims.
+    Set {
+        /// The gear.
+        gear: u32,
+        #[command(flatten)]
+        cluster: ClusterArg,
+    },
+}
+
+/// Where the MDS serves HTTP, or why the file gives no such address.
+fn mds_http(file: &ClusterFile) -> Result<SocketAddr> {
+    file.mds.http.context(
+        "the cluster file gives the MDS no HTTP address: add `http = \"IP:PORT\"` to its [mds] \
+         section and restart the MDS",
+    )
+}
+
+/// Posts an operator command to the MDS and prints its answer.
+fn command(cluster: &ClusterArg, path: String) -> Result<()> {
+    let (file, secret) = load(cluster)?;
+    let address = mds_http(&file)?;
+    let token = secret.operator_token();
+    let answer = runtime()?
+        .block_on(http::call(address, "POST", &path, Some(&token)))
+        .map_err(no_cluster)?;
+    outln!("{}", String::from_utf8_lossy(&answer).trim())?;
+    Ok(())
+}
+
+fn no_cluster(error: CallError) -> anyhow::Error {
+    match error {
+        CallError::Refused { body, .. } => anyhow::anyhow!("the MDS refused: {body}"),
+        other => anyhow::anyhow!("no cluster answers: {other}"),
+    }
+}
+
+pub(crate) fn gear(command: GearCommand) -> Result<()> {
+    let GearCommand::Set { gear, cluster } = command;
+    self::command(&cluster, format!("/gear/{gear}"))
+}
+
+pub(crate) fn remove_server(id: u32, cluster: &ClusterArg) -> Result<()> {
+    command(cluster, format!("/servers/{id}/remove"))
+}
+
+/// Every server's report, `None` for one that does not answer (stopped, suspended
+/// for real, or without an HTTP address).
+async fn server_reports(file: &ClusterFile) -> Vec<Option<ServerReport>> {
+    let addresses: Vec<Option<SocketAddr>> = file.servers.iter().map(|s| s.http).collect();
+    let calls = addresses.into_iter().map(|address| async move {
+        let address = address?;
+        let body = http::call(address, "GET", "/status", None).await.ok()?;
+        serde_json::from_slice(&body).ok()
+    });
+    futures_join(calls).await
+}
+
+/// Runs the calls at once and collects their results in order.
+async fn futures_join<T: Send + 'static>(
+    calls: impl Iterator<Item = impl std::future::Future<Output = T> + Send + 'static>,
+) -> Vec<T> {
+    let tasks: Vec<_> = calls.map(tokio::spawn).collect();
+    let mut results = Vec::with_capacity(tasks.len());
+    for task in tasks {
+        match task.await {
+            Ok(result) => results.push(result),
+            Err(error) => std::panic::resume_unwind(error.into_panic()),
+        }
+    }
+    results
+}
+
+pub(crate) fn status(args: StatusArgs) -> Result<()> {
+    let (file, _) = load(&args.cluster)?;
+    let address = mds_http(&file)?;
+    let (mds, servers) = runtime()?.block_on(async {
+        let mds = http::call(address, "GET", "/status", None).await.map_err(no_cluster)?;
+        let mds: MdsReport =
+            serde_json::from_slice(&mds).context("the MDS's status is not a report")?;
+        anyhow::Ok((mds, server_reports(&file).await))
+    })?;
+    if args.json {
+        let document = serde_json::json!({ "mds": mds, "servers": servers });
+        outln!("{}", serde_json::to_string_pretty(&document)?)?;
+        return Ok(());
+    }
+    print_status(&file, &mds, &servers)
+}
+
+fn print_status(
+    file: &ClusterFile,
+    mds: &MdsReport,
+    servers: &[Option<ServerReport>],
+) -> Result<()> {
+    if mds.servers.len() != servers.len() {
+        bail!("the MDS reports {} servers, the cluster file {}", mds.servers.len(), servers.len());
+    }
+    outln!(
+        "gear {} of {}   {} objects   MDS at {}   view changes {}   wakes {}",
+        mds.gear,
+        mds.replicas,
+        mds.objects,
+        file.mds.address,
+        mds.counters.view_changes,
+        mds.counters.wakes
+    )?;
+    outln!(
+        "{:>6}  {:>4}  {:>4}  {:<8}  {:>9}  {:>6}  {:>7}  {:>12}  {:>12}  {:>12}",
+        "server",
+        "rack",
+        "gear",
+        "power",
+        "primaries",
+        "groups",
+        "watts",
+        "DVL bytes",
+        "energy J",
+        "saved J"
+    )?;
+    let (mut joules, mut always_on, mut answered) = (0.0, 0.0, 0);
+    for (view, report) in mds.servers.iter().zip(servers) {
+        let power = format!("{:?}", view.power).to_lowercase();
+        let head = format!(
+            "{:>6}  {:>4}  {:>4}  {:<8}  {:>9}  {:>6}",
+            view.id, view.rack, view.gear_group, power, view.primaries, view.chunk_groups
+        );
+        match report {
+            Some(r) => {
+                let e = &r.energy;
+                joules += e.joules;
+                always_on += e.joules_if_always_on;
+                answered += 1;
+                outln!(
+                    "{head}  {:>7.1}  {:>12}  {:>12.0}  {:>12.0}",
+                    e.watts,
+                    r.dvl_live_bytes,
+                    e.joules,
+                    e.joules_if_always_on - e.joules
+                )?;
+            }
+            None => outln!("{head}  {:>7}  {:>12}  {:>12}  {:>12}", "-", "no answer", "-", "-")?,
+        }
+    }
+    let saved = always_on - joules;
+    let percent = if always_on > 0.0 { 100.0 * saved / always_on } else { 0.0 };
+    outln!(
+        "energy (modelled, {answered} servers answering, in the cluster's clock): {joules:.0} J \
+         of {always_on:.0} J had they stayed on: {saved:.0} J saved ({percent:.1} %)"
+    )?;
+    let rapl: Vec<f64> = servers.iter().flatten().filter_map(|r| r.energy.rapl_joules).collect();
+    match (mds.rapl_joules, rapl.is_empty()) {
+        (None, true) => outln!("RAPL: not exposed to these processes (see docs/runtime.md)")?,
+        (mds_rapl, _) => outln!(
+            "RAPL package energy (real time): MDS host {}, server hosts {:.0} J summed",
+            mds_rapl.map_or("not exposed".into(), |j| format!("{j:.0} J")),
+            rapl.iter().sum::<f64>()
+        )?,
+    }
+    Ok(())
+}

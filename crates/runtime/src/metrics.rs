@@ -1,0 +1,106 @@
+//! Prometheus metrics (`GET /metrics`): gauges set from the process's report at each
+//! scrape, and request latency histograms recorded as requests finish. One recorder
+//! per process, installed when the role starts.
+
+use metrics::{counter, gauge, histogram};
+use metrics_exporter_prometheus::{Matcher, PrometheusBuilder, PrometheusHandle};
+use somnus_core::cluster::ServerPower;
+
+use crate::status::{MdsReport, ServerReport, WireReport};
+
+/// Bucket bounds of the latency histograms, in seconds.
+const LATENCY_BUCKETS: [f64; 14] =
+    [0.0005, 0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.2, 0.5, 1.0, 2.0, 5.0, 10.0];
+
+/// Installs this process's recorder; `None` if one is already installed (a test
+/// running several roles in one process).
+pub fn install() -> Option<PrometheusHandle> {
+    PrometheusBuilder::new()
+        .set_buckets_for_metric(Matcher::Suffix("seconds".into()), &LATENCY_BUCKETS)
+        .ok()?
+        .install_recorder()
+        .ok()
+}
+
+/// A client request served: from its arrival to its answer.
+pub fn request_done(kind: &'static str, seconds: f64) {
+    histogram!("somnus_request_seconds", "kind" => kind).record(seconds);
+}
+
+/// A request answered with an error.
+pub fn request_failed(kind: &'static str) {
+    counter!("somnus_request_errors_total", "kind" => kind).increment(1);
+}
+
+fn power_code(power: ServerPower) -> f64 {
+    match power {
+        ServerPower::On => 0.0,
+        ServerPower::Draining => 1.0,
+        ServerPower::Asleep => 2.0,
+        ServerPower::Waking => 3.0,
+        ServerPower::Failed => 4.0,
+        ServerPower::Removed => 5.0,
+    }
+}
+
+pub fn record_server(report: &ServerReport) {
+    let server = report.id.to_string();
+    let power = report.power.map_or(-1.0, power_code);
+    gauge!("somnus_server_power_state", "server" => server.clone()).set(power);
+    let e = &report.energy;
+    gauge!("somnus_power_watts", "unit" => "server", "source" => "model").set(e.watts);
+    gauge!("somnus_energy_joules", "unit" => "server", "source" => "model").set(e.joules);
+    gauge!("somnus_energy_if_always_on_joules", "unit" => "server").set(e.joules_if_always_on);
+    if let Some(rapl) = e.rapl_joules {
+        gauge!("somnus_energy_joules", "unit" => "package", "source" => "rapl").set(rapl);
+    }
+    gauge!("somnus_sleeps").set(e.sleeps as f64);
+    gauge!("somnus_wakes").set(e.wakes as f64);
+    gauge!("somnus_primaries").set(report.leads as f64);
+    // The logger's live bytes are other servers' writes not yet reclaimed: the
+    // reclaim backlog it holds; the used bytes are what its files take.
+    gauge!("somnus_reclaim_backlog_bytes").set(report.dvl_live_bytes as f64);
+    gauge!("somnus_dvl_used_bytes").set(report.dvl_used_bytes as f64);
+    let c = &report.counters;
+    for (name, value) in [
+        ("writes_acknowledged", c.writes_acknowledged),
+        ("reads_served", c.reads_served),
+        ("requests_refused", c.requests_refused),
+        ("corrupt_reads", c.corrupt_reads),
+        ("blocks_repaired", c.blocks_repaired),
+        ("writes_logged", c.writes_logged),
+        ("writes_reclaimed", c.writes_reclaimed),
+        ("reads_from_loggers", c.reads_from_loggers),
+        ("rebuilt_bytes", c.rebuilt_bytes),
+    ] {
+        counter!(format!("somnus_{name}_total")).absolute(value);
+    }
+    record_wire(&report.wire);
+}
+
+pub fn record_mds(report: &MdsReport) {
+    gauge!("somnus_gear").set(f64::from(report.gear));
+    gauge!("somnus_objects").set(report.objects as f64);
+    for server in &report.servers {
+        let id = server.id.to_string();
+        gauge!("somnus_server_power_state", "server" => id.clone()).set(power_code(server.power));
+        gauge!("somnus_server_primaries", "server" => id).set(server.primaries as f64);
+    }
+    if let Some(rapl) = report.rapl_joules {
+        gauge!("somnus_energy_joules", "unit" => "package", "source" => "rapl").set(rapl);
+    }
+    let c = &report.counters;
+    counter!("somnus_view_changes_total").absolute(c.view_changes);
+    counter!("somnus_migrations_total").absolute(c.migrations);
+    counter!("somnus_servers_failed_total").absolute(c.servers_failed);
+    counter!("somnus_wakes_total").absolute(c.wakes);
+    record_wire(&report.wire);
+}
+
+fn record_wire(wire: &WireReport) {
+    counter!("somnus_connections_authenticated_total").absolute(wire.connections_authenticated);
+    for (kind, count) in &wire.refused {
+        counter!("somnus_connections_refused_total", "kind" => kind.clone()).absolute(*count);
+    }
+    counter!("somnus_messages_dropped_total").absolute(wire.dropped);
+}

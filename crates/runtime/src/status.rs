@@ -1,0 +1,80 @@
+//! What each process reports of itself (`GET /status` as JSON, and the Prometheus
+//! metrics): the MDS its view of the cluster, a server its own state and energy.
+
+use serde::{Deserialize, Serialize};
+use somnus_core::cluster::ServerPower;
+use somnus_core::cluster::mds::MdsCounters;
+use somnus_core::cluster::server::ServerCounters;
+
+use crate::power::PowerReading;
+
+/// The MDS's report.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct MdsReport {
+    /// The gear: how many gear groups serve (1..=replicas).
+    pub gear: u32,
+    pub replicas: u32,
+    pub objects: usize,
+    pub servers: Vec<MdsServerView>,
+    pub counters: MdsCounters,
+    /// RAPL package energy of the MDS's host since it started, where exposed.
+    pub rapl_joules: Option<f64>,
+    pub wire: WireReport,
+}
+
+/// One server as the MDS sees it.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct MdsServerView {
+    pub id: u32,
+    pub rack: u32,
+    pub gear_group: u32,
+    pub power: ServerPower,
+    /// Chunk groups it leads.
+    pub primaries: usize,
+    /// Chunk groups it holds a replica of (after rebuilds).
+    pub chunk_groups: usize,
+}
+
+/// A server's report of itself.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct ServerReport {
+    pub id: u32,
+    /// The core's power state (`None` before its task starts).
+    pub power: Option<ServerPower>,
+    pub leads: usize,
+    /// Bytes of other servers' DVLs its logger holds (live), and uses on disk.
+    pub dvl_live_bytes: u64,
+    pub dvl_used_bytes: u64,
+    pub counters: ServerCounters,
+    pub energy: PowerReading,
+    pub wire: WireReport,
+}
+
+/// What a process's transport saw.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct WireReport {
+    pub connections_authenticated: u64,
+    /// Connections refused, by kind (garbage, a wrong secret, an oversized frame...).
+    pub refused: Vec<(String, u64)>,
+    pub frames_in: u64,
+    pub frames_out: u64,
+    /// Messages dropped because their peer could not be reached.
+    pub dropped: u64,
+}
+
+impl WireReport {
+    pub fn of(counters: &crate::transport::WireCounters) -> WireReport {
+        use std::sync::atomic::Ordering;
+        WireReport {
+            connections_authenticated: counters.authenticated(),
+            refused: counters.refusals().map(|(kind, n)| (kind.to_owned(), n)).collect(),
+            frames_in: counters.frames_in().0,
+            frames_out: counters.frames_out.load(Ordering::Relaxed),
+            dropped: counters.dropped(),
+        }
+    }
+
+    pub fn refused_total(&self) -> u64 {
+        self.refused.iter().map(|(_, n)| n).sum()
+    }
+}
