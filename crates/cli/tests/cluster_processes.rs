@@ -1,7 +1,8 @@
 //! A real cluster of processes on loopback: `somnus mds` and nine `somnus server`s
 //! started from one cluster file, driven through the client library over TCP, with
-//! servers killed (SIGKILL) and restarted. Every process a test starts is stopped
-//! when its harness is dropped, also when the test fails.
+//! servers killed (SIGKILL) and restarted, gears shifted and servers removed by the
+//! operator over HTTP, and bad connections sent to a running server. Every process a
+//! test starts is stopped when its harness is dropped, also when the test fails.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use std::path::PathBuf;
@@ -10,9 +11,12 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use bytes::Bytes;
+use somnus_core::cluster::ServerPower;
 use somnus_runtime::client::ClusterClient;
 use somnus_runtime::cluster_file::{ClusterFile, ClusterSection};
+use somnus_runtime::http;
 use somnus_runtime::secret_file;
+use somnus_runtime::status::{MdsReport, ServerReport};
 use somnus_types::{ByteRange, ServerId};
 
 struct Cluster {
@@ -33,6 +37,22 @@ fn free_ports(count: usize) -> Vec<std::net::SocketAddr> {
 impl Cluster {
     /// Nine servers in three racks, r = 3, 1 MiB chunks, all started.
     fn start() -> Cluster {
+        Cluster::start_scaled(1.0)
+    }
+
+    /// The same, with the cluster's clock `time_scale` times faster than real time.
+    fn start_scaled(time_scale: f64) -> Cluster {
+        let mut cluster = Cluster::unstarted(time_scale);
+        cluster.mds = Some(cluster.spawn(&["mds"]));
+        for id in 0..9 {
+            let child = cluster.spawn(&["server", "--id", &id.to_string()]);
+            cluster.servers.push(Some(child));
+        }
+        cluster
+    }
+
+    /// The cluster's file and secret, with no process started.
+    fn unstarted(time_scale: f64) -> Cluster {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("cluster.toml");
         let cluster = ClusterSection {
@@ -42,7 +62,7 @@ impl Cluster {
             chunk_size_bytes: 1 << 20,
             logger_capacity_bytes: 64 << 20,
             seed: 7,
-            time_scale: 1.0,
+            time_scale,
             server_profile: "ecs2-storage-node".into(),
         };
         let ports = free_ports(20);
@@ -51,13 +71,18 @@ impl Cluster {
         std::fs::write(&path, file.to_toml()).unwrap();
         secret_file::create(&ClusterFile::secret_path(&path)).unwrap();
         let file = Arc::new(ClusterFile::load(&path).unwrap());
-        let mut cluster = Cluster { _dir: dir, path, file, mds: None, servers: Vec::new() };
-        cluster.mds = Some(cluster.spawn(&["mds"]));
-        for id in 0..9 {
-            let child = cluster.spawn(&["server", "--id", &id.to_string()]);
-            cluster.servers.push(Some(child));
-        }
-        cluster
+        Cluster { _dir: dir, path, file, mds: None, servers: Vec::new() }
+    }
+
+    /// Runs a client command of the CLI against this cluster.
+    fn cli(&self, args: &[&str]) -> std::process::Output {
+        Command::new(env!("CARGO_BIN_EXE_somnus"))
+            .args(args)
+            .arg("--cluster")
+            .arg(&self.path)
+            .stdin(Stdio::null())
+            .output()
+            .unwrap()
     }
 
     /// Starts a role; its standard error is appended to `<role>.log` beside the file.
@@ -95,6 +120,33 @@ impl Cluster {
             }
         }
         total
+    }
+
+    async fn mds_status(&self) -> MdsReport {
+        let body = http::call(self.file.mds.http.unwrap(), "GET", "/status", None).await.unwrap();
+        serde_json::from_slice(&body).unwrap()
+    }
+
+    async fn server_status(&self, id: usize) -> ServerReport {
+        let address = self.file.servers[id].http.unwrap();
+        let body = http::call(address, "GET", "/status", None).await.unwrap();
+        serde_json::from_slice(&body).unwrap()
+    }
+
+    /// Every running server's report.
+    async fn server_statuses(&self) -> Vec<ServerReport> {
+        let mut reports = Vec::new();
+        for id in (0..self.servers.len()).filter(|id| self.servers[*id].is_some()) {
+            reports.push(self.server_status(id).await);
+        }
+        reports
+    }
+
+    /// An operator's command to the MDS, with the token from the secret.
+    async fn operator(&self, path: &str) -> Result<Bytes, http::CallError> {
+        let secret = secret_file::load(&ClusterFile::secret_path(&self.path)).unwrap();
+        let token = secret.operator_token();
+        http::call(self.file.mds.http.unwrap(), "POST", path, Some(&token)).await
     }
 
     fn client(&self) -> ClusterClient {
@@ -157,6 +209,20 @@ fn pattern(seed: u64, len: usize) -> Bytes {
         .into()
 }
 
+/// Polls `check` every 200 ms until it holds, failing after `limit` with `what`.
+macro_rules! eventually {
+    ($limit:expr, $what:expr, $check:expr) => {{
+        let deadline = tokio::time::Instant::now() + $limit;
+        loop {
+            if $check {
+                break;
+            }
+            assert!(tokio::time::Instant::now() < deadline, "not within {:?}: {}", $limit, $what);
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
+    }};
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn objects_are_read_back_and_survive_a_restart_of_the_whole_cluster() {
     let mut cluster = Cluster::start();
@@ -217,6 +283,10 @@ async fn writes_through_a_kill(primary: bool) {
     // Once reclaim has brought the victim level, the rest of the cluster can lose
     // another replica of the group and still read everything.
     tokio::time::sleep(Duration::from_secs(8)).await;
+    // And the loggers' space is freed: no write is left for reclaim.
+    eventually!(Duration::from_secs(30), "reclaim empties every logger", {
+        cluster.server_statuses().await.iter().all(|r| r.dvl_live_bytes == 0)
+    });
     let other = *view.replicas.iter().find(|r| **r != victim && **r != leader).unwrap();
     cluster.kill_server(other);
     let read = client.read("stream", ByteRange::new(0, SIZE)).await.unwrap();
@@ -235,4 +305,193 @@ async fn a_secondary_killed_during_writes_loses_no_acknowledged_write() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_primary_killed_during_writes_loses_no_acknowledged_write() {
     writes_through_a_kill(true).await;
+}
+
+fn asleep(report: &MdsReport) -> usize {
+    report.servers.iter().filter(|s| s.power == ServerPower::Asleep).count()
+}
+
+/// Gear 1 of 3 under a stream of writes and reads: two thirds of the servers sleep,
+/// writes go on through the DVL, reads are served; gear 3 wakes them, reclaim brings
+/// them level and empties the loggers; nothing acknowledged is lost, and the sleep
+/// saved modelled energy. The clock runs 10x, so a wake (13 s) takes 1.3 s.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_gear_shift_down_under_load_sleeps_servers_and_back_up_reclaims() {
+    let cluster = Cluster::start_scaled(10.0);
+    let client = cluster.client();
+    const SIZE: u64 = 4 << 20;
+    client.create("stream", SIZE).await.unwrap();
+    let mut model = vec![0u8; SIZE as usize];
+    let mut seed = 0;
+    let mut write_some = async |model: &mut Vec<u8>, n: u64| {
+        for _ in 0..n {
+            seed += 1;
+            let offset = (seed * 7919 % (SIZE / 16384)) * 16384;
+            let data = pattern(seed, 16384);
+            client.write("stream", offset, data.clone()).await.unwrap();
+            model[offset as usize..offset as usize + data.len()].copy_from_slice(&data);
+        }
+    };
+    write_some(&mut model, 20).await;
+    assert_eq!(cluster.mds_status().await.gear, 3);
+
+    let answer = cluster.operator("/gear/1").await.unwrap();
+    assert_eq!(String::from_utf8_lossy(&answer).trim(), "gear set to 1");
+    // Writes and reads keep being served while the servers drain and sleep.
+    let limit = Duration::from_secs(30);
+    let deadline = tokio::time::Instant::now() + limit;
+    while asleep(&cluster.mds_status().await) < 6 {
+        assert!(tokio::time::Instant::now() < deadline, "six servers not asleep in {limit:?}");
+        write_some(&mut model, 2).await;
+        let read = client.read("stream", ByteRange::new(0, SIZE)).await.unwrap();
+        assert!(read[..] == model[..], "a read during the shift differs");
+    }
+    // Gear 1 is held for 40 s of the cluster's clock under writes and reads: past the
+    // profile's break-even (its sleep and wake cost 603 J more than idling through
+    // them, which standby's 56.4 W below idle repays in 10.7 s).
+    let hold = tokio::time::Instant::now() + Duration::from_secs(4);
+    while tokio::time::Instant::now() < hold {
+        write_some(&mut model, 5).await;
+        let read = client.read("stream", ByteRange::new(0, SIZE)).await.unwrap();
+        assert!(read[..] == model[..], "a read in gear 1 differs");
+    }
+    let mds = cluster.mds_status().await;
+    assert_eq!((mds.gear, asleep(&mds)), (1, 6));
+    // The servers hear the MDS's answer to their standby a moment after it records it.
+    eventually!(limit, "six servers report themselves asleep at standby watts", {
+        let reports = cluster.server_statuses().await;
+        let sleeping = reports.iter().filter(|r| r.power == Some(ServerPower::Asleep));
+        sleeping.filter(|r| r.energy.state == "asleep" && r.energy.watts < 10.0).count() == 6
+    });
+    let reports = cluster.server_statuses().await;
+    let logged: u64 = reports.iter().map(|r| r.dvl_live_bytes).sum();
+    assert!(logged > 0, "the writes in gear 1 went to the DVL");
+
+    cluster.operator("/gear/3").await.unwrap();
+    eventually!(limit, "every server back on", {
+        let mds = cluster.mds_status().await;
+        mds.servers.iter().all(|s| s.power == ServerPower::On)
+    });
+    eventually!(limit, "reclaim empties every logger", {
+        cluster.server_statuses().await.iter().all(|r| r.dvl_live_bytes == 0)
+    });
+    let read = client.read("stream", ByteRange::new(0, SIZE)).await.unwrap();
+    assert!(read[..] == model[..], "a write is lost across the shifts");
+    let reports = cluster.server_statuses().await;
+    assert!(reports.iter().map(|r| r.counters.writes_reclaimed).sum::<u64>() > 0);
+    let woke = reports.iter().filter(|r| r.energy.sleeps == 1 && r.energy.wakes == 1).count();
+    assert_eq!(woke, 6, "six servers slept and woke once");
+    let saved: f64 = reports.iter().map(|r| r.energy.joules_if_always_on - r.energy.joules).sum();
+    assert!(saved > 0.0, "sleeping saved no modelled energy: {saved}");
+}
+
+/// `server remove`: the MDS rebuilds a copy of each of the server's groups on the
+/// others, so every group has r copies again and a further kill loses nothing.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_removed_server_is_rebuilt_to_r_copies() {
+    let mut cluster = Cluster::start_scaled(10.0);
+    let client = cluster.client();
+    let objects: Vec<Bytes> = (0..6).map(|n| pattern(500 + n, 700_000)).collect();
+    for (n, data) in objects.iter().enumerate() {
+        client.put(&format!("o{n}"), data.clone()).await.unwrap();
+    }
+    let groups = cluster.mds_status().await.servers.iter().map(|s| s.chunk_groups).sum::<usize>();
+    assert_eq!(groups, 9 * 4 * 3, "36 groups of 3 replicas");
+    let refused = cluster.operator("/servers/9/remove").await.unwrap_err().to_string();
+    assert!(refused.contains("no server 9"), "{refused}");
+    let stranger = http::call(cluster.file.mds.http.unwrap(), "POST", "/gear/1", Some("00"))
+        .await
+        .unwrap_err()
+        .to_string();
+    assert!(stranger.contains("token"), "{stranger}");
+
+    cluster.operator("/servers/4/remove").await.unwrap();
+    eventually!(Duration::from_secs(60), "the removed server's groups rebuilt", {
+        let mds = cluster.mds_status().await;
+        let removed = &mds.servers[4];
+        let held: usize = mds.servers.iter().map(|s| s.chunk_groups).sum();
+        removed.power == ServerPower::Removed && removed.chunk_groups == 0 && held == 108
+    });
+    let rebuilt: u64 =
+        cluster.server_statuses().await.iter().map(|r| r.counters.rebuilt_bytes).sum();
+    assert!(rebuilt > 0, "no bytes were rebuilt");
+    // The removed server is gone, and one more fails: every group still has two copies.
+    cluster.kill_server(ServerId(4));
+    cluster.kill_server(ServerId(0));
+    for (n, data) in objects.iter().enumerate() {
+        assert_eq!(&client.get(&format!("o{n}")).await.unwrap(), data, "object o{n}");
+    }
+}
+
+/// A running server refuses garbage, a truncated hello, an oversized frame and a
+/// process of another cluster, counts each by kind in its status, and goes on serving.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn bad_connections_against_a_running_server_are_refused_counted_and_it_serves_on() {
+    use tokio::io::AsyncWriteExt;
+    let cluster = Cluster::start();
+    let client = cluster.client();
+    client.put("before", pattern(1, 10_000)).await.unwrap();
+    let address = cluster.file.servers[3].address;
+    let send_raw = async |bytes: &[u8]| {
+        let mut stream = tokio::net::TcpStream::connect(address).await.unwrap();
+        let _ = stream.write_all(bytes).await;
+        let _ = stream.shutdown().await;
+    };
+    send_raw(b"GET / HTTP/1.1\r\nHost: x\r\n\r\n").await;
+    send_raw(&[20, 0, 0, 0, 1, 9, 9, 9, 9, 0, 0, 0, 0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11]).await;
+    send_raw(&[40, 0, 0, 0, 1, 2, 3]).await;
+    let stranger = somnus_runtime::transport::Identity::new(
+        somnus_core::cluster::Peer::Client(somnus_core::cluster::ClientId(77)),
+        somnus_wire::ClusterSecret::from_bytes([3; 32]),
+    );
+    let error = somnus_runtime::transport::connect(address, &stranger).await.unwrap_err();
+    assert_eq!(error.kind(), "wrong_secret", "{error}");
+    let count = |report: &ServerReport, kind: &str| {
+        report.wire.refused.iter().find(|(k, _)| k == kind).map_or(0, |(_, n)| *n)
+    };
+    eventually!(Duration::from_secs(10), "four refusals counted", {
+        let report = cluster.server_status(3).await;
+        ["oversized", "bad_checksum", "truncated", "wrong_secret"]
+            .iter()
+            .all(|kind| count(&report, kind) == 1)
+    });
+    // Still serving: what was stored reads back, and new objects are stored.
+    assert_eq!(client.get("before").await.unwrap(), pattern(1, 10_000));
+    for n in 0..5 {
+        client.put(&format!("after-{n}"), pattern(n, 50_000)).await.unwrap();
+        assert_eq!(client.get(&format!("after-{n}")).await.unwrap(), pattern(n, 50_000));
+    }
+    let names: Vec<String> =
+        client.list("after-").await.unwrap().into_iter().map(|o| o.name).collect();
+    assert_eq!(names, ["after-0", "after-1", "after-2", "after-3", "after-4"]);
+    // The CLI's views of the same cluster.
+    let status = cluster.cli(&["status"]);
+    assert!(status.status.success(), "{status:?}");
+    let text = String::from_utf8_lossy(&status.stdout);
+    assert!(text.starts_with("gear 3 of 3   6 objects"), "{text}");
+    assert_eq!(text.lines().filter(|l| l.contains(" on ")).count(), 9, "{text}");
+    let ls = cluster.cli(&["ls", "after-"]);
+    let text = String::from_utf8_lossy(&ls.stdout);
+    assert_eq!(text.lines().count(), 5, "{text}");
+    assert!(text.lines().all(|l| l.trim_start().starts_with("57344  after-")), "{text}");
+}
+
+/// With no cluster running, `status`, `gear set` and `ls` fail within seconds,
+/// saying no cluster answers.
+#[test]
+fn commands_fail_fast_when_no_cluster_answers() {
+    let cluster = Cluster::unstarted(1.0);
+    for args in [&["status"][..], &["gear", "set", "1"], &["server", "remove", "2"]] {
+        let started = tokio::time::Instant::now();
+        let output = cluster.cli(args);
+        let stderr = String::from_utf8_lossy(&output.stderr);
+        assert_eq!(output.status.code(), Some(1), "{args:?}: {stderr}");
+        assert!(stderr.contains("no cluster answers"), "{args:?}: {stderr}");
+        assert!(!stderr.contains("panicked") && !stderr.contains("backtrace"), "{stderr}");
+        assert!(
+            started.elapsed() < Duration::from_secs(10),
+            "{args:?} took {:?}",
+            started.elapsed()
+        );
+    }
 }

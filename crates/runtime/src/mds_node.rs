@@ -30,9 +30,6 @@ pub struct MdsStatus {
     pub counters: MdsCounters,
 }
 
-/// How often the MDS publishes its status, at the least (real time).
-const STATUS_INTERVAL: std::time::Duration = std::time::Duration::from_millis(500);
-
 /// The MDS's inputs.
 pub struct MdsInputs {
     pub inbox: mpsc::Receiver<Inbound>,
@@ -67,48 +64,35 @@ pub async fn run(
     status: watch::Sender<MdsStatus>,
 ) -> Result<(), CommandLogError> {
     carry_out(&mut mds, &mut log, &outbox, wake.as_ref())?;
-    // The MDS's own timers may be far apart in a quiet cluster: status is published
-    // at least this often as well.
-    let mut status_tick = tokio::time::interval(STATUS_INTERVAL);
+    publish(&mds, &status);
     loop {
         let event = tokio::select! {
             inbound = inputs.inbox.recv() => match inbound {
                 Some(Inbound { from, message }) => MdsEvent::MessageReceived { from, message },
                 None => break,
             },
-            Some(event) = inputs.operator.recv() => {
-                mds.handle(clock.now(), event);
-                carry_out(&mut mds, &mut log, &outbox, wake.as_ref())?;
-                // The operator sees the command's effect at once.
-                publish(&mds, &status);
-                continue;
-            }
-            () = clock.sleep_until(mds.poll_timeout()) => {
-                publish(&mds, &status);
-                MdsEvent::TimerFired
-            }
-            _ = status_tick.tick() => {
-                publish(&mds, &status);
-                continue;
-            }
+            Some(event) = inputs.operator.recv() => event,
+            () = clock.sleep_until(mds.poll_timeout()) => MdsEvent::TimerFired,
             _ = inputs.shutdown.changed() => break,
         };
         mds.handle(clock.now(), event);
         carry_out(&mut mds, &mut log, &outbox, wake.as_ref())?;
+        // Status follows every event (a client's `put` then `status` sees the object);
+        // an MDS's events are heartbeats and metadata, never the data path.
+        publish(&mds, &status);
     }
     publish(&mds, &status);
     Ok(())
 }
 
-/// Publishes the MDS's state (at each of its timers, after an operator's command,
-/// and when it stops).
+/// Publishes the MDS's state (after each event, and when it stops).
 fn publish(mds: &Mds, status: &watch::Sender<MdsStatus>) {
     let servers = (0..mds.server_count()).map(|s| ServerId(s as u32));
     let _ = status.send(MdsStatus {
         gear: mds.gear(),
         power: servers.clone().map(|s| mds.server_power(s)).collect(),
         groups_led: servers.clone().map(|s| mds.groups_led(s)).collect(),
-        groups_held: servers.map(|s| mds.groups_held(s)).collect(),
+        groups_held: mds.groups_held(),
         objects: mds.object_count(),
         counters: mds.counters(),
     });

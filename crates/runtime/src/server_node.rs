@@ -45,6 +45,10 @@ pub enum ServerNodeError {
     Log(#[from] FileLogError),
 }
 
+/// How often the server publishes its status, at the least (real time): its status
+/// is at most this old (publishing per event would cost the data path).
+const STATUS_INTERVAL: std::time::Duration = std::time::Duration::from_millis(500);
+
 /// What the server's task publishes for status and metrics.
 #[derive(Clone, Debug, Default)]
 pub struct ServerStatus {
@@ -114,6 +118,8 @@ pub async fn run(
         requests: BTreeMap::new(),
     };
     node.carry_out(&mut server, &outbox);
+    // A sleeping core asks for no timer: status is published on this tick as well.
+    let mut status_tick = tokio::time::interval(STATUS_INTERVAL);
     loop {
         let event = tokio::select! {
             inbound = inputs.inbox.recv() => match inbound {
@@ -140,6 +146,10 @@ pub async fn run(
                 ServerEvent::TimerFired
             }
             Some(()) = inputs.wake.recv() => ServerEvent::Woken,
+            _ = status_tick.tick() => {
+                publish(&server, &status);
+                continue;
+            }
             _ = inputs.shutdown.changed() => break,
         };
         tokio::task::block_in_place(|| server.handle(clock.now(), event));
@@ -151,8 +161,7 @@ pub async fn run(
     Ok(())
 }
 
-/// Publishes the server's state (at each timer, at least once per heartbeat interval,
-/// and when it stops).
+/// Publishes the server's state (at each timer and status tick, and when it stops).
 fn publish(server: &Server, status: &watch::Sender<ServerStatus>) {
     let log = server.log_volume();
     let _ = status.send(ServerStatus {

@@ -369,9 +369,15 @@ impl Mds {
         self.led[server.index()] as usize
     }
 
-    /// Chunk groups `server` holds a replica of now (after rebuilds).
-    pub fn groups_held(&self, server: ServerId) -> usize {
-        self.groups.iter().filter(|g| g.replicas.contains(&server)).count()
+    /// How many chunk groups each server holds a replica of now (after rebuilds).
+    pub fn groups_held(&self) -> Vec<usize> {
+        let mut held = vec![0; self.servers.len()];
+        for group in &self.groups {
+            for server in &group.replicas {
+                held[server.index()] += 1;
+            }
+        }
+        held
     }
 
     pub fn server_power(&self, server: ServerId) -> ServerPower {
