@@ -11,8 +11,10 @@ use std::sync::Arc;
 
 use bytes::{Bytes, BytesMut};
 use somnus_core::cluster::client::{Client, ClientAction, ClientEvent, ClientOp, ClientOutcome};
-use somnus_core::cluster::{ClientId, ListedObject, ObjectInfo, Payload, Peer, Stamp};
-use somnus_types::ByteRange;
+use somnus_core::cluster::{
+    ChunkId, ClientId, ListedObject, ObjectInfo, Payload, Peer, Piece, Stamp,
+};
+use somnus_types::{ByteRange, Version};
 use somnus_wire::ClusterSecret;
 use tokio::sync::{mpsc, oneshot};
 
@@ -192,6 +194,36 @@ impl ClusterClient {
             }
         }
         Ok(out.freeze())
+    }
+
+    /// One write of `range` (whole blocks, at most a request's size) carrying the
+    /// caller's `stamp`, and the version each chunk's part was written at: for a
+    /// history checker, which needs stamps unique across its clients.
+    pub async fn write_stamped(
+        &self,
+        name: &str,
+        range: ByteRange,
+        stamp: Stamp,
+        data: Bytes,
+    ) -> Result<Vec<(ChunkId, ByteRange, Version)>, ClientError> {
+        let data = Payload::new(data);
+        match self.call(ClientOp::Write { name: name.to_owned(), range, stamp, data }).await? {
+            ClientOutcome::Written(parts) => Ok(parts),
+            other => unreachable!("a write answered {other:?}"),
+        }
+    }
+
+    /// One read of `range` (whole blocks, at most a request's size), as the pieces
+    /// each chunk returned, with their versions and stamps.
+    pub async fn read_pieces(
+        &self,
+        name: &str,
+        range: ByteRange,
+    ) -> Result<Vec<(ChunkId, Piece)>, ClientError> {
+        match self.call(ClientOp::Read { name: name.to_owned(), range }).await? {
+            ClientOutcome::Read(pieces) => Ok(pieces),
+            other => unreachable!("a read answered {other:?}"),
+        }
     }
 
     /// Runs `ops` with at most `IN_FLIGHT` at once; their results in order.
