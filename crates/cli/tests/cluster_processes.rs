@@ -592,7 +592,7 @@ async fn concurrent_clients_record_a_history_the_checker_accepts() {
                 let chunk = ChunkId { object, chunk: ChunkIndex((offset >> 20) as u32) };
                 let within = ByteRange::new(offset % (1 << 20), OP);
                 let now = || start.elapsed().as_nanos() as u64;
-                let write = n % 2 == 0;
+                let write = n.is_multiple_of(2);
                 // Stamps 1.. are unique across the clients (0 is a block never written).
                 let stamp = write.then_some(Stamp(n + 1));
                 let invoke =
