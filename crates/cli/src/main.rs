@@ -15,6 +15,7 @@ mod layout_cmd;
 mod logstore_cmd;
 mod progress;
 mod provenance;
+mod replay_cmd;
 mod report;
 mod reproduce;
 mod sim_cluster;
@@ -101,6 +102,10 @@ enum Command {
     /// chunk groups and DVL bytes, the gear, and the energy saved so far. Exits
     /// non-zero when no cluster answers.
     Status(status_cmd::StatusArgs),
+    /// Replay block traces open-loop against the running cluster (each device an
+    /// object of 1 MiB chunks) and report latency, errors and energy in the
+    /// simulator's shape.
+    Replay(replay_cmd::ReplayArgs),
     /// Shift the cluster's gear (how many gear groups serve).
     Gear {
         #[command(subcommand)]
@@ -154,5 +159,6 @@ fn run(command: Command) -> Result<()> {
         Command::Ls(args) => cluster_cmd::ls(args),
         Command::Status(args) => status_cmd::status(args),
         Command::Gear { command } => status_cmd::gear(command),
+        Command::Replay(args) => replay_cmd::run(args),
     }
 }

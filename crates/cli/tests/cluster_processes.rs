@@ -639,3 +639,52 @@ async fn concurrent_clients_record_a_history_the_checker_accepts() {
         "{violations:?}"
     );
 }
+
+/// `somnus replay` of 20 s of an MSR trace against a cluster at 10x: every request is
+/// served and counted by kind, none fails, and the energy over the span is reported,
+/// in the simulator's JSON shape.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_trace_replays_against_the_cluster_in_the_simulators_shape() {
+    let Some(traces) = somnus_testkit::traces_dir() else { return };
+    let trace = traces.join("msr-csv/hm_0.excerpt7016.csv");
+    // MSR timestamps are in 100 ns units: the requests in the first 20 s, by kind.
+    let text = std::fs::read_to_string(&trace).unwrap();
+    let rows: Vec<(u64, &str)> = text
+        .lines()
+        .map(|line| {
+            let fields: Vec<&str> = line.split(',').collect();
+            (fields[0].parse().unwrap(), fields[3])
+        })
+        .collect();
+    let first = rows[0].0;
+    let within: Vec<&str> =
+        rows.iter().filter(|(t, _)| t - first < 20 * 10_000_000).map(|(_, k)| *k).collect();
+    let reads = within.iter().filter(|k| **k == "Read").count() as u64;
+    let writes = within.len() as u64 - reads;
+
+    let cluster = Cluster::start_scaled(10.0);
+    let trace = trace.to_string_lossy().into_owned();
+    let output = tokio::task::block_in_place(|| {
+        cluster.cli(&["replay", "--trace", &trace, "--duration", "20", "--json"])
+    });
+    assert!(output.status.success(), "{}", String::from_utf8_lossy(&output.stderr));
+    let report: serde_json::Value = serde_json::from_slice(&output.stdout).unwrap();
+    let config = &report["configs"][0];
+    assert_eq!(config["config"], "runtime");
+    assert_eq!(config["read_ms"]["count"], reads, "{config}");
+    assert_eq!(config["write_ms"]["count"], writes, "{config}");
+    assert_eq!(
+        (config["errors"].as_u64(), config["requests_unfinished"].as_u64()),
+        (Some(0), Some(0))
+    );
+    for kind in ["read_ms", "write_ms"] {
+        let s = &config[kind];
+        let (p50, p99, max) =
+            (s["p50"].as_f64().unwrap(), s["p99"].as_f64().unwrap(), s["max"].as_f64().unwrap());
+        assert!(0.0 < p50 && p50 <= p99 && p99 <= max, "{kind}: {s}");
+    }
+    assert!(config["energy_j"].as_f64().unwrap() > 0.0, "{config}");
+    let names = cluster.client().list("replay/").await.unwrap();
+    assert_eq!(names.len(), 1);
+    assert_eq!(names[0].name, "replay/hm_0");
+}

@@ -1,0 +1,361 @@
+//! `somnus replay`: a block trace replayed open-loop against the running cluster, as
+//! the papers' testbeds did (Sierra 4.3): each block device becomes an object of the
+//! cluster (`replay/<volume>`, 1 MiB chunks), each request is issued at its trace time
+//! divided by the time scale, requests that overlap one still in flight on the same
+//! device wait for it (in arrival order), and the read and write latencies, errors
+//! and energy are reported in the simulator's shape (`somnus sim replay --json`).
+
+use std::path::PathBuf;
+use std::sync::{Arc, Mutex, PoisonError};
+use std::time::Duration;
+
+use anyhow::{Context, Result, bail};
+use bytes::Bytes;
+use clap::Args;
+use hdrhistogram::Histogram;
+use somnus_runtime::client::ClusterClient;
+use somnus_runtime::cluster_file::ClusterFile;
+use somnus_runtime::http;
+use somnus_runtime::status::ServerReport;
+use somnus_trace::TraceSet;
+use somnus_types::{ByteRange, IoKind};
+use tokio::sync::watch;
+use tokio::time::Instant;
+
+use crate::cluster_cmd::{ClusterArg, load, runtime};
+use crate::trace_cmd::InputArgs;
+
+/// Bytes of a block: requests are widened to whole blocks.
+const BLOCK: u64 = 4096;
+/// Requests in flight at most; past it the replay falls behind (and says so).
+const IN_FLIGHT_MAX: usize = 4096;
+
+#[derive(Args)]
+pub(crate) struct ReplayArgs {
+    /// The trace files (any format `somnus trace stats` reads).
+    #[arg(long = "trace", required = true, num_args = 1.., value_name = "FILE")]
+    traces: Vec<PathBuf>,
+    #[command(flatten)]
+    input: InputArgs,
+    /// How many times faster than the trace to replay (default: the cluster's own
+    /// time_scale, so the cluster's clock and the trace's run together and the
+    /// modelled energy covers the trace's span).
+    #[arg(long, value_name = "X")]
+    time_scale: Option<f64>,
+    /// Replay only the first SECONDS of the trace (trace time).
+    #[arg(long, value_name = "SECONDS")]
+    duration: Option<f64>,
+    /// Print the report as JSON (the simulator's shape) instead of a table.
+    #[arg(long)]
+    json: bool,
+    #[command(flatten)]
+    cluster: ClusterArg,
+}
+
+/// One request of the trace, in replay time.
+struct Op {
+    at: Duration,
+    volume: usize,
+    range: ByteRange,
+    kind: IoKind,
+}
+
+/// Latency in the simulator's shape (milliseconds).
+#[derive(serde::Serialize)]
+struct LatencySummary {
+    count: u64,
+    p50: f64,
+    mean: f64,
+    p95: f64,
+    p99: f64,
+    max: f64,
+}
+
+/// Latencies from 1 µs to an hour, to three significant digits (a longer one is
+/// counted as an hour).
+fn latency_histogram() -> Option<Histogram<u64>> {
+    Histogram::new_with_bounds(1, 3_600_000_000, 3).ok()
+}
+
+fn summary(histogram: &Histogram<u64>) -> LatencySummary {
+    let ms = |micros: u64| micros as f64 / 1000.0;
+    LatencySummary {
+        count: histogram.len(),
+        p50: ms(histogram.value_at_quantile(0.5)),
+        mean: histogram.mean() / 1000.0,
+        p95: ms(histogram.value_at_quantile(0.95)),
+        p99: ms(histogram.value_at_quantile(0.99)),
+        max: ms(histogram.max()),
+    }
+}
+
+/// The report: the fields of the simulator's configuration report that a live run
+/// measures, under the same names.
+#[derive(serde::Serialize)]
+struct ConfigReport {
+    config: &'static str,
+    energy_pct: Option<f64>,
+    mean_power_pct: Option<f64>,
+    read_ms: LatencySummary,
+    write_ms: LatencySummary,
+    energy_j: Option<f64>,
+    mean_power_w: Option<f64>,
+    requests_unfinished: u64,
+    errors: u64,
+    late_requests: u64,
+}
+
+#[derive(Default)]
+struct Tally {
+    read: Option<Histogram<u64>>,
+    write: Option<Histogram<u64>>,
+    errors: u64,
+    first_error: Option<String>,
+    done: u64,
+}
+
+pub(crate) fn run(args: ReplayArgs) -> Result<()> {
+    let (file, secret) = load(&args.cluster)?;
+    let scale = args.time_scale.unwrap_or(file.cluster.time_scale);
+    if !(scale.is_finite() && scale > 0.0) {
+        bail!("--time-scale must be above 0, not {scale}");
+    }
+    let set = TraceSet::open(&args.traces, &args.input.options())?;
+    let (ops, sizes, span) = read_ops(&set, scale, args.duration)?;
+    let names: Vec<String> =
+        set.volumes().iter().map(|(_, name)| format!("replay/{name}")).collect();
+    noteln!(
+        "replaying {} requests of {} devices over {:.1} s of trace in {:.1} s",
+        ops.len(),
+        names.len(),
+        span.as_secs_f64() * scale,
+        span.as_secs_f64()
+    );
+    let file = Arc::new(file);
+    runtime()?.block_on(async move {
+        let client = ClusterClient::start(file.clone(), secret)?;
+        prepare(&client, &names, &sizes).await?;
+        let before = energy(&file).await;
+        let (tally, late, unfinished) = replay(client, ops, Arc::new(names)).await;
+        let after = energy(&file).await;
+        report(&tally, late, unfinished, before.zip(after), span.as_secs_f64() * scale, args.json)
+    })
+}
+
+/// The trace's requests in replay time (widened to whole blocks), each device's
+/// extent, and the replay's span.
+fn read_ops(
+    set: &TraceSet,
+    scale: f64,
+    duration: Option<f64>,
+) -> Result<(Vec<Op>, Vec<u64>, Duration)> {
+    let mut ops = Vec::new();
+    let mut sizes = vec![0u64; set.volumes().len()];
+    let mut first = None;
+    for request in set.requests() {
+        let request = request?;
+        let start = *first.get_or_insert(request.timestamp.0);
+        let trace_ns = request.timestamp.0 - start;
+        if duration.is_some_and(|d| trace_ns as f64 / 1e9 >= d) {
+            break;
+        }
+        let begin = request.offset_bytes / BLOCK * BLOCK;
+        let end = (request.offset_bytes + u64::from(request.size_bytes)).div_ceil(BLOCK) * BLOCK;
+        let volume = request.volume.0 as usize;
+        sizes[volume] = sizes[volume].max(end);
+        ops.push(Op {
+            at: Duration::from_secs_f64(trace_ns as f64 / 1e9 / scale),
+            volume,
+            range: ByteRange::new(begin, end - begin),
+            kind: request.kind,
+        });
+    }
+    if ops.is_empty() {
+        bail!("the traces hold no request to replay");
+    }
+    let span = ops.last().map_or(Duration::ZERO, |op| op.at);
+    Ok((ops, sizes, span))
+}
+
+/// Creates each device's object, or checks the one there is large enough.
+async fn prepare(client: &ClusterClient, names: &[String], sizes: &[u64]) -> Result<()> {
+    for (name, size) in names.iter().zip(sizes) {
+        let size = (*size).max(BLOCK);
+        match client.stat(name).await {
+            Ok(info) if info.size_bytes >= size => continue,
+            Ok(info) => bail!(
+                "object {name:?} holds {} bytes, the trace addresses {size}: remove it with \
+                 `somnus rm {name}`",
+                info.size_bytes
+            ),
+            Err(_) => {
+                client.create(name, size).await.with_context(|| format!("creating {name:?}"))?;
+            }
+        }
+    }
+    Ok(())
+}
+
+/// The servers' modelled energy and what it would be always on, summed; `None`
+/// unless every server answers.
+async fn energy(file: &ClusterFile) -> Option<(f64, f64)> {
+    let (mut joules, mut always_on) = (0.0, 0.0);
+    for server in &file.servers {
+        let body = http::call(server.http?, "GET", "/status", None).await.ok()?;
+        let report: ServerReport = serde_json::from_slice(&body).ok()?;
+        joules += report.energy.joules;
+        always_on += report.energy.joules_if_always_on;
+    }
+    Some((joules, always_on))
+}
+
+/// Issues every op at its time; returns the tally, the requests issued over 100 ms
+/// late, and those not finished.
+async fn replay(client: ClusterClient, ops: Vec<Op>, names: Arc<Vec<String>>) -> (Tally, u64, u64) {
+    let client = Arc::new(client);
+    let tally = Arc::new(Mutex::new(Tally {
+        read: latency_histogram(),
+        write: latency_histogram(),
+        ..Tally::default()
+    }));
+    // Per device: the ops in flight, each with a watch that turns true when done.
+    let mut in_flight: Vec<Vec<(ByteRange, watch::Receiver<bool>)>> = vec![Vec::new(); names.len()];
+    let limit = Arc::new(tokio::sync::Semaphore::new(IN_FLIGHT_MAX));
+    let start = Instant::now();
+    let (mut late, total) = (0u64, ops.len() as u64);
+    let mut tasks = Vec::with_capacity(ops.len());
+    let mut next_note = start + Duration::from_secs(10);
+    for (n, op) in ops.into_iter().enumerate() {
+        tokio::time::sleep_until(start + op.at).await;
+        let Ok(permit) = limit.clone().acquire_owned().await else { break };
+        if start.elapsed() > op.at + Duration::from_millis(100) {
+            late += 1;
+        }
+        let device = &mut in_flight[op.volume];
+        device.retain(|(_, done)| !*done.borrow());
+        let waits: Vec<watch::Receiver<bool>> = device
+            .iter()
+            .filter(|(range, _)| range.start < op.range.end && op.range.start < range.end)
+            .map(|(_, done)| done.clone())
+            .collect();
+        let (done_tx, done_rx) = watch::channel(false);
+        device.push((op.range, done_rx));
+        let (client, shared, names) = (client.clone(), tally.clone(), names.clone());
+        let arrived = start + op.at;
+        tasks.push(tokio::spawn(async move {
+            for mut wait in waits {
+                let _ = wait.wait_for(|done| *done).await;
+            }
+            let name = &names[op.volume];
+            let result = match op.kind {
+                IoKind::Read => client.read(name, op.range).await.map(drop),
+                IoKind::Write => {
+                    let data = Bytes::from(vec![(n % 251) as u8; op.range.size_bytes() as usize]);
+                    client.write(name, op.range.start, data).await
+                }
+            };
+            let micros = arrived.elapsed().as_micros() as u64;
+            let mut tally = shared.lock().unwrap_or_else(PoisonError::into_inner);
+            tally.done += 1;
+            match result {
+                Ok(()) => {
+                    let histogram =
+                        if op.kind == IoKind::Read { &mut tally.read } else { &mut tally.write };
+                    if let Some(h) = histogram.as_mut() {
+                        h.saturating_record(micros.max(1));
+                    }
+                }
+                Err(error) => {
+                    tally.errors += 1;
+                    tally.first_error.get_or_insert_with(|| format!("{name}: {error}"));
+                }
+            }
+            drop(tally);
+            let _ = done_tx.send(true);
+            drop(permit);
+        }));
+        if Instant::now() >= next_note {
+            next_note += Duration::from_secs(10);
+            let done = tally.lock().unwrap_or_else(PoisonError::into_inner).done;
+            noteln!("  {done} of {total} requests done, {} issued", n + 1);
+        }
+    }
+    for task in tasks {
+        let _ = task.await;
+    }
+    let tally = std::mem::take(&mut *tally.lock().unwrap_or_else(PoisonError::into_inner));
+    let unfinished = total - tally.done;
+    (tally, late, unfinished)
+}
+
+fn report(
+    tally: &Tally,
+    late: u64,
+    unfinished: u64,
+    energy: Option<((f64, f64), (f64, f64))>,
+    span_s: f64,
+    json: bool,
+) -> Result<()> {
+    let empty = latency_histogram;
+    let read = tally.read.clone().or_else(empty).map(|h| summary(&h));
+    let write = tally.write.clone().or_else(empty).map(|h| summary(&h));
+    let (Some(read_ms), Some(write_ms)) = (read, write) else {
+        bail!("cannot make a latency histogram");
+    };
+    let used = energy.map(|((j0, a0), (j1, a1))| (j1 - j0, a1 - a0));
+    let energy_pct = used.map(|(j, a)| if a > 0.0 { 100.0 * j / a } else { 100.0 });
+    let report = ConfigReport {
+        config: "runtime",
+        energy_pct,
+        mean_power_pct: energy_pct,
+        read_ms,
+        write_ms,
+        energy_j: used.map(|(j, _)| j),
+        mean_power_w: used.map(|(j, _)| j / span_s.max(1e-9)),
+        requests_unfinished: unfinished,
+        errors: tally.errors,
+        late_requests: late,
+    };
+    if json {
+        let document = serde_json::json!({ "span_s": span_s, "configs": [report] });
+        outln!("{}", serde_json::to_string_pretty(&document)?)?;
+    } else {
+        outln!(
+            "{:<6} {:>9} {:>9} {:>9} {:>9} {:>9} {:>9}",
+            "",
+            "count",
+            "p50 ms",
+            "mean ms",
+            "p95 ms",
+            "p99 ms",
+            "max ms"
+        )?;
+        for (kind, s) in [("read", &report.read_ms), ("write", &report.write_ms)] {
+            outln!(
+                "{kind:<6} {:>9} {:>9.2} {:>9.2} {:>9.2} {:>9.2} {:>9.2}",
+                s.count,
+                s.p50,
+                s.mean,
+                s.p95,
+                s.p99,
+                s.max
+            )?;
+        }
+        match (report.energy_j, report.energy_pct) {
+            (Some(j), Some(pct)) => outln!(
+                "energy (modelled, over {span_s:.1} s of the cluster's clock): {j:.0} J, {pct:.1} % of always on"
+            )?,
+            _ => outln!("energy: not every server answered its status")?,
+        }
+        outln!(
+            "errors {}   unfinished {}   issued over 100 ms late {}",
+            report.errors,
+            unfinished,
+            late
+        )?;
+    }
+    if let Some(error) = &tally.first_error {
+        noteln!("the first error: {error}");
+    }
+    Ok(())
+}
