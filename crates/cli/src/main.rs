@@ -8,6 +8,7 @@ mod output;
 mod bench_cluster;
 mod bench_cmd;
 mod bench_ec;
+mod bench_runtime;
 mod cluster_cmd;
 mod demo;
 mod info_cmd;

@@ -1,0 +1,394 @@
+//! `somnus bench runtime`: the real cluster of processes on this machine's disk.
+//!
+//! - Writes and reads of 4 KiB and 1 MiB through the client library on a 9-server
+//!   local cluster (r = 3), throughput and p50/p99, beside a raw loop of write +
+//!   fdatasync of the same sizes in the same directory, measured in the same run: the
+//!   ratio is the figure (with r = 3 on one disk, a third of raw is the ceiling).
+//! - The rebuild rate: a server removed, the bytes rebuilt over the time until every
+//!   group has r copies again.
+//! - The time to gear down: gear 3 to 1, until no server outside gear group 0 leads a
+//!   chunk group (Sierra: 98 primaries in 1.3 s).
+
+use std::os::unix::fs::FileExt;
+use std::path::{Path, PathBuf};
+use std::process::Stdio;
+use std::sync::Arc;
+use std::time::Duration;
+
+use anyhow::{Context, Result, bail};
+use bytes::Bytes;
+use clap::Args;
+use hdrhistogram::Histogram;
+use somnus_runtime::client::ClusterClient;
+use somnus_runtime::cluster_file::{ClusterFile, ClusterSection};
+use somnus_runtime::http;
+use somnus_runtime::secret_file;
+use somnus_runtime::status::{MdsReport, ServerReport};
+use somnus_types::ByteRange;
+use tokio::process::{Child, Command};
+use tokio::time::Instant;
+
+use crate::cluster_cmd::runtime;
+
+#[derive(Args)]
+pub(crate) struct BenchRuntimeArgs {
+    /// Where the cluster and the raw loop write (default: a temporary directory in
+    /// the current one, removed after).
+    #[arg(long, value_name = "DIR")]
+    dir: Option<PathBuf>,
+    /// Seconds each client measurement runs.
+    #[arg(long, default_value_t = 10)]
+    seconds: u64,
+    /// Requests in flight through the client.
+    #[arg(long, default_value_t = 8)]
+    in_flight: usize,
+    /// Chunk groups per server (9 servers; 12 makes 108 groups, 72 of whose
+    /// primaries move at a gear-down from 3 to 1; 16 makes 96 of 144).
+    #[arg(long, default_value_t = 16)]
+    groups_per_server: u32,
+}
+
+/// One measurement: throughput and latency.
+struct Figure {
+    mib_s: f64,
+    ops_s: f64,
+    p50_ms: f64,
+    p99_ms: f64,
+}
+
+fn figure(histogram: &Histogram<u64>, bytes: u64, elapsed: Duration) -> Figure {
+    let secs = elapsed.as_secs_f64().max(1e-9);
+    Figure {
+        mib_s: bytes as f64 / secs / f64::from(1 << 20),
+        ops_s: histogram.len() as f64 / secs,
+        p50_ms: histogram.value_at_quantile(0.5) as f64 / 1000.0,
+        p99_ms: histogram.value_at_quantile(0.99) as f64 / 1000.0,
+    }
+}
+
+fn histogram() -> Result<Histogram<u64>> {
+    Histogram::new_with_bounds(1, 3_600_000_000, 3).context("a latency histogram")
+}
+
+pub(crate) fn run(args: &BenchRuntimeArgs) -> Result<()> {
+    let scratch;
+    let dir = match &args.dir {
+        Some(dir) => dir.clone(),
+        None => {
+            scratch = tempfile::Builder::new().prefix("somnus-bench-").tempdir_in(".")?;
+            scratch.path().to_owned()
+        }
+    };
+    std::fs::create_dir_all(&dir).with_context(|| format!("cannot create {}", dir.display()))?;
+    runtime()?.block_on(bench(args, &dir))
+}
+
+async fn bench(args: &BenchRuntimeArgs, dir: &Path) -> Result<()> {
+    let seconds = Duration::from_secs(args.seconds);
+    noteln!("raw write + fdatasync loop in {} ...", dir.display());
+    let raw_small = tokio::task::block_in_place(|| raw_fsync(dir, 4096, seconds))?;
+    let raw_large = tokio::task::block_in_place(|| raw_fsync(dir, 1 << 20, seconds))?;
+    let cluster = LocalCluster::start(dir, args.groups_per_server).await?;
+    let client = cluster.client()?;
+    let mut rows = Vec::new();
+    for (size, label, raw) in [(4096u64, "4 KiB", raw_small), (1 << 20, "1 MiB", raw_large)] {
+        let object = format!("bench-{size}");
+        let span = 256u64 << 20;
+        client.create(&object, span).await?;
+        noteln!("client writes and reads of {label}, {} in flight ...", args.in_flight);
+        let write =
+            closed_loop(&client, &object, size, span, args.in_flight, seconds, true).await?;
+        let read =
+            closed_loop(&client, &object, size, span, args.in_flight, seconds, false).await?;
+        let ratio = write.mib_s / raw.mib_s.max(1e-9);
+        rows.push((format!("raw write+fsync {label}"), raw, None));
+        rows.push((format!("client write {label}"), write, Some(ratio)));
+        rows.push((format!("client read {label}"), read, None));
+    }
+    outln!(
+        "{:<24} {:>10} {:>10} {:>9} {:>9} {:>12}",
+        "",
+        "MiB/s",
+        "ops/s",
+        "p50 ms",
+        "p99 ms",
+        "write / raw"
+    )?;
+    for (name, f, ratio) in &rows {
+        let ratio = ratio.map_or(String::new(), |r| format!("{r:.3}"));
+        outln!(
+            "{name:<24} {:>10.2} {:>10.0} {:>9.2} {:>9.2} {:>12}",
+            f.mib_s,
+            f.ops_s,
+            f.p50_ms,
+            f.p99_ms,
+            ratio
+        )?;
+    }
+    let (moved, took) = gear_down(&cluster).await?;
+    outln!(
+        "gear down 3 -> 1: {moved} primaries moved off gear groups 1 and 2 in {:.2} s (Sierra: 98 in 1.3 s)",
+        took.as_secs_f64()
+    )?;
+    cluster.operator("/gear/3").await?;
+    wait_all_on(&cluster).await?;
+    let (bytes, took) = rebuild(&cluster, &client).await?;
+    outln!(
+        "rebuild of server 4: {:.1} MiB in {:.2} s: {:.1} MiB/s",
+        bytes as f64 / f64::from(1 << 20),
+        took.as_secs_f64(),
+        bytes as f64 / f64::from(1 << 20) / took.as_secs_f64().max(1e-9)
+    )?;
+    cluster.stop().await;
+    Ok(())
+}
+
+/// Writes of `size` at rotating offsets of one file, each followed by fdatasync, for
+/// `seconds`.
+fn raw_fsync(dir: &Path, size: u64, seconds: Duration) -> Result<Figure> {
+    let path = dir.join("raw-fsync.bench");
+    let file = std::fs::OpenOptions::new()
+        .create(true)
+        .truncate(true)
+        .read(true)
+        .write(true)
+        .open(&path)?;
+    let data = vec![0x5au8; size as usize];
+    let mut latency = histogram()?;
+    let span = 256u64 << 20;
+    let start = Instant::now();
+    let mut offset = 0;
+    let mut bytes = 0;
+    while start.elapsed() < seconds {
+        let t = Instant::now();
+        file.write_all_at(&data, offset)?;
+        file.sync_data()?;
+        latency.saturating_record(t.elapsed().as_micros() as u64);
+        bytes += size;
+        offset = (offset + size) % span;
+    }
+    let elapsed = start.elapsed();
+    drop(file);
+    std::fs::remove_file(&path)?;
+    Ok(figure(&latency, bytes, elapsed))
+}
+
+/// `in_flight` tasks writing (or reading) `size` at rotating offsets of `object`.
+async fn closed_loop(
+    client: &ClusterClient,
+    object: &str,
+    size: u64,
+    span: u64,
+    in_flight: usize,
+    seconds: Duration,
+    write: bool,
+) -> Result<Figure> {
+    let start = Instant::now();
+    let mut tasks = Vec::new();
+    for worker in 0..in_flight as u64 {
+        let (client, object) = (client.clone(), object.to_owned());
+        tasks.push(tokio::spawn(async move {
+            let mut latency = histogram()?;
+            let data = Bytes::from(vec![worker as u8; size as usize]);
+            let mut n = worker;
+            while start.elapsed() < seconds {
+                let offset = (n * size) % span;
+                let t = Instant::now();
+                if write {
+                    client.write(&object, offset, data.clone()).await?;
+                } else {
+                    client.read(&object, ByteRange::new(offset, size)).await?;
+                }
+                latency.saturating_record(t.elapsed().as_micros() as u64);
+                n += in_flight as u64;
+            }
+            anyhow::Ok(latency)
+        }));
+    }
+    let mut all = histogram()?;
+    for task in tasks {
+        all.add(task.await??).context("merging histograms")?;
+    }
+    let elapsed = start.elapsed();
+    Ok(figure(&all, all.len() * size, elapsed))
+}
+
+/// Gear 3 to 1; how many primaries left gear groups 1 and 2, and how long until none
+/// is left there.
+async fn gear_down(cluster: &LocalCluster) -> Result<(usize, Duration)> {
+    let before = cluster.mds().await?;
+    let outside = |r: &MdsReport| -> usize {
+        r.servers.iter().filter(|s| s.gear_group != 0).map(|s| s.primaries).sum()
+    };
+    let moved = outside(&before);
+    let start = Instant::now();
+    cluster.operator("/gear/1").await?;
+    while outside(&cluster.mds().await?) > 0 {
+        if start.elapsed() > Duration::from_secs(120) {
+            bail!("the gear-down did not finish in 120 s");
+        }
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    Ok((moved, start.elapsed()))
+}
+
+async fn wait_all_on(cluster: &LocalCluster) -> Result<()> {
+    let start = Instant::now();
+    loop {
+        let mds = cluster.mds().await?;
+        let on = mds.servers.iter().all(|s| s.power == somnus_core::cluster::ServerPower::On);
+        let servers = cluster.servers().await;
+        if on && servers.iter().all(|s| s.dvl_live_bytes == 0) {
+            return Ok(());
+        }
+        if start.elapsed() > Duration::from_secs(300) {
+            bail!("the servers did not all wake and reclaim in 300 s");
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+/// Removes server 4 and waits until every group has r copies again; the bytes the
+/// rebuild copied and the time it took.
+async fn rebuild(cluster: &LocalCluster, client: &ClusterClient) -> Result<(u64, Duration)> {
+    // Data to rebuild: the benchmark objects are there already; add 256 MiB more.
+    let data = Bytes::from(vec![7u8; 1 << 20]);
+    client.create("bench-rebuild", 256 << 20).await?;
+    for mib in 0..256u64 {
+        client.write("bench-rebuild", mib << 20, data.clone()).await?;
+    }
+    let rebuilt = |servers: &[ServerReport]| -> u64 {
+        servers.iter().map(|s| s.counters.rebuilt_bytes).sum()
+    };
+    let before = rebuilt(&cluster.servers().await);
+    let mds = cluster.mds().await?;
+    let copies: usize = mds.servers.iter().map(|s| s.chunk_groups).sum();
+    let start = Instant::now();
+    cluster.operator("/servers/4/remove").await?;
+    loop {
+        let mds = cluster.mds().await?;
+        let held: usize = mds.servers.iter().map(|s| s.chunk_groups).sum();
+        if mds.servers[4].chunk_groups == 0 && held == copies {
+            break;
+        }
+        if start.elapsed() > Duration::from_secs(600) {
+            bail!("the rebuild did not finish in 600 s");
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    let took = start.elapsed();
+    // Servers publish their counters every 500 ms.
+    tokio::time::sleep(Duration::from_millis(700)).await;
+    Ok((rebuilt(&cluster.servers().await) - before, took))
+}
+
+/// A 9-server cluster of child processes in `dir/cluster`.
+struct LocalCluster {
+    path: PathBuf,
+    file: Arc<ClusterFile>,
+    children: Vec<Child>,
+}
+
+impl LocalCluster {
+    async fn start(dir: &Path, groups_per_server: u32) -> Result<LocalCluster> {
+        let base = dir.join("cluster");
+        std::fs::create_dir_all(&base)?;
+        let path = base.join("cluster.toml");
+        let listeners: Vec<std::net::TcpListener> = (0..20)
+            .map(|_| std::net::TcpListener::bind("127.0.0.1:0"))
+            .collect::<std::io::Result<_>>()?;
+        let ports: Vec<std::net::SocketAddr> =
+            listeners.iter().map(|l| l.local_addr()).collect::<std::io::Result<_>>()?;
+        drop(listeners);
+        let cluster = ClusterSection {
+            replicas: 3,
+            racks: 3,
+            groups_per_server,
+            chunk_size_bytes: 1 << 20,
+            logger_capacity_bytes: 1 << 30,
+            seed: 1,
+            time_scale: 1.0,
+            server_profile: "ecs2-storage-node".into(),
+        };
+        let file = ClusterFile::on(cluster, ports[0], ports[1..10].iter().copied())
+            .with_http(ports[10], ports[11..].iter().copied());
+        std::fs::write(&path, file.to_toml())?;
+        secret_file::create(&ClusterFile::secret_path(&path))?;
+        let file = Arc::new(ClusterFile::load(&path)?);
+        let exe = std::env::current_exe().context("cannot find the somnus binary")?;
+        let mut children = Vec::new();
+        let mut roles = vec![vec!["mds".to_owned()]];
+        roles.extend((0..9).map(|id| vec!["server".to_owned(), "--id".into(), id.to_string()]));
+        for role in roles {
+            let log = std::fs::File::create(base.join(format!("{}.log", role.join("-"))))?;
+            children.push(
+                Command::new(&exe)
+                    .args(&role)
+                    .arg("--cluster")
+                    .arg(&path)
+                    .stdin(Stdio::null())
+                    .stdout(Stdio::null())
+                    .stderr(log)
+                    .kill_on_drop(true)
+                    .spawn()?,
+            );
+        }
+        let cluster = LocalCluster { path, file, children };
+        let start = Instant::now();
+        while cluster.mds().await.is_err() || cluster.servers().await.len() < 9 {
+            if start.elapsed() > Duration::from_secs(30) {
+                bail!("the cluster did not start in 30 s (logs in {})", base.display());
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        Ok(cluster)
+    }
+
+    fn client(&self) -> Result<ClusterClient> {
+        let secret = secret_file::load(&ClusterFile::secret_path(&self.path))?;
+        Ok(ClusterClient::start(self.file.clone(), secret)?)
+    }
+
+    async fn mds(&self) -> Result<MdsReport> {
+        let address = self.file.mds.http.context("no MDS HTTP address")?;
+        let body = http::call(address, "GET", "/status", None).await?;
+        Ok(serde_json::from_slice(&body)?)
+    }
+
+    /// The reports of the servers that answer.
+    async fn servers(&self) -> Vec<ServerReport> {
+        let mut reports = Vec::new();
+        for server in &self.file.servers {
+            let Some(address) = server.http else { continue };
+            if let Ok(body) = http::call(address, "GET", "/status", None).await
+                && let Ok(report) = serde_json::from_slice(&body)
+            {
+                reports.push(report);
+            }
+        }
+        reports
+    }
+
+    async fn operator(&self, path: &str) -> Result<()> {
+        let secret = secret_file::load(&ClusterFile::secret_path(&self.path))?;
+        let address = self.file.mds.http.context("no MDS HTTP address")?;
+        http::call(address, "POST", path, Some(&secret.operator_token())).await?;
+        Ok(())
+    }
+
+    /// SIGTERM to every process, then a wait (killed if it takes over 10 s).
+    async fn stop(mut self) {
+        use nix::sys::signal::{Signal, kill};
+        use nix::unistd::Pid;
+        for child in &self.children {
+            if let Some(id) = child.id() {
+                let _ = kill(Pid::from_raw(id as i32), Signal::SIGTERM);
+            }
+        }
+        for child in &mut self.children {
+            if tokio::time::timeout(Duration::from_secs(10), child.wait()).await.is_err() {
+                let _ = child.kill().await;
+            }
+        }
+    }
+}
