@@ -268,7 +268,8 @@ async fn rebuild(cluster: &LocalCluster, client: &ClusterClient) -> Result<(u64,
     loop {
         let mds = cluster.mds().await?;
         let held: usize = mds.servers.iter().map(|s| s.chunk_groups).sum();
-        if mds.servers[4].chunk_groups == 0 && held == copies {
+        // Replicas are reassigned at once; each copy is done when its primary says so.
+        if mds.servers[4].chunk_groups == 0 && held == copies && mds.rebuilds_under_way == 0 {
             break;
         }
         if start.elapsed() > Duration::from_secs(600) {

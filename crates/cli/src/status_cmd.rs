@@ -122,10 +122,11 @@ fn print_status(
         bail!("the MDS reports {} servers, the cluster file {}", mds.servers.len(), servers.len());
     }
     outln!(
-        "gear {} of {}   {} objects   MDS at {}   view changes {}   wakes {}",
+        "gear {} of {}   {} objects   {} rebuilds under way   MDS at {}   view changes {}   wakes {}",
         mds.gear,
         mds.replicas,
         mds.objects,
+        mds.rebuilds_under_way,
         file.mds.address,
         mds.counters.view_changes,
         mds.counters.wakes

@@ -26,6 +26,7 @@ pub struct MdsStatus {
     pub power: Vec<somnus_core::cluster::ServerPower>,
     pub groups_led: Vec<usize>,
     pub groups_held: Vec<usize>,
+    pub rebuilds_under_way: usize,
     pub objects: usize,
     pub counters: MdsCounters,
 }
@@ -93,6 +94,7 @@ fn publish(mds: &Mds, status: &watch::Sender<MdsStatus>) {
         power: servers.clone().map(|s| mds.server_power(s)).collect(),
         groups_led: servers.clone().map(|s| mds.groups_led(s)).collect(),
         groups_held: mds.groups_held(),
+        rebuilds_under_way: mds.rebuilds_under_way(),
         objects: mds.object_count(),
         counters: mds.counters(),
     });

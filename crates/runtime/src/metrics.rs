@@ -81,6 +81,7 @@ pub fn record_server(report: &ServerReport) {
 pub fn record_mds(report: &MdsReport) {
     gauge!("somnus_gear").set(f64::from(report.gear));
     gauge!("somnus_objects").set(report.objects as f64);
+    gauge!("somnus_rebuilds_under_way").set(report.rebuilds_under_way as f64);
     for server in &report.servers {
         let id = server.id.to_string();
         gauge!("somnus_server_power_state", "server" => id.clone()).set(power_code(server.power));

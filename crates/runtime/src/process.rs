@@ -206,6 +206,7 @@ fn mds_report(
             gear: now.gear,
             replicas,
             objects: now.objects,
+            rebuilds_under_way: now.rebuilds_under_way,
             servers,
             counters: now.counters,
             rapl_joules,

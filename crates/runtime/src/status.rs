@@ -15,6 +15,8 @@ pub struct MdsReport {
     pub gear: u32,
     pub replicas: u32,
     pub objects: usize,
+    /// New replicas whose copy is not yet done (after `server remove`).
+    pub rebuilds_under_way: usize,
     pub servers: Vec<MdsServerView>,
     pub counters: MdsCounters,
     /// RAPL package energy of the MDS's host since it started, where exposed.
