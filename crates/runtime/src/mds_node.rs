@@ -31,6 +31,11 @@ pub struct MdsStatus {
     pub counters: MdsCounters,
 }
 
+/// Commands logged since the snapshot past which the log is compacted: a restart
+/// then replays the snapshot (a command per object and per changed group) and at most
+/// this many more.
+pub const COMPACT_AFTER: u64 = 10_000;
+
 /// The MDS's inputs.
 pub struct MdsInputs {
     pub inbox: mpsc::Receiver<Inbound>,
@@ -55,9 +60,11 @@ pub fn open(
 
 /// Runs the MDS until shutdown, or until its command log fails (then the error is
 /// returned: an MDS that cannot persist stops).
+#[allow(clippy::too_many_arguments)]
 pub async fn run(
     mut mds: Mds,
     mut log: CommandLog,
+    layout: Layout,
     clock: Clock,
     outbox: Outbox,
     wake: Arc<dyn Fn(ServerId) + Send + Sync>,
@@ -65,6 +72,7 @@ pub async fn run(
     status: watch::Sender<MdsStatus>,
 ) -> Result<(), CommandLogError> {
     carry_out(&mut mds, &mut log, &outbox, wake.as_ref())?;
+    compact_if_due(&mds, &mut log, &layout)?;
     publish(&mds, &status);
     loop {
         let event = tokio::select! {
@@ -78,6 +86,7 @@ pub async fn run(
         };
         mds.handle(clock.now(), event);
         carry_out(&mut mds, &mut log, &outbox, wake.as_ref())?;
+        compact_if_due(&mds, &mut log, &layout)?;
         // Status follows every event (a client's `put` then `status` sees the object);
         // an MDS's events are heartbeats and metadata, never the data path.
         publish(&mds, &status);
@@ -100,6 +109,26 @@ fn publish(mds: &Mds, status: &watch::Sender<MdsStatus>) {
     });
 }
 
+/// Replaces the log with a snapshot once it has grown past `COMPACT_AFTER`. Called
+/// with every action carried out, so every command the MDS applied is in the log and
+/// the snapshot covers exactly them.
+fn compact_if_due(mds: &Mds, log: &mut CommandLog, layout: &Layout) -> Result<(), CommandLogError> {
+    compact_after(mds, log, layout, COMPACT_AFTER)
+}
+
+fn compact_after(
+    mds: &Mds,
+    log: &mut CommandLog,
+    layout: &Layout,
+    after: u64,
+) -> Result<(), CommandLogError> {
+    if log.logged() < after {
+        return Ok(());
+    }
+    let snapshot = mds.snapshot(layout);
+    tokio::task::block_in_place(|| log.compact(&snapshot))
+}
+
 fn carry_out(
     mds: &mut Mds,
     log: &mut CommandLog,
@@ -114,4 +143,75 @@ fn carry_out(
         }
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use somnus_core::cluster::mds::MdsAction;
+    use somnus_core::cluster::{ClientId, Message, Peer};
+    use somnus_types::VirtualInstant;
+
+    use super::*;
+    use crate::cluster_file::{ClusterFile, ClusterSection};
+
+    fn file() -> ClusterFile {
+        let cluster = ClusterSection {
+            replicas: 3,
+            racks: 3,
+            groups_per_server: 4,
+            chunk_size_bytes: 1 << 20,
+            logger_capacity_bytes: 64 << 20,
+            seed: 3,
+            time_scale: 1.0,
+            server_profile: "ecs2-storage-node".into(),
+        };
+        let address = |port: u16| std::net::SocketAddr::from(([127, 0, 0, 1], port));
+        ClusterFile::on(cluster, address(7000), (7001..7010).map(address))
+    }
+
+    /// Asks the MDS, persisting what it commits as the node does.
+    fn ask(mds: &mut Mds, log: &mut CommandLog, message: Message) {
+        let from = Peer::Client(ClientId(1));
+        mds.handle(VirtualInstant::ZERO, MdsEvent::MessageReceived { from, message });
+        while let Some(action) = mds.poll_action() {
+            if let MdsAction::Persist(command) = action {
+                log.append(&command).unwrap();
+            }
+        }
+    }
+
+    /// The log is compacted once past its bound, the next commands go on after the
+    /// snapshot, and a restart from the store holds every object as it was.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn the_command_log_compacts_into_a_snapshot_a_restart_restores() {
+        let dir = tempfile::tempdir().unwrap();
+        let (file, layout) = (file(), file().layout().unwrap());
+        let path = dir.path().join("commands.redb");
+        let (mut log, _) = CommandLog::open(&path).unwrap();
+        let mut mds = Mds::new(file.config(), &layout, VirtualInstant::ZERO);
+        let create = |request: u64| Message::CreateObject {
+            request,
+            name: format!("o{request}"),
+            size_bytes: 4 << 20,
+        };
+        for request in 0..25 {
+            ask(&mut mds, &mut log, create(request));
+            compact_after(&mds, &mut log, &layout, 20).unwrap();
+        }
+        assert_eq!(log.logged(), 5, "compacted at 20, five since");
+        ask(&mut mds, &mut log, Message::DeleteObject { request: 90, name: "o24".into() });
+        drop(log);
+        let (reopened, commands) = CommandLog::open(&path).unwrap();
+        assert_eq!(reopened.logged(), 6, "five creates and a delete after the snapshot");
+        // The snapshot: the gear, the 20 objects then, the reserved ids.
+        assert_eq!(commands.len(), 22 + 6);
+        let restored = Mds::restore(file.config(), &layout, VirtualInstant::ZERO, commands);
+        assert_eq!(restored.object_count(), 24);
+        for request in 0..24 {
+            let name = format!("o{request}");
+            let (a, b) = (restored.info(&name).unwrap(), mds.info(&name).unwrap());
+            assert_eq!((a.object, a.chunk_groups), (b.object, b.chunk_groups), "{name}");
+        }
+        assert_eq!(mds.snapshot(&layout), restored.snapshot(&layout));
+    }
 }

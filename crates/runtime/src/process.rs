@@ -131,7 +131,7 @@ pub async fn run_mds(path: &Path) -> Result<(), ProcessError> {
     };
     let endpoint = Endpoint { report, metrics: metrics::install(), operator: Some(operator) };
     let http = serve_http(file.mds.http, endpoint).await?;
-    let result = mds_node::run(mds, log, clock, wiring.outbox, wake, inputs, status).await;
+    let result = mds_node::run(mds, log, layout, clock, wiring.outbox, wake, inputs, status).await;
     wiring.listener.abort();
     if let Some(http) = http {
         http.abort();

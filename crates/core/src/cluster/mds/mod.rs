@@ -17,6 +17,7 @@ mod deadlines;
 mod namespace;
 mod power;
 mod rebuild;
+mod snapshot;
 
 use std::collections::{BTreeMap, VecDeque};
 
@@ -113,6 +114,11 @@ pub enum Command {
         epoch: Epoch,
         seq: u64,
         loggers: Vec<ServerId>,
+    },
+    /// Object ids below `next` are taken (a snapshot keeps a deleted object's id from
+    /// being given again: its chunks may still be on the servers).
+    ReserveObjectIds {
+        next: ObjectId,
     },
 }
 
@@ -476,6 +482,9 @@ impl Mds {
                     entry.logger_view = loggers.clone();
                     entry.logger_view_set = (*epoch, *seq);
                 }
+            }
+            Command::ReserveObjectIds { next } => {
+                self.next_object = self.next_object.max(next.0);
             }
         }
     }

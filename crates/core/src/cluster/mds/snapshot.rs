@@ -1,0 +1,106 @@
+//! The MDS's snapshot: the commands that rebuild its durable state, as it is now, on
+//! a new MDS of the same layout (`Mds::restore`). The runtime writes it in place of
+//! the command log once the log has grown (`CommandLog::compact`), so a restart
+//! replays a command per object and per changed group, not every command ever.
+//!
+//! The snapshot is the difference from `Mds::new` on the layout: the gear, the
+//! servers' power, each group's replicas (a replacement per slot that changed), its
+//! rebuilds, primary and epoch, logger view and kept-on flag, every object, and the
+//! next object id (a deleted object's id is never given again).
+
+use somnus_types::ObjectId;
+
+use super::{Command, Mds};
+use crate::layout::Layout;
+
+impl Mds {
+    /// The commands that rebuild this MDS's durable state from `Mds::new` on `layout`
+    /// (the layout it was made with).
+    pub fn snapshot(&self, layout: &Layout) -> Vec<Command> {
+        let base = Mds::new(self.config, layout, self.now);
+        let mut commands = vec![Command::SetGear { gear: self.gear }];
+        for (index, (now, then)) in self.servers.iter().zip(&base.servers).enumerate() {
+            if now.power != then.power {
+                let server = somnus_types::ServerId(index as u32);
+                commands.push(Command::SetPower { server, power: now.power });
+            }
+        }
+        for (index, (now, then)) in self.groups.iter().zip(&base.groups).enumerate() {
+            let group = somnus_types::ChunkGroupId(index as u32);
+            // A slot replaced more than once goes straight to its last server: a lost
+            // server is never chosen again, so each slot's first server is unique.
+            for (lost, with) in then.replicas.iter().zip(&now.replicas) {
+                if lost != with {
+                    commands.push(Command::ReplaceReplica { group, lost: *lost, with: *with });
+                    if !now.rebuilding.contains(with) {
+                        commands.push(Command::RebuildDone { group, server: *with });
+                    }
+                }
+            }
+            if (now.epoch, now.primary) != (then.epoch, then.primary) {
+                commands.push(Command::SetPrimary { group, epoch: now.epoch, server: now.primary });
+            }
+            if now.logger_view_set != then.logger_view_set {
+                let (epoch, seq) = now.logger_view_set;
+                let loggers = now.logger_view.clone();
+                commands.push(Command::SetLoggerView { group, epoch, seq, loggers });
+            }
+            if now.kept_on {
+                commands.push(Command::KeepReplicasOn { group });
+            }
+        }
+        for (name, entry) in &self.objects {
+            commands.push(Command::CreateObject {
+                name: name.clone(),
+                object: entry.object,
+                size_bytes: entry.size_bytes,
+                chunk_groups: entry.chunk_groups.clone(),
+                creator: entry.creator,
+            });
+        }
+        commands.push(Command::ReserveObjectIds { next: ObjectId(self.next_object) });
+        commands
+    }
+
+    /// The durable state in a comparable form, for tests of snapshots and restores.
+    #[cfg(test)]
+    pub(super) fn durable_state(&self) -> String {
+        let groups: Vec<String> = self
+            .groups
+            .iter()
+            .map(|g| {
+                format!(
+                    "{:?} {:?} {:?} {:?} {:?} {:?} {}",
+                    g.replicas,
+                    g.epoch,
+                    g.primary,
+                    g.logger_view,
+                    g.logger_view_set,
+                    g.rebuilding,
+                    g.kept_on
+                )
+            })
+            .collect();
+        let power: Vec<_> = self.servers.iter().map(|s| s.power).collect();
+        let objects: Vec<String> = self
+            .objects
+            .iter()
+            .map(|(name, e)| {
+                format!(
+                    "{name} {:?} {:?} {} {:?}",
+                    e.object, e.creator, e.size_bytes, e.chunk_groups
+                )
+            })
+            .collect();
+        format!(
+            "gear {} next {} led {:?} down {:?} lost {:?}\n{power:?}\n{}\n{}",
+            self.gear,
+            self.next_object,
+            self.led,
+            self.down,
+            self.lost,
+            groups.join("\n"),
+            objects.join("\n")
+        )
+    }
+}
