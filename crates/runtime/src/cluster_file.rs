@@ -243,23 +243,29 @@ impl ClusterFile {
     }
 }
 
+/// A nine-server cluster on loopback ports 7000..7010, for the crate's unit tests.
+#[cfg(test)]
+pub(crate) fn test_file() -> ClusterFile {
+    let cluster = ClusterSection {
+        replicas: 3,
+        racks: 3,
+        groups_per_server: 4,
+        chunk_size_bytes: 1 << 20,
+        logger_capacity_bytes: 64 << 20,
+        seed: 1,
+        time_scale: 1.0,
+        server_profile: default_server_profile(),
+    };
+    let address = |port: u16| SocketAddr::from(([127, 0, 0, 1], port));
+    ClusterFile::on(cluster, address(7000), (7001..7010).map(address))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
 
     fn file() -> ClusterFile {
-        let cluster = ClusterSection {
-            replicas: 3,
-            racks: 3,
-            groups_per_server: 4,
-            chunk_size_bytes: 1 << 20,
-            logger_capacity_bytes: 64 << 20,
-            seed: 1,
-            time_scale: 1.0,
-            server_profile: default_server_profile(),
-        };
-        let address = |port: u16| SocketAddr::from(([127, 0, 0, 1], port));
-        ClusterFile::on(cluster, address(7000), (7001..7010).map(address))
+        test_file()
     }
 
     #[test]

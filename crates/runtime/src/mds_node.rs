@@ -152,22 +152,7 @@ mod tests {
     use somnus_types::VirtualInstant;
 
     use super::*;
-    use crate::cluster_file::{ClusterFile, ClusterSection};
-
-    fn file() -> ClusterFile {
-        let cluster = ClusterSection {
-            replicas: 3,
-            racks: 3,
-            groups_per_server: 4,
-            chunk_size_bytes: 1 << 20,
-            logger_capacity_bytes: 64 << 20,
-            seed: 3,
-            time_scale: 1.0,
-            server_profile: "ecs2-storage-node".into(),
-        };
-        let address = |port: u16| std::net::SocketAddr::from(([127, 0, 0, 1], port));
-        ClusterFile::on(cluster, address(7000), (7001..7010).map(address))
-    }
+    use crate::cluster_file::test_file;
 
     /// Asks the MDS, persisting what it commits as the node does.
     fn ask(mds: &mut Mds, log: &mut CommandLog, message: Message) {
@@ -185,7 +170,7 @@ mod tests {
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn the_command_log_compacts_into_a_snapshot_a_restart_restores() {
         let dir = tempfile::tempdir().unwrap();
-        let (file, layout) = (file(), file().layout().unwrap());
+        let (file, layout) = (test_file(), test_file().layout().unwrap());
         let path = dir.path().join("commands.redb");
         let (mut log, _) = CommandLog::open(&path).unwrap();
         let mut mds = Mds::new(file.config(), &layout, VirtualInstant::ZERO);
