@@ -11,7 +11,6 @@
 
 use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
-use std::process::Stdio;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -25,10 +24,11 @@ use somnus_runtime::http;
 use somnus_runtime::secret_file;
 use somnus_runtime::status::{MdsReport, ServerReport};
 use somnus_types::ByteRange;
-use tokio::process::{Child, Command};
 use tokio::time::Instant;
 
 use crate::cluster_cmd::runtime;
+use crate::replay_cmd::latency_histogram;
+use crate::up_cmd::{Running, free_ports, start_all, stop_all};
 
 #[derive(Args)]
 pub(crate) struct BenchRuntimeArgs {
@@ -67,7 +67,7 @@ fn figure(histogram: &Histogram<u64>, bytes: u64, elapsed: Duration) -> Figure {
 }
 
 fn histogram() -> Result<Histogram<u64>> {
-    Histogram::new_with_bounds(1, 3_600_000_000, 3).context("a latency histogram")
+    latency_histogram().context("a latency histogram")
 }
 
 pub(crate) fn run(args: &BenchRuntimeArgs) -> Result<()> {
@@ -283,11 +283,12 @@ async fn rebuild(cluster: &LocalCluster, client: &ClusterClient) -> Result<(u64,
     Ok((rebuilt(&cluster.servers().await) - before, took))
 }
 
-/// A 9-server cluster of child processes in `dir/cluster`.
+/// A 9-server cluster of child processes in `dir/cluster`, started as `somnus up`
+/// starts its own.
 struct LocalCluster {
     path: PathBuf,
     file: Arc<ClusterFile>,
-    children: Vec<Child>,
+    children: Vec<Running>,
 }
 
 impl LocalCluster {
@@ -295,12 +296,7 @@ impl LocalCluster {
         let base = dir.join("cluster");
         std::fs::create_dir_all(&base)?;
         let path = base.join("cluster.toml");
-        let listeners: Vec<std::net::TcpListener> = (0..20)
-            .map(|_| std::net::TcpListener::bind("127.0.0.1:0"))
-            .collect::<std::io::Result<_>>()?;
-        let ports: Vec<std::net::SocketAddr> =
-            listeners.iter().map(|l| l.local_addr()).collect::<std::io::Result<_>>()?;
-        drop(listeners);
+        let ports = free_ports(20)?;
         let cluster = ClusterSection {
             replicas: 3,
             racks: 3,
@@ -317,23 +313,7 @@ impl LocalCluster {
         secret_file::create(&ClusterFile::secret_path(&path))?;
         let file = Arc::new(ClusterFile::load(&path)?);
         let exe = std::env::current_exe().context("cannot find the somnus binary")?;
-        let mut children = Vec::new();
-        let mut roles = vec![vec!["mds".to_owned()]];
-        roles.extend((0..9).map(|id| vec!["server".to_owned(), "--id".into(), id.to_string()]));
-        for role in roles {
-            let log = std::fs::File::create(base.join(format!("{}.log", role.join("-"))))?;
-            children.push(
-                Command::new(&exe)
-                    .args(&role)
-                    .arg("--cluster")
-                    .arg(&path)
-                    .stdin(Stdio::null())
-                    .stdout(Stdio::null())
-                    .stderr(log)
-                    .kill_on_drop(true)
-                    .spawn()?,
-            );
-        }
+        let children = start_all(&exe, &path, &file, &base.join("logs"))?;
         let cluster = LocalCluster { path, file, children };
         let start = Instant::now();
         while cluster.mds().await.is_err() || cluster.servers().await.len() < 9 {
@@ -351,45 +331,21 @@ impl LocalCluster {
     }
 
     async fn mds(&self) -> Result<MdsReport> {
-        let address = self.file.mds.http.context("no MDS HTTP address")?;
-        let body = http::call(address, "GET", "/status", None).await?;
-        Ok(serde_json::from_slice(&body)?)
+        Ok(http::mds_report(&self.file).await?)
     }
 
     /// The reports of the servers that answer.
     async fn servers(&self) -> Vec<ServerReport> {
-        let mut reports = Vec::new();
-        for server in &self.file.servers {
-            let Some(address) = server.http else { continue };
-            if let Ok(body) = http::call(address, "GET", "/status", None).await
-                && let Ok(report) = serde_json::from_slice(&body)
-            {
-                reports.push(report);
-            }
-        }
-        reports
+        http::server_reports(&self.file).await.into_iter().flatten().collect()
     }
 
     async fn operator(&self, path: &str) -> Result<()> {
         let secret = secret_file::load(&ClusterFile::secret_path(&self.path))?;
-        let address = self.file.mds.http.context("no MDS HTTP address")?;
-        http::call(address, "POST", path, Some(&secret.operator_token())).await?;
+        http::operator(&self.file, &secret, path).await?;
         Ok(())
     }
 
-    /// SIGTERM to every process, then a wait (killed if it takes over 10 s).
     async fn stop(mut self) {
-        use nix::sys::signal::{Signal, kill};
-        use nix::unistd::Pid;
-        for child in &self.children {
-            if let Some(id) = child.id() {
-                let _ = kill(Pid::from_raw(id as i32), Signal::SIGTERM);
-            }
-        }
-        for child in &mut self.children {
-            if tokio::time::timeout(Duration::from_secs(10), child.wait()).await.is_err() {
-                let _ = child.kill().await;
-            }
-        }
+        stop_all(&mut self.children).await;
     }
 }

@@ -73,7 +73,7 @@ struct LatencySummary {
 
 /// Latencies from 1 µs to an hour, to three significant digits (a longer one is
 /// counted as an hour).
-fn latency_histogram() -> Option<Histogram<u64>> {
+pub(crate) fn latency_histogram() -> Option<Histogram<u64>> {
     Histogram::new_with_bounds(1, 3_600_000_000, 3).ok()
 }
 
@@ -199,14 +199,9 @@ async fn prepare(client: &ClusterClient, names: &[String], sizes: &[u64]) -> Res
 /// The servers' modelled energy and what it would be always on, summed; `None`
 /// unless every server answers.
 async fn energy(file: &ClusterFile) -> Option<(f64, f64)> {
-    let (mut joules, mut always_on) = (0.0, 0.0);
-    for server in &file.servers {
-        let body = http::call(server.http?, "GET", "/status", None).await.ok()?;
-        let report: ServerReport = serde_json::from_slice(&body).ok()?;
-        joules += report.energy.joules;
-        always_on += report.energy.joules_if_always_on;
-    }
-    Some((joules, always_on))
+    let reports: Option<Vec<ServerReport>> = http::server_reports(file).await.into_iter().collect();
+    let energy = reports?.into_iter().map(|r| (r.energy.joules, r.energy.joules_if_always_on));
+    Some(energy.fold((0.0, 0.0), |(j, a), (rj, ra)| (j + rj, a + ra)))
 }
 
 /// Issues every op at its time; returns the tally, the requests issued over 100 ms

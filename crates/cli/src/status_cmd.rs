@@ -2,9 +2,7 @@
 //! "HTTP"): `somnus status`, `somnus gear set N`, `somnus server remove ID`. Each
 //! fails fast (a few seconds) when no cluster answers.
 
-use std::net::SocketAddr;
-
-use anyhow::{Context, Result, bail};
+use anyhow::{Result, bail};
 use clap::{Args, Subcommand};
 use somnus_runtime::cluster_file::ClusterFile;
 use somnus_runtime::http::{self, CallError};
@@ -33,22 +31,10 @@ pub(crate) enum GearCommand {
     },
 }
 
-/// Where the MDS serves HTTP, or why the file gives no such address.
-fn mds_http(file: &ClusterFile) -> Result<SocketAddr> {
-    file.mds.http.context(
-        "the cluster file gives the MDS no HTTP address: add `http = \"IP:PORT\"` to its [mds] \
-         section and restart the MDS",
-    )
-}
-
 /// Posts an operator command to the MDS and prints its answer.
 fn command(cluster: &ClusterArg, path: String) -> Result<()> {
     let (file, secret) = load(cluster)?;
-    let address = mds_http(&file)?;
-    let token = secret.operator_token();
-    let answer = runtime()?
-        .block_on(http::call(address, "POST", &path, Some(&token)))
-        .map_err(no_cluster)?;
+    let answer = runtime()?.block_on(http::operator(&file, &secret, &path)).map_err(no_cluster)?;
     outln!("{}", String::from_utf8_lossy(&answer).trim())?;
     Ok(())
 }
@@ -56,6 +42,7 @@ fn command(cluster: &ClusterArg, path: String) -> Result<()> {
 fn no_cluster(error: CallError) -> anyhow::Error {
     match error {
         CallError::Refused { body, .. } => anyhow::anyhow!("the MDS refused: {body}"),
+        error @ CallError::NoAddress { .. } => error.into(),
         other => anyhow::anyhow!("no cluster answers: {other}"),
     }
 }
@@ -69,41 +56,11 @@ pub(crate) fn remove_server(id: u32, cluster: &ClusterArg) -> Result<()> {
     command(cluster, format!("/servers/{id}/remove"))
 }
 
-/// Every server's report, `None` for one that does not answer (stopped, suspended
-/// for real, or without an HTTP address).
-async fn server_reports(file: &ClusterFile) -> Vec<Option<ServerReport>> {
-    let addresses: Vec<Option<SocketAddr>> = file.servers.iter().map(|s| s.http).collect();
-    let calls = addresses.into_iter().map(|address| async move {
-        let address = address?;
-        let body = http::call(address, "GET", "/status", None).await.ok()?;
-        serde_json::from_slice(&body).ok()
-    });
-    futures_join(calls).await
-}
-
-/// Runs the calls at once and collects their results in order.
-async fn futures_join<T: Send + 'static>(
-    calls: impl Iterator<Item = impl std::future::Future<Output = T> + Send + 'static>,
-) -> Vec<T> {
-    let tasks: Vec<_> = calls.map(tokio::spawn).collect();
-    let mut results = Vec::with_capacity(tasks.len());
-    for task in tasks {
-        match task.await {
-            Ok(result) => results.push(result),
-            Err(error) => std::panic::resume_unwind(error.into_panic()),
-        }
-    }
-    results
-}
-
 pub(crate) fn status(args: StatusArgs) -> Result<()> {
     let (file, _) = load(&args.cluster)?;
-    let address = mds_http(&file)?;
     let (mds, servers) = runtime()?.block_on(async {
-        let mds = http::call(address, "GET", "/status", None).await.map_err(no_cluster)?;
-        let mds: MdsReport =
-            serde_json::from_slice(&mds).context("the MDS's status is not a report")?;
-        anyhow::Ok((mds, server_reports(&file).await))
+        let mds = http::mds_report(&file).await.map_err(no_cluster)?;
+        anyhow::Ok((mds, http::server_reports(&file).await))
     })?;
     if args.json {
         let document = serde_json::json!({ "mds": mds, "servers": servers });

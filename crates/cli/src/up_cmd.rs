@@ -76,7 +76,7 @@ fn first_run(args: &UpArgs, path: &Path) -> Result<ClusterFile> {
 }
 
 /// Loopback ports free now (the kernel picks them; they are kept in the file).
-fn free_ports(count: usize) -> Result<Vec<SocketAddr>> {
+pub(crate) fn free_ports(count: usize) -> Result<Vec<SocketAddr>> {
     let listeners: Vec<TcpListener> = (0..count)
         .map(|_| TcpListener::bind("127.0.0.1:0"))
         .collect::<std::io::Result<_>>()
@@ -84,42 +84,14 @@ fn free_ports(count: usize) -> Result<Vec<SocketAddr>> {
     listeners.iter().map(|l| l.local_addr().context("a port's address")).collect()
 }
 
-struct Running {
+pub(crate) struct Running {
     name: String,
     child: Child,
 }
 
 async fn supervise(exe: &Path, path: &Path, file: &ClusterFile) -> Result<()> {
     let dir = path.parent().unwrap_or(Path::new("."));
-    let logs = dir.join("logs");
-    std::fs::create_dir_all(&logs).with_context(|| format!("cannot create {}", logs.display()))?;
-    let mut children = Vec::new();
-    let cluster = path.to_string_lossy().into_owned();
-    let mut roles =
-        vec![("mds".to_owned(), vec!["mds".to_owned(), "--cluster".into(), cluster.clone()])];
-    for server in &file.servers {
-        let args = vec![
-            "server".to_owned(),
-            "--id".into(),
-            server.id.to_string(),
-            "--cluster".into(),
-            cluster.clone(),
-        ];
-        roles.push((format!("server-{}", server.id), args));
-    }
-    for (name, args) in roles {
-        let log = std::fs::File::create(logs.join(format!("{name}.log")))
-            .with_context(|| format!("cannot create the log of {name}"))?;
-        let child = Command::new(exe)
-            .args(&args)
-            .stdin(Stdio::null())
-            .stdout(log.try_clone()?)
-            .stderr(log)
-            .kill_on_drop(true)
-            .spawn()
-            .with_context(|| format!("cannot start {name}"))?;
-        children.push(Running { name, child });
-    }
+    let mut children = start_all(exe, path, file, &dir.join("logs"))?;
     noteln!(
         "somnus: a cluster of {} servers in {} racks (r = {}) is up; MDS at {}",
         file.servers.len(),
@@ -134,6 +106,45 @@ async fn supervise(exe: &Path, path: &Path, file: &ClusterFile) -> Result<()> {
     wait_for_stop(&mut children).await?;
     stop_all(&mut children).await;
     Ok(())
+}
+
+/// Starts the MDS and every server of the cluster file at `path` as children of this
+/// process (killed if it ends first), each logging to `logs/<role>.log`.
+pub(crate) fn start_all(
+    exe: &Path,
+    path: &Path,
+    file: &ClusterFile,
+    logs: &Path,
+) -> Result<Vec<Running>> {
+    std::fs::create_dir_all(logs).with_context(|| format!("cannot create {}", logs.display()))?;
+    let cluster = path.to_string_lossy().into_owned();
+    let mut roles =
+        vec![("mds".to_owned(), vec!["mds".to_owned(), "--cluster".into(), cluster.clone()])];
+    for server in &file.servers {
+        let args = vec![
+            "server".to_owned(),
+            "--id".into(),
+            server.id.to_string(),
+            "--cluster".into(),
+            cluster.clone(),
+        ];
+        roles.push((format!("server-{}", server.id), args));
+    }
+    let mut children = Vec::new();
+    for (name, args) in roles {
+        let log = std::fs::File::create(logs.join(format!("{name}.log")))
+            .with_context(|| format!("cannot create the log of {name}"))?;
+        let child = Command::new(exe)
+            .args(&args)
+            .stdin(Stdio::null())
+            .stdout(log.try_clone()?)
+            .stderr(log)
+            .kill_on_drop(true)
+            .spawn()
+            .with_context(|| format!("cannot start {name}"))?;
+        children.push(Running { name, child });
+    }
+    Ok(children)
 }
 
 /// Returns on SIGINT or SIGTERM; a child that ends meanwhile is reported.
@@ -164,7 +175,7 @@ async fn wait_for_stop(children: &mut [Running]) -> Result<()> {
 }
 
 /// SIGTERM to every child still running, then SIGKILL to those not gone in time.
-async fn stop_all(children: &mut [Running]) {
+pub(crate) async fn stop_all(children: &mut [Running]) {
     use nix::sys::signal::{Signal, kill};
     use nix::unistd::Pid;
     for running in children.iter() {

@@ -123,30 +123,22 @@ impl Cluster {
     }
 
     async fn mds_status(&self) -> MdsReport {
-        let body = http::call(self.file.mds.http.unwrap(), "GET", "/status", None).await.unwrap();
-        serde_json::from_slice(&body).unwrap()
+        http::mds_report(&self.file).await.unwrap()
     }
 
     async fn server_status(&self, id: usize) -> ServerReport {
-        let address = self.file.servers[id].http.unwrap();
-        let body = http::call(address, "GET", "/status", None).await.unwrap();
-        serde_json::from_slice(&body).unwrap()
+        http::server_reports(&self.file).await.swap_remove(id).expect("the server answers")
     }
 
     /// Every running server's report.
     async fn server_statuses(&self) -> Vec<ServerReport> {
-        let mut reports = Vec::new();
-        for id in (0..self.servers.len()).filter(|id| self.servers[*id].is_some()) {
-            reports.push(self.server_status(id).await);
-        }
-        reports
+        http::server_reports(&self.file).await.into_iter().flatten().collect()
     }
 
     /// An operator's command to the MDS, with the token from the secret.
     async fn operator(&self, path: &str) -> Result<Bytes, http::CallError> {
         let secret = secret_file::load(&ClusterFile::secret_path(&self.path)).unwrap();
-        let token = secret.operator_token();
-        http::call(self.file.mds.http.unwrap(), "POST", path, Some(&token)).await
+        http::operator(&self.file, &secret, path).await
     }
 
     fn client(&self) -> ClusterClient {

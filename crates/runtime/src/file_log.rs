@@ -67,12 +67,8 @@ impl FileLog {
         let segments = dir.join("segments");
         let disk = FsDisk::new(&segments)
             .map_err(|source| FileLogError::Dir { path: segments.clone(), source })?;
-        let options = Options {
-            segment_bytes: SEGMENT_BYTES,
-            capacity_bytes: capacity_bytes.max(SEGMENT_BYTES),
-            compact_live_percent_max: 50,
-            ..Options::stepped(LogId(u64::from(server) + 1))
-        };
+        let log = LogId(u64::from(server) + 1);
+        let options = Options::stepped_logger(log, SEGMENT_BYTES, capacity_bytes);
         let store = LogStore::open(Arc::new(disk), options)
             .map_err(|source| FileLogError::Engine { path: segments, source: Box::new(source) })?;
         let (index, changes) = Journal::open(&dir.join("index"))?;

@@ -4,8 +4,8 @@
 //! secret, `ClusterSecret::operator_token`) as `Authorization: Bearer <token>`:
 //! `POST /gear/{n}` and `POST /servers/{id}/remove`.
 //!
-//! Also the small client the CLI uses to call them, with a deadline, so a command
-//! against a cluster that is not there fails fast.
+//! Also the small client that calls them (the CLI, the benchmarks, the tests), with
+//! a deadline, so a command against a cluster that is not there fails fast.
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -23,6 +23,9 @@ use somnus_types::ServerId;
 use somnus_wire::ClusterSecret;
 use tokio::net::TcpListener;
 use tokio::sync::mpsc;
+
+use crate::cluster_file::ClusterFile;
+use crate::status::{MdsReport, ServerReport};
 
 /// What a process's endpoint serves.
 #[derive(Clone)]
@@ -72,7 +75,7 @@ async fn metrics(State(endpoint): State<Endpoint>) -> Response {
 }
 
 /// The operator, if the token is right; else the answer to give.
-fn operator(
+fn authorized(
     endpoint: &Endpoint,
     headers: &HeaderMap,
 ) -> Result<Operator, (StatusCode, &'static str)> {
@@ -94,7 +97,7 @@ async fn gear(
     headers: HeaderMap,
     Path(gear): Path<u32>,
 ) -> Response {
-    let operator = match operator(&endpoint, &headers) {
+    let operator = match authorized(&endpoint, &headers) {
         Ok(operator) => operator,
         Err(answer) => return answer.into_response(),
     };
@@ -110,7 +113,7 @@ async fn remove(
     headers: HeaderMap,
     Path(id): Path<u32>,
 ) -> Response {
-    let operator = match operator(&endpoint, &headers) {
+    let operator = match authorized(&endpoint, &headers) {
         Ok(operator) => operator,
         Err(answer) => return answer.into_response(),
     };
@@ -140,6 +143,13 @@ pub enum CallError {
     Http { address: SocketAddr, source: hyper::Error },
     #[error("{address} refused: {status}: {body}")]
     Refused { address: SocketAddr, status: StatusCode, body: String },
+    #[error(
+        "the cluster file gives the {role} no HTTP address: add `http = \"IP:PORT\"` to its \
+         section and restart it"
+    )]
+    NoAddress { role: String },
+    #[error("{address} answered something that is not its status: {reason}")]
+    NotAReport { address: SocketAddr, reason: String },
 }
 
 /// How long a call may take, connection included.
@@ -185,4 +195,46 @@ pub async fn call(
     tokio::time::timeout(CALL_DEADLINE, request)
         .await
         .unwrap_or(Err(CallError::TimedOut { address, after: CALL_DEADLINE }))
+}
+
+/// `GET /status` at `address`, as a report of type `T`.
+async fn report<T: serde::de::DeserializeOwned>(address: SocketAddr) -> Result<T, CallError> {
+    let body = call(address, "GET", "/status", None).await?;
+    serde_json::from_slice(&body)
+        .map_err(|error| CallError::NotAReport { address, reason: error.to_string() })
+}
+
+/// The report of the MDS of `file`.
+pub async fn mds_report(file: &ClusterFile) -> Result<MdsReport, CallError> {
+    let address = file.mds.http.ok_or_else(|| CallError::NoAddress { role: "MDS".into() })?;
+    report(address).await
+}
+
+/// Every server's report, by id, all asked at once; `None` for one that does not
+/// answer (stopped, suspended for real, or without an HTTP address).
+pub async fn server_reports(file: &ClusterFile) -> Vec<Option<ServerReport>> {
+    let calls: Vec<_> = file
+        .servers
+        .iter()
+        .map(|server| {
+            let address = server.http;
+            tokio::spawn(async move { report(address?).await.ok() })
+        })
+        .collect();
+    let mut reports = Vec::with_capacity(calls.len());
+    for call in calls {
+        reports.push(call.await.ok().flatten());
+    }
+    reports
+}
+
+/// An operator's command (`/gear/{n}`, `/servers/{id}/remove`) to the MDS of `file`,
+/// with the token from its secret; the MDS's answer.
+pub async fn operator(
+    file: &ClusterFile,
+    secret: &ClusterSecret,
+    path: &str,
+) -> Result<Bytes, CallError> {
+    let address = file.mds.http.ok_or_else(|| CallError::NoAddress { role: "MDS".into() })?;
+    call(address, "POST", path, Some(&secret.operator_token())).await
 }

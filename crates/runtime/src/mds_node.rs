@@ -84,18 +84,23 @@ pub async fn run(
             () = clock.sleep_until(mds.poll_timeout()) => MdsEvent::TimerFired,
             _ = inputs.shutdown.changed() => break,
         };
+        let timer = matches!(event, MdsEvent::TimerFired);
         mds.handle(clock.now(), event);
-        carry_out(&mut mds, &mut log, &outbox, wake.as_ref())?;
+        let changed = carry_out(&mut mds, &mut log, &outbox, wake.as_ref())?;
         compact_if_due(&mds, &mut log, &layout)?;
-        // Status follows every event (a client's `put` then `status` sees the object);
-        // an MDS's events are heartbeats and metadata, never the data path.
-        publish(&mds, &status);
+        // What status shows changes only by a command (a client's `put` then `status`
+        // sees the object), but for counters such as drops, caught up at each timer:
+        // the heartbeats that change nothing publish nothing.
+        if changed || timer {
+            publish(&mds, &status);
+        }
     }
     publish(&mds, &status);
     Ok(())
 }
 
-/// Publishes the MDS's state (after each event, and when it stops).
+/// Publishes the MDS's state (after each event that committed a command, at each
+/// timer, and when it stops).
 fn publish(mds: &Mds, status: &watch::Sender<MdsStatus>) {
     let servers = (0..mds.server_count()).map(|s| ServerId(s as u32));
     let _ = status.send(MdsStatus {
@@ -129,20 +134,26 @@ fn compact_after(
     tokio::task::block_in_place(|| log.compact(&snapshot))
 }
 
+/// Carries out the MDS's actions in order (a command persisted before any action
+/// after it); whether any command was persisted.
 fn carry_out(
     mds: &mut Mds,
     log: &mut CommandLog,
     outbox: &Outbox,
     wake: &(dyn Fn(ServerId) + Send + Sync),
-) -> Result<(), CommandLogError> {
+) -> Result<bool, CommandLogError> {
+    let mut persisted = false;
     while let Some(action) = mds.poll_action() {
         match action {
-            MdsAction::Persist(command) => tokio::task::block_in_place(|| log.append(&command))?,
+            MdsAction::Persist(command) => {
+                tokio::task::block_in_place(|| log.append(&command))?;
+                persisted = true;
+            }
             MdsAction::Send { to, message } => outbox.send(to, message),
             MdsAction::WakeServer(server) => wake(server),
         }
     }
-    Ok(())
+    Ok(persisted)
 }
 
 #[cfg(test)]

@@ -18,7 +18,7 @@ use crate::cluster_file::ClusterFile;
 use crate::http::{Endpoint, Operator};
 use crate::mds_node::MdsStatus;
 use crate::net::{Outbox, listen};
-use crate::power::{NodeMeter, PowerDriver, Rapl, WakeListener, Waker, emulated_mac, parse_mac};
+use crate::power::{NodeMeter, PowerDriver, Rapl, WakeListener, Waker};
 use crate::status::{MdsReport, MdsServerView, ServerReport, WireReport};
 use crate::transport::{Identity, WireCounters};
 use crate::{http, mds_node, metrics, secret_file, server_node};
@@ -151,14 +151,14 @@ fn wake_servers(
     let timeout = file.config().wake_timeout;
     Arc::new(move |server: ServerId| {
         let Some(section) = file.servers.get(server.index()) else { return };
-        let configured = section.power.mac.as_deref().and_then(|mac| parse_mac(mac).ok());
-        let mac = configured.unwrap_or_else(|| emulated_mac(server.0));
+        let mac = section.power.wake_mac(server.0);
+        let broadcast = section.power.mac.is_some();
         let address = section.address;
         let (waker, status) = (waker.clone(), status.clone());
         tokio::spawn(async move {
             let deadline = clock.now() + timeout;
             loop {
-                if let Err(error) = waker.wake(mac, address, configured.is_some()).await {
+                if let Err(error) = waker.wake(mac, address, broadcast).await {
                     eprintln!("mds: cannot send the wake packet of server {}: {error}", server.0);
                 }
                 clock.sleep_until(Some(clock.now() + VirtualDuration::from_secs(2))).await;
@@ -231,8 +231,7 @@ pub async fn run_server(path: &Path, id: u32) -> Result<(), ProcessError> {
     let clock = Clock::start(file.cluster.time_scale);
     let shutdown = on_signal()?;
     // The power task: the actuators, the meter and the wake channel.
-    let mac = section.power.mac.as_deref().and_then(|m| parse_mac(m).ok());
-    let listener = WakeListener::bind(section.address, mac.unwrap_or_else(|| emulated_mac(id)))
+    let listener = WakeListener::bind(section.address, section.power.wake_mac(id))
         .await
         .map_err(|source| ProcessError::Wake { address: section.address, source })?;
     let meter = Arc::new(Mutex::new(NodeMeter::new(profile, clock.now())));

@@ -64,6 +64,19 @@ impl Options {
             ..Options::default()
         }
     }
+
+    /// A storage server's logger as the cluster steps it (the simulator's and the
+    /// runtime's alike): `stepped`, segments of `segment_bytes`, room for
+    /// `capacity_bytes` but never less than one segment, and a segment compacted once
+    /// under half of it is live.
+    pub fn stepped_logger(log: LogId, segment_bytes: u64, capacity_bytes: u64) -> Options {
+        Options {
+            segment_bytes,
+            capacity_bytes: capacity_bytes.max(segment_bytes),
+            compact_live_percent_max: 50,
+            ..Options::stepped(log)
+        }
+    }
 }
 
 /// The clock of a log in virtual time: records carry no wall-clock age.

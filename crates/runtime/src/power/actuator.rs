@@ -87,6 +87,13 @@ impl PowerSection {
         Ok(())
     }
 
+    /// The MAC server `id` wakes to: its NIC's, else the emulated one. A MAC the file
+    /// gives is checked when the file loads (`check`).
+    pub fn wake_mac(&self, id: u32) -> [u8; 6] {
+        let configured = self.mac.as_deref().and_then(|mac| parse_mac(mac).ok());
+        configured.unwrap_or_else(|| super::emulated_mac(id))
+    }
+
     /// Whether the node's sleep is emulated (so the wake takes the profile's time).
     pub fn emulated(&self) -> bool {
         self.node == NodeBackend::Emulated

@@ -43,12 +43,8 @@ fn failed(error: Error) -> BackendError {
 impl EngineLog {
     /// An empty log of `capacity_bytes` for server `server`.
     pub(crate) fn new(server: u32, capacity_bytes: u64) -> Result<EngineLog, BackendError> {
-        let options = Options {
-            segment_bytes: SEGMENT_BYTES,
-            capacity_bytes: capacity_bytes.max(SEGMENT_BYTES),
-            compact_live_percent_max: 50,
-            ..Options::stepped(LogId(u64::from(server) + 1))
-        };
+        let log = LogId(u64::from(server) + 1);
+        let options = Options::stepped_logger(log, SEGMENT_BYTES, capacity_bytes);
         let disk = MemDisk::new();
         let store = LogStore::open(Arc::new(disk.clone()), options.clone()).map_err(failed)?;
         Ok(EngineLog {
