@@ -135,7 +135,7 @@ pub(crate) fn run(args: ReplayArgs) -> Result<()> {
     runtime()?.block_on(async move {
         let client = ClusterClient::start(file.clone(), secret)?;
         prepare(&client, &names, &sizes).await?;
-        let before = energy(&file).await;
+        let before = energy_once_all_answer(&file).await;
         let (tally, late, unfinished) = replay(client, ops, Arc::new(names)).await;
         let after = energy(&file).await;
         report(&tally, late, unfinished, before.zip(after), span.as_secs_f64() * scale, args.json)
@@ -202,6 +202,20 @@ async fn energy(file: &ClusterFile) -> Option<(f64, f64)> {
     let reports: Option<Vec<ServerReport>> = http::server_reports(file).await.into_iter().collect();
     let energy = reports?.into_iter().map(|r| (r.energy.joules, r.energy.joules_if_always_on));
     Some(energy.fold((0.0, 0.0), |(j, a), (rj, ra)| (j + rj, a + ra)))
+}
+
+/// `energy`, once every server answers: a cluster just started may take a few seconds
+/// to serve its status. `None` if one still does not after 10 s (the replay runs, its
+/// energy unreported).
+async fn energy_once_all_answer(file: &ClusterFile) -> Option<(f64, f64)> {
+    let start = Instant::now();
+    loop {
+        let energy = energy(file).await;
+        if energy.is_some() || start.elapsed() > Duration::from_secs(10) {
+            return energy;
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
 }
 
 /// Issues every op at its time; returns the tally, the requests issued over 100 ms
