@@ -17,16 +17,16 @@ use somnus_runtime::client::ClusterClient;
 use somnus_runtime::cluster_file::ClusterFile;
 use somnus_runtime::http;
 use somnus_runtime::status::ServerReport;
+use somnus_sim::cluster::{GearAt, TraceWorkload};
 use somnus_trace::TraceSet;
-use somnus_types::{ByteRange, IoKind};
+use somnus_types::{ByteRange, IoKind, VirtualDuration};
+use somnus_wire::ClusterSecret;
 use tokio::sync::watch;
 use tokio::time::Instant;
 
 use crate::cluster_cmd::{ClusterArg, load, runtime};
 use crate::trace_cmd::InputArgs;
 
-/// Bytes of a block: requests are widened to whole blocks.
-const BLOCK: u64 = 4096;
 /// Requests in flight at most; past it the replay falls behind (and says so).
 const IN_FLIGHT_MAX: usize = 4096;
 
@@ -45,6 +45,11 @@ pub(crate) struct ReplayArgs {
     /// Replay only the first SECONDS of the trace (trace time).
     #[arg(long, value_name = "SECONDS")]
     duration: Option<f64>,
+    /// Gear shifts during the replay, at trace times: `SECONDS:GEAR,...` (as
+    /// `somnus gear set` would, each at its time; the simulator's agreement test
+    /// replays the same schedule).
+    #[arg(long, value_name = "SECONDS:GEAR,...", value_parser = parse_gear_schedule)]
+    gear_schedule: Option<GearSchedule>,
     /// Print the report as JSON (the simulator's shape) instead of a table.
     #[arg(long)]
     json: bool,
@@ -52,12 +57,28 @@ pub(crate) struct ReplayArgs {
     cluster: ClusterArg,
 }
 
-/// One request of the trace, in replay time.
-struct Op {
-    at: Duration,
-    volume: usize,
-    range: ByteRange,
-    kind: IoKind,
+/// Gear shifts at trace times.
+#[derive(Clone, Debug)]
+struct GearSchedule(Vec<GearAt>);
+
+fn parse_gear_schedule(text: &str) -> Result<GearSchedule, String> {
+    let mut shifts = Vec::new();
+    for item in text.split(',') {
+        let (at, gear) = item
+            .split_once(':')
+            .ok_or_else(|| format!("{item:?} is not SECONDS:GEAR (as in 10:1,40:3)"))?;
+        let at: f64 =
+            at.trim().parse().map_err(|_| format!("{at:?} is not a number of seconds"))?;
+        if !(at.is_finite() && at >= 0.0) {
+            return Err(format!("{at} is not a time from the trace's start"));
+        }
+        let gear: u32 = gear.trim().parse().map_err(|_| format!("{gear:?} is not a gear"))?;
+        shifts.push(GearAt { at: VirtualDuration::from_nanos((at * 1e9) as u64), gear });
+    }
+    if shifts.windows(2).any(|pair| pair[0].at > pair[1].at) {
+        return Err("the shifts must be in time order".into());
+    }
+    Ok(GearSchedule(shifts))
 }
 
 /// Latency in the simulator's shape (milliseconds).
@@ -121,66 +142,45 @@ pub(crate) fn run(args: ReplayArgs) -> Result<()> {
         bail!("--time-scale must be above 0, not {scale}");
     }
     let set = TraceSet::open(&args.traces, &args.input.options())?;
-    let (ops, sizes, span) = read_ops(&set, scale, args.duration)?;
-    let names: Vec<String> =
-        set.volumes().iter().map(|(_, name)| format!("replay/{name}")).collect();
+    let workload = TraceWorkload::read(&set, args.duration)?;
+    if workload.ops.is_empty() {
+        bail!("the traces hold no request to replay");
+    }
+    let gears = args.gear_schedule.map(|s| s.0).unwrap_or_default();
+    if let Some(shift) = gears.iter().find(|s| s.gear == 0 || s.gear > file.cluster.replicas) {
+        bail!(
+            "--gear-schedule: gear {} is not one of 1..={} (the cluster's replicas)",
+            shift.gear,
+            file.cluster.replicas
+        );
+    }
+    let span = workload.span().as_secs_f64();
     noteln!(
-        "replaying {} requests of {} devices over {:.1} s of trace in {:.1} s",
-        ops.len(),
-        names.len(),
-        span.as_secs_f64() * scale,
-        span.as_secs_f64()
+        "replaying {} requests of {} devices over {span:.1} s of trace in {:.1} s",
+        workload.ops.len(),
+        workload.devices.len(),
+        span / scale
     );
     let file = Arc::new(file);
     runtime()?.block_on(async move {
-        let client = ClusterClient::start(file.clone(), secret)?;
-        prepare(&client, &names, &sizes).await?;
+        let client = ClusterClient::start(file.clone(), secret.clone())?;
+        prepare(&client, &workload.devices).await?;
         let before = energy_once_all_answer(&file).await;
-        let (tally, late, unfinished) = replay(client, ops, Arc::new(names)).await;
+        let start = Instant::now();
+        let shifts = tokio::spawn(shift_gears(file.clone(), secret, gears, scale, start));
+        let (tally, late, unfinished) = replay(client, workload, scale, start).await;
         let after = energy(&file).await;
-        report(&tally, late, unfinished, before.zip(after), span.as_secs_f64() * scale, args.json)
+        if let Ok(Err(error)) = shifts.await {
+            bail!("the gear schedule stopped: {error}");
+        }
+        report(&tally, late, unfinished, before.zip(after), span, args.json)
     })
 }
 
-/// The trace's requests in replay time (widened to whole blocks), each device's
-/// extent, and the replay's span.
-fn read_ops(
-    set: &TraceSet,
-    scale: f64,
-    duration: Option<f64>,
-) -> Result<(Vec<Op>, Vec<u64>, Duration)> {
-    let mut ops = Vec::new();
-    let mut sizes = vec![0u64; set.volumes().len()];
-    let mut first = None;
-    for request in set.requests() {
-        let request = request?;
-        let start = *first.get_or_insert(request.timestamp.0);
-        let trace_ns = request.timestamp.0 - start;
-        if duration.is_some_and(|d| trace_ns as f64 / 1e9 >= d) {
-            break;
-        }
-        let begin = request.offset_bytes / BLOCK * BLOCK;
-        let end = (request.offset_bytes + u64::from(request.size_bytes)).div_ceil(BLOCK) * BLOCK;
-        let volume = request.volume.0 as usize;
-        sizes[volume] = sizes[volume].max(end);
-        ops.push(Op {
-            at: Duration::from_secs_f64(trace_ns as f64 / 1e9 / scale),
-            volume,
-            range: ByteRange::new(begin, end - begin),
-            kind: request.kind,
-        });
-    }
-    if ops.is_empty() {
-        bail!("the traces hold no request to replay");
-    }
-    let span = ops.last().map_or(Duration::ZERO, |op| op.at);
-    Ok((ops, sizes, span))
-}
-
 /// Creates each device's object, or checks the one there is large enough.
-async fn prepare(client: &ClusterClient, names: &[String], sizes: &[u64]) -> Result<()> {
-    for (name, size) in names.iter().zip(sizes) {
-        let size = (*size).max(BLOCK);
+async fn prepare(client: &ClusterClient, devices: &[(String, u64)]) -> Result<()> {
+    for (name, size) in devices {
+        let size = *size;
         match client.stat(name).await {
             Ok(info) if info.size_bytes >= size => continue,
             Ok(info) => bail!(
@@ -218,10 +218,38 @@ async fn energy_once_all_answer(file: &ClusterFile) -> Option<(f64, f64)> {
     }
 }
 
-/// Issues every op at its time; returns the tally, the requests issued over 100 ms
-/// late, and those not finished.
-async fn replay(client: ClusterClient, ops: Vec<Op>, names: Arc<Vec<String>>) -> (Tally, u64, u64) {
+/// Sends each gear shift of the schedule at its time (trace time over `scale` from
+/// `start`), as `somnus gear set` does.
+async fn shift_gears(
+    file: Arc<ClusterFile>,
+    secret: ClusterSecret,
+    gears: Vec<GearAt>,
+    scale: f64,
+    start: Instant,
+) -> Result<()> {
+    for shift in gears {
+        tokio::time::sleep_until(start + Duration::from_secs_f64(shift.at.as_secs_f64() / scale))
+            .await;
+        http::operator(&file, &secret, &format!("/gear/{}", shift.gear))
+            .await
+            .with_context(|| format!("gear {} at {:.1} s", shift.gear, shift.at.as_secs_f64()))?;
+        noteln!("  gear {} at {:.1} s of trace", shift.gear, shift.at.as_secs_f64());
+    }
+    Ok(())
+}
+
+/// Issues every request at its time (trace time over `scale` from `start`); returns
+/// the tally, the requests issued over 100 ms late, and those not finished.
+async fn replay(
+    client: ClusterClient,
+    workload: TraceWorkload,
+    scale: f64,
+    start: Instant,
+) -> (Tally, u64, u64) {
     let client = Arc::new(client);
+    let names: Arc<Vec<String>> =
+        Arc::new(workload.devices.iter().map(|(name, _)| name.clone()).collect());
+    let ops = workload.ops;
     let tally = Arc::new(Mutex::new(Tally {
         read: latency_histogram(),
         write: latency_histogram(),
@@ -230,17 +258,17 @@ async fn replay(client: ClusterClient, ops: Vec<Op>, names: Arc<Vec<String>>) ->
     // Per device: the ops in flight, each with a watch that turns true when done.
     let mut in_flight: Vec<Vec<(ByteRange, watch::Receiver<bool>)>> = vec![Vec::new(); names.len()];
     let limit = Arc::new(tokio::sync::Semaphore::new(IN_FLIGHT_MAX));
-    let start = Instant::now();
     let (mut late, total) = (0u64, ops.len() as u64);
     let mut tasks = Vec::with_capacity(ops.len());
     let mut next_note = start + Duration::from_secs(10);
     for (n, op) in ops.into_iter().enumerate() {
-        tokio::time::sleep_until(start + op.at).await;
+        let at = Duration::from_secs_f64(op.at.as_secs_f64() / scale);
+        tokio::time::sleep_until(start + at).await;
         let Ok(permit) = limit.clone().acquire_owned().await else { break };
-        if start.elapsed() > op.at + Duration::from_millis(100) {
+        if start.elapsed() > at + Duration::from_millis(100) {
             late += 1;
         }
-        let device = &mut in_flight[op.volume];
+        let device = &mut in_flight[op.device as usize];
         device.retain(|(_, done)| !*done.borrow());
         let waits: Vec<watch::Receiver<bool>> = device
             .iter()
@@ -250,12 +278,12 @@ async fn replay(client: ClusterClient, ops: Vec<Op>, names: Arc<Vec<String>>) ->
         let (done_tx, done_rx) = watch::channel(false);
         device.push((op.range, done_rx));
         let (client, shared, names) = (client.clone(), tally.clone(), names.clone());
-        let arrived = start + op.at;
+        let arrived = start + at;
         tasks.push(tokio::spawn(async move {
             for mut wait in waits {
                 let _ = wait.wait_for(|done| *done).await;
             }
-            let name = &names[op.volume];
+            let name = &names[op.device as usize];
             let result = match op.kind {
                 IoKind::Read => client.read(name, op.range).await.map(drop),
                 IoKind::Write => {

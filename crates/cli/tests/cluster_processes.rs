@@ -12,12 +12,15 @@ use std::time::Duration;
 
 use bytes::Bytes;
 use somnus_core::cluster::{ChunkId, ChunkIndex, Piece, ServerPower, Stamp};
+use somnus_core::power::builtin_profile;
 use somnus_runtime::client::ClusterClient;
 use somnus_runtime::cluster_file::{ClusterFile, ClusterSection};
 use somnus_runtime::http;
 use somnus_runtime::secret_file;
 use somnus_runtime::status::{MdsReport, ServerReport};
-use somnus_types::{ByteRange, ServerId, Version, VirtualInstant};
+use somnus_sim::cluster::{ClusterSpec, GearAt, TraceWorkload, replay_trace};
+use somnus_trace::{ReadOptions, TraceSet};
+use somnus_types::{ByteRange, ServerId, Version, VirtualDuration, VirtualInstant};
 
 struct Cluster {
     _dir: tempfile::TempDir,
@@ -684,4 +687,150 @@ async fn a_trace_replays_against_the_cluster_in_the_simulators_shape() {
     let names = cluster.client().list("replay/").await.unwrap();
     assert_eq!(names.len(), 1);
     assert_eq!(names[0].name, "replay/hm_0");
+}
+
+/// Agreement of the two shells (docs/runtime.md, "Agreement of the two shells"): the
+/// first 80 s of an MSR trace with gear 1 at 10 s and gear 3 at 40 s, replayed by the
+/// simulator on the cluster file's layout, sizes, seed and profile, and by `somnus
+/// replay` against the processes at 10x. Both make the same placement and the same
+/// primaries before each shift; after the last, the same primaries or, if its
+/// rebalance ran in another order, as many per server. Their energy saved and DVL
+/// bytes agree within `TOLERANCE`: what differs is only when each step happens, by
+/// the real disks' and sockets' latency and the scheduler's jitter at 10x.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_simulator_and_the_runtime_agree_on_a_trace_and_a_gear_schedule() {
+    let Some(traces) = somnus_testkit::traces_dir() else { return };
+    let trace = traces.join("msr-csv/hm_0.excerpt7016.csv");
+    let (seconds, schedule) = (60.0, "5:1,31:3");
+    let gears = [
+        GearAt { at: VirtualDuration::from_secs(5), gear: 1 },
+        GearAt { at: VirtualDuration::from_secs(31), gear: 3 },
+    ];
+    const ENERGY_TOLERANCE: f64 = 0.05;
+    const DVL_TOLERANCE: f64 = 0.30;
+    const SCALE: f64 = 10.0;
+    let cluster = Cluster::start_scaled(SCALE);
+
+    // The simulator, on what the cluster file says.
+    let c = &cluster.file.cluster;
+    let spec = ClusterSpec {
+        servers: cluster.file.servers.len() as u32,
+        replicas: c.replicas,
+        racks: c.racks,
+        groups_per_server: c.groups_per_server,
+        chunk_bytes: c.chunk_size_bytes,
+        logger_capacity_bytes: c.logger_capacity_bytes,
+        server_profile: builtin_profile(&c.server_profile).unwrap(),
+        ..ClusterSpec::small()
+    };
+    let set = TraceSet::open(std::slice::from_ref(&trace), &ReadOptions::default()).unwrap();
+    let workload = Arc::new(TraceWorkload::read(&set, Some(seconds)).unwrap());
+    let sim = replay_trace(&spec, c.seed, workload.clone(), &gears);
+    assert_eq!(sim.end.violations, Vec::<String>::new());
+    assert_eq!((sim.errors, sim.unfinished), (0, 0));
+
+    // The runtime: the replay as a process, the MDS's primaries watched meanwhile.
+    let saved = |reports: &[ServerReport]| -> f64 {
+        reports.iter().map(|r| r.energy.joules_if_always_on - r.energy.joules).sum()
+    };
+    eventually!(Duration::from_secs(20), "every server answers", {
+        cluster.server_statuses().await.len() == 9
+    });
+    let saved_before = saved(&cluster.server_statuses().await);
+    let mut replay = Command::new(env!("CARGO_BIN_EXE_somnus"))
+        .args(["replay", "--trace", &trace.to_string_lossy(), "--json"])
+        .args(["--duration", &seconds.to_string(), "--gear-schedule", schedule])
+        .arg("--cluster")
+        .arg(&cluster.path)
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let primaries = |report: &MdsReport| -> Vec<Option<u32>> {
+        report.groups.iter().map(|g| g.primary).collect()
+    };
+    let (mut before_down, mut before_up) = (None, None);
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(60);
+    while replay.try_wait().unwrap().is_none() {
+        assert!(tokio::time::Instant::now() < deadline, "the replay did not end in 60 s");
+        if let Ok(report) = http::mds_report(&cluster.file).await {
+            match report.gear {
+                3 if before_up.is_none() => before_down = Some(primaries(&report)),
+                1 => before_up = Some(primaries(&report)),
+                _ => {}
+            }
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let output = replay.wait_with_output().unwrap();
+    assert!(output.status.success(), "{}", String::from_utf8_lossy(&output.stderr));
+    let json: serde_json::Value = serde_json::from_slice(&output.stdout).unwrap();
+    let config = &json["configs"][0];
+    assert_eq!(
+        (config["errors"].as_u64(), config["requests_unfinished"].as_u64()),
+        (Some(0), Some(0))
+    );
+    // Settled as the simulator's end is: every server on (or asleep), primaries still
+    // for a second (10 s of the cluster's clock).
+    let mut last = Vec::new();
+    eventually!(Duration::from_secs(60), "the cluster settles after the schedule", {
+        let report = cluster.mds_status().await;
+        let steady =
+            report.servers.iter().all(|s| matches!(s.power, ServerPower::On | ServerPower::Asleep));
+        let now = primaries(&report);
+        let settled = steady && now == last;
+        last = now;
+        tokio::time::sleep(Duration::from_millis(800)).await;
+        settled
+    });
+    let report = cluster.mds_status().await;
+    let servers = cluster.server_statuses().await;
+    assert_eq!(servers.len(), 9);
+
+    // The same placement: every group's replicas, every chunk's group.
+    let replicas: Vec<Vec<u32>> = report.groups.iter().map(|g| g.replicas.clone()).collect();
+    let sim_replicas: Vec<Vec<u32>> =
+        sim.replicas.iter().map(|r| r.iter().map(|s| s.0).collect()).collect();
+    assert_eq!(replicas, sim_replicas, "the groups' replicas");
+    let client = cluster.client();
+    for (name, groups) in &sim.placement {
+        let info = client.stat(name).await.unwrap();
+        assert_eq!(&info.chunk_groups, groups, "the chunk groups of {name}");
+    }
+    // The same primary moves.
+    let sim_map = |n: usize| -> Vec<Option<u32>> {
+        sim.primaries[n].iter().map(|p| p.map(|s| s.0)).collect()
+    };
+    let moved =
+        |a: &[Option<u32>], b: &[Option<u32>]| a.iter().zip(b).filter(|(x, y)| x != y).count();
+    let (before_down, before_up) = (before_down.unwrap(), before_up.unwrap());
+    assert_eq!(before_down, sim_map(0), "the primaries before the down-shift");
+    assert_eq!(before_up, sim_map(1), "the primaries in gear 1");
+    let after = primaries(&report);
+    assert_eq!(after, sim_map(2), "the primaries once the up-shift settled");
+    // Energy saved and DVL bytes, within the tolerance.
+    let saved_runtime = saved(&servers) - saved_before;
+    let bytes_runtime: u64 = servers.iter().map(|s| s.counters.bytes_logged).sum();
+    eprintln!(
+        "agreement: primaries moved down {}, up {}; energy saved {saved_runtime:.0} J (sim \
+         {:.0}); DVL bytes {bytes_runtime} (sim {}); writes logged {} (sim {})",
+        moved(&before_down, &before_up),
+        moved(&before_up, &after),
+        sim.energy_saved_joules(),
+        sim.bytes_logged,
+        servers.iter().map(|s| s.counters.writes_logged).sum::<u64>(),
+        sim.writes_logged,
+    );
+    let acknowledged: Vec<u64> = servers.iter().map(|s| s.counters.writes_acknowledged).collect();
+    // The same writes at the same primaries; one that arrives as its group's primary
+    // migrates is acknowledged on either side of the move (or, adopted, on both).
+    let total = |counts: &[u64]| counts.iter().sum::<u64>();
+    assert!(total(&acknowledged).abs_diff(total(&sim.acknowledged)) <= 2, "writes acknowledged");
+    let apart: u64 = acknowledged.iter().zip(&sim.acknowledged).map(|(a, b)| a.abs_diff(*b)).sum();
+    assert!(apart <= 4, "writes by primary: {acknowledged:?}, simulated {:?}", sim.acknowledged);
+    let within = |a: f64, b: f64, tolerance: f64| (a - b).abs() <= tolerance * b;
+    assert!(sim.energy_saved_joules() > 0.0 && sim.bytes_logged > 0);
+    assert!(within(saved_runtime, sim.energy_saved_joules(), ENERGY_TOLERANCE), "energy saved");
+    assert!(within(bytes_runtime as f64, sim.bytes_logged as f64, DVL_TOLERANCE), "DVL bytes");
 }

@@ -11,12 +11,13 @@ use std::sync::Arc;
 use somnus_core::cluster::ClusterConfig;
 use somnus_core::cluster::mds::{Mds, MdsAction, MdsCounters, MdsEvent};
 use somnus_core::layout::Layout;
-use somnus_types::ServerId;
+use somnus_types::{ChunkGroupId, ServerId};
 use tokio::sync::{mpsc, watch};
 
 use crate::clock::Clock;
 use crate::command_log::{CommandLog, CommandLogError};
 use crate::net::Outbox;
+use crate::status::GroupReport;
 use crate::transport::Inbound;
 
 /// What the MDS's task publishes for status and metrics.
@@ -26,6 +27,8 @@ pub struct MdsStatus {
     pub power: Vec<somnus_core::cluster::ServerPower>,
     pub groups_led: Vec<usize>,
     pub groups_held: Vec<usize>,
+    /// Each chunk group's replicas and its primary (granted).
+    pub groups: Vec<GroupReport>,
     pub rebuilds_under_way: usize,
     pub objects: usize,
     pub counters: MdsCounters,
@@ -108,6 +111,16 @@ fn publish(mds: &Mds, status: &watch::Sender<MdsStatus>) {
         power: servers.clone().map(|s| mds.server_power(s)).collect(),
         groups_led: servers.clone().map(|s| mds.groups_led(s)).collect(),
         groups_held: mds.groups_held(),
+        groups: (0..mds.group_count())
+            .map(|g| {
+                let view = mds.view(ChunkGroupId(g as u32));
+                GroupReport {
+                    id: g as u32,
+                    replicas: view.replicas.iter().map(|s| s.0).collect(),
+                    primary: view.primary.map(|p| p.0),
+                }
+            })
+            .collect(),
         rebuilds_under_way: mds.rebuilds_under_way(),
         objects: mds.object_count(),
         counters: mds.counters(),

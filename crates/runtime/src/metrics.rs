@@ -69,6 +69,7 @@ pub fn record_server(report: &ServerReport) {
         ("corrupt_reads", c.corrupt_reads),
         ("blocks_repaired", c.blocks_repaired),
         ("writes_logged", c.writes_logged),
+        ("bytes_logged", c.bytes_logged),
         ("writes_reclaimed", c.writes_reclaimed),
         ("reads_from_loggers", c.reads_from_loggers),
         ("rebuilt_bytes", c.rebuilt_bytes),

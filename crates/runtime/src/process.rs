@@ -7,8 +7,8 @@ use std::net::SocketAddr;
 use std::path::Path;
 use std::sync::{Arc, Mutex, PoisonError};
 
-use somnus_core::cluster::{Peer, ServerPower};
-use somnus_types::{ServerId, VirtualDuration};
+use somnus_core::cluster::{Peer, ServerPower, WAKE_RESEND};
+use somnus_types::ServerId;
 use somnus_wire::ClusterSecret;
 use tokio::net::TcpListener;
 use tokio::sync::{mpsc, watch};
@@ -140,8 +140,9 @@ pub async fn run_mds(path: &Path) -> Result<(), ProcessError> {
 }
 
 /// The MDS's `WakeServer`: a magic packet to the server's wake channel, sent again
-/// every 2 s of the cluster's clock while the MDS still has it asleep or waking (a
-/// real NIC may miss the first while the host suspends), until the wake timeout.
+/// every `WAKE_RESEND` (2 s) of the cluster's clock while the MDS still has it asleep
+/// or waking (a real NIC may miss the first while the host suspends), until the wake
+/// timeout.
 fn wake_servers(
     file: Arc<ClusterFile>,
     waker: Arc<Waker>,
@@ -161,7 +162,7 @@ fn wake_servers(
                 if let Err(error) = waker.wake(mac, address, broadcast).await {
                     eprintln!("mds: cannot send the wake packet of server {}: {error}", server.0);
                 }
-                clock.sleep_until(Some(clock.now() + VirtualDuration::from_secs(2))).await;
+                clock.sleep_until(Some(clock.now() + WAKE_RESEND)).await;
                 let power = status.borrow().power.get(server.index()).copied();
                 let waiting = matches!(power, Some(ServerPower::Asleep | ServerPower::Waking));
                 if !waiting || clock.now() >= deadline {
@@ -208,6 +209,7 @@ fn mds_report(
             objects: now.objects,
             rebuilds_under_way: now.rebuilds_under_way,
             servers,
+            groups: now.groups,
             counters: now.counters,
             rapl_joules,
             wire: WireReport::of(&counters),

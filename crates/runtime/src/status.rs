@@ -18,6 +18,9 @@ pub struct MdsReport {
     /// New replicas whose copy is not yet done (after `server remove`).
     pub rebuilds_under_way: usize,
     pub servers: Vec<MdsServerView>,
+    /// Every chunk group: its replicas and primary.
+    #[serde(default)]
+    pub groups: Vec<GroupReport>,
     pub counters: MdsCounters,
     /// RAPL package energy of the MDS's host since it started, where exposed.
     pub rapl_joules: Option<f64>,
@@ -35,6 +38,15 @@ pub struct MdsServerView {
     pub primaries: usize,
     /// Chunk groups it holds a replica of (after rebuilds).
     pub chunk_groups: usize,
+}
+
+/// One chunk group as the MDS sees it.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct GroupReport {
+    pub id: u32,
+    pub replicas: Vec<u32>,
+    /// The server that leads it (granted), if any.
+    pub primary: Option<u32>,
 }
 
 /// A server's report of itself.

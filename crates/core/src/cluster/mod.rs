@@ -127,6 +127,10 @@ pub struct ClusterConfig {
     pub seed: u64,
 }
 
+/// How often a shell sends a server's wake again while the MDS has it asleep or
+/// waking (a real NIC may miss the first packet while the host suspends).
+pub const WAKE_RESEND: VirtualDuration = VirtualDuration::from_secs(2);
+
 impl ClusterConfig {
     /// Sierra's defaults: 3 replicas, 64 MiB chunks, 1 s heartbeats, 5 s leases.
     pub fn sierra() -> ClusterConfig {

@@ -6,9 +6,11 @@
 
 mod meter;
 mod profile;
+mod server_meter;
 
 pub use meter::{EnergyMeter, MeterError, MeterReading, PowerTimeline};
 pub use profile::{
     DiskMechanics, PowerProfile, PowerState, ProfileError, Transition, UnitKind, builtin_profile,
     builtin_profile_names,
 };
+pub use server_meter::{ServerMeter, ServerReading};

@@ -6,8 +6,8 @@
 
 use std::path::{Path, PathBuf};
 
-use somnus_core::power::{EnergyMeter, PowerProfile, PowerState};
-use somnus_types::{VirtualDuration, VirtualInstant};
+use somnus_core::power::{PowerProfile, ServerMeter};
+use somnus_types::VirtualInstant;
 
 /// What the meter reads.
 #[derive(Clone, Debug, Default, PartialEq, serde::Serialize, serde::Deserialize)]
@@ -28,16 +28,10 @@ pub struct PowerReading {
     pub rapl_joules: Option<f64>,
 }
 
-/// The modelled meter of one server, and RAPL.
+/// The modelled meter of one server (the core's, which the simulator charges alike),
+/// and RAPL.
 pub struct NodeMeter {
-    profile: PowerProfile,
-    model: EnergyMeter,
-    started: VirtualInstant,
-    /// The latest time the model has been taken to (a wake queued behind a sleep
-    /// takes it past `now`).
-    latest: VirtualInstant,
-    /// Where the transition under way goes.
-    target: PowerState,
+    model: ServerMeter,
     rapl: Option<Rapl>,
 }
 
@@ -45,57 +39,28 @@ impl NodeMeter {
     /// A meter of a server on (idle) at `now`. The cluster file's check refuses a
     /// profile without both spin transitions before this is made.
     pub fn new(profile: PowerProfile, now: VirtualInstant) -> NodeMeter {
-        let model = EnergyMeter::new(&profile, 1, PowerState::Idle, now);
-        let rapl = Rapl::open(Path::new(RAPL_ROOT));
-        NodeMeter { profile, model, started: now, latest: now, target: PowerState::Idle, rapl }
+        NodeMeter { model: ServerMeter::new(profile, now), rapl: Rapl::open(Path::new(RAPL_ROOT)) }
     }
 
     /// Starts the sleep (after a transition under way ends); returns when it ends.
     pub fn sleep(&mut self, now: VirtualInstant) -> VirtualInstant {
-        self.transition(now, PowerState::Standby)
+        self.model.sleep(now)
     }
 
     /// Starts the wake (after a transition under way ends); returns when it ends.
     pub fn wake(&mut self, now: VirtualInstant) -> VirtualInstant {
-        self.transition(now, PowerState::Idle)
-    }
-
-    fn transition(&mut self, now: VirtualInstant, to: PowerState) -> VirtualInstant {
-        let start = self.model.transition_end().map_or(now, |end| end.max(now)).max(self.latest);
-        self.latest = start;
-        // Err: already in `to` (a repeated order), nothing to do.
-        let duration = self.model.begin_transition(start, to).unwrap_or(VirtualDuration::ZERO);
-        self.target = to;
-        start + duration
+        self.model.wake(now)
     }
 
     pub fn reading(&mut self, now: VirtualInstant) -> PowerReading {
-        let now = now.max(self.latest);
-        self.latest = now;
-        let reading = self.model.reading(now);
-        let watts = |state| self.profile.watts(state).as_watts();
-        let (state, watts) = match (self.model.state(), self.target) {
-            (Some(PowerState::Standby), _) => ("asleep", watts(PowerState::Standby)),
-            (Some(_), _) => ("on", watts(PowerState::Idle)),
-            (None, to) => {
-                let from =
-                    if to == PowerState::Idle { PowerState::Standby } else { PowerState::Idle };
-                let name = if to == PowerState::Idle { "waking" } else { "going to sleep" };
-                let mean = self
-                    .profile
-                    .transition(from, to)
-                    .map_or(0.0, |t| t.energy.as_joules() / t.duration.as_secs_f64().max(1e-9));
-                (name, mean)
-            }
-        };
-        let elapsed = now.duration_since(self.started);
+        let model = self.model.reading(now);
         PowerReading {
-            state: state.into(),
-            watts,
-            joules: reading.energy.as_joules(),
-            joules_if_always_on: self.profile.watts(PowerState::Idle).over(elapsed).as_joules(),
-            sleeps: reading.spin_downs,
-            wakes: reading.spin_ups,
+            state: model.state.into(),
+            watts: model.watts,
+            joules: model.joules,
+            joules_if_always_on: model.joules_if_always_on,
+            sleeps: model.sleeps,
+            wakes: model.wakes,
             rapl_joules: self.rapl.as_mut().map(Rapl::joules),
         }
     }
@@ -165,38 +130,6 @@ impl Rapl {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use somnus_core::power::builtin_profile;
-
-    fn at(seconds: f64) -> VirtualInstant {
-        VirtualInstant::ZERO + VirtualDuration::from_millis((seconds * 1000.0) as u64)
-    }
-
-    #[test]
-    fn the_model_charges_each_state_and_transition_at_the_profiles_watts() {
-        let profile = builtin_profile("ecs2-storage-node").unwrap();
-        let mut meter = NodeMeter::new(profile, at(0.0));
-        assert_eq!(meter.reading(at(10.0)).state, "on");
-        let asleep_at = meter.sleep(at(10.0));
-        assert_eq!(asleep_at, at(17.0), "the profile's sleep takes 7 s");
-        assert_eq!(meter.reading(at(12.0)).state, "going to sleep");
-        let on_at = meter.wake(at(100.0));
-        assert_eq!(on_at, at(113.0), "the profile's wake takes 13 s");
-        let r = meter.reading(at(120.0));
-        assert_eq!((r.state.as_str(), r.sleeps, r.wakes), ("on", 1, 1));
-        // 10 s on, 569 J down, 83 s asleep, 1270 J up, 7 s on (61.8 W on, 5.4 W asleep).
-        let expected = 17.0 * 61.8 + 569.0 + 83.0 * 5.4 + 1270.0;
-        assert!((r.joules - expected).abs() < 0.01, "{} vs {expected}", r.joules);
-        assert!((r.joules_if_always_on - 120.0 * 61.8).abs() < 0.01);
-    }
-
-    #[test]
-    fn a_wake_during_the_sleep_waits_for_it_to_end() {
-        let profile = builtin_profile("ecs2-storage-node").unwrap();
-        let mut meter = NodeMeter::new(profile, at(0.0));
-        meter.sleep(at(1.0));
-        assert_eq!(meter.wake(at(3.0)), at(8.0 + 13.0));
-    }
-
     #[test]
     fn rapl_counts_across_a_wrap_and_is_absent_without_a_readable_package() {
         let root = tempfile::tempdir().unwrap();

@@ -16,8 +16,12 @@ mod checker;
 mod engine_log;
 mod faults;
 pub mod scenario;
+mod trace_replay;
 
 pub use scenario::{Injection, OpKind, OpRecord};
+pub use trace_replay::{
+    GearAt, REPLAY_BLOCK_BYTES, TraceOp, TraceReplayReport, TraceWorkload, replay_trace,
+};
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -32,10 +36,11 @@ use somnus_core::cluster::server::{
 };
 use somnus_core::cluster::store::{BLOCK_BYTES, ChunkStore};
 use somnus_core::cluster::{
-    ChunkId, ClientId, ClusterConfig, Message, Payload, Peer, Stamp, Topology,
+    ChunkId, ClientId, ClusterConfig, Message, Payload, Peer, ServerPower, Stamp, Topology,
+    WAKE_RESEND,
 };
 use somnus_core::layout::{Layout, LayoutSpec, RackAssignment, Scheme};
-use somnus_core::power::DiskMechanics;
+use somnus_core::power::{DiskMechanics, PowerProfile, ServerMeter, builtin_profile};
 use somnus_core::slab::{Key, Slab};
 use somnus_types::{
     ByteRange, ChunkGroupId, IoId, ObjectId, RackId, ServerId, VirtualDuration, VirtualInstant,
@@ -80,6 +85,12 @@ pub struct ClusterSpec {
     pub check_history: bool,
     /// What each server's logger keeps its records in.
     pub logger: LoggerBackend,
+    /// Each server's power profile: its sleep and wake take the profile's times, and
+    /// its meter charges the profile's watts (as the runtime's do).
+    pub server_profile: PowerProfile,
+    /// Room of each server's logger (`ClusterConfig::logger_capacity_bytes`; the
+    /// full-disk fault cuts it to 8 MiB).
+    pub logger_capacity_bytes: u64,
 }
 
 /// What a simulated logger keeps its records in.
@@ -115,6 +126,9 @@ impl ClusterSpec {
             private_objects: false,
             check_history: true,
             logger: LoggerBackend::Logstore,
+            server_profile: builtin_profile(SERVER_PROFILE)
+                .unwrap_or_else(|error| panic!("the built-in {SERVER_PROFILE}: {error}")),
+            logger_capacity_bytes: ClusterConfig::sierra().logger_capacity_bytes,
         }
     }
 
@@ -163,6 +177,8 @@ pub struct SeedReport {
     pub violation_count: u64,
 }
 
+/// The servers' profile unless a spec says otherwise (the runtime's default too).
+pub const SERVER_PROFILE: &str = "ecs2-storage-node";
 /// Timers due at once in a row before a node is reported stuck.
 const TIMER_REFIRES_MAX: u32 = 100_000;
 /// After the heal, how long the cluster may take to finish every op and go idle.
@@ -199,7 +215,11 @@ enum Node {
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
 enum Event {
     Deliver(Key),
-    DiskDone { server: u32, incarnation: u32, io: u64 },
+    DiskDone {
+        server: u32,
+        incarnation: u32,
+        io: u64,
+    },
     Timer(Node),
     ClientNext(u32),
     Crash,
@@ -209,8 +229,15 @@ enum Event {
     Corrupt,
     SlowDisk,
     SlowEnd(u32),
+    /// A wake packet reaches the server (sent again while the MDS waits for it).
     Wake(u32),
+    /// The server's wake is done: it is on.
+    Woken(u32),
     Gear,
+    /// The replayed trace's requests due now arrive.
+    ReplayNext,
+    /// A gear shift of the replay's schedule.
+    ReplayGear(u32),
     Lose,
     DeclareLost(u32),
     Heal,
@@ -239,6 +266,8 @@ struct ServerSlot {
     /// write it acknowledged before it was lost had its copy when the primary counted
     /// it, however late the client hears.
     lost_store: Option<Durable>,
+    /// Its modelled energy, charged by its sleeps and wakes.
+    meter: ServerMeter,
 }
 
 impl ServerSlot {
@@ -310,6 +339,8 @@ pub struct ClusterSim<'t> {
     /// Every read and write finished, when a scenario asks (`record_ops`).
     op_log: Option<Vec<OpRecord>>,
     trace: Option<&'t mut dyn FnMut(String)>,
+    /// A trace replayed instead of the random workload (`replay_trace`).
+    replay: Option<trace_replay::Replay>,
 }
 
 /// A new server's empty disks, its logger on `logger`.
@@ -338,7 +369,12 @@ impl<'t> ClusterSim<'t> {
             spec.layout(seed).unwrap_or_else(|error| panic!("cluster spec {spec:?}: {error}"));
         let config =
             ClusterConfig { chunk_size_bytes: spec.chunk_bytes, seed, ..ClusterConfig::sierra() };
-        let config = ClusterConfig { replicas: spec.replicas, gear_min: spec.gear_min, ..config };
+        let config = ClusterConfig {
+            replicas: spec.replicas,
+            gear_min: spec.gear_min,
+            logger_capacity_bytes: spec.logger_capacity_bytes,
+            ..config
+        };
         let config = if spec.faults.has(FaultKind::FullDisk) {
             ClusterConfig { logger_capacity_bytes: FULL_LOGGER_BYTES, ..config }
         } else {
@@ -364,6 +400,7 @@ impl<'t> ClusterSim<'t> {
                 cut: None,
                 lost: false,
                 lost_store: None,
+                meter: ServerMeter::new(spec.server_profile.clone(), start),
             })
             .collect();
         let clients = (0..spec.clients)
@@ -428,6 +465,7 @@ impl<'t> ClusterSim<'t> {
             report: SeedReport { seed, ..SeedReport::default() },
             op_log: None,
             trace,
+            replay: None,
         };
         sim.drain(Node::Mds);
         for s in 0..spec.servers {
@@ -538,12 +576,15 @@ impl<'t> ClusterSim<'t> {
             Event::SlowDisk => self.slow_disk(),
             Event::PartitionEnd(_) => {}
             Event::SlowEnd(s) => self.servers[s as usize].slow = false,
-            Event::Wake(s) => {
+            Event::Wake(s) => self.wake_packet(s),
+            Event::Woken(s) => {
                 if self.servers[s as usize].server.is_some() {
                     self.feed_server(s, ServerEvent::Woken);
                 }
             }
             Event::Gear => self.gear_shift(),
+            Event::ReplayNext => self.replay_arrivals(),
+            Event::ReplayGear(gear) => self.replay_gear(gear),
             Event::Lose => self.lose(),
             Event::DeclareLost(s) => {
                 self.trace(|| format!("s{s} declared lost"));
@@ -553,6 +594,31 @@ impl<'t> ClusterSim<'t> {
             Event::Probe => return self.quiet(),
         }
         false
+    }
+
+    /// What the runtime's power task does with a wake packet: a server going to sleep
+    /// or asleep wakes, on after the profile's time; one not (yet) told to sleep lets
+    /// it pass, and the packet comes again while the MDS has it asleep or waking.
+    fn wake_packet(&mut self, s: u32) {
+        let now = self.now();
+        let slot = &mut self.servers[s as usize];
+        if slot.meter.sleeping() {
+            let on_at = slot.meter.wake(now);
+            self.trace(|| format!("s{s} wakes, on at {:.3}", on_at.as_secs_f64()));
+            self.events.schedule(on_at, Event::Woken(s));
+        } else if matches!(
+            self.mds.server_power(ServerId(s)),
+            ServerPower::Asleep | ServerPower::Waking
+        ) {
+            self.events.schedule(now + WAKE_RESEND, Event::Wake(s));
+        }
+    }
+
+    /// The modelled energy of every server so far: used, and had each stayed on.
+    pub fn energy_joules(&mut self) -> (f64, f64) {
+        let now = self.now();
+        let readings = self.servers.iter_mut().map(|slot| slot.meter.reading(now));
+        readings.fold((0.0, 0.0), |(j, a), r| (j + r.joules, a + r.joules_if_always_on))
     }
 
     /// A gear shift to a random gear (the MDS keeps at least `g_min` gear groups on).
@@ -678,8 +744,8 @@ impl<'t> ClusterSim<'t> {
                         MdsAction::Persist(_) => {}
                         MdsAction::Send { to, message } => self.send(Peer::Mds, to, message),
                         MdsAction::WakeServer(s) => {
-                            let at = self.now() + VirtualDuration::from_secs(5);
-                            self.events.schedule(at, Event::Wake(s.0));
+                            let now = self.now();
+                            self.events.schedule(now, Event::Wake(s.0));
                         }
                     }
                 }
@@ -696,7 +762,11 @@ impl<'t> ClusterSim<'t> {
                         ServerAction::Disk { io, write, position, bytes } => {
                             self.disk_io(s, io, write, position, bytes)
                         }
-                        ServerAction::Sleep => self.trace(|| format!("s{s} sleeps")),
+                        ServerAction::Sleep => {
+                            let now = self.now();
+                            self.servers[s as usize].meter.sleep(now);
+                            self.trace(|| format!("s{s} sleeps"));
+                        }
                     }
                 }
                 let deadline =
@@ -825,6 +895,9 @@ impl<'t> ClusterSim<'t> {
     /// A client's next op: its creates first, then (once every object exists) random
     /// reads and writes until the heal.
     fn client_next(&mut self, c: u32) {
+        if self.replay.is_some() {
+            return self.replay_next_create();
+        }
         if self.healed || self.clients[c as usize].op.is_some() {
             return;
         }
@@ -892,6 +965,9 @@ impl<'t> ClusterSim<'t> {
     }
 
     fn op_done(&mut self, c: u32, tag: u64, outcome: ClientOutcome) {
+        if self.replay.is_some() {
+            return self.replay_done(tag, outcome);
+        }
         let Some(op) = self.clients[c as usize].op.take() else { return };
         debug_assert_eq!(op.id, tag);
         self.report.ops += 1;
@@ -1109,6 +1185,10 @@ impl<'t> ClusterSim<'t> {
         let now = self.now();
         let slot = &mut self.servers[s as usize];
         let Some(durable) = slot.down_store.take() else { return };
+        // A restarted server comes up on (a power cycle, if it crashed asleep).
+        if slot.meter.sleeping() {
+            slot.meter.wake(now);
+        }
         let topology = self.topology.clone();
         let broken = self.spec.broken;
         slot.server = Some(Server::new(ServerId(s), self.config, topology, durable, now, broken));

@@ -599,7 +599,7 @@ impl Mds {
         }
         self.assign_leaderless(server);
         if came_back {
-            self.rebalance_onto(server);
+            self.rebalance_after_wakes();
             // Servers that covered for this one while it was away may sleep again.
             self.settle_power();
         }

@@ -185,23 +185,49 @@ impl Mds {
             }
             let server = ServerId(index as u32);
             self.counters.servers_failed += 1;
+            let was_waking = self.servers[index].power == ServerPower::Waking;
             self.commit(Command::SetPower { server, power: ServerPower::Failed });
             for group in 0..self.groups.len() {
                 if self.groups[group].replicas.contains(&server) {
                     self.wake_replicas(ChunkGroupId(group as u32));
                 }
             }
+            // A wake that failed no longer holds back the others' rebalance.
+            if was_waking {
+                self.rebalance_after_wakes();
+            }
         }
     }
 
-    /// A server back on takes its share of primaries from the busiest replicas of its
-    /// groups (Sierra 3.3.2: rebalance after a wake).
-    pub(super) fn rebalance_onto(&mut self, server: ServerId) {
+    /// Servers back on take their share of primaries from the busiest replicas of
+    /// their groups (Sierra 3.3.2: rebalance after a wake), once no server is waking:
+    /// servers woken together rebalance together, in id order, so the outcome does not
+    /// hang on which wake happened to end first (the two shells agree on it).
+    pub(super) fn rebalance_after_wakes(&mut self) {
+        if self.servers.iter().any(|s| s.power == ServerPower::Waking) {
+            return;
+        }
+        for server in 0..self.servers.len() {
+            let server = ServerId(server as u32);
+            if self.servers[server.index()].power.serves() {
+                self.rebalance_onto(server);
+            }
+        }
+    }
+
+    /// `server` takes groups from replicas leading more than a share, counting the
+    /// migrations under way as done.
+    fn rebalance_onto(&mut self, server: ServerId) {
         let serving = self.servers.iter().filter(|s| s.power.serves()).count().max(1);
         let share = self.groups.len().div_ceil(serving);
-        let mut taken = self.primaries_of(server);
+        let mut leads = vec![0usize; self.servers.len()];
+        for entry in &self.groups {
+            if let Some(leader) = entry.migrating_to.or(entry.primary) {
+                leads[leader.index()] += 1;
+            }
+        }
         for index in 0..self.groups.len() {
-            if taken >= share {
+            if leads[server.index()] >= share {
                 break;
             }
             let entry = &self.groups[index];
@@ -210,12 +236,13 @@ impl Mds {
                 && entry.migrating_to.is_none()
                 && entry.replicas.contains(&server)
                 && primary != server
-                && self.primaries_of(primary) > share;
+                && leads[primary.index()] > share;
             if movable {
                 let (group, epoch) = (ChunkGroupId(index as u32), entry.epoch);
                 self.groups[index].migrating_to = Some(server);
                 self.counters.migrations += 1;
-                taken += 1;
+                leads[server.index()] += 1;
+                leads[primary.index()] -= 1;
                 self.send(
                     Peer::Server(primary),
                     Message::MigratePrimary { group, epoch, target: server },

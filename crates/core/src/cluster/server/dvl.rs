@@ -674,6 +674,7 @@ impl Server {
             let write = &pending.write;
             if pending.logged.is_empty() {
                 self.counters.writes_logged += 1;
+                self.counters.bytes_logged += write.range.size_bytes();
             }
             for logger in &chosen {
                 pending.logged.push((*logger, false));

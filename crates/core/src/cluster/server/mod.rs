@@ -131,6 +131,9 @@ pub struct ServerCounters {
     pub writes_adopted: u64,
     /// Writes a primary logged because a replica was down.
     pub writes_logged: u64,
+    /// Bytes of those writes (each once, however many loggers hold it).
+    #[serde(default)]
+    pub bytes_logged: u64,
     /// Logged writes read back and sent to replicas that lacked them.
     pub writes_reclaimed: u64,
     /// Reads served with logged writes read back from the loggers (the own replica

@@ -1,0 +1,371 @@
+//! A block trace replayed open-loop against the simulated cluster, as `somnus replay`
+//! replays it against the running one (Sierra 4.3): each device an object of 1 MiB
+//! chunks (`replay/<device>`), each request issued at its trace time, a request that
+//! overlaps one still open on the same device waiting for it (in arrival order), and
+//! gear shifts at chosen trace times. Both shells read the trace with
+//! [`TraceWorkload::read`], so the agreement test (docs/runtime.md, "Agreement of the
+//! two shells") compares the same requests.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use somnus_core::cluster::client::{ClientEvent, ClientOp, ClientOutcome};
+use somnus_core::cluster::{Payload, ServerPower, Stamp};
+use somnus_trace::{TraceError, TraceSet};
+use somnus_types::{ByteRange, ChunkGroupId, IoKind, ServerId, VirtualDuration, VirtualInstant};
+
+use super::{ClusterSim, ClusterSpec, Event, FaultSet, SeedReport};
+
+/// Bytes of a block: requests are widened to whole blocks.
+pub const REPLAY_BLOCK_BYTES: u64 = 4096;
+
+/// One request of a trace, at its time from the trace's first request.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct TraceOp {
+    pub at: VirtualDuration,
+    pub device: u32,
+    /// Whole blocks.
+    pub range: ByteRange,
+    pub kind: IoKind,
+}
+
+/// A trace as a cluster's workload.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct TraceWorkload {
+    /// Each device's object name (`replay/<device>`) and the bytes it must hold.
+    pub devices: Vec<(String, u64)>,
+    /// In time order.
+    pub ops: Vec<TraceOp>,
+}
+
+impl TraceWorkload {
+    /// The requests of `set` (the first `duration_s` seconds, if given), widened to
+    /// whole blocks, and each device's extent (at least a block).
+    pub fn read(set: &TraceSet, duration_s: Option<f64>) -> Result<TraceWorkload, TraceError> {
+        let mut devices: Vec<(String, u64)> = set
+            .volumes()
+            .iter()
+            .map(|(_, name)| (format!("replay/{name}"), REPLAY_BLOCK_BYTES))
+            .collect();
+        let mut ops = Vec::new();
+        let mut first = None;
+        for request in set.requests() {
+            let request = request?;
+            let start = *first.get_or_insert(request.timestamp.0);
+            let trace_ns = request.timestamp.0.saturating_sub(start);
+            if duration_s.is_some_and(|d| trace_ns as f64 / 1e9 >= d) {
+                break;
+            }
+            let begin = request.offset_bytes / REPLAY_BLOCK_BYTES * REPLAY_BLOCK_BYTES;
+            let end = (request.offset_bytes + u64::from(request.size_bytes))
+                .div_ceil(REPLAY_BLOCK_BYTES)
+                * REPLAY_BLOCK_BYTES;
+            let end = end.max(begin + REPLAY_BLOCK_BYTES);
+            let device = request.volume.0;
+            if let Some((_, size)) = devices.get_mut(device as usize) {
+                *size = (*size).max(end);
+            }
+            ops.push(TraceOp {
+                at: VirtualDuration::from_nanos(trace_ns),
+                device,
+                range: ByteRange::new(begin, end - begin),
+                kind: request.kind,
+            });
+        }
+        Ok(TraceWorkload { devices, ops })
+    }
+
+    /// The trace time of the last request.
+    pub fn span(&self) -> VirtualDuration {
+        self.ops.last().map_or(VirtualDuration::ZERO, |op| op.at)
+    }
+}
+
+/// A gear shift at a trace time (`somnus replay --gear-schedule`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct GearAt {
+    pub at: VirtualDuration,
+    pub gear: u32,
+}
+
+/// What a replay measured, in the terms the two shells are compared on.
+#[derive(Clone, Debug)]
+pub struct TraceReplayReport {
+    /// Each device's object and the chunk group of each of its chunks.
+    pub placement: Vec<(String, Vec<ChunkGroupId>)>,
+    /// Each chunk group's replicas.
+    pub replicas: Vec<Vec<ServerId>>,
+    /// Each chunk group's primary just before each gear shift, then once the last
+    /// shift has settled (every server on or asleep, no primary moved for 2 s).
+    pub primaries: Vec<Vec<Option<ServerId>>>,
+    /// The servers' modelled energy from the start to the settled end, and what it
+    /// would have been always on.
+    pub energy_joules: f64,
+    pub energy_if_always_on_joules: f64,
+    pub writes_logged: u64,
+    pub bytes_logged: u64,
+    /// Writes each server acknowledged as a primary.
+    pub acknowledged: Vec<u64>,
+    pub reads: u64,
+    pub writes: u64,
+    pub errors: u64,
+    pub unfinished: u64,
+    /// Latencies in milliseconds, in completion order.
+    pub read_ms: Vec<f64>,
+    pub write_ms: Vec<f64>,
+    pub end: SeedReport,
+}
+
+impl TraceReplayReport {
+    /// The energy the sleeps saved: always on minus used.
+    pub fn energy_saved_joules(&self) -> f64 {
+        self.energy_if_always_on_joules - self.energy_joules
+    }
+}
+
+/// The replay's state inside the simulation: client 0 creates the devices' objects,
+/// then submits every request at its time.
+#[derive(Debug)]
+pub(super) struct Replay {
+    workload: Arc<TraceWorkload>,
+    gears: Vec<GearAt>,
+    created: usize,
+    start: Option<VirtualInstant>,
+    next: usize,
+    /// Per device, the requests arrived and not done: tag and range.
+    open: Vec<Vec<(u64, ByteRange)>>,
+    /// Requests waiting for earlier overlapping ones: tag, request, tags awaited.
+    waiting: Vec<(u64, usize, Vec<u64>)>,
+    /// Requests submitted: tag to request and arrival.
+    submitted: BTreeMap<u64, (usize, VirtualInstant)>,
+    done: usize,
+    errors: u64,
+    read_ms: Vec<f64>,
+    write_ms: Vec<f64>,
+    primaries: Vec<Vec<Option<ServerId>>>,
+    placement: Vec<(String, Vec<ChunkGroupId>)>,
+}
+
+/// How long past the trace's end the replay may take to finish and settle.
+const SETTLE_MAX: VirtualDuration = VirtualDuration::from_secs(120);
+/// Primaries unchanged this long, with every server on or asleep: settled.
+const SETTLED_FOR: VirtualDuration = VirtualDuration::from_secs(2);
+
+/// Replays `workload` on a cluster of `spec` (its workload and faults ignored: one
+/// client, no fault) with `seed`, shifting gears at `gears`' trace times.
+pub fn replay_trace(
+    spec: &ClusterSpec,
+    seed: u64,
+    workload: Arc<TraceWorkload>,
+    gears: &[GearAt],
+) -> TraceReplayReport {
+    let span = workload.span();
+    let spec = ClusterSpec {
+        clients: 1,
+        objects: 0,
+        fill: false,
+        faults: FaultSet::none(),
+        check_history: false,
+        virtual_secs: (span + SETTLE_MAX).as_secs_f64().ceil() as u64 + 60,
+        ..spec.clone()
+    };
+    let devices = workload.devices.len();
+    let mut sim = ClusterSim::new(&spec, seed, None);
+    sim.replay = Some(Replay {
+        workload,
+        gears: gears.to_vec(),
+        created: 0,
+        start: None,
+        next: 0,
+        open: vec![Vec::new(); devices],
+        waiting: Vec::new(),
+        submitted: BTreeMap::new(),
+        done: 0,
+        errors: 0,
+        read_ms: Vec::new(),
+        write_ms: Vec::new(),
+        primaries: Vec::new(),
+        placement: Vec::new(),
+    });
+    let limit = sim.heal_at();
+    let finished = |sim: &ClusterSim| {
+        sim.replay.as_ref().is_some_and(|r| r.start.is_some() && r.done == r.workload.ops.len())
+    };
+    sim.run_until_true(limit, finished);
+    // Settled: every server on or asleep as the MDS has it, primaries unchanged.
+    let groups = sim.mds.group_count();
+    let map = |sim: &ClusterSim| -> Vec<Option<ServerId>> {
+        (0..groups).map(|g| sim.mds.view(ChunkGroupId(g as u32)).primary).collect()
+    };
+    let (mut previous, mut unsettled_at) = (map(&sim), sim.now());
+    sim.run_until_true(limit, |sim| {
+        let now = map(sim);
+        let steady = (0..sim.spec.servers).all(|s| {
+            matches!(sim.mds.server_power(ServerId(s)), ServerPower::On | ServerPower::Asleep)
+        });
+        if now != previous || !steady {
+            previous = now;
+            unsettled_at = sim.now();
+        }
+        sim.now().duration_since(unsettled_at) >= SETTLED_FOR
+    });
+    let (energy_joules, energy_if_always_on_joules) = sim.energy_joules();
+    let final_map = map(&sim);
+    let replicas = (0..groups).map(|g| sim.mds.replicas(ChunkGroupId(g as u32)).to_vec()).collect();
+    let writes_logged = sim.servers_total(|c| c.writes_logged);
+    let bytes_logged = sim.servers_total(|c| c.bytes_logged);
+    let acknowledged = (0..sim.spec.servers)
+        .map(|s| {
+            let server = sim.servers[s as usize].server.as_ref();
+            server.map_or(0, |server| server.counters().writes_acknowledged)
+        })
+        .collect();
+    let mut replay = sim.replay.take().unwrap_or_else(|| unreachable!("set above"));
+    replay.primaries.push(final_map);
+    let end = sim.finish_run();
+    TraceReplayReport {
+        placement: replay.placement,
+        replicas,
+        primaries: replay.primaries,
+        energy_joules,
+        energy_if_always_on_joules,
+        writes_logged,
+        bytes_logged,
+        acknowledged,
+        reads: replay.read_ms.len() as u64,
+        writes: replay.write_ms.len() as u64,
+        errors: replay.errors,
+        unfinished: (replay.workload.ops.len() - replay.done) as u64,
+        read_ms: replay.read_ms,
+        write_ms: replay.write_ms,
+        end,
+    }
+}
+
+impl ClusterSim<'_> {
+    /// Client 0's next step of the replay: the next create, or nothing (the requests
+    /// come by their own events).
+    pub(super) fn replay_next_create(&mut self) {
+        let Some(replay) = self.replay.as_mut() else { return };
+        let Some((name, size_bytes)) = replay.workload.devices.get(replay.created).cloned() else {
+            return;
+        };
+        let tag = self.next_op;
+        self.next_op += 1;
+        self.feed_client(0, ClientEvent::Submit { tag, op: ClientOp::Create { name, size_bytes } });
+    }
+
+    /// Every request due now arrives; the next one is scheduled.
+    pub(super) fn replay_arrivals(&mut self) {
+        let now = self.now();
+        loop {
+            let Some(replay) = self.replay.as_mut() else { return };
+            let Some(start) = replay.start else { return };
+            let Some(op) = replay.workload.ops.get(replay.next).copied() else { return };
+            if start + op.at > now {
+                self.events.schedule(start + op.at, Event::ReplayNext);
+                return;
+            }
+            let index = replay.next;
+            replay.next += 1;
+            let tag = self.next_op;
+            self.next_op += 1;
+            let replay = self.replay.as_mut().unwrap_or_else(|| unreachable!());
+            let device = &mut replay.open[op.device as usize];
+            let awaited: Vec<u64> = device
+                .iter()
+                .filter(|(_, range)| range.start < op.range.end && op.range.start < range.end)
+                .map(|(tag, _)| *tag)
+                .collect();
+            device.push((tag, op.range));
+            if awaited.is_empty() {
+                self.replay_submit(tag, index);
+            } else {
+                replay.waiting.push((tag, index, awaited));
+            }
+        }
+    }
+
+    fn replay_submit(&mut self, tag: u64, index: usize) {
+        let Some(replay) = self.replay.as_mut() else { return };
+        let op = replay.workload.ops[index];
+        // Latency counts from the arrival, any wait for an overlapping one included.
+        let arrived = replay.start.unwrap_or_default() + op.at;
+        let name = replay.workload.devices[op.device as usize].0.clone();
+        replay.submitted.insert(tag, (index, arrived));
+        let op = match op.kind {
+            IoKind::Read => ClientOp::Read { name, range: op.range },
+            IoKind::Write => {
+                let stamp = Stamp(self.next_stamp);
+                self.next_stamp += 1;
+                ClientOp::Write { name, range: op.range, stamp, data: Payload::NONE }
+            }
+        };
+        self.feed_client(0, ClientEvent::Submit { tag, op });
+    }
+
+    /// A gear shift of the schedule: the primaries as they stand, then the shift.
+    pub(super) fn replay_gear(&mut self, gear: u32) {
+        let groups = self.mds.group_count();
+        let map = (0..groups).map(|g| self.mds.view(ChunkGroupId(g as u32)).primary).collect();
+        if let Some(replay) = self.replay.as_mut() {
+            replay.primaries.push(map);
+        }
+        self.report.gear_shifts += 1;
+        self.trace(|| format!("gear {gear} (schedule)"));
+        self.feed_mds(super::MdsEvent::GearSet { gear });
+    }
+
+    /// Client 0 finished `tag`: a create (the next, or the replay starts), or a
+    /// request (its latency; the requests that waited for it may go).
+    pub(super) fn replay_done(&mut self, tag: u64, outcome: ClientOutcome) {
+        let now = self.now();
+        let Some(replay) = self.replay.as_mut() else { return };
+        if replay.start.is_none() {
+            let ClientOutcome::Object(info) = outcome else {
+                let name = &replay.workload.devices[replay.created].0;
+                let error = format!("the replay could not create {name:?}: {outcome:?}");
+                self.checker.violate(error);
+                return;
+            };
+            let name = replay.workload.devices[replay.created].0.clone();
+            replay.placement.push((name, info.chunk_groups.clone()));
+            self.chunk_groups.insert(info.object, info.chunk_groups);
+            let Some(replay) = self.replay.as_mut() else { return };
+            replay.created += 1;
+            if replay.created < replay.workload.devices.len() {
+                self.replay_next_create();
+                return;
+            }
+            replay.start = Some(now);
+            let gears: Vec<GearAt> = replay.gears.clone();
+            for gear in gears {
+                self.events.schedule(now + gear.at, Event::ReplayGear(gear.gear));
+            }
+            self.replay_arrivals();
+            return;
+        }
+        let Some(replay) = self.replay.as_mut() else { return };
+        let Some((index, arrived)) = replay.submitted.remove(&tag) else { return };
+        let op = replay.workload.ops[index];
+        replay.done += 1;
+        let ms = now.duration_since(arrived).as_secs_f64() * 1e3;
+        match outcome {
+            ClientOutcome::Read(_) => replay.read_ms.push(ms),
+            ClientOutcome::Written(_) => replay.write_ms.push(ms),
+            _ => replay.errors += 1,
+        }
+        replay.open[op.device as usize].retain(|(open, _)| *open != tag);
+        let mut ready = Vec::new();
+        replay.waiting.retain_mut(|(waiter, index, awaited)| {
+            awaited.retain(|t| *t != tag);
+            if awaited.is_empty() {
+                ready.push((*waiter, *index));
+            }
+            !awaited.is_empty()
+        });
+        for (waiter, index) in ready {
+            self.replay_submit(waiter, index);
+        }
+    }
+}
