@@ -277,14 +277,15 @@ pub fn gear_shift(seed: u64, servers: u32) -> CaseReport {
         clients: 16,
         groups_per_server: 10,
         objects: servers * 5,
-        virtual_secs: 40,
+        virtual_secs: 50,
         ..ClusterSpec::small()
     });
     let mut sim = recorded(&spec, seed);
     let groups: Vec<ChunkGroupId> =
         (0..sim.mds.group_count()).map(|g| ChunkGroupId(g as u32)).collect();
     let mut figures = Vec::new();
-    for (label, from, gear, until) in [("down-shift", 8.0, 2, 20.0), ("up-shift", 20.0, 3, 35.0)] {
+    // The up-shift waits for the profile's wake (13 s) before the rebalance.
+    for (label, from, gear, until) in [("down-shift", 8.0, 2, 20.0), ("up-shift", 20.0, 3, 45.0)] {
         sim.run_until(at(from));
         let primaries: Vec<_> = groups.iter().map(|g| sim.mds.view(*g).primary).collect();
         let retries = sim.client_retries();
