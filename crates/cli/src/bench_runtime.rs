@@ -298,14 +298,9 @@ impl LocalCluster {
         let path = base.join("cluster.toml");
         let ports = free_ports(20)?;
         let cluster = ClusterSection {
-            replicas: 3,
-            racks: 3,
             groups_per_server,
-            chunk_size_bytes: 1 << 20,
             logger_capacity_bytes: 1 << 30,
-            seed: 1,
-            time_scale: 1.0,
-            server_profile: "ecs2-storage-node".into(),
+            ..ClusterSection::default()
         };
         let file = ClusterFile::on(cluster, ports[0], ports[1..10].iter().copied())
             .with_http(ports[10], ports[11..].iter().copied());

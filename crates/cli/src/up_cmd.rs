@@ -58,12 +58,8 @@ fn first_run(args: &UpArgs, path: &Path) -> Result<ClusterFile> {
     let cluster = ClusterSection {
         replicas: args.replicas,
         racks: args.racks,
-        groups_per_server: 8,
-        chunk_size_bytes: 1 << 20,
-        logger_capacity_bytes: 256 << 20,
-        seed: 1,
         time_scale: args.time_scale,
-        server_profile: "ecs2-storage-node".into(),
+        ..ClusterSection::default()
     };
     let file = ClusterFile::on(cluster, peers[0], peers[1..].iter().copied())
         .with_http(http[0], http[1..].iter().copied());

@@ -59,14 +59,11 @@ impl Cluster {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("cluster.toml");
         let cluster = ClusterSection {
-            replicas: 3,
-            racks: 3,
             groups_per_server: 4,
-            chunk_size_bytes: 1 << 20,
             logger_capacity_bytes: 64 << 20,
             seed: 7,
             time_scale,
-            server_profile: "ecs2-storage-node".into(),
+            ..ClusterSection::default()
         };
         let ports = free_ports(20);
         let file = ClusterFile::on(cluster, ports[0], ports[1..10].iter().copied())

@@ -56,6 +56,23 @@ fn default_server_profile() -> String {
     "ecs2-storage-node".into()
 }
 
+impl Default for ClusterSection {
+    /// What `somnus up` writes: r = 3 in 3 racks, 8 chunk groups per server, 1 MiB
+    /// chunks, 256 MiB loggers, seed 1, real time, the ECS2 storage node.
+    fn default() -> ClusterSection {
+        ClusterSection {
+            replicas: 3,
+            racks: 3,
+            groups_per_server: 8,
+            chunk_size_bytes: 1 << 20,
+            logger_capacity_bytes: 256 << 20,
+            seed: 1,
+            time_scale: one(),
+            server_profile: default_server_profile(),
+        }
+    }
+}
+
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct MdsSection {
@@ -247,14 +264,9 @@ impl ClusterFile {
 #[cfg(test)]
 pub(crate) fn test_file() -> ClusterFile {
     let cluster = ClusterSection {
-        replicas: 3,
-        racks: 3,
         groups_per_server: 4,
-        chunk_size_bytes: 1 << 20,
         logger_capacity_bytes: 64 << 20,
-        seed: 1,
-        time_scale: 1.0,
-        server_profile: default_server_profile(),
+        ..ClusterSection::default()
     };
     let address = |port: u16| SocketAddr::from(([127, 0, 0, 1], port));
     ClusterFile::on(cluster, address(7000), (7001..7010).map(address))

@@ -107,6 +107,19 @@ impl ClusterSim<'_> {
         &self.mds
     }
 
+    /// Every chunk group's primary as the MDS has it, by group id.
+    pub fn primaries(&self) -> Vec<Option<ServerId>> {
+        (0..self.mds.group_count()).map(|g| self.mds.view(ChunkGroupId(g as u32)).primary).collect()
+    }
+
+    /// Whether every server is on or asleep as the MDS has it: no sleep or wake under
+    /// way.
+    pub fn power_steady(&self) -> bool {
+        (0..self.spec.servers).all(|s| {
+            matches!(self.mds.server_power(ServerId(s)), ServerPower::On | ServerPower::Asleep)
+        })
+    }
+
     /// The chunk groups that hold the objects' chunks.
     pub fn groups_in_use(&self) -> Vec<ChunkGroupId> {
         let mut groups: Vec<ChunkGroupId> = self.chunk_groups.values().flatten().copied().collect();
@@ -287,7 +300,7 @@ pub fn gear_shift(seed: u64, servers: u32) -> CaseReport {
     // The up-shift waits for the profile's wake (13 s) before the rebalance.
     for (label, from, gear, until) in [("down-shift", 8.0, 2, 20.0), ("up-shift", 20.0, 3, 45.0)] {
         sim.run_until(at(from));
-        let primaries: Vec<_> = groups.iter().map(|g| sim.mds.view(*g).primary).collect();
+        let primaries = sim.primaries();
         let retries = sim.client_retries();
         let start = sim.time();
         sim.inject(Injection::Gear(gear));
@@ -298,12 +311,8 @@ pub fn gear_shift(seed: u64, servers: u32) -> CaseReport {
         let mut previous = primaries.clone();
         let mut unsettled_at = start;
         let settled = sim.run_until_true(at(until), |sim| {
-            let now: Vec<_> = groups.iter().map(|g| sim.mds.view(*g).primary).collect();
-            let all_on = (0..servers).all(|s| {
-                let power = sim.mds.server_power(ServerId(s));
-                power == ServerPower::On || power == ServerPower::Asleep
-            });
-            if now != previous || !all_on || !groups.iter().all(|g| sim.served(*g)) {
+            let now = sim.primaries();
+            if now != previous || !sim.power_steady() || !groups.iter().all(|g| sim.served(*g)) {
                 previous = now;
                 unsettled_at = sim.time();
             }

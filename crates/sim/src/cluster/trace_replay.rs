@@ -10,7 +10,7 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use somnus_core::cluster::client::{ClientEvent, ClientOp, ClientOutcome};
-use somnus_core::cluster::{Payload, ServerPower, Stamp};
+use somnus_core::cluster::{Payload, Stamp};
 use somnus_trace::{TraceError, TraceSet};
 use somnus_types::{ByteRange, ChunkGroupId, IoKind, ServerId, VirtualDuration, VirtualInstant};
 
@@ -193,24 +193,18 @@ pub fn replay_trace(
     };
     sim.run_until_true(limit, finished);
     // Settled: every server on or asleep as the MDS has it, primaries unchanged.
-    let groups = sim.mds.group_count();
-    let map = |sim: &ClusterSim| -> Vec<Option<ServerId>> {
-        (0..groups).map(|g| sim.mds.view(ChunkGroupId(g as u32)).primary).collect()
-    };
-    let (mut previous, mut unsettled_at) = (map(&sim), sim.now());
+    let (mut previous, mut unsettled_at) = (sim.primaries(), sim.now());
     sim.run_until_true(limit, |sim| {
-        let now = map(sim);
-        let steady = (0..sim.spec.servers).all(|s| {
-            matches!(sim.mds.server_power(ServerId(s)), ServerPower::On | ServerPower::Asleep)
-        });
-        if now != previous || !steady {
+        let now = sim.primaries();
+        if now != previous || !sim.power_steady() {
             previous = now;
             unsettled_at = sim.now();
         }
         sim.now().duration_since(unsettled_at) >= SETTLED_FOR
     });
     let (energy_joules, energy_if_always_on_joules) = sim.energy_joules();
-    let final_map = map(&sim);
+    let final_map = sim.primaries();
+    let groups = sim.mds.group_count();
     let replicas = (0..groups).map(|g| sim.mds.replicas(ChunkGroupId(g as u32)).to_vec()).collect();
     let writes_logged = sim.servers_total(|c| c.writes_logged);
     let bytes_logged = sim.servers_total(|c| c.bytes_logged);
@@ -306,8 +300,7 @@ impl ClusterSim<'_> {
 
     /// A gear shift of the schedule: the primaries as they stand, then the shift.
     pub(super) fn replay_gear(&mut self, gear: u32) {
-        let groups = self.mds.group_count();
-        let map = (0..groups).map(|g| self.mds.view(ChunkGroupId(g as u32)).primary).collect();
+        let map = self.primaries();
         if let Some(replay) = self.replay.as_mut() {
             replay.primaries.push(map);
         }
