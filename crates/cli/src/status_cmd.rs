@@ -70,6 +70,12 @@ pub(crate) fn status(args: StatusArgs) -> Result<()> {
     print_status(&file, &mds, &servers)
 }
 
+/// A server's free disk space, in MiB, marked when it counts its disk full.
+fn disk_free(report: &ServerReport) -> String {
+    let free = report.free_bytes.map_or("-".to_string(), |b| format!("{} MiB", b >> 20));
+    if report.full { format!("{free} FULL") } else { free }
+}
+
 fn print_status(
     file: &ClusterFile,
     mds: &MdsReport,
@@ -89,7 +95,7 @@ fn print_status(
         mds.counters.wakes
     )?;
     outln!(
-        "{:>6}  {:>4}  {:>4}  {:<8}  {:>9}  {:>6}  {:>7}  {:>12}  {:>12}  {:>12}",
+        "{:>6}  {:>4}  {:>4}  {:<8}  {:>9}  {:>6}  {:>7}  {:>12}  {:>14}  {:>12}  {:>12}",
         "server",
         "rack",
         "gear",
@@ -98,6 +104,7 @@ fn print_status(
         "groups",
         "watts",
         "DVL bytes",
+        "disk free",
         "energy J",
         "saved J"
     )?;
@@ -115,15 +122,33 @@ fn print_status(
                 always_on += e.joules_if_always_on;
                 answered += 1;
                 outln!(
-                    "{head}  {:>7.1}  {:>12}  {:>12.0}  {:>12.0}",
+                    "{head}  {:>7.1}  {:>12}  {:>14}  {:>12.0}  {:>12.0}",
                     e.watts,
                     r.dvl_live_bytes,
+                    disk_free(r),
                     e.joules,
                     e.joules_if_always_on - e.joules
                 )?;
             }
-            None => outln!("{head}  {:>7}  {:>12}  {:>12}  {:>12}", "-", "no answer", "-", "-")?,
+            None => outln!(
+                "{head}  {:>7}  {:>12}  {:>14}  {:>12}  {:>12}",
+                "-",
+                "no answer",
+                "-",
+                "-",
+                "-"
+            )?,
         }
+    }
+    let full: Vec<String> =
+        mds.servers.iter().filter(|s| s.full).map(|s| s.id.to_string()).collect();
+    if !full.is_empty() {
+        outln!(
+            "disk full: server {} has less free space than the reserve ({} MiB, \
+             `disk_reserve_bytes`): writes to its chunk groups are refused until space is freed",
+            full.join(", "),
+            file.cluster.disk_reserve_bytes >> 20
+        )?;
     }
     let saved = always_on - joules;
     let percent = if always_on > 0.0 { 100.0 * saved / always_on } else { 0.0 };

@@ -56,15 +56,22 @@ impl Cluster {
 
     /// The cluster's file and secret, with no process started.
     fn unstarted(time_scale: f64) -> Cluster {
-        let dir = tempfile::tempdir().unwrap();
-        let path = dir.path().join("cluster.toml");
-        let cluster = ClusterSection {
+        Cluster::unstarted_with(ClusterSection { time_scale, ..Cluster::section() })
+    }
+
+    /// The tests' cluster section: 4 chunk groups per server, 64 MiB loggers, seed 7.
+    fn section() -> ClusterSection {
+        ClusterSection {
             groups_per_server: 4,
             logger_capacity_bytes: 64 << 20,
             seed: 7,
-            time_scale,
             ..ClusterSection::default()
-        };
+        }
+    }
+
+    fn unstarted_with(cluster: ClusterSection) -> Cluster {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("cluster.toml");
         let ports = free_ports(20);
         let file = ClusterFile::on(cluster, ports[0], ports[1..10].iter().copied())
             .with_http(ports[10], ports[11..].iter().copied());
@@ -87,12 +94,17 @@ impl Cluster {
 
     /// Starts a role; its standard error is appended to `<role>.log` beside the file.
     fn spawn(&self, args: &[&str]) -> Child {
+        self.spawn_in(Command::new(env!("CARGO_BIN_EXE_somnus")), args)
+    }
+
+    /// Starts a role by `command` (the binary, or a wrapper that runs it).
+    fn spawn_in(&self, mut command: Command, args: &[&str]) -> Child {
         let log = std::fs::OpenOptions::new()
             .create(true)
             .append(true)
             .open(self.path.with_file_name(format!("{}.log", args.join("-"))))
             .unwrap();
-        Command::new(env!("CARGO_BIN_EXE_somnus"))
+        command
             .args(args)
             .arg("--cluster")
             .arg(&self.path)
@@ -435,7 +447,9 @@ async fn bad_connections_against_a_running_server_are_refused_counted_and_it_ser
         let _ = stream.shutdown().await;
     };
     send_raw(b"GET / HTTP/1.1\r\nHost: x\r\n\r\n").await;
-    send_raw(&[20, 0, 0, 0, 1, 9, 9, 9, 9, 0, 0, 0, 0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11]).await;
+    let version = somnus_wire::WIRE_VERSION;
+    send_raw(&[20, 0, 0, 0, version, 9, 9, 9, 9, 0, 0, 0, 0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11])
+        .await;
     send_raw(&[40, 0, 0, 0, 1, 2, 3]).await;
     let stranger = somnus_runtime::transport::Identity::new(
         somnus_core::cluster::Peer::Client(somnus_core::cluster::ClientId(77)),
@@ -846,4 +860,141 @@ async fn the_simulator_and_the_runtime_agree_on_a_trace_and_a_gear_schedule() {
         "an early up-shift's energy passed: {:.0} J against {saved_runtime:.0} J",
         early.energy_saved_joules()
     );
+}
+
+/// Whether `error` is the client's refusal for lack of room on server `server`.
+fn no_space_on(error: &somnus_runtime::client::ClientError, server: u32) -> bool {
+    use somnus_core::cluster::client::ClientError;
+    matches!(
+        error,
+        somnus_runtime::client::ClientError::Refused(ClientError::NoSpace { server: s })
+            if s.0 == server
+    )
+}
+
+/// Server 4 keeps its data on a 128 MiB tmpfs of its own (`unshare -rm` gives it a
+/// mount namespace), filled by a ballast file to 8 MiB above the reserve. Writes go
+/// on until one to a group of server 4 is refused with the "no space" error; the
+/// process serves on (status, reads, writes to groups without it); every
+/// acknowledged write reads back; once the ballast is removed, writes to its groups
+/// are taken again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_full_disk_refuses_writes_with_an_error_and_loses_nothing() {
+    if !somnus_testkit::private_tmpfs_allowed() {
+        eprintln!("SKIPPED: `unshare -rm` cannot mount a tmpfs here (no user namespaces)");
+        return;
+    }
+    const FULL: u32 = 4;
+    const RESERVE: u64 = 32 << 20;
+    let section = ClusterSection { disk_reserve_bytes: RESERVE, ..Cluster::section() };
+    let mut cluster = Cluster::unstarted_with(section);
+    cluster.mds = Some(cluster.spawn(&["mds"]));
+    let data_dir = cluster.file.servers[FULL as usize].data_dir.clone();
+    std::fs::create_dir_all(&data_dir).unwrap();
+    for id in 0..9 {
+        let args = ["server", "--id", &id.to_string()];
+        let child = if id == FULL {
+            let mut unshare = Command::new("unshare");
+            let mount = r#"mount -t tmpfs -o size=128m tmpfs "$1" && shift && exec "$@""#;
+            unshare.args(["-rm", "sh", "-c", mount, "sh"]).arg(&data_dir);
+            unshare.arg(env!("CARGO_BIN_EXE_somnus"));
+            cluster.spawn_in(unshare, &args)
+        } else {
+            cluster.spawn(&args)
+        };
+        cluster.servers.push(Some(child));
+    }
+    let pid = cluster.servers[FULL as usize].as_ref().unwrap().id();
+    // Server 4's directory as its own mount namespace sees it.
+    let inside =
+        PathBuf::from(format!("/proc/{pid}/root")).join(data_dir.strip_prefix("/").unwrap());
+    let client = cluster.client();
+    let mut acknowledged: Vec<(String, Bytes)> = Vec::new();
+    for n in 0..4 {
+        let (name, data) = (format!("before-{n}"), pattern(7000 + n, 2 << 20));
+        client.put(&name, data.clone()).await.unwrap();
+        acknowledged.push((name, data));
+    }
+    let free = somnus_runtime::durable::free_bytes(&inside).unwrap();
+    assert!(free < 128 << 20, "server 4's directory is not on its tmpfs ({free} bytes free)");
+    let ballast = inside.join("ballast");
+    std::fs::write(&ballast, vec![0u8; (free - RESERVE - (8 << 20)) as usize]).unwrap();
+
+    // 1 MiB objects, each in one chunk group, a third of them with server 4.
+    let mut refused = None;
+    for n in 0..80u64 {
+        let (name, data) = (format!("fill-{n}"), pattern(8000 + n, 1 << 20));
+        match client.put(&name, data.clone()).await {
+            Ok(()) => acknowledged.push((name, data)),
+            Err(error) if no_space_on(&error, FULL) => {
+                refused = Some((name, error.to_string()));
+                break;
+            }
+            Err(error) => panic!("{name}: {error}"),
+        }
+        // Paced as a client's stream: the disk's state reaches every primary by
+        // the next heartbeat (1 s), before writes outrun the reserve.
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let (refused_name, message) = refused.expect("no write was refused for lack of room");
+    assert!(message.contains("no space: server 4's disk"), "{message}");
+
+    // The process serves on, and says why it refuses.
+    assert!(cluster.servers[FULL as usize].as_mut().unwrap().try_wait().unwrap().is_none());
+    let report = cluster.server_status(FULL as usize).await;
+    assert!(report.full && report.free_bytes.unwrap() < RESERVE, "{report:?}");
+    assert!(report.counters.disk_writes_failed == 0, "the reserve was overrun: {report:?}");
+    assert!(cluster.mds_status().await.servers[FULL as usize].full);
+    let status = cluster.cli(&["status"]);
+    let stdout = String::from_utf8_lossy(&status.stdout);
+    assert!(stdout.contains("FULL") && stdout.contains("disk full: server 4"), "{stdout}");
+    // The CLI's `put` of 16 MiB (16 chunks: one at least in a group of server 4).
+    let file = cluster.path.with_file_name("sixteen.bin");
+    std::fs::write(&file, pattern(9000, 16 << 20)).unwrap();
+    let put = cluster.cli(&["put", file.to_str().unwrap(), "sixteen"]);
+    let stderr = String::from_utf8_lossy(&put.stderr);
+    assert!(!put.status.success() && stderr.contains("no space: server 4"), "{stderr}");
+    assert!(!stderr.contains("panicked") && !stderr.contains("backtrace"), "{stderr}");
+
+    // Writes to groups without server 4 go on; every acknowledged write reads back.
+    let mut elsewhere = None;
+    for (name, _) in &acknowledged {
+        let info = client.stat(name).await.unwrap();
+        if info.views.iter().all(|v| !v.replicas.contains(&ServerId(FULL))) {
+            elsewhere = Some(name.clone());
+            break;
+        }
+    }
+    // Overwritten raw (no longer a `put`'s object: read back as a range).
+    let elsewhere = elsewhere.expect("an object without server 4");
+    acknowledged.retain(|(name, _)| *name != elsewhere);
+    let again = pattern(9100, 1 << 20);
+    client.write(&elsewhere, 0, again.clone()).await.unwrap();
+    assert_eq!(client.read(&elsewhere, ByteRange::new(0, 1 << 20)).await.unwrap(), again);
+    for (name, data) in &acknowledged {
+        assert_eq!(client.get(name).await.unwrap(), *data, "{name}");
+    }
+
+    // Room again: the refused object is stored within a few heartbeats (put anew:
+    // the refused put created it, and wrote some of its chunks maybe).
+    std::fs::remove_file(&ballast).unwrap();
+    let data = pattern(9200, 1 << 20);
+    eventually!(Duration::from_secs(20), "a write to server 4's group taken again", {
+        client.delete(&refused_name).await.unwrap();
+        match client.put(&refused_name, data.clone()).await {
+            Ok(()) => true,
+            Err(error) if no_space_on(&error, FULL) => false,
+            Err(error) => panic!("{refused_name}: {error}"),
+        }
+    });
+    acknowledged.push((refused_name, data));
+    for (name, data) in &acknowledged {
+        assert_eq!(client.get(name).await.unwrap(), *data, "{name}");
+    }
+    eventually!(Duration::from_secs(2), "server 4's status not full", {
+        !cluster.server_status(FULL as usize).await.full
+    });
+    cluster.stop_all();
+    let log = std::fs::read_to_string(cluster.path.with_file_name("server---id-4.log")).unwrap();
+    assert!(!log.contains("panicked"), "{log}");
 }

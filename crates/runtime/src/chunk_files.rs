@@ -15,7 +15,7 @@ use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 
 use bytes::Bytes;
-use somnus_core::cluster::store::{BLOCK_BYTES, ChunkData};
+use somnus_core::cluster::store::{BLOCK_BYTES, ChunkData, StoreOp};
 use somnus_core::cluster::{ChunkId, ChunkIndex, Stamp};
 use somnus_types::{ChunkGroupId, ObjectId, Version};
 
@@ -187,8 +187,9 @@ impl ChunkFiles {
             found.push(FoundBlock { group, chunk, index, version, stamp, intact });
         }
         let file = OpenOptions::new().read(true).write(true).open(path).map_err(read_error)?;
-        // A crash may have lost the size set at creation (it is not synced): a block
-        // past the end must read as unwritten, not fail the read of its neighbours.
+        // A file cut short (an earlier build made the data region sparse, its size
+        // not synced): a block past the end must read as unwritten, not fail the
+        // read of its neighbours.
         if (bytes.len() as u64) < self.file_bytes() {
             file.set_len(self.file_bytes()).map_err(read_error)?;
         }
@@ -211,24 +212,36 @@ impl ChunkFiles {
         }
     }
 
-    /// The open file of `chunk`, created whole if it has none yet.
+    /// The open file of `chunk`, created whole if it has none yet: its header, and
+    /// the space of every block allocated (a block never written reads as unwritten,
+    /// its header's version being 0), so no block's write finds the disk full.
     fn file(&mut self, group: ChunkGroupId, chunk: ChunkId) -> std::io::Result<&File> {
         if !self.files.contains_key(&chunk) {
             let path = self.path(chunk);
-            let size = self.file_bytes();
             let mut bytes = vec![0u8; data_start(self.chunk_blocks) as usize];
             bytes[..FILE_HEADER_BYTES as usize].copy_from_slice(&file_header(
                 group,
                 chunk,
                 self.chunk_blocks,
             ));
-            durable::replace(&path, &bytes)?;
+            durable::replace_allocated(&path, &bytes, self.file_bytes())?;
             let file = OpenOptions::new().read(true).write(true).open(&path)?;
-            // The data region is sparse: a block never written reads as zeros.
-            file.set_len(size)?;
             self.files.insert(chunk, file);
         }
         self.files.get(&chunk).ok_or_else(|| std::io::Error::other("chunk file vanished"))
+    }
+
+    /// Creates the files of the chunks `changes` write to that have none yet.
+    fn prepare(&mut self, changes: &[StoreOp]) -> std::io::Result<()> {
+        for change in changes {
+            match change {
+                StoreOp::Apply { group, write, .. } => self.file(*group, write.chunk)?,
+                StoreOp::Copy { group, chunk, .. } => self.file(*group, *chunk)?,
+                // A repair mends blocks of a file it read; a fence writes none.
+                StoreOp::Repair { .. } | StoreOp::Fence { .. } => continue,
+            };
+        }
+        Ok(())
     }
 
     /// Syncs every file written since the last sync (before the journal is cut).
@@ -287,6 +300,62 @@ impl ChunkFiles {
             }
         }
         Ok(if bad.is_empty() { Ok(out.into()) } else { Err(bad) })
+    }
+}
+
+/// The chunk files, shared by the store (which writes and reads their blocks) and
+/// the disk worker, which creates the files a change writes to before the journal
+/// takes it ([`SharedChunkFiles::prepare`]): a full disk then fails the change before
+/// it is durable, never a block's write after it.
+#[derive(Clone, Debug)]
+pub struct SharedChunkFiles(Arc<Mutex<ChunkFiles>>);
+
+impl SharedChunkFiles {
+    pub fn new(files: ChunkFiles) -> SharedChunkFiles {
+        SharedChunkFiles(Arc::new(Mutex::new(files)))
+    }
+
+    /// Creates, their space allocated, the files of the chunks `changes` write to.
+    pub fn prepare(&self, changes: &[StoreOp]) -> std::io::Result<()> {
+        let mut files = self.0.lock().map_err(|_| poisoned())?;
+        files.prepare(changes)
+    }
+
+    fn with<R>(&self, default: R, call: impl FnOnce(&mut ChunkFiles) -> R) -> R {
+        match self.0.lock() {
+            Ok(mut files) => call(&mut files),
+            Err(_) => default,
+        }
+    }
+}
+
+fn poisoned() -> std::io::Error {
+    std::io::Error::other("the chunk files' lock was poisoned")
+}
+
+impl ChunkData for SharedChunkFiles {
+    fn write_block(
+        &mut self,
+        group: ChunkGroupId,
+        chunk: ChunkId,
+        index: u64,
+        version: Version,
+        stamp: Stamp,
+        data: Option<&[u8]>,
+    ) {
+        self.with((), |files| files.write_block(group, chunk, index, version, stamp, data));
+    }
+
+    fn sync(&mut self) -> Result<(), String> {
+        self.with(Err(poisoned().to_string()), ChunkData::sync)
+    }
+
+    fn read_blocks(
+        &mut self,
+        chunk: ChunkId,
+        blocks: std::ops::Range<u64>,
+    ) -> Result<Bytes, Vec<u64>> {
+        self.with(Err(blocks.clone().collect()), |files| files.read_blocks(chunk, blocks))
     }
 }
 

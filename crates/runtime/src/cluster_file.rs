@@ -46,6 +46,11 @@ pub struct ClusterSection {
     /// and the time of its sleep and wake (`somnus show profiles`).
     #[serde(default = "default_server_profile")]
     pub server_profile: String,
+    /// Free bytes each server keeps on its disk: below them it counts itself full and
+    /// writes to its chunk groups are refused with a "no space" error, so that the
+    /// writes under way, its journal's checkpoint and its logger have room.
+    #[serde(default = "default_disk_reserve")]
+    pub disk_reserve_bytes: u64,
 }
 
 fn one() -> f64 {
@@ -56,9 +61,14 @@ fn default_server_profile() -> String {
     "ecs2-storage-node".into()
 }
 
+fn default_disk_reserve() -> u64 {
+    256 << 20
+}
+
 impl Default for ClusterSection {
     /// What `somnus up` writes: r = 3 in 3 racks, 8 chunk groups per server, 1 MiB
-    /// chunks, 256 MiB loggers, seed 1, real time, the ECS2 storage node.
+    /// chunks, 256 MiB loggers, seed 1, real time, the ECS2 storage node, a reserve
+    /// of 256 MiB free on each server's disk.
     fn default() -> ClusterSection {
         ClusterSection {
             replicas: 3,
@@ -69,6 +79,7 @@ impl Default for ClusterSection {
             seed: 1,
             time_scale: one(),
             server_profile: default_server_profile(),
+            disk_reserve_bytes: default_disk_reserve(),
         }
     }
 }
@@ -241,6 +252,7 @@ impl ClusterFile {
             chunk_size_bytes: self.cluster.chunk_size_bytes,
             logger_capacity_bytes: self.cluster.logger_capacity_bytes,
             seed: self.cluster.seed,
+            disk_reserve_bytes: self.cluster.disk_reserve_bytes,
             ..ClusterConfig::sierra()
         }
     }

@@ -18,9 +18,19 @@ use crate::server_disk::{ServerDisk, ServerDiskError};
 /// Changes taken into one sync at most: a bound on a batch's memory and latency.
 const BATCH_MAX: usize = 256;
 
-/// What the worker reports: writes now durable, in the order they were sent, or the
-/// error that stopped it (the server stops: it cannot make writes durable).
-pub type Durable = Result<Vec<IoId>, ServerDiskError>;
+/// What one sync made of the writes sent, in the order they were sent.
+#[derive(Debug)]
+pub enum Synced {
+    /// Durable.
+    Durable(Vec<IoId>),
+    /// Not durable, none of them: the disk had no room (said why). The worker goes
+    /// on with the next writes.
+    NoRoom(Vec<IoId>, String),
+}
+
+/// What the worker reports: a sync's outcome, or the error that stopped it (the
+/// server stops: its disk fails, it cannot make writes durable).
+pub type Durable = Result<Synced, ServerDiskError>;
 
 /// Starts the worker on `disk`; returns where to send changes and where their
 /// completions come back. The worker ends when the sender is dropped.
@@ -44,7 +54,11 @@ pub fn spawn(
                 let mut disk = disk
                     .lock()
                     .map_err(|_| ServerDiskError::Io("the disk's lock was poisoned".into()))?;
-                disk.make_durable(&ops).map(|()| ios)
+                match disk.make_durable(&ops) {
+                    Ok(()) => Ok(Synced::Durable(ios)),
+                    Err(error) if error.is_no_space() => Ok(Synced::NoRoom(ios, error.to_string())),
+                    Err(error) => Err(error),
+                }
             })
             .await
             .unwrap_or_else(|error| {
@@ -79,7 +93,10 @@ mod tests {
         }
         let (mut back, mut reports) = (Vec::new(), 0);
         while back.len() < 200 {
-            back.extend(done.recv().await.unwrap().unwrap());
+            match done.recv().await.unwrap().unwrap() {
+                Synced::Durable(ios) => back.extend(ios),
+                Synced::NoRoom(_, why) => panic!("no room on a test's disk: {why}"),
+            }
             reports += 1;
         }
         assert_eq!(back, (0..200).map(IoId).collect::<Vec<_>>());

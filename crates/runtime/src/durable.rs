@@ -19,15 +19,55 @@ fn temporary(path: &Path) -> PathBuf {
 
 /// Puts `bytes` at `path` whole or not at all: written under a temporary name,
 /// synced, renamed into place, and the directory synced. A crash leaves the old file
-/// (or none) or the new one, never a part.
+/// (or none) or the new one, never a part; a failure (a full disk) leaves the old one
+/// and removes the temporary.
 pub fn replace(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
+    replace_allocated(path, bytes, 0)
+}
+
+/// As [`replace`], the new file `size_bytes` long (at least), its space allocated
+/// before it is renamed into place: writes inside it later never find the disk full.
+pub fn replace_allocated(path: &Path, bytes: &[u8], size_bytes: u64) -> std::io::Result<()> {
     let tmp = temporary(path);
-    let mut file = OpenOptions::new().write(true).create(true).truncate(true).open(&tmp)?;
-    file.write_all(bytes)?;
-    file.sync_all()?;
-    drop(file);
+    let written = write_new(&tmp, bytes, size_bytes);
+    if written.is_err() {
+        let _ = std::fs::remove_file(&tmp);
+    }
+    written?;
     std::fs::rename(&tmp, path)?;
     sync_dir(path.parent().unwrap_or(Path::new(".")))
+}
+
+fn write_new(tmp: &Path, bytes: &[u8], size_bytes: u64) -> std::io::Result<()> {
+    let mut file = OpenOptions::new().write(true).create(true).truncate(true).open(tmp)?;
+    file.write_all(bytes)?;
+    if size_bytes > bytes.len() as u64 {
+        allocate(&file, size_bytes)?;
+    }
+    file.sync_all()
+}
+
+/// Allocates the first `size_bytes` of `file` (`fallocate`); where the filesystem
+/// cannot, only sets its length (sparse: a later write may find the disk full).
+fn allocate(file: &File, size_bytes: u64) -> std::io::Result<()> {
+    use nix::fcntl::{FallocateFlags, fallocate};
+    let length = i64::try_from(size_bytes).map_err(std::io::Error::other)?;
+    match fallocate(file, FallocateFlags::empty(), 0, length) {
+        Ok(()) => Ok(()),
+        Err(nix::errno::Errno::EOPNOTSUPP) => file.set_len(size_bytes),
+        Err(errno) => Err(errno.into()),
+    }
+}
+
+/// Whether `error` says the disk (or the user's quota) has no room.
+pub fn is_no_space(error: &std::io::Error) -> bool {
+    matches!(error.kind(), std::io::ErrorKind::StorageFull | std::io::ErrorKind::QuotaExceeded)
+}
+
+/// The bytes an unprivileged writer may still put on the filesystem holding `path`.
+pub fn free_bytes(path: &Path) -> std::io::Result<u64> {
+    let stat = nix::sys::statvfs::statvfs(path)?;
+    Ok(stat.blocks_available().saturating_mul(stat.fragment_size()))
 }
 
 #[cfg(test)]

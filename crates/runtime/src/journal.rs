@@ -53,6 +53,8 @@ impl Entry for IndexChange {
 pub enum JournalError {
     #[error("cannot use the journal {path}: {source}")]
     Io { path: PathBuf, source: std::io::Error },
+    #[error("no room to append to the journal {path}: {source}")]
+    NoSpace { path: PathBuf, source: std::io::Error },
     #[error(
         "the journal {path} is damaged at byte {offset} ({what}) with records after it; \
          the server does not start on it (its replicas hold the writes)"
@@ -110,17 +112,29 @@ impl<T: Entry> Journal<T> {
     }
 
     /// Appends `ops` and syncs them, as one group commit: when it returns, every one
-    /// is durable.
+    /// is durable. When the disk has no room, none is: what was written of them is
+    /// cut off again, and the journal holds what it held before
+    /// ([`JournalError::NoSpace`]).
     pub fn append(&mut self, ops: &[T]) -> Result<(), JournalError> {
-        let io = |source| JournalError::Io { path: self.path.clone(), source };
         let mut out = Vec::new();
         for op in ops {
             record::encode(op, &op.payloads(), &mut out);
         }
-        self.file.write_all(&out).map_err(io)?;
-        self.file.sync_data().map_err(io)?;
-        self.bytes += out.len() as u64;
-        Ok(())
+        let appended = self.file.write_all(&out).and_then(|()| self.file.sync_data());
+        match appended {
+            Ok(()) => {
+                self.bytes += out.len() as u64;
+                Ok(())
+            }
+            Err(error) if durable::is_no_space(&error) => {
+                let cut = self.file.set_len(self.bytes).and_then(|()| self.file.sync_data());
+                match cut {
+                    Ok(()) => Err(JournalError::NoSpace { path: self.path.clone(), source: error }),
+                    Err(source) => Err(JournalError::Io { path: self.path.clone(), source }),
+                }
+            }
+            Err(source) => Err(JournalError::Io { path: self.path.clone(), source }),
+        }
     }
 
     /// Bytes the journal holds: a checkpoint cuts it past a bound.

@@ -32,6 +32,8 @@ pub struct MdsStatus {
     pub rebuilds_under_way: usize,
     pub objects: usize,
     pub counters: MdsCounters,
+    /// The servers whose last heartbeat said their disk is full.
+    pub full: Vec<ServerId>,
 }
 
 /// Commands logged since the snapshot past which the log is compacted: a restart
@@ -124,6 +126,7 @@ fn publish(mds: &Mds, status: &watch::Sender<MdsStatus>) {
         rebuilds_under_way: mds.rebuilds_under_way(),
         objects: mds.object_count(),
         counters: mds.counters(),
+        full: mds.full_servers().to_vec(),
     });
 }
 

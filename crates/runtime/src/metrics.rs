@@ -57,6 +57,10 @@ pub fn record_server(report: &ServerReport) {
     gauge!("somnus_sleeps").set(e.sleeps as f64);
     gauge!("somnus_wakes").set(e.wakes as f64);
     gauge!("somnus_primaries").set(report.leads as f64);
+    if let Some(free) = report.free_bytes {
+        gauge!("somnus_disk_free_bytes").set(free as f64);
+    }
+    gauge!("somnus_disk_full").set(if report.full { 1.0 } else { 0.0 });
     // The logger's live bytes are other servers' writes not yet reclaimed: the
     // reclaim backlog it holds; the used bytes are what its files take.
     gauge!("somnus_reclaim_backlog_bytes").set(report.dvl_live_bytes as f64);
@@ -73,6 +77,8 @@ pub fn record_server(report: &ServerReport) {
         ("writes_reclaimed", c.writes_reclaimed),
         ("reads_from_loggers", c.reads_from_loggers),
         ("rebuilt_bytes", c.rebuilt_bytes),
+        ("writes_refused_no_space", c.writes_refused_no_space),
+        ("disk_writes_failed", c.disk_writes_failed),
     ] {
         counter!(format!("somnus_{name}_total")).absolute(value);
     }

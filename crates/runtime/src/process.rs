@@ -198,6 +198,7 @@ fn mds_report(
                     power: now.power.get(index).copied().unwrap_or(ServerPower::On),
                     primaries: now.groups_led.get(index).copied().unwrap_or(0),
                     chunk_groups: now.groups_held.get(index).copied().unwrap_or(0),
+                    full: now.full.contains(&server),
                 }
             })
             .collect();
@@ -255,7 +256,8 @@ pub async fn run_server(path: &Path, id: u32) -> Result<(), ProcessError> {
     let report = server_report(id, last.clone(), meter, clock, wiring.counters.clone());
     let endpoint = Endpoint { report, metrics: metrics::install(), operator: None };
     let http = serve_http(section.http, endpoint).await?;
-    let inputs = server_node::ServerInputs { inbox: wiring.inbox, wake, shutdown };
+    let disk_dir = section.data_dir.clone();
+    let inputs = server_node::ServerInputs { inbox: wiring.inbox, wake, shutdown, disk_dir };
     let outputs = server_node::ServerOutputs { outbox: wiring.outbox, status, sleeps: sleeps_tx };
     let result =
         server_node::run(server, config, topology, disk, durable, clock, inputs, outputs).await;
@@ -293,6 +295,8 @@ fn server_report(
             id,
             power: now.power,
             leads: now.leads,
+            free_bytes: now.free_bytes,
+            full: now.full,
             dvl_live_bytes: now.log_live_bytes,
             dvl_used_bytes: now.log_used_bytes,
             counters: now.counters,

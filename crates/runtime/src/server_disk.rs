@@ -22,7 +22,7 @@ use somnus_core::cluster::store::{BLOCK_BYTES, ChunkStore, StoreOp};
 use somnus_core::cluster::{Payload, UnstableWrite};
 use somnus_types::ChunkGroupId;
 
-use crate::chunk_files::{ChunkFileError, ChunkFiles, IoErrors};
+use crate::chunk_files::{ChunkFileError, ChunkFiles, IoErrors, SharedChunkFiles};
 use crate::journal::{Journal, JournalError};
 use crate::{durable, record};
 
@@ -43,8 +43,25 @@ pub enum ServerDiskError {
     SnapshotIo { path: PathBuf, source: std::io::Error },
     #[error("the groups' snapshot {path} is damaged ({what}); the server does not start on it")]
     SnapshotDamaged { path: PathBuf, what: String },
+    /// The disk had no room: nothing of what was asked took effect, and the server
+    /// goes on (a write is refused, or sent again by its primary).
+    #[error("no room on the disk: {0}")]
+    NoSpace(String),
     #[error("{0}")]
     Io(String),
+}
+
+impl ServerDiskError {
+    /// Whether the error is the disk having no room (the server goes on), not a
+    /// failing disk (the server stops).
+    pub fn is_no_space(&self) -> bool {
+        match self {
+            ServerDiskError::NoSpace(_)
+            | ServerDiskError::Journal(JournalError::NoSpace { .. }) => true,
+            ServerDiskError::SnapshotIo { source, .. } => durable::is_no_space(source),
+            _ => false,
+        }
+    }
 }
 
 type Groups = Vec<(ChunkGroupId, Epoch, Vec<UnstableWrite>)>;
@@ -53,6 +70,7 @@ type Groups = Vec<(ChunkGroupId, Epoch, Vec<UnstableWrite>)>;
 pub struct ServerDisk {
     dir: PathBuf,
     journal: Journal<StoreOp>,
+    files: SharedChunkFiles,
     watch: DiskWatch,
 }
 
@@ -89,7 +107,8 @@ impl ServerDisk {
     ) -> Result<(ServerDisk, ChunkStore), ServerDiskError> {
         let errors = IoErrors::default();
         let (files, found) = ChunkFiles::open(&dir.join(CHUNKS), chunk_size_bytes, errors.clone())?;
-        let mut store = ChunkStore::with_data(chunk_size_bytes, Box::new(files));
+        let files = SharedChunkFiles::new(files);
+        let mut store = ChunkStore::with_data(chunk_size_bytes, Box::new(files.clone()));
         for block in found {
             store.restore_block(block.group, block.chunk, block.index, block.version, block.stamp);
             if !block.intact {
@@ -105,13 +124,22 @@ impl ServerDisk {
         }
         let journal_bytes = Arc::new(AtomicU64::new(journal.bytes()));
         let watch = DiskWatch { errors, journal_bytes };
-        let disk = ServerDisk { dir: dir.to_owned(), journal, watch };
+        let disk = ServerDisk { dir: dir.to_owned(), journal, files, watch };
         disk.check()?;
         Ok((disk, store))
     }
 
-    /// Makes `ops` durable, as one group commit.
+    /// Makes `ops` durable, as one group commit: first the files of new chunks they
+    /// write to, their space allocated, then the journal's append. With no room for
+    /// either, none of `ops` is durable ([`ServerDiskError::is_no_space`]).
     pub fn make_durable(&mut self, ops: &[StoreOp]) -> Result<(), ServerDiskError> {
+        self.files.prepare(ops).map_err(|error| {
+            let what = format!("creating a chunk file in {}: {error}", self.dir.display());
+            match durable::is_no_space(&error) {
+                true => ServerDiskError::NoSpace(what),
+                false => ServerDiskError::Io(what),
+            }
+        })?;
         self.journal.append(ops)?;
         self.watch.journal_bytes.store(self.journal.bytes(), Ordering::Relaxed);
         Ok(())

@@ -20,7 +20,7 @@
 //! new changes are held back until those in flight are done.
 
 use std::collections::{BTreeMap, VecDeque};
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 
 use somnus_core::cluster::server::{Durable, Server, ServerAction, ServerCounters, ServerEvent};
@@ -31,11 +31,12 @@ use tokio::sync::{mpsc, watch};
 use tokio::time::Instant;
 
 use crate::clock::Clock;
+use crate::disk_worker::Synced;
 use crate::file_log::{FileLog, FileLogError};
 use crate::net::Outbox;
 use crate::server_disk::{DiskWatch, ServerDisk, ServerDiskError};
 use crate::transport::Inbound;
-use crate::{disk_worker, metrics};
+use crate::{disk_worker, durable, metrics};
 
 #[derive(Debug, thiserror::Error)]
 pub enum ServerNodeError {
@@ -49,10 +50,16 @@ pub enum ServerNodeError {
 /// is at most this old (publishing per event would cost the data path).
 const STATUS_INTERVAL: std::time::Duration = std::time::Duration::from_millis(500);
 
+/// How long after a checkpoint found no room the server tries again (real time).
+const CHECKPOINT_RETRY: std::time::Duration = std::time::Duration::from_secs(1);
+
 /// What the server's task publishes for status and metrics.
 #[derive(Clone, Debug, Default)]
 pub struct ServerStatus {
     pub power: Option<somnus_core::cluster::ServerPower>,
+    /// Free bytes on its disk, last measured, and whether it counts itself full.
+    pub free_bytes: Option<u64>,
+    pub full: bool,
     pub leads: usize,
     pub log_live_bytes: u64,
     pub log_used_bytes: u64,
@@ -81,6 +88,8 @@ pub struct ServerInputs {
     /// The wake channel: the only input a sleeping server answers.
     pub wake: mpsc::UnboundedReceiver<()>,
     pub shutdown: watch::Receiver<bool>,
+    /// Where the server's free disk space is measured (its data directory).
+    pub disk_dir: PathBuf,
 }
 
 /// Where the server's task sends what is not a message.
@@ -116,6 +125,8 @@ pub async fn run(
         ready: Vec::new(),
         sleeps,
         requests: BTreeMap::new(),
+        checkpoint_after: None,
+        told_no_room: false,
     };
     node.carry_out(&mut server, &outbox);
     // A sleeping core asks for no timer: status is published on this tick as well.
@@ -131,9 +142,31 @@ pub async fn run(
             },
             done = durable_ios.recv() => match done {
                 // Made durable: done, like the reads, in the order they were sent.
-                Some(Ok(ios)) => {
+                Some(Ok(Synced::Durable(ios))) => {
                     node.in_flight -= ios.len();
                     node.ready.extend(ios);
+                    node.finish_ready(&mut server, &outbox, &clock);
+                    // Measured after every sync too (a statvfs, microseconds), so
+                    // the server counts itself full as soon as writes take the room.
+                    if let Ok(free_bytes) = durable::free_bytes(&inputs.disk_dir) {
+                        server.handle(clock.now(), ServerEvent::DiskSpace { free_bytes });
+                        node.carry_out(&mut server, &outbox);
+                    }
+                    node.after_events(&disk, &mut server)?;
+                    continue;
+                }
+                // No room: none took effect; the core forgets them (their writers
+                // send them again) and counts itself full.
+                Some(Ok(Synced::NoRoom(ios, why))) => {
+                    node.in_flight -= ios.len();
+                    if !node.told_no_room {
+                        eprintln!("server {}: {why}; writes wait for room", id.0);
+                        node.told_no_room = true;
+                    }
+                    for io in ios {
+                        server.handle(clock.now(), ServerEvent::DiskFailed { io });
+                        node.carry_out(&mut server, &outbox);
+                    }
                     node.finish_ready(&mut server, &outbox, &clock);
                     node.after_events(&disk, &mut server)?;
                     continue;
@@ -147,6 +180,12 @@ pub async fn run(
             }
             Some(()) = inputs.wake.recv() => ServerEvent::Woken,
             _ = status_tick.tick() => {
+                // The disk's free space, measured (a heartbeat goes if it crossed
+                // the reserve), then the status published with it.
+                if let Ok(free_bytes) = durable::free_bytes(&inputs.disk_dir) {
+                    server.handle(clock.now(), ServerEvent::DiskSpace { free_bytes });
+                    node.carry_out(&mut server, &outbox);
+                }
                 publish(&server, &status);
                 continue;
             }
@@ -166,6 +205,8 @@ fn publish(server: &Server, status: &watch::Sender<ServerStatus>) {
     let log = server.log_volume();
     let _ = status.send(ServerStatus {
         power: Some(server.power()),
+        free_bytes: server.free_bytes(),
+        full: server.is_full(),
         leads: server.leads().len(),
         log_live_bytes: log.live_bytes(),
         log_used_bytes: log.used_bytes(),
@@ -189,6 +230,10 @@ struct Node {
     sleeps: mpsc::UnboundedSender<()>,
     /// Client requests being served, for the latency histograms: when each arrived.
     requests: BTreeMap<(Peer, u64), (&'static str, Instant)>,
+    /// A checkpoint found no room: not tried again before then.
+    checkpoint_after: Option<Instant>,
+    /// The log has said the disk had no room (once per server run, not per batch).
+    told_no_room: bool,
 }
 
 /// Client requests tracked at once: beyond it (clients that never hear back), the
@@ -261,14 +306,24 @@ impl Node {
         server: &mut Server,
     ) -> Result<(), ServerDiskError> {
         self.watch.check()?;
-        if self.watch.wants_checkpoint() {
+        let due = self.checkpoint_after.is_none_or(|after| Instant::now() >= after);
+        if self.watch.wants_checkpoint() && due {
             if self.in_flight > 0 {
                 return Ok(());
             }
             // Nothing in flight: the disk worker is idle and its lock free.
-            tokio::task::block_in_place(|| {
+            let done = tokio::task::block_in_place(|| {
                 disk.lock().map_err(|_| poisoned())?.checkpoint(server.store_mut())
-            })?;
+            });
+            match done {
+                Ok(()) => self.checkpoint_after = None,
+                // The journal stays whole: it still holds every change. Tried again
+                // later, meanwhile the journal takes what room there is.
+                Err(error) if error.is_no_space() => {
+                    self.checkpoint_after = Some(Instant::now() + CHECKPOINT_RETRY);
+                }
+                Err(error) => return Err(error),
+            }
         }
         while let Some(change) = self.held.pop_front() {
             self.in_flight += 1;

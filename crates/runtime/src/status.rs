@@ -38,6 +38,9 @@ pub struct MdsServerView {
     pub primaries: usize,
     /// Chunk groups it holds a replica of (after rebuilds).
     pub chunk_groups: usize,
+    /// Its last heartbeat said its disk is full: writes to its groups are refused.
+    #[serde(default)]
+    pub full: bool,
 }
 
 /// One chunk group as the MDS sees it.
@@ -56,6 +59,12 @@ pub struct ServerReport {
     /// The core's power state (`None` before its task starts).
     pub power: Option<ServerPower>,
     pub leads: usize,
+    /// Free bytes on its disk, last measured (none before the first measure).
+    #[serde(default)]
+    pub free_bytes: Option<u64>,
+    /// It counts its disk full: below the reserve, or a write found no room.
+    #[serde(default)]
+    pub full: bool,
     /// Bytes of other servers' DVLs its logger holds (live), and uses on disk.
     pub dvl_live_bytes: u64,
     pub dvl_used_bytes: u64,

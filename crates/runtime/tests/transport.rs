@@ -118,8 +118,36 @@ async fn bad_connections_are_refused_and_counted_and_the_listener_keeps_serving(
     round_trip(addr, &mut received, 2).await;
 
     // A plausible length, then bytes whose checksum does not match.
-    send_raw(addr, &[20, 0, 0, 0, 1, 9, 9, 9, 9, 0, 0, 0, 0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11])
-        .await;
+    send_raw(
+        addr,
+        &[
+            20,
+            0,
+            0,
+            0,
+            somnus_wire::WIRE_VERSION,
+            9,
+            9,
+            9,
+            9,
+            0,
+            0,
+            0,
+            0,
+            1,
+            2,
+            3,
+            4,
+            5,
+            6,
+            7,
+            8,
+            9,
+            10,
+            11,
+        ],
+    )
+    .await;
     refused(&counters, "bad_checksum", 1).await;
 
     // A length shorter than a header.

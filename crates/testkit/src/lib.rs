@@ -85,6 +85,16 @@ pub fn seeds(one_var: &str, count_var: &str, count_default: u64) -> Vec<u64> {
     }
 }
 
+/// Whether this host lets an unprivileged process mount a tmpfs in a user and mount
+/// namespace of its own (`unshare -rm`): the full-disk tests give a process a small
+/// disk so. Where it does not, they say so and check nothing.
+pub fn private_tmpfs_allowed() -> bool {
+    std::process::Command::new("unshare")
+        .args(["-rm", "sh", "-c", "mount -t tmpfs -o size=1m tmpfs /tmp"])
+        .output()
+        .is_ok_and(|out| out.status.success())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

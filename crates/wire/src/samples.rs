@@ -45,6 +45,7 @@ pub fn every_message() -> Vec<Message> {
             sent_at: VirtualInstant(1_000_000),
             power: ServerPower::Draining,
             leads: vec![(group, epoch)],
+            full: true,
         },
         Message::HeartbeatReply(Box::new(LeaseRenewal {
             sent_at: VirtualInstant(5),
@@ -52,6 +53,7 @@ pub fn every_message() -> Vec<Message> {
             revoked: vec![(ChunkGroupId(1), Epoch(1))],
             down: vec![ServerId(8)],
             lost: vec![],
+            full: vec![ServerId(3)],
         })),
         Message::GrantLease(Box::new(LeaseGrant {
             view: view.clone(),
@@ -102,6 +104,10 @@ pub fn every_message() -> Vec<Message> {
         Message::ClientReply {
             request: 12,
             body: ReplyBody::Refused(RequestError::NotPrimary { known: Epoch(4) }),
+        },
+        Message::ClientReply {
+            request: 13,
+            body: ReplyBody::Refused(RequestError::NoSpace { server: ServerId(3) }),
         },
         Message::ReplicaWrite { group, epoch, write: write.clone(), stable: Version(3) },
         Message::ReplicaAck { group, epoch, version: Version(9) },

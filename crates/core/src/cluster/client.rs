@@ -14,7 +14,7 @@ use somnus_types::{ByteRange, ChunkGroupId, Version, VirtualInstant};
 
 use super::{
     ChunkId, ClientId, ClusterConfig, GroupView, ListedObject, Message, MetadataError, ObjectInfo,
-    Payload, Peer, Piece, ReplyBody, Stamp,
+    Payload, Peer, Piece, ReplyBody, RequestError, Stamp,
 };
 
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -71,6 +71,14 @@ pub enum ClientError {
     Metadata(#[from] MetadataError),
     #[error("range {start}..{end} is outside the object's {size} bytes or not whole blocks", start = .range.start, end = .range.end)]
     BadRange { range: ByteRange, size: u64 },
+    /// A replica's disk is below its reserve: the primary refused the write before
+    /// any replica took it. Not retried: space comes back only when some is freed.
+    #[error(
+        "no space: server {}'s disk has less free space than the cluster's reserve, so the \
+         write was refused (a write across several chunks may have written the others)",
+        .server.0
+    )]
+    NoSpace { server: somnus_types::ServerId },
 }
 
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -543,6 +551,9 @@ impl Client {
             ReplyBody::Read { pieces } => {
                 read.extend(pieces.into_iter().map(|p| (index, p)));
                 part.state = PartState::Done;
+            }
+            ReplyBody::Refused(RequestError::NoSpace { server }) => {
+                return self.finish(tag, ClientOutcome::Failed(ClientError::NoSpace { server }));
             }
             ReplyBody::Refused(_) => return self.back_off(tag, index),
         }

@@ -152,6 +152,10 @@ pub enum RequestError {
     Retry,
     #[error("the range is not inside the chunk, or not block-aligned")]
     BadRange,
+    /// A replica of the group has less free disk than its reserve: the write is
+    /// refused before any replica takes it (it never takes effect).
+    #[error("no space: server {}'s disk has less free space than its reserve", .server.0)]
+    NoSpace { server: ServerId },
 }
 
 /// What a storage server answers a client request with.
@@ -254,6 +258,9 @@ pub struct LeaseRenewal {
     /// The servers declared lost for good (among `down`): their log records are
     /// gone, so no deletion marker waits for them.
     pub lost: Vec<ServerId>,
+    /// The servers whose last heartbeat said their disk is full: their primaries
+    /// refuse new writes to the groups they hold (`RequestError::NoSpace`).
+    pub full: Vec<ServerId>,
 }
 
 /// Lead `view.group` in `view.epoch`, for the lease counted from `lease_from` (the
@@ -295,6 +302,8 @@ pub enum Message {
         sent_at: VirtualInstant,
         power: ServerPower,
         leads: Vec<(ChunkGroupId, Epoch)>,
+        /// The server's disk has less free space than its reserve.
+        full: bool,
     },
     /// The MDS's answer to a heartbeat (boxed: it is large, and rare next to the
     /// data path's messages, which every move of a `Message` copies whole).

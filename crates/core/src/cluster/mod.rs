@@ -125,6 +125,11 @@ pub struct ClusterConfig {
     pub rebuild_chunks_max: u32,
     /// Seed of the MDS's random choices (chunk groups of new chunks, initial primaries).
     pub seed: u64,
+    /// Free bytes each server keeps on its disk: below them it counts itself full,
+    /// and the primaries of its groups refuse new writes (`RequestError::NoSpace`),
+    /// so that the writes under way, its journal's checkpoint and its logger have
+    /// room. A shell that measures no free space never makes a server full.
+    pub disk_reserve_bytes: u64,
 }
 
 /// How often a shell sends a server's wake again while the MDS has it asleep or
@@ -151,6 +156,7 @@ impl ClusterConfig {
             reclaim_reads_max: 8,
             rebuild_chunks_max: 4,
             seed: 1,
+            disk_reserve_bytes: 256 << 20,
         }
     }
 }

@@ -188,6 +188,9 @@ pub struct Mds {
     /// `SetPower`; every heartbeat reply carries them).
     down: Vec<ServerId>,
     lost: Vec<ServerId>,
+    /// The servers whose last heartbeat said their disk is full (soft state: a
+    /// restarted MDS hears it again within a heartbeat).
+    full: Vec<ServerId>,
     objects: BTreeMap<String, ObjectEntry>,
     next_object: u64,
     gear: u32,
@@ -226,6 +229,7 @@ impl Mds {
             led: vec![0; layout.servers().len()],
             down: Vec::new(),
             lost: Vec::new(),
+            full: Vec::new(),
             objects: BTreeMap::new(),
             next_object: 1,
             gear: config.replicas,
@@ -390,6 +394,11 @@ impl Mds {
         self.servers[server.index()].power
     }
 
+    /// The servers whose last heartbeat said their disk is full.
+    pub fn full_servers(&self) -> &[ServerId] {
+        &self.full
+    }
+
     /// The current view of `group`.
     pub fn view(&self, group: ChunkGroupId) -> GroupView {
         let entry = &self.groups[group.index()];
@@ -514,7 +523,9 @@ impl Mds {
             return;
         }
         match message {
-            Message::Heartbeat { sent_at, leads, .. } => self.heartbeat(server, sent_at, &leads),
+            Message::Heartbeat { sent_at, leads, full, .. } => {
+                self.heartbeat(server, sent_at, &leads, full)
+            }
             // Only a group's primary in its epoch gives the lease back, sets the DVL's
             // view, reports a rebuild or asks for its replicas; a late or deposed one's
             // message is dropped.
@@ -551,12 +562,20 @@ impl Mds {
         server: ServerId,
         sent_at: VirtualInstant,
         leads: &[(ChunkGroupId, Epoch)],
+        full: bool,
     ) {
         let entry = &mut self.servers[server.index()];
         if entry.heartbeat_sent.is_some_and(|last| sent_at < last) {
             // An old heartbeat overtaken by a newer one: it renews nothing.
             self.counters.messages_dropped += 1;
             return;
+        }
+        match (self.full.binary_search(&server), full) {
+            (Err(at), true) => self.full.insert(at, server),
+            (Ok(at), false) => {
+                self.full.remove(at);
+            }
+            _ => {}
         }
         entry.heartbeat_sent = Some(sent_at);
         entry.heartbeat_received = self.now;
@@ -582,13 +601,14 @@ impl Mds {
                 _ => revoked.push((group, epoch)),
             }
         }
-        let (down, lost) = (self.down.clone(), self.lost.clone());
+        let (down, lost, full) = (self.down.clone(), self.lost.clone(), self.full.clone());
         let reply = Message::HeartbeatReply(Box::new(LeaseRenewal {
             sent_at,
             renewed,
             revoked,
             down,
             lost,
+            full,
         }));
         self.send(Peer::Server(server), reply);
         self.regrant_lost(server, leads);

@@ -172,7 +172,12 @@ impl Harness {
                 continue;
             }
             let leads = fake.leases.iter().map(|(g, l)| (*g, l.0)).collect();
-            let heartbeat = Message::Heartbeat { sent_at: self.now, power: ServerPower::On, leads };
+            let heartbeat = Message::Heartbeat {
+                sent_at: self.now,
+                power: ServerPower::On,
+                leads,
+                full: false,
+            };
             self.event(MdsEvent::MessageReceived {
                 from: Peer::Server(ServerId(index as u32)),
                 message: heartbeat,

@@ -21,6 +21,7 @@ mod logging;
 mod pending;
 mod primary;
 mod rebuild;
+mod space;
 
 use std::collections::{BTreeMap, BTreeSet, VecDeque, btree_map};
 use std::sync::Arc;
@@ -47,6 +48,17 @@ pub enum ServerEvent {
     },
     DiskDone {
         io: IoId,
+    },
+    /// The disk had no room to make the write `io` durable: nothing of it took
+    /// effect. Only a write with a replica change ([`Server::disk_change`]) fails so;
+    /// the writer hears nothing and sends it again, as after a lost message.
+    DiskFailed {
+        io: IoId,
+    },
+    /// The free bytes on the server's disk, as the shell measured them (a shell that
+    /// measures none never sends this: the server then never counts itself full).
+    DiskSpace {
+        free_bytes: u64,
     },
     TimerFired,
     /// The server came out of standby (the MDS woke it).
@@ -129,6 +141,12 @@ pub struct ServerCounters {
     pub retransmits: u64,
     /// Unstable writes a new primary wrote again everywhere.
     pub writes_adopted: u64,
+    /// Writes a primary refused because a replica's disk was full.
+    #[serde(default)]
+    pub writes_refused_no_space: u64,
+    /// Writes this server's disk had no room for (sent again by their writer).
+    #[serde(default)]
+    pub disk_writes_failed: u64,
     /// Writes a primary logged because a replica was down.
     pub writes_logged: u64,
     /// Bytes of those writes (each once, however many loggers hold it).
@@ -269,6 +287,19 @@ pub struct Server {
     replicas_of: BTreeMap<ChunkGroupId, Vec<ServerId>>,
     actions: VecDeque<ServerAction>,
     counters: ServerCounters,
+    space: Space,
+}
+
+/// What the server knows of disk space, its own and its peers'.
+#[derive(Debug, Default)]
+struct Space {
+    /// The free bytes last measured on this server's disk.
+    free_bytes: Option<u64>,
+    /// A write failed for lack of room: full until a measure shows more free bytes
+    /// than the reserve (the measure that came before the failure was too hopeful).
+    failed: bool,
+    /// The servers the MDS last reported full.
+    full_peers: BTreeSet<ServerId>,
 }
 
 impl Server {
@@ -307,6 +338,7 @@ impl Server {
             replicas_of: BTreeMap::new(),
             actions: VecDeque::new(),
             counters: ServerCounters::default(),
+            space: Space::default(),
         };
         server.heartbeat();
         server
@@ -369,6 +401,8 @@ impl Server {
         match event {
             ServerEvent::MessageReceived { from, message } => self.message(from, message),
             ServerEvent::DiskDone { io } => self.disk_done(io),
+            ServerEvent::DiskFailed { io } => self.disk_failed(io),
+            ServerEvent::DiskSpace { free_bytes } => self.disk_space(free_bytes),
             ServerEvent::TimerFired => self.timer(),
             ServerEvent::Woken => {
                 self.power = ServerPower::On;
@@ -452,8 +486,8 @@ impl Server {
     }
 
     fn heartbeat(&mut self) {
-        let message =
-            Message::Heartbeat { sent_at: self.now, power: self.power, leads: self.leads() };
+        let (power, leads, full) = (self.power, self.leads(), self.is_full());
+        let message = Message::Heartbeat { sent_at: self.now, power, leads, full };
         self.send(Peer::Mds, message);
         self.next_heartbeat = self.now.saturating_add(self.config.heartbeat_interval);
     }
@@ -523,9 +557,10 @@ impl Server {
     fn mds_message(&mut self, message: Message) {
         match message {
             Message::HeartbeatReply(reply) => {
-                let LeaseRenewal { sent_at, renewed, revoked, down, lost } = *reply;
+                let LeaseRenewal { sent_at, renewed, revoked, down, lost, full } = *reply;
                 self.leases_renewed(sent_at, &renewed, &revoked);
                 self.lost = lost.into_iter().collect();
+                self.space.full_peers = full.into_iter().collect();
                 self.set_down(down);
             }
             Message::GrantLease(grant) => {
@@ -666,6 +701,10 @@ impl Server {
         let Some(io) = self.ios.remove(Key(io.0)) else {
             unreachable!("a disk I/O completed twice or was never issued");
         };
+        self.io_done(io);
+    }
+
+    fn io_done(&mut self, io: Io) {
         match io {
             Io::ReplicaWrite { group, epoch, primary, write, stable } => {
                 let version = write.version;

@@ -400,8 +400,15 @@ impl Server {
             }
             Some(_) if serving => {
                 let waiting = Waiting { client, request, chunk, range, stamp, data };
+                let full = stamp.and_then(|_| self.full_replica(group));
                 let Some(led) = self.led.get_mut(&group) else { return };
                 if !led.answer_repeat(&waiting) {
+                    if let Some(server) = full {
+                        // Refused before any replica takes it: it never takes effect.
+                        self.counters.writes_refused_no_space += 1;
+                        self.refuse(client, request, RequestError::NoSpace { server });
+                        return;
+                    }
                     led.waiting.push_back(waiting);
                 }
                 self.admit(group);
@@ -816,6 +823,17 @@ impl Server {
             }
             None => self.ask_for_repair(group, waiting, asked),
         }
+    }
+
+    /// The write of repaired blocks found no room: the read waiting for it is
+    /// refused with `Retry` (its client asks again; a scrub repairs the blocks once
+    /// there is room), rather than asking the replicas again at once.
+    pub(super) fn repair_failed(&mut self, group: ChunkGroupId, chunk: ChunkId, range: ByteRange) {
+        let Some(led) = self.led.get_mut(&group) else { return };
+        let read = |w: &Waiting| w.stamp.is_none() && w.chunk == chunk && w.range == range;
+        let Some(at) = led.waiting.iter().position(read) else { return };
+        let Some(w) = led.waiting.remove(at) else { return };
+        self.refuse(w.client, w.request, RequestError::Retry);
     }
 
     /// Lease ends and retransmissions.
