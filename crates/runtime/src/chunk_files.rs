@@ -187,10 +187,13 @@ impl ChunkFiles {
             found.push(FoundBlock { group, chunk, index, version, stamp, intact });
         }
         let file = OpenOptions::new().read(true).write(true).open(path).map_err(read_error)?;
-        // A file cut short (an earlier build made the data region sparse, its size
-        // not synced): a block past the end must read as unwritten, not fail the
-        // read of its neighbours.
-        if (bytes.len() as u64) < self.file_bytes() {
+        // A file of an earlier build has a sparse data region, maybe cut short (its
+        // size was not synced): its space is allocated now where there is room (so
+        // no block's write finds the disk full), and a block past the end must read
+        // as unwritten, not fail the read of its neighbours.
+        if durable::allocate(&file, self.file_bytes()).is_err()
+            && (bytes.len() as u64) < self.file_bytes()
+        {
             file.set_len(self.file_bytes()).map_err(read_error)?;
         }
         self.files.insert(chunk, file);

@@ -49,7 +49,7 @@ fn write_new(tmp: &Path, bytes: &[u8], size_bytes: u64) -> std::io::Result<()> {
 
 /// Allocates the first `size_bytes` of `file` (`fallocate`); where the filesystem
 /// cannot, only sets its length (sparse: a later write may find the disk full).
-fn allocate(file: &File, size_bytes: u64) -> std::io::Result<()> {
+pub fn allocate(file: &File, size_bytes: u64) -> std::io::Result<()> {
     use nix::fcntl::{FallocateFlags, fallocate};
     let length = i64::try_from(size_bytes).map_err(std::io::Error::other)?;
     match fallocate(file, FallocateFlags::empty(), 0, length) {
@@ -64,9 +64,13 @@ pub fn is_no_space(error: &std::io::Error) -> bool {
     matches!(error.kind(), std::io::ErrorKind::StorageFull | std::io::ErrorKind::QuotaExceeded)
 }
 
-/// The bytes an unprivileged writer may still put on the filesystem holding `path`.
+/// The bytes an unprivileged writer may still put on the filesystem holding `path`:
+/// none when it has no inode left for a new file (where it counts inodes at all).
 pub fn free_bytes(path: &Path) -> std::io::Result<u64> {
     let stat = nix::sys::statvfs::statvfs(path)?;
+    if stat.files() > 0 && stat.files_available() == 0 {
+        return Ok(0);
+    }
     Ok(stat.blocks_available().saturating_mul(stat.fragment_size()))
 }
 

@@ -111,6 +111,9 @@ struct Part {
     /// Where the part starts within the op's range (its bytes' offset in a write).
     offset: u64,
     state: PartState,
+    /// A send of it went unanswered: a write may have been taken, so a later
+    /// `NoSpace` (to a repeat) does not say it never took effect, and is retried.
+    unanswered: bool,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -320,6 +323,7 @@ impl Client {
                 offset: u64::from(chunk.chunk.0) * info.chunk_size_bytes + within.start
                     - range.start,
                 state: PartState::Backoff { at: now },
+                unanswered: false,
             })
             .collect();
         if let Some(op) = self.ops.get_mut(&tag) {
@@ -552,7 +556,10 @@ impl Client {
                 read.extend(pieces.into_iter().map(|p| (index, p)));
                 part.state = PartState::Done;
             }
-            ReplyBody::Refused(RequestError::NoSpace { server }) => {
+            // Definite only if no earlier send went unanswered (N1): a repeat of a
+            // write a primary may hold (adopted, or committed with its answer lost)
+            // waits for room like any retry, until the caller's deadline.
+            ReplyBody::Refused(RequestError::NoSpace { server }) if !part.unanswered => {
                 return self.finish(tag, ClientOutcome::Failed(ClientError::NoSpace { server }));
             }
             ReplyBody::Refused(_) => return self.back_off(tag, index),
@@ -615,6 +622,12 @@ impl Client {
                 PartState::Backoff { .. } => self.look_up_group(tag, index),
                 PartState::Sent { .. } | PartState::Looking { .. } => {
                     self.counters.timeouts += 1;
+                    if matches!(state, PartState::Sent { .. })
+                        && let Some(Op { state: OpState::Data { parts, .. }, .. }) =
+                            self.ops.get_mut(&tag)
+                    {
+                        parts[index].unanswered = true;
+                    }
                     self.back_off(tag, index);
                 }
                 PartState::Done => {}

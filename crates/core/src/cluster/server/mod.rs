@@ -295,9 +295,9 @@ pub struct Server {
 struct Space {
     /// The free bytes last measured on this server's disk.
     free_bytes: Option<u64>,
-    /// A write failed for lack of room: full until a measure shows more free bytes
-    /// than the reserve (the measure that came before the failure was too hopeful).
-    failed: bool,
+    /// When a write last failed for lack of room: full until a measure shows more
+    /// free bytes than the reserve (the one before the failure was too hopeful).
+    failed_at: Option<VirtualInstant>,
     /// The servers the MDS last reported full.
     full_peers: BTreeSet<ServerId>,
 }

@@ -28,16 +28,13 @@ const SEQUENCE_BITS: u32 = 40;
 pub(super) enum Targets {
     All,
     Only(ServerId),
-    /// All but the primary's own replica (its copy is on its own disk queue).
-    Remote,
 }
 
 impl Targets {
-    fn includes(self, replica: ServerId, own: ServerId) -> bool {
+    fn includes(self, replica: ServerId) -> bool {
         match self {
             Targets::All => true,
             Targets::Only(only) => replica == only,
-            Targets::Remote => replica != own,
         }
     }
 }
@@ -584,7 +581,7 @@ impl Server {
             .replicas
             .iter()
             .enumerate()
-            .filter(|(i, r)| led.synced[*i] && !pending.acked(*i) && targets.includes(**r, own))
+            .filter(|(i, r)| led.synced[*i] && !pending.acked(*i) && targets.includes(**r))
             .map(|(_, r)| *r)
             .collect();
         self.write_to(targets, group, epoch, write, stable);
@@ -857,7 +854,7 @@ impl Server {
                 .collect();
             self.counters.retransmits += due.len() as u64;
             for version in due {
-                self.resend_remote(group, version);
+                self.resend(group, version);
             }
             self.repairs_timed_out(group);
             self.dvl_timer(group);
@@ -880,10 +877,11 @@ impl Server {
         }
     }
 
-    /// Sends a pending write again to the synced remote replicas that have not acked
-    /// it (the local copy is in flight on this server's own disk).
-    fn resend_remote(&mut self, group: ChunkGroupId, version: Version) {
-        self.send_write(group, version, Targets::Remote);
+    /// Sends a pending write again to the synced replicas that have not acked it: the
+    /// own one too, whose copy is in flight (then `queued` makes it a no-op) or found
+    /// no room on the disk (then it is written again).
+    fn resend(&mut self, group: ChunkGroupId, version: Version) {
+        self.send_write(group, version, Targets::All);
     }
 }
 

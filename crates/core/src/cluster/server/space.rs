@@ -6,16 +6,23 @@
 //! fails at that replica without effect: its writer hears nothing and sends it
 //! again, as after a lost message, until there is room.
 
-use somnus_types::{ChunkGroupId, IoId, ServerId};
+use somnus_types::{ChunkGroupId, IoId, ServerId, VirtualDuration};
 
 use super::{Io, Server, ServerPower};
 use crate::slab::Key;
 
+/// How long a write that found no room keeps the server full at the least: a
+/// measure of free bytes above the reserve does not end it sooner, since what ran
+/// out may be what the measure does not see (a quota, the inodes), and writes let in
+/// again would only fail again.
+const FAILED_HOLD: VirtualDuration = VirtualDuration::from_secs(10);
+
 impl Server {
     /// Whether this server counts its disk full: below the reserve, or a write
-    /// failed for lack of room since the last measure above it.
+    /// failed for lack of room (since the last measure above it, and for
+    /// `FAILED_HOLD` at the least).
     pub fn is_full(&self) -> bool {
-        self.space.failed
+        self.space.failed_at.is_some()
             || self.space.free_bytes.is_some_and(|free| free < self.config.disk_reserve_bytes)
     }
 
@@ -37,8 +44,9 @@ impl Server {
     pub(super) fn disk_space(&mut self, free_bytes: u64) {
         let was_full = self.is_full();
         self.space.free_bytes = Some(free_bytes);
-        if free_bytes > self.config.disk_reserve_bytes {
-            self.space.failed = false;
+        let held = self.space.failed_at.is_some_and(|at| at.saturating_add(FAILED_HOLD) > self.now);
+        if free_bytes > self.config.disk_reserve_bytes && !held {
+            self.space.failed_at = None;
         }
         self.tell_fullness(was_full);
     }
@@ -56,7 +64,7 @@ impl Server {
         }
         self.counters.disk_writes_failed += 1;
         let was_full = self.is_full();
-        self.space.failed = true;
+        self.space.failed_at = Some(self.now);
         self.tell_fullness(was_full);
         match io {
             Io::ReplicaWrite { group, epoch, write, .. } => {
