@@ -173,11 +173,14 @@ impl Cluster {
     fn stop_all(&mut self) {
         use nix::sys::signal::{Signal, kill};
         use nix::unistd::Pid;
+        let logs = (0..self.servers.len()).map(|id| format!("server---id-{id}.log"));
+        let logs: Vec<String> = logs.chain(["mds.log".to_string()]).collect();
         let children = self.servers.iter_mut().chain(std::iter::once(&mut self.mds));
-        for mut child in children.filter_map(Option::take) {
+        for (mut child, log) in children.zip(&logs).filter_map(|(c, l)| Some((c.take()?, l))) {
             let _ = kill(Pid::from_raw(child.id() as i32), Signal::SIGTERM);
             let status = child.wait().unwrap();
-            assert!(status.success(), "a process stopped with {status}");
+            let said = std::fs::read_to_string(self.path.with_file_name(log)).unwrap_or_default();
+            assert!(status.success(), "{log}: the process stopped with {status}:\n{said}");
         }
     }
 
@@ -941,10 +944,15 @@ async fn a_full_disk_refuses_writes_with_an_error_and_loses_nothing() {
 
     // The process serves on, and says why it refuses.
     assert!(cluster.servers[FULL as usize].as_mut().unwrap().try_wait().unwrap().is_none());
+    // (Statuses are published at timers: up to 500 ms old.)
+    eventually!(Duration::from_secs(2), "server 4 and the MDS report it full", {
+        let report = cluster.server_status(FULL as usize).await;
+        report.full
+            && report.free_bytes.unwrap() < RESERVE
+            && cluster.mds_status().await.servers[FULL as usize].full
+    });
     let report = cluster.server_status(FULL as usize).await;
-    assert!(report.full && report.free_bytes.unwrap() < RESERVE, "{report:?}");
     assert!(report.counters.disk_writes_failed == 0, "the reserve was overrun: {report:?}");
-    assert!(cluster.mds_status().await.servers[FULL as usize].full);
     let status = cluster.cli(&["status"]);
     let stdout = String::from_utf8_lossy(&status.stdout);
     assert!(stdout.contains("FULL") && stdout.contains("disk full: server 4"), "{stdout}");

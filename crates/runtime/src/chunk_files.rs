@@ -12,7 +12,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::fs::{File, OpenOptions};
 use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 
 use bytes::Bytes;
 use somnus_core::cluster::store::{BLOCK_BYTES, ChunkData, StoreOp};
@@ -320,20 +320,14 @@ impl SharedChunkFiles {
 
     /// Creates, their space allocated, the files of the chunks `changes` write to.
     pub fn prepare(&self, changes: &[StoreOp]) -> std::io::Result<()> {
-        let mut files = self.0.lock().map_err(|_| poisoned())?;
-        files.prepare(changes)
+        self.files().prepare(changes)
     }
 
-    fn with<R>(&self, default: R, call: impl FnOnce(&mut ChunkFiles) -> R) -> R {
-        match self.0.lock() {
-            Ok(mut files) => call(&mut files),
-            Err(_) => default,
-        }
+    /// The files; a panic while another held them leaves them as whole as any I/O
+    /// error does (what the journal holds is replayed at start).
+    fn files(&self) -> MutexGuard<'_, ChunkFiles> {
+        self.0.lock().unwrap_or_else(PoisonError::into_inner)
     }
-}
-
-fn poisoned() -> std::io::Error {
-    std::io::Error::other("the chunk files' lock was poisoned")
 }
 
 impl ChunkData for SharedChunkFiles {
@@ -346,48 +340,24 @@ impl ChunkData for SharedChunkFiles {
         stamp: Stamp,
         data: Option<&[u8]>,
     ) {
-        self.with((), |files| files.write_block(group, chunk, index, version, stamp, data));
-    }
-
-    fn sync(&mut self) -> Result<(), String> {
-        self.with(Err(poisoned().to_string()), ChunkData::sync)
-    }
-
-    fn read_blocks(
-        &mut self,
-        chunk: ChunkId,
-        blocks: std::ops::Range<u64>,
-    ) -> Result<Bytes, Vec<u64>> {
-        self.with(Err(blocks.clone().collect()), |files| files.read_blocks(chunk, blocks))
-    }
-}
-
-impl ChunkData for ChunkFiles {
-    fn write_block(
-        &mut self,
-        group: ChunkGroupId,
-        chunk: ChunkId,
-        index: u64,
-        version: Version,
-        stamp: Stamp,
-        data: Option<&[u8]>,
-    ) {
+        let mut files = self.files();
         let block = match data {
             Some(data) if data.len() == BLOCK_BYTES as usize => data,
             _ => {
                 let what = data.map_or("no bytes".to_string(), |d| format!("{} bytes", d.len()));
-                return self.error(format!("a write of {chunk:?} block {index} came with {what}"));
+                return files.error(format!("a write of {chunk:?} block {index} came with {what}"));
             }
         };
-        if let Err(error) = self.write(group, chunk, index, version, stamp, block) {
-            let path = self.path(chunk);
-            self.error(format!("writing block {index} of {}: {error}", path.display()));
+        if let Err(error) = files.write(group, chunk, index, version, stamp, block) {
+            let path = files.path(chunk);
+            files.error(format!("writing block {index} of {}: {error}", path.display()));
         }
     }
 
     fn sync(&mut self) -> Result<(), String> {
-        let dir = self.dir.display().to_string();
-        self.sync_files().map_err(|error| format!("syncing the chunk files in {dir}: {error}"))
+        let mut files = self.files();
+        let dir = files.dir.display().to_string();
+        files.sync_files().map_err(|error| format!("syncing the chunk files in {dir}: {error}"))
     }
 
     fn read_blocks(
@@ -395,7 +365,7 @@ impl ChunkData for ChunkFiles {
         chunk: ChunkId,
         blocks: std::ops::Range<u64>,
     ) -> Result<Bytes, Vec<u64>> {
-        match self.read(chunk, blocks.clone()) {
+        match self.files().read(chunk, blocks.clone()) {
             Ok(read) => read,
             // An unreadable block is a corrupt one: served from another replica, and
             // repaired (the repair's write reports a disk that fails for good).

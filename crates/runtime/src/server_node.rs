@@ -141,33 +141,8 @@ pub async fn run(
                 None => break,
             },
             done = durable_ios.recv() => match done {
-                // Made durable: done, like the reads, in the order they were sent.
-                Some(Ok(Synced::Durable(ios))) => {
-                    node.in_flight -= ios.len();
-                    node.ready.extend(ios);
-                    node.finish_ready(&mut server, &outbox, &clock);
-                    // Measured after every sync too (a statvfs, microseconds), so
-                    // the server counts itself full as soon as writes take the room.
-                    if let Ok(free_bytes) = durable::free_bytes(&inputs.disk_dir) {
-                        server.handle(clock.now(), ServerEvent::DiskSpace { free_bytes });
-                        node.carry_out(&mut server, &outbox);
-                    }
-                    node.after_events(&disk, &mut server)?;
-                    continue;
-                }
-                // No room: none took effect; the core forgets them (their writers
-                // send them again) and counts itself full.
-                Some(Ok(Synced::NoRoom(ios, why))) => {
-                    node.in_flight -= ios.len();
-                    if !node.told_no_room {
-                        eprintln!("server {}: {why}; writes wait for room", id.0);
-                        node.told_no_room = true;
-                    }
-                    for io in ios {
-                        server.handle(clock.now(), ServerEvent::DiskFailed { io });
-                        node.carry_out(&mut server, &outbox);
-                    }
-                    node.finish_ready(&mut server, &outbox, &clock);
+                Some(Ok(synced)) => {
+                    node.synced(synced, &mut server, &outbox, &clock, &inputs.disk_dir, id);
                     node.after_events(&disk, &mut server)?;
                     continue;
                 }
@@ -180,12 +155,8 @@ pub async fn run(
             }
             Some(()) = inputs.wake.recv() => ServerEvent::Woken,
             _ = status_tick.tick() => {
-                // The disk's free space, measured (a heartbeat goes if it crossed
-                // the reserve), then the status published with it.
-                if let Ok(free_bytes) = durable::free_bytes(&inputs.disk_dir) {
-                    server.handle(clock.now(), ServerEvent::DiskSpace { free_bytes });
-                    node.carry_out(&mut server, &outbox);
-                }
+                // The disk's free space, then the status published with it.
+                node.measure_space(&mut server, &outbox, &clock, &inputs.disk_dir);
                 publish(&server, &status);
                 continue;
             }
@@ -281,6 +252,52 @@ impl Node {
                     let _ = self.sleeps.send(());
                 }
             }
+        }
+    }
+
+    /// Tells the core what a sync made of the replica changes sent to the disk worker.
+    fn synced(
+        &mut self,
+        synced: Synced,
+        server: &mut Server,
+        outbox: &Outbox,
+        clock: &Clock,
+        disk_dir: &Path,
+        id: ServerId,
+    ) {
+        match synced {
+            // Made durable: done, like the reads, in the order they were sent; the
+            // free space measured after every sync too, so the server counts itself
+            // full as soon as writes take the room.
+            Synced::Durable(ios) => {
+                self.in_flight -= ios.len();
+                self.ready.extend(ios);
+                self.finish_ready(server, outbox, clock);
+                self.measure_space(server, outbox, clock, disk_dir);
+            }
+            // No room: none took effect; the core forgets them (their writers send
+            // them again) and counts itself full.
+            Synced::NoRoom(ios, why) => {
+                self.in_flight -= ios.len();
+                if !self.told_no_room {
+                    eprintln!("server {}: {why}; writes wait for room", id.0);
+                    self.told_no_room = true;
+                }
+                for io in ios {
+                    server.handle(clock.now(), ServerEvent::DiskFailed { io });
+                    self.carry_out(server, outbox);
+                }
+                self.finish_ready(server, outbox, clock);
+            }
+        }
+    }
+
+    /// Tells the core the disk's free space (a statvfs: microseconds); the core
+    /// heartbeats at once if it crossed the reserve.
+    fn measure_space(&mut self, server: &mut Server, outbox: &Outbox, clock: &Clock, dir: &Path) {
+        if let Ok(free_bytes) = durable::free_bytes(dir) {
+            server.handle(clock.now(), ServerEvent::DiskSpace { free_bytes });
+            self.carry_out(server, outbox);
         }
     }
 
