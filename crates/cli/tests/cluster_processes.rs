@@ -766,10 +766,21 @@ async fn the_simulator_and_the_runtime_agree_on_a_trace_and_a_gear_schedule() {
         report.groups.iter().map(|g| g.primary).collect()
     };
     let (mut before_down, mut before_up) = (None, None);
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(60);
+    // What each poll saw, real milliseconds since the replay began: printed on a failure.
+    let mut timeline = String::new();
+    let started = tokio::time::Instant::now();
+    let deadline = started + Duration::from_secs(60);
     while replay.try_wait().unwrap().is_none() {
         assert!(tokio::time::Instant::now() < deadline, "the replay did not end in 60 s");
-        if let Ok(report) = http::mds_report(&cluster.file).await {
+        let report = http::mds_report(&cluster.file).await;
+        let ms = started.elapsed().as_millis();
+        match &report {
+            Ok(report) => {
+                timeline += &format!("{ms} ms: gear {} {:?}\n", report.gear, primaries(report))
+            }
+            Err(error) => timeline += &format!("{ms} ms: {error}\n"),
+        }
+        if let Ok(report) = report {
             match report.gear {
                 3 if before_up.is_none() => before_down = Some(primaries(&report)),
                 1 => before_up = Some(primaries(&report)),
@@ -820,8 +831,8 @@ async fn the_simulator_and_the_runtime_agree_on_a_trace_and_a_gear_schedule() {
     let moved =
         |a: &[Option<u32>], b: &[Option<u32>]| a.iter().zip(b).filter(|(x, y)| x != y).count();
     let (before_down, before_up) = (before_down.unwrap(), before_up.unwrap());
-    assert_eq!(before_down, sim_map(0), "the primaries before the down-shift");
-    assert_eq!(before_up, sim_map(1), "the primaries in gear 1");
+    assert_eq!(before_down, sim_map(0), "the primaries before the down-shift; polls:\n{timeline}");
+    assert_eq!(before_up, sim_map(1), "the primaries in gear 1; polls:\n{timeline}");
     let after = primaries(&report);
     assert_eq!(after, sim_map(2), "the primaries once the up-shift settled");
     // Energy saved and DVL bytes, within the tolerance.
