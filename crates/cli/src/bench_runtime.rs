@@ -21,6 +21,7 @@ use hdrhistogram::Histogram;
 use somnus_runtime::client::ClusterClient;
 use somnus_runtime::cluster_file::{ClusterFile, ClusterSection};
 use somnus_runtime::http;
+use somnus_runtime::ports::{self, loopback_ports};
 use somnus_runtime::secret_file;
 use somnus_runtime::status::{MdsReport, ServerReport};
 use somnus_types::ByteRange;
@@ -28,7 +29,7 @@ use tokio::time::Instant;
 
 use crate::cluster_cmd::runtime;
 use crate::replay_cmd::latency_histogram;
-use crate::up_cmd::{Running, free_ports, start_all, stop_all};
+use crate::up_cmd::{Running, start_all, stop_all};
 
 #[derive(Args)]
 pub(crate) struct BenchRuntimeArgs {
@@ -296,7 +297,7 @@ impl LocalCluster {
         let base = dir.join("cluster");
         std::fs::create_dir_all(&base)?;
         let path = base.join("cluster.toml");
-        let ports = free_ports(20)?;
+        let ports = loopback_ports(20, ports::DEFAULT_BASE)?;
         let cluster = ClusterSection {
             groups_per_server,
             logger_capacity_bytes: 1 << 30,

@@ -10,6 +10,7 @@ use anyhow::{Context, Result};
 use clap::Args;
 use somnus_runtime::client::ClusterClient;
 use somnus_runtime::cluster_file::ClusterFile;
+use somnus_runtime::object_file::ObjectError;
 use somnus_runtime::{process, secret_file};
 use somnus_wire::ClusterSecret;
 
@@ -110,6 +111,7 @@ pub(crate) fn runtime() -> Result<tokio::runtime::Runtime> {
 }
 
 pub(crate) fn run_mds(args: MdsArgs) -> Result<()> {
+    crate::up_cmd::stop_with_parent()?;
     let path = args.cluster.path();
     runtime()?
         .block_on(process::run_mds(&path))
@@ -120,6 +122,7 @@ pub(crate) fn run_server(args: ServerArgs) -> Result<()> {
     if let Some(ServerAction::Remove { id, cluster }) = args.action {
         return crate::status_cmd::remove_server(id, &cluster);
     }
+    crate::up_cmd::stop_with_parent()?;
     // clap requires --id without a subcommand.
     let id = args.id.unwrap_or_default();
     let path = args.cluster.path();
@@ -153,35 +156,81 @@ pub(crate) fn load(arg: &ClusterArg) -> Result<(ClusterFile, ClusterSecret)> {
 }
 
 pub(crate) fn put(args: PutArgs) -> Result<()> {
-    let data = if args.file.as_os_str() == "-" {
+    let key = &args.key;
+    let length = if args.file.as_os_str() == "-" {
+        // The object's size is fixed when it is created: standard input is read whole.
         let mut bytes = Vec::new();
         std::io::Read::read_to_end(&mut std::io::stdin(), &mut bytes).context("reading stdin")?;
-        bytes
+        let length = bytes.len() as u64;
+        with_client(&args.cluster, |client| async move {
+            client.put(key, bytes.into()).await.with_context(|| format!("put {key:?}"))
+        })?;
+        length
     } else {
-        std::fs::read(&args.file).with_context(|| format!("cannot read {}", args.file.display()))?
+        let cannot_read = || format!("cannot read {}", args.file.display());
+        let mut file = std::fs::File::open(&args.file).with_context(cannot_read)?;
+        let length = file.metadata().with_context(cannot_read)?.len();
+        with_client(&args.cluster, |client| async move {
+            let stored = client.put_from(key, length, &mut file).await;
+            stored.with_context(|| format!("put {key:?} from {}", args.file.display()))
+        })?;
+        length
     };
-    let length = data.len();
-    let key = &args.key;
-    with_client(&args.cluster, |client| async move {
-        client.put(key, data.into()).await.with_context(|| format!("put {key:?}"))
-    })?;
     noteln!("stored {:?}: {length} bytes", args.key);
     Ok(())
 }
 
 pub(crate) fn get(args: GetArgs) -> Result<()> {
     let key = &args.key;
-    let data = with_client(&args.cluster, |client| async move {
-        client.get(key).await.with_context(|| format!("get {key:?}"))
-    })?;
     if args.file.as_os_str() == "-" {
-        crate::output::write_with(|out| std::io::Write::write_all(out, &data))?;
-    } else {
-        std::fs::write(&args.file, &data)
-            .with_context(|| format!("cannot write {}", args.file.display()))?;
-        noteln!("wrote {}: {} bytes", args.file.display(), data.len());
+        let mut out = std::io::stdout();
+        let got = with_client(&args.cluster, |client| async move {
+            client.get_into(key, &mut out).await.map_err(anyhow::Error::from)
+        });
+        return match got {
+            Err(error) if stdout_closed(&error) => Err(crate::output::StdoutClosed.into()),
+            Err(error) => Err(error.context(format!("get {key:?}"))),
+            Ok(_) => Ok(()),
+        };
     }
-    Ok(())
+    // Written beside the target and renamed over it once whole and checked: a failed
+    // get leaves no part of a file, and no earlier file is lost.
+    let part = part_path(&args.file);
+    let cannot_write = || format!("cannot write {}", part.display());
+    let mut file = std::fs::File::create(&part).with_context(cannot_write)?;
+    let got = with_client(&args.cluster, |client| async move {
+        client.get_into(key, &mut file).await.with_context(|| format!("get {key:?}"))
+    })
+    .and_then(|length| {
+        std::fs::rename(&part, &args.file)
+            .with_context(|| format!("cannot write {}", args.file.display()))?;
+        Ok(length)
+    });
+    match got {
+        Ok(length) => {
+            noteln!("wrote {}: {length} bytes", args.file.display());
+            Ok(())
+        }
+        Err(error) => {
+            let _ = std::fs::remove_file(&part);
+            Err(error)
+        }
+    }
+}
+
+/// `FILE.somnus-part` beside `file`: where `get` writes before the rename.
+fn part_path(file: &Path) -> PathBuf {
+    let mut name = file.file_name().unwrap_or_default().to_owned();
+    name.push(".somnus-part");
+    file.with_file_name(name)
+}
+
+/// Whether `error` is standard output closed by its reader (`somnus get KEY - | head`).
+fn stdout_closed(error: &anyhow::Error) -> bool {
+    matches!(
+        error.downcast_ref::<ObjectError>(),
+        Some(ObjectError::Sink(e)) if e.kind() == std::io::ErrorKind::BrokenPipe
+    )
 }
 
 pub(crate) fn rm(args: KeyArgs) -> Result<()> {

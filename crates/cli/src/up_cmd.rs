@@ -5,7 +5,6 @@
 //! same state. Ctrl-C or SIGTERM stops every child (SIGTERM, then SIGKILL after a
 //! grace period).
 
-use std::net::{SocketAddr, TcpListener};
 use std::path::{Path, PathBuf};
 use std::process::Stdio;
 use std::time::Duration;
@@ -13,6 +12,7 @@ use std::time::Duration;
 use anyhow::{Context, Result, bail};
 use clap::Args;
 use somnus_runtime::cluster_file::{ClusterFile, ClusterSection};
+use somnus_runtime::ports::{self, loopback_ports};
 use somnus_runtime::secret_file;
 use tokio::process::{Child, Command};
 
@@ -37,6 +37,24 @@ pub(crate) struct UpArgs {
     time_scale: f64,
 }
 
+/// Set by `up` in its children's environment to its process id: each asks the kernel
+/// for SIGTERM when `up` ends, even by SIGKILL, where no handler of `up` runs
+/// ([`stop_with_parent`]).
+pub(crate) const STOP_WITH_PARENT: &str = "SOMNUS_STOP_WITH_PARENT";
+
+/// In a role `up` started: SIGTERM when `up` ends (`PR_SET_PDEATHSIG`), or an error at
+/// once if it already has.
+pub(crate) fn stop_with_parent() -> Result<()> {
+    let Ok(parent) = std::env::var(STOP_WITH_PARENT) else { return Ok(()) };
+    let parent: i32 = parent.parse().with_context(|| format!("{STOP_WITH_PARENT}={parent}"))?;
+    nix::sys::prctl::set_pdeathsig(nix::sys::signal::Signal::SIGTERM)
+        .context("cannot ask to stop with `somnus up`")?;
+    if nix::unistd::getppid().as_raw() != parent {
+        bail!("`somnus up` (process {parent}) has ended: not starting");
+    }
+    Ok(())
+}
+
 /// Seconds each child has to stop after SIGTERM before it is killed.
 const GRACE: Duration = Duration::from_secs(10);
 
@@ -53,7 +71,7 @@ fn first_run(args: &UpArgs, path: &Path) -> Result<ClusterFile> {
         .with_context(|| format!("cannot create {}", args.dir.display()))?;
     // Each process: one port for its peers (and its wake packet), one for HTTP.
     let roles = args.servers as usize + 1;
-    let ports = free_ports(2 * roles)?;
+    let ports = loopback_ports(2 * roles, ports::DEFAULT_BASE)?;
     let (peers, http) = ports.split_at(roles);
     let cluster = ClusterSection {
         replicas: args.replicas,
@@ -69,15 +87,6 @@ fn first_run(args: &UpArgs, path: &Path) -> Result<ClusterFile> {
     somnus_runtime::durable::replace(path, file.to_toml().as_bytes())
         .with_context(|| format!("cannot write {}", path.display()))?;
     ClusterFile::load(path).map_err(Into::into)
-}
-
-/// Loopback ports free now (the kernel picks them; they are kept in the file).
-pub(crate) fn free_ports(count: usize) -> Result<Vec<SocketAddr>> {
-    let listeners: Vec<TcpListener> = (0..count)
-        .map(|_| TcpListener::bind("127.0.0.1:0"))
-        .collect::<std::io::Result<_>>()
-        .context("cannot find free loopback ports")?;
-    listeners.iter().map(|l| l.local_addr().context("a port's address")).collect()
 }
 
 pub(crate) struct Running {
@@ -130,14 +139,16 @@ pub(crate) fn start_all(
     for (name, args) in roles {
         let log = std::fs::File::create(logs.join(format!("{name}.log")))
             .with_context(|| format!("cannot create the log of {name}"))?;
-        let child = Command::new(exe)
+        let mut command = Command::new(exe);
+        command
             .args(&args)
             .stdin(Stdio::null())
             .stdout(log.try_clone()?)
             .stderr(log)
-            .kill_on_drop(true)
-            .spawn()
-            .with_context(|| format!("cannot start {name}"))?;
+            .kill_on_drop(true);
+        // A cluster never outlives the `up` that started it, however `up` ends.
+        command.env(STOP_WITH_PARENT, std::process::id().to_string());
+        let child = command.spawn().with_context(|| format!("cannot start {name}"))?;
         children.push(Running { name, child });
     }
     Ok(children)

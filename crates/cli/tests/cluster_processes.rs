@@ -6,7 +6,7 @@
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use std::path::PathBuf;
-use std::process::{Child, Command, Stdio};
+use std::process::{Command, Stdio};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -14,221 +14,16 @@ use bytes::Bytes;
 use somnus_core::cluster::{ChunkId, ChunkIndex, Piece, ServerPower, Stamp};
 use somnus_core::power::builtin_profile;
 use somnus_runtime::client::ClusterClient;
-use somnus_runtime::cluster_file::{ClusterFile, ClusterSection};
+use somnus_runtime::cluster_file::ClusterSection;
 use somnus_runtime::http;
-use somnus_runtime::secret_file;
 use somnus_runtime::status::{MdsReport, ServerReport};
 use somnus_sim::cluster::{ClusterSpec, GearAt, TraceWorkload, replay_trace};
 use somnus_trace::{ReadOptions, TraceSet};
 use somnus_types::{ByteRange, ServerId, Version, VirtualDuration, VirtualInstant};
 
-struct Cluster {
-    _dir: tempfile::TempDir,
-    path: PathBuf,
-    file: Arc<ClusterFile>,
-    mds: Option<Child>,
-    servers: Vec<Option<Child>>,
-}
+mod common;
 
-/// `count` loopback ports free now, all different (held open together while chosen).
-fn free_ports(count: usize) -> Vec<std::net::SocketAddr> {
-    let listeners: Vec<std::net::TcpListener> =
-        (0..count).map(|_| std::net::TcpListener::bind("127.0.0.1:0").unwrap()).collect();
-    listeners.iter().map(|l| l.local_addr().unwrap()).collect()
-}
-
-impl Cluster {
-    /// Nine servers in three racks, r = 3, 1 MiB chunks, all started.
-    fn start() -> Cluster {
-        Cluster::start_scaled(1.0)
-    }
-
-    /// The same, with the cluster's clock `time_scale` times faster than real time.
-    fn start_scaled(time_scale: f64) -> Cluster {
-        let mut cluster = Cluster::unstarted(time_scale);
-        cluster.mds = Some(cluster.spawn(&["mds"]));
-        for id in 0..9 {
-            let child = cluster.spawn(&["server", "--id", &id.to_string()]);
-            cluster.servers.push(Some(child));
-        }
-        cluster
-    }
-
-    /// The cluster's file and secret, with no process started.
-    fn unstarted(time_scale: f64) -> Cluster {
-        Cluster::unstarted_with(ClusterSection { time_scale, ..Cluster::section() })
-    }
-
-    /// The tests' cluster section: 4 chunk groups per server, 64 MiB loggers, seed 7.
-    fn section() -> ClusterSection {
-        ClusterSection {
-            groups_per_server: 4,
-            logger_capacity_bytes: 64 << 20,
-            seed: 7,
-            ..ClusterSection::default()
-        }
-    }
-
-    fn unstarted_with(cluster: ClusterSection) -> Cluster {
-        let dir = tempfile::tempdir().unwrap();
-        let path = dir.path().join("cluster.toml");
-        let ports = free_ports(20);
-        let file = ClusterFile::on(cluster, ports[0], ports[1..10].iter().copied())
-            .with_http(ports[10], ports[11..].iter().copied());
-        std::fs::write(&path, file.to_toml()).unwrap();
-        secret_file::create(&ClusterFile::secret_path(&path)).unwrap();
-        let file = Arc::new(ClusterFile::load(&path).unwrap());
-        Cluster { _dir: dir, path, file, mds: None, servers: Vec::new() }
-    }
-
-    /// Runs a client command of the CLI against this cluster.
-    fn cli(&self, args: &[&str]) -> std::process::Output {
-        Command::new(env!("CARGO_BIN_EXE_somnus"))
-            .args(args)
-            .arg("--cluster")
-            .arg(&self.path)
-            .stdin(Stdio::null())
-            .output()
-            .unwrap()
-    }
-
-    /// Starts a role; its standard error is appended to `<role>.log` beside the file.
-    fn spawn(&self, args: &[&str]) -> Child {
-        self.spawn_in(Command::new(env!("CARGO_BIN_EXE_somnus")), args)
-    }
-
-    /// Starts a role by `command` (the binary, or a wrapper that runs it).
-    fn spawn_in(&self, mut command: Command, args: &[&str]) -> Child {
-        let log = std::fs::OpenOptions::new()
-            .create(true)
-            .append(true)
-            .open(self.path.with_file_name(format!("{}.log", args.join("-"))))
-            .unwrap();
-        command
-            .args(args)
-            .arg("--cluster")
-            .arg(&self.path)
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(log)
-            .spawn()
-            .unwrap()
-    }
-
-    /// A number every server's closing line reports, summed over the servers that
-    /// stopped (by SIGTERM) so far: the word after it names it.
-    fn reported(&self, what: &str) -> u64 {
-        let mut total = 0;
-        for id in 0..self.servers.len() {
-            let log = self.path.with_file_name(format!("server---id-{id}.log"));
-            let text = std::fs::read_to_string(log).unwrap_or_default();
-            for line in text.lines().filter(|l| l.contains(" stopped: ")) {
-                let words: Vec<&str> = line.split_whitespace().collect();
-                for pair in words.windows(2) {
-                    if pair[1].trim_matches(',') == what {
-                        total += pair[0].parse::<u64>().unwrap_or(0);
-                    }
-                }
-            }
-        }
-        total
-    }
-
-    async fn mds_status(&self) -> MdsReport {
-        http::mds_report(&self.file).await.unwrap()
-    }
-
-    async fn server_status(&self, id: usize) -> ServerReport {
-        http::server_reports(&self.file).await.swap_remove(id).expect("the server answers")
-    }
-
-    /// Every running server's report.
-    async fn server_statuses(&self) -> Vec<ServerReport> {
-        http::server_reports(&self.file).await.into_iter().flatten().collect()
-    }
-
-    /// An operator's command to the MDS, with the token from the secret.
-    async fn operator(&self, path: &str) -> Result<Bytes, http::CallError> {
-        let secret = secret_file::load(&ClusterFile::secret_path(&self.path)).unwrap();
-        http::operator(&self.file, &secret, path).await
-    }
-
-    fn client(&self) -> ClusterClient {
-        let secret = secret_file::load(&ClusterFile::secret_path(&self.path)).unwrap();
-        ClusterClient::start(self.file.clone(), secret).unwrap()
-    }
-
-    fn kill_server(&mut self, id: ServerId) {
-        let mut child = self.servers[id.index()].take().expect("the server runs");
-        child.kill().unwrap();
-        child.wait().unwrap();
-    }
-
-    fn restart_server(&mut self, id: ServerId) {
-        assert!(self.servers[id.index()].is_none());
-        self.servers[id.index()] = Some(self.spawn(&["server", "--id", &id.0.to_string()]));
-    }
-
-    /// SIGTERM to every process, and a wait for each to exit.
-    fn stop_all(&mut self) {
-        use nix::sys::signal::{Signal, kill};
-        use nix::unistd::Pid;
-        let logs = (0..self.servers.len()).map(|id| format!("server---id-{id}.log"));
-        let logs: Vec<String> = logs.chain(["mds.log".to_string()]).collect();
-        let children = self.servers.iter_mut().chain(std::iter::once(&mut self.mds));
-        for (mut child, log) in children.zip(&logs).filter_map(|(c, l)| Some((c.take()?, l))) {
-            let _ = kill(Pid::from_raw(child.id() as i32), Signal::SIGTERM);
-            let status = child.wait().unwrap();
-            let said = std::fs::read_to_string(self.path.with_file_name(log)).unwrap_or_default();
-            assert!(status.success(), "{log}: the process stopped with {status}:\n{said}");
-        }
-    }
-
-    fn restart_all(&mut self) {
-        self.mds = Some(self.spawn(&["mds"]));
-        for id in 0..self.servers.len() {
-            self.servers[id] = Some(self.spawn(&["server", "--id", &id.to_string()]));
-        }
-    }
-}
-
-impl Drop for Cluster {
-    fn drop(&mut self) {
-        let children = self.servers.iter_mut().chain(std::iter::once(&mut self.mds));
-        for mut child in children.filter_map(Option::take) {
-            let _ = child.kill();
-            let _ = child.wait();
-        }
-    }
-}
-
-/// Bytes of `len` that no other call gives: a counter through a simple generator.
-fn pattern(seed: u64, len: usize) -> Bytes {
-    let mut x = seed.wrapping_mul(0x9e37_79b9_7f4a_7c15) | 1;
-    (0..len)
-        .map(|_| {
-            x ^= x << 13;
-            x ^= x >> 7;
-            x ^= x << 17;
-            x as u8
-        })
-        .collect::<Vec<u8>>()
-        .into()
-}
-
-/// Polls `check` every 200 ms until it holds, failing after `limit` with `what`.
-macro_rules! eventually {
-    ($limit:expr, $what:expr, $check:expr) => {{
-        let deadline = tokio::time::Instant::now() + $limit;
-        loop {
-            if $check {
-                break;
-            }
-            assert!(tokio::time::Instant::now() < deadline, "not within {:?}: {}", $limit, $what);
-            tokio::time::sleep(Duration::from_millis(200)).await;
-        }
-    }};
-}
+use common::{Cluster, pattern};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn objects_are_read_back_and_survive_a_restart_of_the_whole_cluster() {
@@ -703,6 +498,18 @@ async fn a_trace_replays_against_the_cluster_in_the_simulators_shape() {
     assert_eq!(names[0].name, "replay/hm_0");
 }
 
+/// One letter per power state, for a compact timeline.
+fn power_letter(power: ServerPower) -> char {
+    match power {
+        ServerPower::On => 'o',
+        ServerPower::Draining => 'd',
+        ServerPower::Asleep => 'z',
+        ServerPower::Waking => 'w',
+        ServerPower::Failed => 'F',
+        ServerPower::Removed => 'R',
+    }
+}
+
 /// Agreement of the two shells (docs/runtime.md, "Agreement of the two shells"): the
 /// first 60 s of an MSR trace with gear 1 at 5 s and gear 3 at 31 s, replayed by the
 /// simulator on the cluster file's layout, sizes, seed and profile, and by `somnus
@@ -776,7 +583,15 @@ async fn the_simulator_and_the_runtime_agree_on_a_trace_and_a_gear_schedule() {
         let ms = started.elapsed().as_millis();
         match &report {
             Ok(report) => {
-                timeline += &format!("{ms} ms: gear {} {:?}\n", report.gear, primaries(report))
+                let power: String = report.servers.iter().map(|s| power_letter(s.power)).collect();
+                let c = &report.counters;
+                timeline += &format!(
+                    "{ms} ms: gear {} power {power} failed {} wakes {} {:?}\n",
+                    report.gear,
+                    c.servers_failed,
+                    c.wakes,
+                    primaries(report)
+                )
             }
             Err(error) => timeline += &format!("{ms} ms: {error}\n"),
         }
@@ -877,13 +692,11 @@ async fn the_simulator_and_the_runtime_agree_on_a_trace_and_a_gear_schedule() {
 }
 
 /// Whether `error` is the client's refusal for lack of room on server `server`.
-fn no_space_on(error: &somnus_runtime::client::ClientError, server: u32) -> bool {
+fn no_space_on(error: &somnus_runtime::object_file::ObjectError, server: u32) -> bool {
     use somnus_core::cluster::client::ClientError;
-    matches!(
-        error,
-        somnus_runtime::client::ClientError::Refused(ClientError::NoSpace { server: s })
-            if s.0 == server
-    )
+    use somnus_runtime::client::ClientError::Refused;
+    use somnus_runtime::object_file::ObjectError::Client;
+    matches!(error, Client(Refused(ClientError::NoSpace { server: s })) if s.0 == server)
 }
 
 /// Server 4 keeps its data on a 128 MiB tmpfs of its own (`unshare -rm` gives it a

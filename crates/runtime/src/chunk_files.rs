@@ -5,7 +5,7 @@
 //! changes blocks ([`ChunkData`]), so the files follow exactly the blocks a write, a
 //! repair or a copy lands on. Writes go to the page cache: the journal made each
 //! change durable before the core applied it, and [`ChunkFiles::sync`] syncs the files
-//! before the journal is cut. A new file is created whole (written, synced, renamed
+//! before the journals that hold their writes are removed. A new file is created whole (written, synced, renamed
 //! into place, its directory synced), so a crash never leaves half a header.
 
 use std::collections::{BTreeMap, BTreeSet};
@@ -63,7 +63,8 @@ pub type IoErrors = Arc<Mutex<Vec<String>>>;
 pub struct ChunkFiles {
     dir: PathBuf,
     chunk_blocks: u64,
-    files: BTreeMap<ChunkId, File>,
+    /// Shared with a checkpoint, which syncs them without holding these files.
+    files: BTreeMap<ChunkId, Arc<File>>,
     /// Files written since the last sync.
     dirty: BTreeSet<ChunkId>,
     errors: IoErrors,
@@ -196,7 +197,7 @@ impl ChunkFiles {
         {
             file.set_len(self.file_bytes()).map_err(read_error)?;
         }
-        self.files.insert(chunk, file);
+        self.files.insert(chunk, Arc::new(file));
         Ok(found)
     }
 
@@ -229,9 +230,10 @@ impl ChunkFiles {
             ));
             durable::replace_allocated(&path, &bytes, self.file_bytes())?;
             let file = OpenOptions::new().read(true).write(true).open(&path)?;
-            self.files.insert(chunk, file);
+            self.files.insert(chunk, Arc::new(file));
         }
-        self.files.get(&chunk).ok_or_else(|| std::io::Error::other("chunk file vanished"))
+        let file = self.files.get(&chunk).map(|file| &**file);
+        file.ok_or_else(|| std::io::Error::other("chunk file vanished"))
     }
 
     /// Creates the files of the chunks `changes` write to that have none yet.
@@ -247,34 +249,37 @@ impl ChunkFiles {
         Ok(())
     }
 
-    /// Syncs every file written since the last sync (before the journal is cut).
-    fn sync_files(&mut self) -> std::io::Result<()> {
-        while let Some(chunk) = self.dirty.first().copied() {
-            if let Some(file) = self.files.get(&chunk) {
-                file.sync_data()?;
-            }
-            self.dirty.remove(&chunk);
-        }
-        Ok(())
+    /// The files written since the last call, to sync: written after this, a file is
+    /// taken again at the next.
+    fn take_dirty(&mut self) -> Vec<Arc<File>> {
+        let dirty = std::mem::take(&mut self.dirty);
+        dirty.iter().filter_map(|chunk| self.files.get(chunk).cloned()).collect()
     }
 
+    /// Writes consecutive blocks from `first`, all of `version` by `stamp`: their
+    /// bytes in one write, then their headers in one.
     fn write(
         &mut self,
         group: ChunkGroupId,
         chunk: ChunkId,
-        index: u64,
+        first: u64,
         version: Version,
         stamp: Stamp,
         data: &[u8],
     ) -> std::io::Result<()> {
         let start = data_start(self.chunk_blocks);
         let file = self.file(group, chunk)?;
-        file.write_all_at(data, start + index * BLOCK_BYTES)?;
-        let mut header = [0u8; BLOCK_HEADER_BYTES as usize];
-        header[0..8].copy_from_slice(&version.0.to_le_bytes());
-        header[8..16].copy_from_slice(&stamp.0.to_le_bytes());
-        header[16..20].copy_from_slice(&block_crc(version, stamp, data).to_le_bytes());
-        file.write_all_at(&header, FILE_HEADER_BYTES + index * BLOCK_HEADER_BYTES)?;
+        file.write_all_at(data, start + first * BLOCK_BYTES)?;
+        let mut headers =
+            Vec::with_capacity(data.len() / BLOCK_BYTES as usize * BLOCK_HEADER_BYTES as usize);
+        for block in data.chunks(BLOCK_BYTES as usize) {
+            let mut header = [0u8; BLOCK_HEADER_BYTES as usize];
+            header[0..8].copy_from_slice(&version.0.to_le_bytes());
+            header[8..16].copy_from_slice(&stamp.0.to_le_bytes());
+            header[16..20].copy_from_slice(&block_crc(version, stamp, block).to_le_bytes());
+            headers.extend_from_slice(&header);
+        }
+        file.write_all_at(&headers, FILE_HEADER_BYTES + first * BLOCK_HEADER_BYTES)?;
         self.dirty.insert(chunk);
         Ok(())
     }
@@ -331,33 +336,43 @@ impl SharedChunkFiles {
 }
 
 impl ChunkData for SharedChunkFiles {
-    fn write_block(
+    fn write_blocks(
         &mut self,
         group: ChunkGroupId,
         chunk: ChunkId,
-        index: u64,
+        first: u64,
         version: Version,
         stamp: Stamp,
         data: Option<&[u8]>,
     ) {
         let mut files = self.files();
-        let block = match data {
-            Some(data) if data.len() == BLOCK_BYTES as usize => data,
+        let blocks = match data {
+            Some(data) if !data.is_empty() && data.len() % BLOCK_BYTES as usize == 0 => data,
             _ => {
                 let what = data.map_or("no bytes".to_string(), |d| format!("{} bytes", d.len()));
-                return files.error(format!("a write of {chunk:?} block {index} came with {what}"));
+                return files
+                    .error(format!("a write of {chunk:?} from block {first} came with {what}"));
             }
         };
-        if let Err(error) = files.write(group, chunk, index, version, stamp, block) {
+        if let Err(error) = files.write(group, chunk, first, version, stamp, blocks) {
             let path = files.path(chunk);
-            files.error(format!("writing block {index} of {}: {error}", path.display()));
+            files.error(format!("writing blocks from {first} of {}: {error}", path.display()));
         }
     }
 
+    /// Syncs every file written since the last sync (before the journals that made
+    /// their writes durable are removed), without holding the files meanwhile: the
+    /// server's task goes on writing and reading blocks.
     fn sync(&mut self) -> Result<(), String> {
-        let mut files = self.files();
-        let dir = files.dir.display().to_string();
-        files.sync_files().map_err(|error| format!("syncing the chunk files in {dir}: {error}"))
+        let (dirty, dir) = {
+            let mut files = self.files();
+            (files.take_dirty(), files.dir.display().to_string())
+        };
+        for file in dirty {
+            file.sync_data()
+                .map_err(|error| format!("syncing the chunk files in {dir}: {error}"))?;
+        }
+        Ok(())
     }
 
     fn read_blocks(

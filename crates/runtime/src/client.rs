@@ -26,7 +26,7 @@ use crate::transport::{Identity, Inbound, WireCounters};
 /// Bytes of one request at most (a frame carries one).
 pub const REQUEST_BYTES: u64 = 1 << 20;
 /// Requests of one call in flight at once.
-const IN_FLIGHT: usize = 8;
+pub(crate) const IN_FLIGHT: usize = 8;
 /// Names per page of a listing (the most the MDS sends).
 const LIST_PAGE: u32 = 1000;
 /// A block: ranges are whole blocks.
@@ -250,7 +250,7 @@ impl ClusterClient {
 }
 
 /// `range` cut at request-size boundaries of the object.
-fn cut(range: ByteRange) -> Vec<ByteRange> {
+pub(crate) fn cut(range: ByteRange) -> Vec<ByteRange> {
     let mut parts = Vec::new();
     let mut start = range.start;
     while start < range.end {
@@ -297,61 +297,5 @@ async fn drive(
                 }
             }
         }
-    }
-}
-
-/// The first block of an object `put` stores: what `get` needs to give the file back
-/// exactly (docs/runtime.md, "Objects stored by put").
-const OBJECT_MAGIC: &[u8; 8] = b"SOMNUSO1";
-
-/// Why an object read back is not what `put` stored.
-#[derive(Debug, thiserror::Error)]
-pub enum ObjectError {
-    #[error(transparent)]
-    Client(#[from] ClientError),
-    #[error("object {name:?} was not stored by `somnus put` (no header in its first block)")]
-    NotAFile { name: String },
-    #[error("object {name:?} reads back {length} bytes whose checksum is not the stored one")]
-    Checksum { name: String, length: u64 },
-}
-
-impl ClusterClient {
-    /// Stores `data` as the object `name`: a header block (magic, length, CRC-32C of
-    /// the bytes), then the bytes, padded to whole blocks.
-    pub async fn put(&self, name: &str, data: Bytes) -> Result<(), ClientError> {
-        let length = data.len() as u64;
-        let padded = length.div_ceil(BLOCK_BYTES) * BLOCK_BYTES;
-        self.create(name, BLOCK_BYTES + padded).await?;
-        let mut body = BytesMut::zeroed((BLOCK_BYTES + padded) as usize);
-        body[..8].copy_from_slice(OBJECT_MAGIC);
-        body[8..16].copy_from_slice(&length.to_le_bytes());
-        body[16..20].copy_from_slice(&crc32c::crc32c(&data).to_le_bytes());
-        body[BLOCK_BYTES as usize..BLOCK_BYTES as usize + data.len()].copy_from_slice(&data);
-        self.write(name, 0, body.freeze()).await
-    }
-
-    /// The bytes `put` stored as `name`, checked against the stored checksum.
-    pub async fn get(&self, name: &str) -> Result<Bytes, ObjectError> {
-        let info = self.stat(name).await?;
-        let header = self.read(name, ByteRange::new(0, BLOCK_BYTES)).await?;
-        let not_a_file = || ObjectError::NotAFile { name: name.to_owned() };
-        if &header[..8] != OBJECT_MAGIC {
-            return Err(not_a_file());
-        }
-        let length = u64::from_le_bytes(header[8..16].try_into().map_err(|_| not_a_file())?);
-        let crc = u32::from_le_bytes(header[16..20].try_into().map_err(|_| not_a_file())?);
-        let padded = length.div_ceil(BLOCK_BYTES) * BLOCK_BYTES;
-        if BLOCK_BYTES + padded > info.size_bytes {
-            return Err(not_a_file());
-        }
-        if padded == 0 {
-            return Ok(Bytes::new());
-        }
-        let body = self.read(name, ByteRange::new(BLOCK_BYTES, padded)).await?;
-        let data = body.slice(..length as usize);
-        if crc32c::crc32c(&data) != crc {
-            return Err(ObjectError::Checksum { name: name.to_owned(), length });
-        }
-        Ok(data)
     }
 }

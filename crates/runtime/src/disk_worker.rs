@@ -1,24 +1,40 @@
 //! A storage server's disk worker: makes the replica changes the core issues durable
-//! in the journal, many per sync (group commit), and reports each done.
+//! in the journal, many per sync (group commit), reports each done, and runs the
+//! checkpoints the server's task asks for.
 //!
 //! The server's task sends each write's change as the core issues it and hears back,
 //! in order, the ids of the writes now durable; only then does it tell the core
 //! `DiskDone` (the core applies the change and acknowledges). The journal's sync runs
 //! on tokio's blocking pool, so the task goes on serving meanwhile, and changes that
-//! arrive during one sync go together in the next.
+//! arrive during one sync go together in the next. A checkpoint, in order with the
+//! changes, starts a new journal, then finishes on a thread of its own while the
+//! changes after it go on into the new journal (`checkpoint.rs`).
 
 use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use tokio::time::Instant;
 
 use somnus_core::cluster::store::StoreOp;
 use somnus_types::IoId;
 use tokio::sync::mpsc;
 
-use crate::server_disk::{ServerDisk, ServerDiskError};
+use crate::server_disk::{Groups, ServerDisk, ServerDiskError};
 
 /// Changes taken into one sync at most: a bound on a batch's memory and latency.
 const BATCH_MAX: usize = 256;
 
-/// What one sync made of the writes sent, in the order they were sent.
+/// What the server's task asks of the worker, in order.
+#[derive(Debug)]
+pub enum Job {
+    /// Make this replica change durable.
+    Change(IoId, StoreOp),
+    /// Checkpoint: `groups` are the store's, every change sent before applied.
+    Checkpoint(Groups),
+}
+
+/// What one sync made of the writes sent, in the order they were sent, or how a
+/// checkpoint ended.
 #[derive(Debug)]
 pub enum Synced {
     /// Durable.
@@ -26,51 +42,113 @@ pub enum Synced {
     /// Not durable, none of them: the disk had no room (said why). The worker goes
     /// on with the next writes.
     NoRoom(Vec<IoId>, String),
+    /// The checkpoint is done, in this long (begun to finished).
+    Checkpointed(Duration),
+    /// The checkpoint found no room (said why): the journals stay, the next one
+    /// covers them too.
+    CheckpointNoRoom(String),
 }
 
 /// What the worker reports: a sync's outcome, or the error that stopped it (the
 /// server stops: its disk fails, it cannot make writes durable).
 pub type Durable = Result<Synced, ServerDiskError>;
 
-/// Starts the worker on `disk`; returns where to send changes and where their
-/// completions come back. The worker ends when the sender is dropped.
+/// Starts the worker on `disk`; returns where to send jobs and where their outcomes
+/// come back. The worker ends when the sender is dropped.
 pub fn spawn(
     disk: Arc<Mutex<ServerDisk>>,
-) -> (mpsc::UnboundedSender<(IoId, StoreOp)>, mpsc::UnboundedReceiver<Durable>) {
-    let (changes, mut incoming) = mpsc::unbounded_channel::<(IoId, StoreOp)>();
+) -> (mpsc::UnboundedSender<Job>, mpsc::UnboundedReceiver<Durable>) {
+    let (jobs, mut incoming) = mpsc::unbounded_channel::<Job>();
     let (report, done) = mpsc::unbounded_channel();
     tokio::spawn(async move {
-        while let Some(first) = incoming.recv().await {
-            let mut batch = vec![first];
-            while batch.len() < BATCH_MAX {
-                match incoming.try_recv() {
-                    Ok(change) => batch.push(change),
-                    Err(_) => break,
+        let mut next = None;
+        loop {
+            let job = match next.take() {
+                Some(job) => job,
+                None => match incoming.recv().await {
+                    Some(job) => job,
+                    None => return,
+                },
+            };
+            let outcome = match job {
+                Job::Checkpoint(groups) => begin_checkpoint(&disk, groups, &report).await,
+                Job::Change(io, op) => {
+                    let mut batch = vec![(io, op)];
+                    while batch.len() < BATCH_MAX {
+                        match incoming.try_recv() {
+                            Ok(Job::Change(io, op)) => batch.push((io, op)),
+                            Ok(checkpoint) => {
+                                next = Some(checkpoint);
+                                break;
+                            }
+                            Err(_) => break,
+                        }
+                    }
+                    Some(sync(&disk, batch).await)
                 }
-            }
-            let disk = disk.clone();
-            let synced = tokio::task::spawn_blocking(move || {
-                let (ios, ops): (Vec<IoId>, Vec<StoreOp>) = batch.into_iter().unzip();
-                let mut disk = disk
-                    .lock()
-                    .map_err(|_| ServerDiskError::Io("the disk's lock was poisoned".into()))?;
-                match disk.make_durable(&ops) {
-                    Ok(()) => Ok(Synced::Durable(ios)),
-                    Err(error) if error.is_no_space() => Ok(Synced::NoRoom(ios, error.to_string())),
-                    Err(error) => Err(error),
-                }
-            })
-            .await
-            .unwrap_or_else(|error| {
-                Err(ServerDiskError::Io(format!("the journal's sync failed: {error}")))
-            });
-            let failed = synced.is_err();
-            if report.send(synced).is_err() || failed {
+            };
+            let Some(outcome) = outcome else { continue };
+            let failed = outcome.is_err();
+            if report.send(outcome).is_err() || failed {
                 return;
             }
         }
     });
-    (changes, done)
+    (jobs, done)
+}
+
+/// Appends `batch` to the journal and syncs it.
+async fn sync(disk: &Arc<Mutex<ServerDisk>>, batch: Vec<(IoId, StoreOp)>) -> Durable {
+    let disk = disk.clone();
+    tokio::task::spawn_blocking(move || {
+        let (ios, ops): (Vec<IoId>, Vec<StoreOp>) = batch.into_iter().unzip();
+        let mut disk = lock(&disk)?;
+        match disk.make_durable(&ops) {
+            Ok(()) => Ok(Synced::Durable(ios)),
+            Err(error) if error.is_no_space() => Ok(Synced::NoRoom(ios, error.to_string())),
+            Err(error) => Err(error),
+        }
+    })
+    .await
+    .unwrap_or_else(|error| Err(ServerDiskError::Io(format!("the journal's sync failed: {error}"))))
+}
+
+/// Starts a new journal at once, and finishes the checkpoint on a thread of its own,
+/// which reports how it ended. Reports here only a failure to begin.
+async fn begin_checkpoint(
+    disk: &Arc<Mutex<ServerDisk>>,
+    groups: Groups,
+    report: &mpsc::UnboundedSender<Durable>,
+) -> Option<Durable> {
+    let started = Instant::now();
+    let disk = disk.clone();
+    let begun = tokio::task::spawn_blocking(move || lock(&disk)?.begin_checkpoint(groups)).await;
+    let checkpoint = match begun {
+        Ok(Ok(checkpoint)) => checkpoint,
+        Ok(Err(error)) if error.is_no_space() => {
+            return Some(Ok(Synced::CheckpointNoRoom(error.to_string())));
+        }
+        Ok(Err(error)) => return Some(Err(error)),
+        Err(error) => {
+            return Some(Err(ServerDiskError::Io(format!("the checkpoint failed: {error}"))));
+        }
+    };
+    let report = report.clone();
+    tokio::task::spawn_blocking(move || {
+        let outcome = match checkpoint.finish() {
+            Ok(()) => Ok(Synced::Checkpointed(started.elapsed())),
+            Err(error) if error.is_no_space() => Ok(Synced::CheckpointNoRoom(error.to_string())),
+            Err(error) => Err(error),
+        };
+        let _ = report.send(outcome);
+    });
+    None
+}
+
+fn lock(
+    disk: &Mutex<ServerDisk>,
+) -> Result<std::sync::MutexGuard<'_, ServerDisk>, ServerDiskError> {
+    disk.lock().map_err(|_| ServerDiskError::Io("the disk's lock was poisoned".into()))
 }
 
 #[cfg(test)]
@@ -81,29 +159,48 @@ mod tests {
     use super::*;
 
     /// Every change sent comes back durable, in order, fewer syncs than changes when
-    /// they come faster than a sync; and a restart finds them all in the journal.
+    /// they come faster than a sync; a checkpoint between them lets the changes after
+    /// it go on; and a restart finds them all.
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-    async fn changes_come_back_durable_in_order_batched() {
+    async fn changes_come_back_durable_in_order_batched_around_a_checkpoint() {
         let dir = tempfile::tempdir().unwrap();
-        let (disk, _) = ServerDisk::open(dir.path(), 1 << 20).unwrap();
-        let (changes, mut done) = spawn(Arc::new(Mutex::new(disk)));
-        for n in 0..200u64 {
-            let fence = StoreOp::Fence { group: ChunkGroupId(n as u32), epoch: Epoch(n + 1) };
-            changes.send((IoId(n), fence)).unwrap();
+        let (disk, mut store) = ServerDisk::open(dir.path(), 1 << 20).unwrap();
+        let (jobs, mut done) = spawn(Arc::new(Mutex::new(disk)));
+        let fence = |n: u64| StoreOp::Fence { group: ChunkGroupId(n as u32), epoch: Epoch(n + 1) };
+        let (mut back, mut syncs, mut checkpointed) = (Vec::new(), 0, false);
+        for n in 0..100u64 {
+            jobs.send(Job::Change(IoId(n), fence(n))).unwrap();
         }
-        let (mut back, mut reports) = (Vec::new(), 0);
-        while back.len() < 200 {
+        while back.len() < 200 || !checkpointed {
             match done.recv().await.unwrap().unwrap() {
-                Synced::Durable(ios) => back.extend(ios),
-                Synced::NoRoom(_, why) => panic!("no room on a test's disk: {why}"),
+                Synced::Durable(ios) => {
+                    // Applied as the server's task would, in order.
+                    for io in &ios {
+                        store.redo(fence(io.0));
+                    }
+                    back.extend(ios);
+                    syncs += 1;
+                    if back.len() == 100 {
+                        // Every change sent applied: checkpoint, then write on.
+                        jobs.send(Job::Checkpoint(store.groups())).unwrap();
+                        for n in 100..200u64 {
+                            jobs.send(Job::Change(IoId(n), fence(n))).unwrap();
+                        }
+                    }
+                }
+                Synced::Checkpointed(_) => checkpointed = true,
+                other => panic!("{other:?}"),
             }
-            reports += 1;
         }
         assert_eq!(back, (0..200).map(IoId).collect::<Vec<_>>());
-        assert!(reports < 200, "{reports} syncs for 200 changes sent at once");
-        drop(changes);
+        assert!(syncs < 200, "{syncs} syncs for 200 changes sent in two bursts");
+        drop(jobs);
         assert!(done.recv().await.is_none(), "the worker ends with its sender");
         let (_, store) = ServerDisk::open(dir.path(), 1 << 20).unwrap();
         assert_eq!(store.groups().len(), 200);
+        assert!(
+            dir.path().join("groups-0000000000000001.snap").exists(),
+            "the checkpoint's snapshot"
+        );
     }
 }

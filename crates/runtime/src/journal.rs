@@ -2,7 +2,7 @@
 //! appended and synced before the core is told the write is done (DESIGN.md's
 //! rule: acknowledged only once durable). With the chunk files and the groups'
 //! snapshot it is the replica's durable state; [`ServerDisk`](crate::server_disk)
-//! replays it after a restart and cuts it at each checkpoint.
+//! replays it after a restart, and a checkpoint starts a new one (`checkpoint.rs`).
 //!
 //! Each change is one record (`record.rs`: length, CRC-32C, postcard, payloads;
 //! docs/format/chunk-file.md). Appends
@@ -75,8 +75,13 @@ impl<T: Entry> Journal<T> {
     /// holds, in order; a torn last record is cut off.
     pub fn open(path: &Path) -> Result<(Journal<T>, Vec<T>), JournalError> {
         let io = |source| JournalError::Io { path: path.to_owned(), source };
+        let created = !path.exists();
         let file =
             OpenOptions::new().read(true).append(true).create(true).open(path).map_err(io)?;
+        if created {
+            // The new file's name made durable before anything appended to it is.
+            durable::sync_dir(path.parent().unwrap_or(Path::new("."))).map_err(io)?;
+        }
         let bytes = Bytes::from(std::fs::read(path).map_err(io)?);
         let mut ops = Vec::new();
         let mut at = 0;
@@ -140,16 +145,6 @@ impl<T: Entry> Journal<T> {
     /// Bytes the journal holds: a checkpoint cuts it past a bound.
     pub fn bytes(&self) -> u64 {
         self.bytes
-    }
-
-    /// Empties the journal, durably (after a checkpoint made its changes durable
-    /// elsewhere).
-    pub fn cut(&mut self) -> Result<(), JournalError> {
-        let io = |source| JournalError::Io { path: self.path.clone(), source };
-        self.file.set_len(0).map_err(io)?;
-        self.file.sync_all().map_err(io)?;
-        self.bytes = 0;
-        durable::sync_dir(self.path.parent().unwrap_or(Path::new("."))).map_err(io)
     }
 
     /// Replaces every entry by `entries`, whole or not at all (a new file written,

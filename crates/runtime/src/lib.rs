@@ -3,6 +3,7 @@
 //! two shells"). It turns the core's actions into I/O and I/O into the core's events,
 //! and decides nothing of the protocol itself.
 
+pub mod checkpoint;
 pub mod chunk_files;
 pub mod client;
 pub mod clock;
@@ -16,6 +17,8 @@ pub mod journal;
 pub mod mds_node;
 pub mod metrics;
 pub mod net;
+pub mod object_file;
+pub mod ports;
 pub mod power;
 pub mod process;
 pub mod record;

@@ -27,6 +27,12 @@ pub fn request_done(kind: &'static str, seconds: f64) {
     histogram!("somnus_request_seconds", "kind" => kind).record(seconds);
 }
 
+/// A checkpoint of a server's replicas done (chunk files synced, snapshot written,
+/// journal cut): the server's task serves nothing meanwhile.
+pub fn checkpoint_done(seconds: f64) {
+    histogram!("somnus_checkpoint_seconds").record(seconds);
+}
+
 /// A request answered with an error.
 pub fn request_failed(kind: &'static str) {
     counter!("somnus_request_errors_total", "kind" => kind).increment(1);

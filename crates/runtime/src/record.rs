@@ -22,9 +22,13 @@ pub fn u32_at(bytes: &[u8], at: usize) -> u32 {
 /// Appends `value` and its `payloads` to `out` as one record.
 pub fn encode<T: Serialize>(value: &T, payloads: &[&Payload], out: &mut Vec<u8>) {
     let start = out.len();
-    out.extend_from_slice(&[0; HEADER_BYTES]);
     // Serializing the runtime's plain-data values into memory cannot fail.
     let body = postcard::to_allocvec(value).unwrap_or_default();
+    // Room for the whole record at once: a journal batch or a snapshot of megabytes
+    // grown step by step would copy itself over and over into fresh pages.
+    let attached: usize = payloads.iter().map(|p| 4 + p.bytes().map_or(0, |b| b.len())).sum();
+    out.reserve(HEADER_BYTES + body.len() + attached);
+    out.extend_from_slice(&[0; HEADER_BYTES]);
     out.extend_from_slice(&body);
     somnus_wire::append_payloads(payloads, out);
     let length = (out.len() - start - 4) as u32;

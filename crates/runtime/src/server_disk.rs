@@ -4,13 +4,14 @@
 //! - A write the core issues is made durable by [`ServerDisk::make_durable`] (journal
 //!   append and sync) before the core hears `DiskDone`; at `DiskDone` the core applies
 //!   it ([`ChunkStore::redo`]'s code), which writes the chunk files' blocks.
-//! - [`ServerDisk::checkpoint`] syncs the chunk files, writes every group's fence and
-//!   unstable writes (with their bytes: a new primary may ask for them, C3) as
-//!   `groups.snap`, and cuts the journal.
+//! - [`ServerDisk::begin_checkpoint`] starts a new journal; its [`Checkpoint`], off the
+//!   server's task, syncs the chunk files, writes every group's fence and unstable
+//!   writes (with their bytes: a new primary may ask for them, C3) as the snapshot, and
+//!   removes the journals before it (`checkpoint.rs`).
 //! - [`ServerDisk::open`] loads the chunk files' blocks (checking each block's
 //!   checksum: a block that fails it is corrupt, and repaired from a replica), then the
-//!   snapshot, then replays the journal through `ChunkStore::redo`: the state is the
-//!   one the core last acknowledged from.
+//!   newest snapshot, then replays the journals from it through `ChunkStore::redo`: the
+//!   state is the one the core last acknowledged from.
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -22,16 +23,21 @@ use somnus_core::cluster::store::{BLOCK_BYTES, ChunkStore, StoreOp};
 use somnus_core::cluster::{Payload, UnstableWrite};
 use somnus_types::ChunkGroupId;
 
+use crate::checkpoint::{self, Checkpoint};
 use crate::chunk_files::{ChunkFileError, ChunkFiles, IoErrors, SharedChunkFiles};
 use crate::journal::{Journal, JournalError};
 use crate::{durable, record};
 
-const SNAPSHOT: &str = "groups.snap";
-const JOURNAL: &str = "journal";
 const CHUNKS: &str = "chunks";
 
-/// Journal bytes past which [`ServerDisk::wants_checkpoint`] says so.
+/// Journal bytes past which [`ServerDisk::wants_checkpoint`] says so, at the least.
 pub const JOURNAL_BYTES_MAX: u64 = 64 << 20;
+
+/// The journal may also grow to this many times the last snapshot before the next:
+/// a snapshot holds every unstable write's bytes (the last write of each group, up
+/// to a chunk each), so under large writes it is tens of megabytes, and taken every
+/// 64 MiB it would cost more than half as much again as the journal.
+const JOURNAL_PER_SNAPSHOT: u64 = 4;
 
 #[derive(Debug, thiserror::Error)]
 pub enum ServerDiskError {
@@ -64,12 +70,15 @@ impl ServerDiskError {
     }
 }
 
-type Groups = Vec<(ChunkGroupId, Epoch, Vec<UnstableWrite>)>;
+/// Every group's fence and unstable writes: what a snapshot holds.
+pub type Groups = Vec<(ChunkGroupId, Epoch, Vec<UnstableWrite>)>;
 
 #[derive(Debug)]
 pub struct ServerDisk {
     dir: PathBuf,
+    /// The journal appends go to, and its sequence.
     journal: Journal<StoreOp>,
+    seq: u64,
     files: SharedChunkFiles,
     watch: DiskWatch,
 }
@@ -80,13 +89,17 @@ pub struct ServerDisk {
 #[derive(Clone, Debug)]
 pub struct DiskWatch {
     errors: IoErrors,
-    journal_bytes: Arc<AtomicU64>,
+    /// Bytes of every journal no snapshot covers yet.
+    pub(crate) journal_bytes: Arc<AtomicU64>,
+    pub(crate) snapshot_bytes: Arc<AtomicU64>,
 }
 
 impl DiskWatch {
-    /// Whether the journal has grown past its bound.
+    /// Whether the journals have grown past their bound.
     pub fn wants_checkpoint(&self) -> bool {
-        self.journal_bytes.load(Ordering::Relaxed) > JOURNAL_BYTES_MAX
+        let snapshot = self.snapshot_bytes.load(Ordering::Relaxed);
+        let bound = JOURNAL_BYTES_MAX.max(snapshot.saturating_mul(JOURNAL_PER_SNAPSHOT));
+        self.journal_bytes.load(Ordering::Relaxed) > bound
     }
 
     /// An I/O error the chunk files met since the last check: the server stops on it.
@@ -107,6 +120,8 @@ impl ServerDisk {
     ) -> Result<(ServerDisk, ChunkStore), ServerDiskError> {
         let errors = IoErrors::default();
         let (files, found) = ChunkFiles::open(&dir.join(CHUNKS), chunk_size_bytes, errors.clone())?;
+        let scan_error = |e| ServerDiskError::Io(format!("cannot read {}: {e}", dir.display()));
+        let generations = checkpoint::scan(dir).map_err(scan_error)?;
         let files = SharedChunkFiles::new(files);
         let mut store = ChunkStore::with_data(chunk_size_bytes, Box::new(files.clone()));
         for block in found {
@@ -115,16 +130,32 @@ impl ServerDisk {
                 store.corrupt_block(block.chunk, block.index * BLOCK_BYTES);
             }
         }
-        for (group, epoch, unstable) in read_snapshot(&dir.join(SNAPSHOT))? {
-            store.restore_group(group, epoch, unstable);
+        let mut snapshot_bytes = 0;
+        if let Some(seq) = generations.snapshot {
+            let groups;
+            (groups, snapshot_bytes) = read_snapshot(&checkpoint::snapshot_path(dir, seq))?;
+            for (group, epoch, unstable) in groups {
+                store.restore_group(group, epoch, unstable);
+            }
         }
-        let (journal, ops) = Journal::open(&dir.join(JOURNAL))?;
-        for op in ops {
-            store.redo(op);
+        let mut journal = None;
+        let mut journal_bytes = 0;
+        for &seq in &generations.journals {
+            let (opened, ops) = Journal::open(&checkpoint::journal_path(dir, seq))?;
+            for op in ops {
+                store.redo(op);
+            }
+            journal_bytes += opened.bytes();
+            journal = Some((opened, seq));
         }
-        let journal_bytes = Arc::new(AtomicU64::new(journal.bytes()));
-        let watch = DiskWatch { errors, journal_bytes };
-        let disk = ServerDisk { dir: dir.to_owned(), journal, files, watch };
+        let (journal, seq) = match journal {
+            Some(last) => last,
+            None => new_journal(dir, generations.snapshot.unwrap_or(0))?,
+        };
+        let journal_bytes = Arc::new(AtomicU64::new(journal_bytes));
+        let snapshot_bytes = Arc::new(AtomicU64::new(snapshot_bytes));
+        let watch = DiskWatch { errors, journal_bytes, snapshot_bytes };
+        let disk = ServerDisk { dir: dir.to_owned(), journal, seq, files, watch };
         disk.check()?;
         Ok((disk, store))
     }
@@ -140,8 +171,10 @@ impl ServerDisk {
                 false => ServerDiskError::Io(what),
             }
         })?;
+        let before = self.journal.bytes();
         self.journal.append(ops)?;
-        self.watch.journal_bytes.store(self.journal.bytes(), Ordering::Relaxed);
+        let appended = self.journal.bytes() - before;
+        self.watch.journal_bytes.fetch_add(appended, Ordering::Relaxed);
         Ok(())
     }
 
@@ -160,16 +193,37 @@ impl ServerDisk {
         self.watch.check()
     }
 
-    /// Makes the store's state durable without the journal, then cuts it.
-    pub fn checkpoint(&mut self, store: &mut ChunkStore) -> Result<(), ServerDiskError> {
-        store.sync_data().map_err(ServerDiskError::Io)?;
-        let path = self.dir.join(SNAPSHOT);
-        durable::replace(&path, &encode_snapshot(&store.groups()))
-            .map_err(|source| ServerDiskError::SnapshotIo { path, source })?;
-        self.journal.cut()?;
-        self.watch.journal_bytes.store(0, Ordering::Relaxed);
-        Ok(())
+    /// Begins a checkpoint of `groups`, the store's groups with every change made
+    /// durable so far applied: later appends go to a new journal, and the returned
+    /// [`Checkpoint`] makes the state before it durable without the older journals.
+    pub fn begin_checkpoint(&mut self, groups: Groups) -> Result<Checkpoint, ServerDiskError> {
+        let covered_bytes = self.watch.journal_bytes.load(Ordering::Relaxed);
+        (self.journal, self.seq) = new_journal(&self.dir, self.seq + 1)?;
+        Ok(Checkpoint {
+            dir: self.dir.clone(),
+            files: self.files.clone(),
+            groups,
+            seq: self.seq,
+            covered_bytes,
+            watch: self.watch.clone(),
+        })
     }
+
+    /// A whole checkpoint at once, every change made durable so far applied to `store`.
+    pub fn checkpoint(&mut self, store: &ChunkStore) -> Result<(), ServerDiskError> {
+        self.begin_checkpoint(store.groups())?.finish()
+    }
+}
+
+/// Creates journal `seq` in `dir`, empty (its name durable before anything is
+/// appended to it: `Journal::open`).
+fn new_journal(dir: &Path, seq: u64) -> Result<(Journal<StoreOp>, u64), ServerDiskError> {
+    let path = checkpoint::journal_path(dir, seq);
+    let (journal, ops) = Journal::open(&path)?;
+    if !ops.is_empty() {
+        return Err(ServerDiskError::Io(format!("{} is not new", path.display())));
+    }
+    Ok((journal, seq))
 }
 
 /// The payloads of every unstable write, in order.
@@ -178,22 +232,23 @@ fn payloads_of(groups: &mut Groups) -> Vec<&mut Payload> {
 }
 
 /// The snapshot: one record (`record.rs`) of every group and its unstable writes' bytes.
-fn encode_snapshot(groups: &Groups) -> Vec<u8> {
+pub(crate) fn encode_snapshot(groups: &Groups) -> Vec<u8> {
     let payloads: Vec<_> = groups.iter().flat_map(|(_, _, w)| w.iter().map(|w| &w.data)).collect();
     let mut out = Vec::new();
     record::encode(groups, &payloads, &mut out);
     out
 }
 
-fn read_snapshot(path: &Path) -> Result<Groups, ServerDiskError> {
+/// The groups of the snapshot at `path` (none if there is none) and its size.
+fn read_snapshot(path: &Path) -> Result<(Groups, u64), ServerDiskError> {
     let bytes = match std::fs::read(path) {
         Ok(bytes) => Bytes::from(bytes),
-        Err(error) if error.kind() == std::io::ErrorKind::NotFound => return Ok(Vec::new()),
+        Err(error) if error.kind() == std::io::ErrorKind::NotFound => return Ok((Vec::new(), 0)),
         Err(source) => return Err(ServerDiskError::SnapshotIo { path: path.to_owned(), source }),
     };
     let damaged = |what: String| ServerDiskError::SnapshotDamaged { path: path.to_owned(), what };
     match record::decode(&bytes, payloads_of).map_err(damaged)? {
-        Some((groups, length)) if length == bytes.len() => Ok(groups),
+        Some((groups, length)) if length == bytes.len() => Ok((groups, length as u64)),
         Some((_, length)) => Err(damaged(format!("{} bytes past its end", bytes.len() - length))),
         None => Err(damaged(format!("cut short at {} bytes", bytes.len()))),
     }
@@ -265,7 +320,7 @@ mod tests {
         let (mut disk, mut store) = ServerDisk::open(dir.path(), CHUNK_BYTES).unwrap();
         assert_eq!(state(&mut store), before);
         // From a checkpoint, then a journal after it.
-        disk.checkpoint(&mut store).unwrap();
+        disk.checkpoint(&store).unwrap();
         commit(
             &mut disk,
             &mut store,
@@ -282,6 +337,74 @@ mod tests {
         assert_ne!(after, before);
     }
 
+    /// The file names a replica directory holds, sorted.
+    fn names(dir: &Path) -> Vec<String> {
+        let mut names: Vec<String> = std::fs::read_dir(dir)
+            .unwrap()
+            .map(|e| e.unwrap().file_name().into_string().unwrap())
+            .filter(|n| n != CHUNKS)
+            .collect();
+        names.sort();
+        names
+    }
+
+    /// A crash at either point of a checkpoint loses nothing and doubles nothing:
+    /// after it began (a new journal, no snapshot yet) and after its snapshot (the
+    /// journal it covers still there).
+    #[test]
+    fn a_crash_in_a_checkpoint_restarts_to_the_same_state() {
+        let dir = tempfile::tempdir().unwrap();
+        let (mut disk, mut store) = ServerDisk::open(dir.path(), CHUNK_BYTES).unwrap();
+        let apply = |block, version, fill| StoreOp::Apply {
+            group: GROUP,
+            write: write(0, block, 1, version, fill),
+            stable: Version(version - 1),
+        };
+        commit(&mut disk, &mut store, vec![apply(0, 5, 0xc1), apply(1, 6, 0xc2)]);
+        let begun = disk.begin_checkpoint(store.groups()).unwrap();
+        commit(&mut disk, &mut store, vec![apply(0, 7, 0xc3)]);
+        let expected = state(&mut store);
+        drop((disk, store));
+        // Begun, never finished: the old journal and the new one, replayed in order.
+        assert_eq!(names(dir.path()), ["journal-0000000000000000", "journal-0000000000000001"]);
+        let (mut disk, mut store) = ServerDisk::open(dir.path(), CHUNK_BYTES).unwrap();
+        assert_eq!(state(&mut store), expected);
+        drop(begun);
+
+        // Finished with writes after its beginning; the journal it covers comes back
+        // as a crash before its removal would leave it.
+        let covered = std::fs::read(checkpoint::journal_path(dir.path(), 1)).unwrap();
+        let begun = disk.begin_checkpoint(store.groups()).unwrap();
+        commit(&mut disk, &mut store, vec![apply(1, 8, 0xc4)]);
+        begun.finish().unwrap();
+        let expected = state(&mut store);
+        assert_eq!(names(dir.path()), ["groups-0000000000000002.snap", "journal-0000000000000002"]);
+        std::fs::write(checkpoint::journal_path(dir.path(), 1), covered).unwrap();
+        drop((disk, store));
+        let (_, mut store) = ServerDisk::open(dir.path(), CHUNK_BYTES).unwrap();
+        assert_eq!(state(&mut store), expected);
+        assert_eq!(names(dir.path()), ["groups-0000000000000002.snap", "journal-0000000000000002"]);
+    }
+
+    /// An earlier build's `journal` and `groups.snap` are read as generation 0.
+    #[test]
+    fn the_files_of_an_earlier_build_are_read() {
+        let dir = tempfile::tempdir().unwrap();
+        let (mut disk, mut store) = ServerDisk::open(dir.path(), CHUNK_BYTES).unwrap();
+        let op =
+            StoreOp::Apply { group: GROUP, write: write(0, 0, 1, 5, 0xd1), stable: Version(0) };
+        commit(&mut disk, &mut store, vec![op]);
+        let snapshot = encode_snapshot(&store.groups());
+        let expected = state(&mut store);
+        drop((disk, store));
+        std::fs::rename(checkpoint::journal_path(dir.path(), 0), dir.path().join("journal"))
+            .unwrap();
+        std::fs::write(dir.path().join("groups.snap"), snapshot).unwrap();
+        let (_, mut store) = ServerDisk::open(dir.path(), CHUNK_BYTES).unwrap();
+        assert_eq!(state(&mut store), expected);
+        assert_eq!(names(dir.path()), ["groups-0000000000000000.snap", "journal-0000000000000000"]);
+    }
+
     #[test]
     fn a_torn_last_record_is_dropped_and_damage_before_the_end_is_named() {
         let dir = tempfile::tempdir().unwrap();
@@ -293,7 +416,7 @@ mod tests {
         commit(&mut disk, &mut store, vec![first.clone()]);
         commit(&mut disk, &mut store, vec![second]);
         drop((disk, store));
-        let journal = dir.path().join(JOURNAL);
+        let journal = checkpoint::journal_path(dir.path(), 0);
         let bytes = std::fs::read(&journal).unwrap();
 
         // A crash in the middle of the second append: it was never acknowledged.
@@ -322,6 +445,36 @@ mod tests {
         );
     }
 
+    /// A crash before the chunk files were synced can leave a block's header on disk
+    /// without its bytes: the journal's replay of the write gives them back, so a
+    /// write every replica acknowledged survives a power cut of every replica.
+    #[test]
+    fn a_block_torn_by_a_crash_is_rewritten_from_the_journal() {
+        let dir = tempfile::tempdir().unwrap();
+        let (mut disk, mut store) = ServerDisk::open(dir.path(), CHUNK_BYTES).unwrap();
+        let written = write(0, 0, 2, 5, 0x6b);
+        let op = StoreOp::Apply { group: GROUP, write: written, stable: Version(5) };
+        commit(&mut disk, &mut store, vec![op]);
+        drop((disk, store));
+        // Block 1's bytes never reached the disk; its header did.
+        let path = dir.path().join(CHUNKS).join("0000000000000007-00000000.chunk");
+        let mut bytes = std::fs::read(&path).unwrap();
+        let block_1 = bytes.len() - CHUNK_BYTES as usize + BLOCK_BYTES as usize;
+        bytes[block_1..block_1 + BLOCK_BYTES as usize].fill(0);
+        std::fs::write(&path, bytes).unwrap();
+
+        let (_, mut store) = ServerDisk::open(dir.path(), CHUNK_BYTES).unwrap();
+        assert!(store.corrupt_ranges().is_empty(), "{:?}", store.corrupt_ranges());
+        let read = store.read(chunk(0), ByteRange::new(0, 2 * BLOCK_BYTES)).unwrap();
+        assert_eq!(read[0].data.bytes().unwrap()[..], vec![0x6b; 2 * BLOCK_BYTES as usize][..]);
+        // And on disk: the next start finds the block whole without the journal.
+        let (mut disk, store) = ServerDisk::open(dir.path(), CHUNK_BYTES).unwrap();
+        disk.checkpoint(&store).unwrap();
+        drop((disk, store));
+        let (_, store) = ServerDisk::open(dir.path(), CHUNK_BYTES).unwrap();
+        assert!(store.corrupt_ranges().is_empty());
+    }
+
     #[test]
     fn a_block_garbled_on_disk_is_found_corrupt_at_start_and_on_read() {
         let dir = tempfile::tempdir().unwrap();
@@ -335,7 +488,7 @@ mod tests {
                 stable: Version(5),
             }],
         );
-        disk.checkpoint(&mut store).unwrap();
+        disk.checkpoint(&store).unwrap();
         let path = dir.path().join(CHUNKS).join("0000000000000007-00000000.chunk");
         let garble = |path: &Path| {
             let mut bytes = std::fs::read(path).unwrap();

@@ -15,9 +15,11 @@
 //! The core's calls that touch files (a read of chunk blocks, the logger's flush) run
 //! inside `block_in_place`, so the runtime's other tasks go on meanwhile.
 //!
-//! A checkpoint (`ServerDisk::checkpoint`) cuts the journal, so it runs only with no
-//! change durable in the journal and not yet applied by the core: while one is due,
-//! new changes are held back until those in flight are done.
+//! A checkpoint snapshots the store's groups, so it begins only with no change durable
+//! in the journal and not yet applied by the core: while one is due, new changes are
+//! held back until those in flight are done (one journal sync). The disk worker then
+//! starts a new journal and finishes the checkpoint beside the writes that follow
+//! (`checkpoint.rs`); the task serves on meanwhile.
 
 use std::collections::{BTreeMap, VecDeque};
 use std::path::{Path, PathBuf};
@@ -31,7 +33,7 @@ use tokio::sync::{mpsc, watch};
 use tokio::time::Instant;
 
 use crate::clock::Clock;
-use crate::disk_worker::Synced;
+use crate::disk_worker::{Job, Synced};
 use crate::file_log::{FileLog, FileLogError};
 use crate::net::Outbox;
 use crate::server_disk::{DiskWatch, ServerDisk, ServerDiskError};
@@ -115,18 +117,20 @@ pub async fn run(
 ) -> Result<(), ServerDiskError> {
     let ServerOutputs { outbox, status, sleeps } = outputs;
     let mut server = Server::new(id, config, topology, durable, clock.now(), None);
-    let (changes, mut durable_ios) = disk_worker::spawn(disk.clone());
     let watch = disk.lock().map_err(|_| poisoned())?.watch();
+    let (changes, mut durable_ios) = disk_worker::spawn(disk);
     let mut node = Node {
         watch,
         changes,
         in_flight: 0,
+        checkpointing: false,
         held: VecDeque::new(),
         ready: Vec::new(),
         sleeps,
         requests: BTreeMap::new(),
         checkpoint_after: None,
         told_no_room: false,
+        told_no_room_checkpoint: false,
     };
     node.carry_out(&mut server, &outbox);
     // A sleeping core asks for no timer: status is published on this tick as well.
@@ -143,7 +147,7 @@ pub async fn run(
             done = durable_ios.recv() => match done {
                 Some(Ok(synced)) => {
                     node.synced(synced, &mut server, &outbox, &clock, &inputs.disk_dir, id);
-                    node.after_events(&disk, &mut server)?;
+                    node.after_events(&server)?;
                     continue;
                 }
                 Some(Err(error)) => return Err(error),
@@ -165,7 +169,7 @@ pub async fn run(
         tokio::task::block_in_place(|| server.handle(clock.now(), event));
         node.carry_out(&mut server, &outbox);
         node.finish_ready(&mut server, &outbox, &clock);
-        node.after_events(&disk, &mut server)?;
+        node.after_events(&server)?;
     }
     publish(&server, &status);
     Ok(())
@@ -191,9 +195,11 @@ fn poisoned() -> ServerDiskError {
 
 struct Node {
     watch: DiskWatch,
-    changes: mpsc::UnboundedSender<(IoId, StoreOp)>,
+    changes: mpsc::UnboundedSender<Job>,
     /// Changes sent to the disk worker and not yet reported durable.
     in_flight: usize,
+    /// A checkpoint is under way (begun, not yet finished).
+    checkpointing: bool,
     /// Changes held back while a checkpoint waits for those in flight.
     held: VecDeque<(IoId, StoreOp)>,
     /// I/Os done as soon as issued, to report to the core.
@@ -203,8 +209,10 @@ struct Node {
     requests: BTreeMap<(Peer, u64), (&'static str, Instant)>,
     /// A checkpoint found no room: not tried again before then.
     checkpoint_after: Option<Instant>,
-    /// The log has said the disk had no room (once per server run, not per batch).
+    /// The log has said the disk had no room for writes, for a checkpoint (once per
+    /// server run each, not per batch).
     told_no_room: bool,
+    told_no_room_checkpoint: bool,
 }
 
 /// Client requests tracked at once: beyond it (clients that never hear back), the
@@ -289,6 +297,19 @@ impl Node {
                 }
                 self.finish_ready(server, outbox, clock);
             }
+            Synced::Checkpointed(took) => {
+                self.checkpointing = false;
+                metrics::checkpoint_done(took.as_secs_f64());
+            }
+            // The journals stay whole, holding every change; tried again later.
+            Synced::CheckpointNoRoom(why) => {
+                self.checkpointing = false;
+                self.checkpoint_after = Some(Instant::now() + CHECKPOINT_RETRY);
+                if !self.told_no_room_checkpoint {
+                    eprintln!("server {}: {why}; the checkpoint is tried again each second", id.0);
+                    self.told_no_room_checkpoint = true;
+                }
+            }
         }
     }
 
@@ -316,38 +337,28 @@ impl Node {
 
     /// After the core's events: stops on an I/O error of the chunk files; sends held
     /// changes to the worker, unless a checkpoint is due: then it waits for those in
-    /// flight, checkpoints, and sends the held ones after.
-    fn after_events(
-        &mut self,
-        disk: &Mutex<ServerDisk>,
-        server: &mut Server,
-    ) -> Result<(), ServerDiskError> {
+    /// flight, sends the checkpoint, and the held changes after it.
+    fn after_events(&mut self, server: &Server) -> Result<(), ServerDiskError> {
         self.watch.check()?;
-        let due = self.checkpoint_after.is_none_or(|after| Instant::now() >= after);
+        let due = !self.checkpointing
+            && self.checkpoint_after.is_none_or(|after| Instant::now() >= after);
         if self.watch.wants_checkpoint() && due {
             if self.in_flight > 0 {
                 return Ok(());
             }
-            // Nothing in flight: the disk worker is idle and its lock free.
-            let done = tokio::task::block_in_place(|| {
-                disk.lock().map_err(|_| poisoned())?.checkpoint(server.store_mut())
-            });
-            match done {
-                Ok(()) => self.checkpoint_after = None,
-                // The journal stays whole: it still holds every change. Tried again
-                // later, meanwhile the journal takes what room there is.
-                Err(error) if error.is_no_space() => {
-                    self.checkpoint_after = Some(Instant::now() + CHECKPOINT_RETRY);
-                }
-                Err(error) => return Err(error),
-            }
+            // Every change made durable is applied: the groups are the journal's.
+            self.send(Job::Checkpoint(server.store().groups()))?;
+            self.checkpointing = true;
+            self.checkpoint_after = None;
         }
-        while let Some(change) = self.held.pop_front() {
+        while let Some((io, change)) = self.held.pop_front() {
             self.in_flight += 1;
-            if self.changes.send(change).is_err() {
-                return Err(ServerDiskError::Io("the disk worker stopped".into()));
-            }
+            self.send(Job::Change(io, change))?;
         }
         Ok(())
+    }
+
+    fn send(&self, job: Job) -> Result<(), ServerDiskError> {
+        self.changes.send(job).map_err(|_| ServerDiskError::Io("the disk worker stopped".into()))
     }
 }

@@ -126,8 +126,8 @@ fn inner_writes_until_the_disk_is_full() {
     assert!(std::fs::write(&ballast, vec![1u8; 4 << 20]).is_err(), "the ballast fills the disk");
     let full = commit(&mut disk, &mut store, 0xe2).unwrap_err();
     assert!(full.is_no_space(), "{full}");
-    // A checkpoint with no room for the snapshot fails and leaves the journal whole.
-    if let Err(error) = disk.checkpoint(&mut store) {
+    // A checkpoint with no room for the snapshot fails and leaves the journals whole.
+    if let Err(error) = disk.checkpoint(&store) {
         assert!(error.is_no_space(), "{error}");
     }
     // Room again: the next append goes on after the last whole record.

@@ -72,16 +72,17 @@ impl StoreOp {
 /// bytes), the runtime's chunk files. The store calls it as it changes its blocks, so
 /// the bytes follow exactly the blocks a write, a repair or a copy lands on.
 pub trait ChunkData: std::fmt::Debug + Send {
-    /// Puts one block's bytes in block `index` of `chunk` (a chunk of `group`), which
-    /// now holds `version` by `stamp`. `data` is none where the write carried no
-    /// bytes (only a bug sends one to a store that keeps them). An I/O error is the
-    /// implementation's to record and report: the write was made durable before the
-    /// store was told of it.
-    fn write_block(
+    /// Puts the bytes of consecutive blocks from block `first` of `chunk` (a chunk of
+    /// `group`), which now hold `version` by `stamp`: `data` is whole blocks, one run
+    /// of one write (so a shell writes it at once, not a block at a time). `data` is
+    /// none where the write carried no bytes (only a bug sends one to a store that
+    /// keeps them). An I/O error is the implementation's to record and report: the
+    /// write was made durable before the store was told of it.
+    fn write_blocks(
         &mut self,
         group: ChunkGroupId,
         chunk: ChunkId,
-        index: u64,
+        first: u64,
         version: Version,
         stamp: Stamp,
         data: Option<&[u8]>,
@@ -203,7 +204,12 @@ impl ChunkStore {
         self.groups.entry(group).or_default().hold(write, stable);
     }
 
-    /// Applies `write` to the blocks where it is newer than what is stored.
+    /// Applies `write` to the blocks where it is newer than what is stored, and to the
+    /// corrupt blocks it wrote before: a restart finds a block whose header reached
+    /// the disk without its bytes (a crash before the chunk file was synced) corrupt,
+    /// and the journal's replay of the write that made it durable gives them back;
+    /// a write adopted again does the same. A version is one write's, so its bytes
+    /// are the block's.
     fn paint(&mut self, group: ChunkGroupId, write: &UnstableWrite) {
         let range = self.clamped(write.range);
         let record = self
@@ -212,21 +218,42 @@ impl ChunkStore {
             .or_insert_with(|| ChunkRecord { group, blocks: ChunkBlocks::default() });
         let painted = Block { version: write.version, stamp: write.stamp };
         let corrupt = &mut self.corrupt;
-        if let Some(data) = &mut self.data {
-            // The bytes go to exactly the blocks the write lands on.
-            record.blocks.paint(range, painted, self.chunk_blocks, |index| {
-                corrupt.remove(&(write.chunk, index));
-                let bytes =
-                    write.data.bytes_at(index * BLOCK_BYTES - write.range.start, BLOCK_BYTES);
-                data.write_block(group, write.chunk, index, write.version, write.stamp, bytes);
-            });
-        } else if corrupt.is_empty() {
+        if self.data.is_none() && corrupt.is_empty() {
+            // The simulator's common case: stamps only, nothing to mend.
             record.blocks.paint(range, painted, self.chunk_blocks, |_| {});
-        } else {
-            // A newer write replaces a garbled block whole.
-            record.blocks.paint(range, painted, self.chunk_blocks, |index| {
-                corrupt.remove(&(write.chunk, index));
-            });
+            return;
+        }
+        let mut landed = Vec::new();
+        let mut mended = Vec::new();
+        if !corrupt.is_empty() {
+            mended = range
+                .clone()
+                .filter(|i| {
+                    record.blocks.get(*i) == painted && corrupt.contains(&(write.chunk, *i))
+                })
+                .collect();
+        }
+        record.blocks.paint(range, painted, self.chunk_blocks, |index| landed.push(index));
+        for index in landed.iter().chain(&mended) {
+            corrupt.remove(&(write.chunk, *index));
+        }
+        let Some(data) = &mut self.data else { return };
+        // The bytes go to exactly those blocks, a run of consecutive blocks at a time.
+        if !mended.is_empty() {
+            landed.extend(mended);
+            landed.sort_unstable();
+        }
+        let mut runs: Vec<std::ops::Range<u64>> = Vec::new();
+        for index in landed {
+            match runs.last_mut() {
+                Some(run) if run.end == index => run.end += 1,
+                _ => runs.push(index..index + 1),
+            }
+        }
+        for run in runs {
+            let at = run.start * BLOCK_BYTES - write.range.start;
+            let bytes = write.data.bytes_at(at, (run.end - run.start) * BLOCK_BYTES);
+            data.write_blocks(group, write.chunk, run.start, write.version, write.stamp, bytes);
         }
     }
 
@@ -327,7 +354,7 @@ impl ChunkStore {
                 self.corrupt.remove(&(chunk, block));
                 if let Some(data) = &mut self.data {
                     let bytes = copy.data.bytes_at(bad.start - copy.range.start, BLOCK_BYTES);
-                    data.write_block(group, chunk, block, copy.version, copy.stamp, bytes);
+                    data.write_blocks(group, chunk, block, copy.version, copy.stamp, bytes);
                 }
             }
         }
@@ -514,16 +541,20 @@ mod tests {
     struct MemData(BTreeMap<(ChunkId, u64), (Vec<u8>, bool)>);
 
     impl ChunkData for MemData {
-        fn write_block(
+        fn write_blocks(
             &mut self,
             _: ChunkGroupId,
             chunk: ChunkId,
-            index: u64,
+            first: u64,
             _: Version,
             _: Stamp,
             data: Option<&[u8]>,
         ) {
-            self.0.insert((chunk, index), (data.unwrap_or_default().to_vec(), false));
+            for (index, block) in
+                (first..).zip(data.unwrap_or_default().chunks(BLOCK_BYTES as usize))
+            {
+                self.0.insert((chunk, index), (block.to_vec(), false));
+            }
         }
 
         fn read_blocks(
@@ -586,6 +617,52 @@ mod tests {
         assert_eq!(repaired[0].data.bytes().map(|b| b[0]), Some(0xcc));
     }
 
+    /// A block found corrupt takes its bytes again from the write that made it (the
+    /// journal's replay after a crash that tore the block, or a write adopted again);
+    /// in the simulator, which keeps no bytes, the block is whole again too.
+    #[test]
+    fn a_corrupt_block_is_mended_by_the_write_that_made_it() {
+        let first = with_bytes(write(0, 2, 5, 50), 0xaa);
+        let mut torn = MemData::default();
+        torn.0.insert((CHUNK, 0), (vec![0xaa; BLOCK_BYTES as usize], false));
+        torn.0.insert((CHUNK, 1), (vec![0; BLOCK_BYTES as usize], true));
+        let mut store = ChunkStore::with_data(CHUNK_BYTES, Box::new(torn));
+        for block in 0..2 {
+            store.restore_block(GROUP, CHUNK, block, Version(5), Stamp(50));
+        }
+        let whole = ByteRange::new(0, 2 * BLOCK_BYTES);
+        assert!(store.read(CHUNK, whole).is_err(), "block 1 is found corrupt");
+        store.redo(StoreOp::Apply { group: GROUP, write: first.clone(), stable: Version(0) });
+        let pieces = store.read(CHUNK, whole).unwrap();
+        assert_eq!(pieces.len(), 1);
+        assert_eq!(pieces[0].data.bytes().unwrap()[..], vec![0xaa; 2 * BLOCK_BYTES as usize][..]);
+        assert!(store.corrupt_ranges().is_empty());
+
+        let mut stamps = ChunkStore::new(CHUNK_BYTES);
+        stamps.apply(GROUP, write(0, 2, 5, 50), Version(0));
+        assert!(stamps.corrupt_block(CHUNK, BLOCK_BYTES));
+        assert!(stamps.read(CHUNK, whole).is_err());
+        stamps.apply(GROUP, write(0, 2, 5, 50), Version(0));
+        assert!(stamps.read(CHUNK, whole).is_ok(), "the simulator's store mends it the same");
+    }
+
+    /// An older write around a newer one lands in two runs, each block's own bytes at
+    /// its own place (the bytes differ per block, so a run cut one block off shows).
+    #[test]
+    fn an_older_write_lands_around_a_newer_one_in_runs_with_each_blocks_bytes() {
+        let mut store = ChunkStore::with_data(CHUNK_BYTES, Box::new(MemData::default()));
+        store.apply(GROUP, with_bytes(write(2, 1, 9, 90), 0xee), Version(0));
+        let per_block: Vec<u8> =
+            (0..6u8).flat_map(|b| vec![0x10 + b; BLOCK_BYTES as usize]).collect();
+        let older = UnstableWrite { data: Payload::new(per_block.into()), ..write(0, 6, 5, 50) };
+        store.apply(GROUP, older, Version(0));
+        let pieces = store.read(CHUNK, ByteRange::new(0, 6 * BLOCK_BYTES)).unwrap();
+        let bytes: Vec<u8> = pieces.iter().flat_map(|p| p.data.bytes().unwrap().to_vec()).collect();
+        let firsts: Vec<u8> = bytes.chunks(BLOCK_BYTES as usize).map(|b| b[0]).collect();
+        assert_eq!(firsts, [0x10, 0x11, 0xee, 0x13, 0x14, 0x15]);
+        assert!(bytes.chunks(BLOCK_BYTES as usize).all(|b| b.iter().all(|x| *x == b[0])));
+    }
+
     #[test]
     fn writes_applied_in_any_order_leave_equal_replicas() {
         let writes =
@@ -627,7 +704,7 @@ mod tests {
     }
 
     #[test]
-    fn a_block_garbled_twice_stays_corrupt_until_a_newer_write_or_a_repair() {
+    fn a_block_garbled_twice_stays_corrupt_until_a_write_of_it_or_a_repair() {
         let mut store = ChunkStore::new(CHUNK_BYTES);
         store.paint(GROUP, &write(0, 2, 7, 70));
         assert!(!store.corrupt_block(CHUNK, 5 * BLOCK_BYTES), "an unwritten block holds no data");
@@ -638,9 +715,13 @@ mod tests {
             store.read(CHUNK, range).unwrap_err().ranges,
             [ByteRange::new(BLOCK_BYTES, BLOCK_BYTES)]
         );
-        // The same write again is not newer: the block stays garbled.
-        store.paint(GROUP, &write(1, 1, 7, 70));
+        // Another write of the same version is not that block's: it stays garbled.
+        store.paint(GROUP, &write(1, 1, 7, 71));
         assert!(store.read(CHUNK, range).is_err());
+        // The write that made it mends it (a version is one write: its bytes).
+        store.paint(GROUP, &write(1, 1, 7, 70));
+        assert!(store.read(CHUNK, range).is_ok());
+        assert!(store.corrupt_block(CHUNK, BLOCK_BYTES));
         store.paint(GROUP, &write(1, 1, 8, 80));
         let pieces = store.read(CHUNK, range).unwrap();
         let stamps: Vec<u64> = pieces.iter().map(|p| p.stamp.0).collect();
@@ -710,6 +791,8 @@ mod tests {
                     for b in start..start + len {
                         if model[b as usize].0 < version {
                             model[b as usize] = (version, stamp);
+                            garbled[b as usize] = false;
+                        } else if model[b as usize] == (version, stamp) {
                             garbled[b as usize] = false;
                         }
                     }
