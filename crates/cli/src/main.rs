@@ -82,7 +82,8 @@ enum Command {
         command: logstore_cmd::LogstoreCommand,
     },
     /// Start a complete local cluster (an MDS and 9 storage servers in 3 racks, r = 3,
-    /// state in ./somnus-data) as child processes on loopback; Ctrl-C stops it.
+    /// state in ./somnus-data, on 127.0.0.1 from port 7400) as child processes;
+    /// Ctrl-C stops it, and its processes never outlive it.
     Up(up_cmd::UpArgs),
     /// Run a cluster's metadata service alone, from its cluster file.
     Mds(cluster_cmd::MdsArgs),

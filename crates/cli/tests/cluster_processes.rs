@@ -768,7 +768,7 @@ async fn a_full_disk_refuses_writes_with_an_error_and_loses_nothing() {
 
     // The process serves on, and says why it refuses.
     assert!(cluster.servers[FULL as usize].as_mut().unwrap().try_wait().unwrap().is_none());
-    // (Statuses are published at timers: up to 500 ms old.)
+    // (Statuses are published at least every 500 ms: up to that old.)
     eventually!(Duration::from_secs(2), "server 4 and the MDS report it full", {
         let report = cluster.server_status(FULL as usize).await;
         report.full

@@ -79,6 +79,8 @@ pub async fn run(
     carry_out(&mut mds, &mut log, &outbox, wake.as_ref())?;
     compact_if_due(&mds, &mut log, &layout)?;
     publish(&mds, &status);
+    // The MDS's own timers may be seconds apart: counters are caught up on this tick.
+    let mut status_tick = tokio::time::interval(STATUS_INTERVAL);
     loop {
         let event = tokio::select! {
             inbound = inputs.inbox.recv() => match inbound {
@@ -87,16 +89,22 @@ pub async fn run(
             },
             Some(event) = inputs.operator.recv() => event,
             () = clock.sleep_until(mds.poll_timeout()) => MdsEvent::TimerFired,
+            _ = status_tick.tick() => {
+                publish(&mds, &status);
+                continue;
+            }
             _ = inputs.shutdown.changed() => break,
         };
         let timer = matches!(event, MdsEvent::TimerFired);
+        let full_before = mds.full_servers().to_vec();
         mds.handle(clock.now(), event);
         let changed = carry_out(&mut mds, &mut log, &outbox, wake.as_ref())?;
         compact_if_due(&mds, &mut log, &layout)?;
-        // What status shows changes only by a command (a client's `put` then `status`
-        // sees the object), but for counters such as drops, caught up at each timer:
-        // the heartbeats that change nothing publish nothing.
-        if changed || timer {
+        // What status shows changes by a command (a client's `put` then `status` sees
+        // the object) or by a heartbeat that says a disk filled or has room again;
+        // counters such as drops are caught up at each timer and tick: the heartbeats
+        // that change nothing publish nothing.
+        if changed || timer || mds.full_servers() != full_before {
             publish(&mds, &status);
         }
     }
@@ -104,8 +112,11 @@ pub async fn run(
     Ok(())
 }
 
-/// Publishes the MDS's state (after each event that committed a command, at each
-/// timer, and when it stops).
+/// How often the MDS publishes its status at the least (real time).
+const STATUS_INTERVAL: std::time::Duration = std::time::Duration::from_millis(500);
+
+/// Publishes the MDS's state (after each event that committed a command or changed
+/// the full servers, at each timer and tick, and when it stops).
 fn publish(mds: &Mds, status: &watch::Sender<MdsStatus>) {
     let servers = (0..mds.server_count()).map(|s| ServerId(s as u32));
     let _ = status.send(MdsStatus {

@@ -67,7 +67,8 @@ impl ClusterClient {
     /// Stores the `length` bytes `source` gives as the object `name`, a request at a
     /// time (blocking reads of `source`), acknowledged once every replica holds every
     /// block durably. A source that gives fewer or more bytes is refused
-    /// ([`ObjectError::SourceChanged`]) before the header is written.
+    /// ([`ObjectError::SourceChanged`]) before the header is written. When it returns,
+    /// also with an error, no write of it is still in flight.
     pub async fn put_from(
         &self,
         name: &str,
@@ -76,9 +77,34 @@ impl ClusterClient {
     ) -> Result<(), ObjectError> {
         let body = padded(length);
         self.create(name, BLOCK_BYTES + body).await?;
+        let mut writing = VecDeque::new();
+        let mut outcome = self.send_body(name, length, source, &mut writing).await;
+        while let Some(write) = writing.pop_front() {
+            // Every write waited for; the first error is the put's.
+            if let (Ok(_), Err(error)) = (&outcome, finished(write).await) {
+                outcome = Err(error.into());
+            }
+        }
+        let crc = outcome?;
+        match source.read(&mut [0u8; 1]) {
+            Ok(0) => {}
+            Ok(_) => return Err(ObjectError::SourceChanged { length }),
+            Err(error) => return Err(ObjectError::Source(error)),
+        }
+        Ok(self.write(name, 0, header(length, crc)).await?)
+    }
+
+    /// Reads the body from `source` and sends it a request at a time, `IN_FLIGHT` at
+    /// once (those still running left in `writing`); the CRC-32C of the bytes.
+    async fn send_body(
+        &self,
+        name: &str,
+        length: u64,
+        source: &mut (dyn std::io::Read + Send),
+        writing: &mut VecDeque<JoinHandle<Result<(), ClientError>>>,
+    ) -> Result<u32, ObjectError> {
         let mut crc = 0u32;
-        let mut writing: VecDeque<JoinHandle<Result<(), ClientError>>> = VecDeque::new();
-        for range in cut(ByteRange::new(BLOCK_BYTES, body)) {
+        for range in cut(ByteRange::new(BLOCK_BYTES, padded(length))) {
             let offset = range.start - BLOCK_BYTES;
             let mut piece = BytesMut::zeroed(range.size_bytes() as usize);
             let bytes = &mut piece[..(length - offset).min(range.size_bytes()) as usize];
@@ -97,15 +123,7 @@ impl ClusterClient {
                 client.write(&name, range.start, piece).await
             }));
         }
-        while let Some(write) = writing.pop_front() {
-            finished(write).await?;
-        }
-        match source.read(&mut [0u8; 1]) {
-            Ok(0) => {}
-            Ok(_) => return Err(ObjectError::SourceChanged { length }),
-            Err(error) => return Err(ObjectError::Source(error)),
-        }
-        Ok(self.write(name, 0, header(length, crc)).await?)
+        Ok(crc)
     }
 
     /// The bytes `put` stored as `name`, checked against the stored checksum.
@@ -115,10 +133,11 @@ impl ClusterClient {
         Ok(out.into())
     }
 
-    /// Writes the bytes `put` stored as `name` to `sink` (blocking writes), a window
-    /// at a time, the next read while one is written; their length. The checksum is
-    /// checked at the end: on [`ObjectError::Checksum`] the sink holds bytes that are
-    /// not the stored ones, and the caller must discard them.
+    /// Writes the bytes `put` stored as `name` to `sink` (blocking writes), a request
+    /// at a time, `IN_FLIGHT` read ahead; their length. The checksum is checked at the
+    /// end: on [`ObjectError::Checksum`] the sink holds bytes that are not the stored
+    /// ones, and the caller must discard them. On any error the reads ahead are
+    /// stopped.
     pub async fn get_into(
         &self,
         name: &str,
@@ -138,11 +157,11 @@ impl ClusterClient {
             let range = ranges.next()?;
             Some(tokio::spawn(async move { client.read(&name, range).await }))
         };
-        let mut reading: VecDeque<_> = std::iter::from_fn(&mut next_read).take(IN_FLIGHT).collect();
+        let mut reading = ReadsAhead(std::iter::from_fn(&mut next_read).take(IN_FLIGHT).collect());
         let (mut offset, mut got) = (0, 0u32);
-        while let Some(read) = reading.pop_front() {
+        while let Some(read) = reading.0.pop_front() {
             let piece = finished(read).await?;
-            reading.extend(next_read());
+            reading.0.extend(next_read());
             let bytes = &piece[..(length - offset).min(piece.len() as u64) as usize];
             got = crc32c::crc32c_append(got, bytes);
             sink.write_all(bytes).map_err(ObjectError::Sink)?;
@@ -153,6 +172,15 @@ impl ClusterClient {
             return Err(ObjectError::Checksum { name: name.to_owned(), length });
         }
         Ok(length)
+    }
+}
+
+/// Reads spawned ahead of the one being written out: stopped if the get ends first.
+struct ReadsAhead(VecDeque<JoinHandle<Result<Bytes, ClientError>>>);
+
+impl Drop for ReadsAhead {
+    fn drop(&mut self) {
+        self.0.iter().for_each(JoinHandle::abort);
     }
 }
 
