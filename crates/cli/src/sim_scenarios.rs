@@ -62,7 +62,7 @@ pub(crate) fn run(args: &ScenarioArgs) -> Result<()> {
     }
     if wants(CaseChoice::GearShift) {
         let servers = args.gear_servers;
-        runs.push(Box::new(move || scenario::gear_shift(seed, servers)));
+        runs.push(Box::new(move || scenario::gear_shift(seed, servers, 2)));
     }
     if wants(CaseChoice::LowestGear) {
         runs.push(Box::new(move || scenario::lowest_gear_failure(seed, 1)));

@@ -667,7 +667,11 @@ async fn the_simulator_and_the_runtime_agree_on_a_trace_and_a_gear_schedule() {
     // The same writes at the same primaries; one that arrives as its group's primary
     // migrates is acknowledged on either side of the move (or, adopted, on both).
     let total = |counts: &[u64]| counts.iter().sum::<u64>();
-    assert!(total(&acknowledged).abs_diff(total(&sim.acknowledged)) <= 2, "writes acknowledged");
+    assert!(
+        total(&acknowledged).abs_diff(total(&sim.acknowledged)) <= 2,
+        "writes acknowledged: {acknowledged:?}, simulated {:?}; polls:\n{timeline}",
+        sim.acknowledged
+    );
     let apart: u64 = acknowledged.iter().zip(&sim.acknowledged).map(|(a, b)| a.abs_diff(*b)).sum();
     assert!(apart <= 4, "writes by primary: {acknowledged:?}, simulated {:?}", sim.acknowledged);
     let within = |a: f64, b: f64, tolerance: f64| (a - b).abs() <= tolerance * b;
@@ -775,6 +779,8 @@ async fn a_full_disk_refuses_writes_with_an_error_and_loses_nothing() {
             && report.free_bytes.unwrap() < RESERVE
             && cluster.mds_status().await.servers[FULL as usize].full
     });
+    // Every primary hears of it in its next heartbeat's reply (one a second).
+    tokio::time::sleep(Duration::from_millis(1500)).await;
     let report = cluster.server_status(FULL as usize).await;
     assert!(report.counters.disk_writes_failed == 0, "the reserve was overrun: {report:?}");
     let status = cluster.cli(&["status"]);

@@ -144,6 +144,15 @@ fn first_caught(
     let faults =
         FaultSet::parse("loss,duplication,delay,partition,crash,corrupt,slow-disk,full-disk,gear")
             .unwrap();
+    first_caught_under(broken, faults, seeds, kind)
+}
+
+fn first_caught_under(
+    broken: Broken,
+    faults: FaultSet,
+    seeds: std::ops::RangeInclusive<u64>,
+    kind: impl Fn(&str) -> bool,
+) -> Option<u64> {
     let spec = ClusterSpec { broken: Some(broken), faults, ..ClusterSpec::small() };
     seeds.into_iter().find(|seed| run(&spec, *seed).violations.iter().any(|v| kind(v)))
 }
@@ -152,9 +161,13 @@ fn first_caught(
 fn a_protocol_without_epoch_checks_is_caught() {
     // A primary that keeps serving after a newer one took over (its messages late
     // past the lease's margin) returns reads that miss acknowledged writes (C4).
-    // (Seeds 2, 6 and 14 already fail it, on D5; a stale read first at seed 216.)
-    let caught = first_caught(Broken::SkipEpochCheck, 1..=1000, |v| v.starts_with("C4"));
-    assert!(caught.is_some(), "skip-epoch-check passed 1000 seeds");
+    // Partitions depose primaries; delay and loss keep the deposed one's messages in
+    // flight. (Under every fault kind a stale read is rare, one seed in hundreds,
+    // and the run is mostly caught on D5 first; here seeds 29, 42 and 159 of 300.)
+    let faults = FaultSet::parse("partition,delay,loss").unwrap();
+    let caught =
+        first_caught_under(Broken::SkipEpochCheck, faults, 1..=300, |v| v.starts_with("C4"));
+    assert!(caught.is_some(), "skip-epoch-check passed 300 seeds");
 }
 
 #[test]

@@ -54,6 +54,7 @@ pub fn every_message() -> Vec<Message> {
             down: vec![ServerId(8)],
             lost: vec![],
             full: vec![ServerId(3)],
+            draining: vec![ServerId(5)],
         })),
         Message::GrantLease(Box::new(LeaseGrant {
             view: view.clone(),
@@ -61,6 +62,8 @@ pub fn every_message() -> Vec<Message> {
             logger_view: vec![ServerId(2)],
             handoff: Some(handoff.clone()),
             rebuilding: vec![ServerId(6)],
+            down: vec![ServerId(8)],
+            draining: vec![ServerId(5)],
         })),
         Message::MigratePrimary { group, epoch, target: ServerId(4) },
         Message::CancelLease { group, epoch, handoff },

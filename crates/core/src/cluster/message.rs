@@ -261,6 +261,10 @@ pub struct LeaseRenewal {
     /// The servers whose last heartbeat said their disk is full: their primaries
     /// refuse new writes to the groups they hold (`RequestError::NoSpace`).
     pub full: Vec<ServerId>,
+    /// The servers draining to sleep: still replicas, but never chosen as loggers (a
+    /// record there would be given up when they sleep, and logged again elsewhere,
+    /// behind the writes logged since).
+    pub draining: Vec<ServerId>,
 }
 
 /// Lead `view.group` in `view.epoch`, for the lease counted from `lease_from` (the
@@ -276,6 +280,12 @@ pub struct LeaseGrant {
     /// Replicas whose copy is being rebuilt (R1): the primary copies the group's
     /// chunks to them and reports each done.
     pub rebuilding: Vec<ServerId>,
+    /// The servers that do not serve now, and those draining, as heartbeat replies
+    /// carry them: a new primary starts from the MDS's view, not from one up to a
+    /// heartbeat old (which right after a wake still has the woken servers down, and
+    /// logs for them).
+    pub down: Vec<ServerId>,
+    pub draining: Vec<ServerId>,
 }
 
 /// Why the MDS refused a metadata request.

@@ -281,9 +281,11 @@ pub fn primary_crash(seed: u64) -> CaseReport {
     }
 }
 
-/// Sierra Table 3: a cluster of `servers` under load shifts from gear 3 to 2 (a gear
-/// group's primaries migrate before it sleeps), then back to 3 (primaries rebalance).
-pub fn gear_shift(seed: u64, servers: u32) -> CaseReport {
+/// Sierra Table 3: a cluster of `servers` under load shifts from gear 3 to `low` (the
+/// primaries of the gear groups that sleep migrate first), then back to 3 (primaries
+/// rebalance). A down-shift wakes nobody: every primary moves straight to a server
+/// that stays on, and every write finds loggers there.
+pub fn gear_shift(seed: u64, servers: u32, low: u32) -> CaseReport {
     let spec = scripted(ClusterSpec {
         servers,
         racks: servers / 3,
@@ -298,10 +300,12 @@ pub fn gear_shift(seed: u64, servers: u32) -> CaseReport {
         (0..sim.mds.group_count()).map(|g| ChunkGroupId(g as u32)).collect();
     let mut figures = Vec::new();
     // The up-shift waits for the profile's wake (13 s) before the rebalance.
-    for (label, from, gear, until) in [("down-shift", 8.0, 2, 20.0), ("up-shift", 20.0, 3, 45.0)] {
+    for (label, from, gear, until) in [("down-shift", 8.0, low, 20.0), ("up-shift", 20.0, 3, 45.0)]
+    {
         sim.run_until(at(from));
         let primaries = sim.primaries();
         let retries = sim.client_retries();
+        let wakes = sim.mds.counters().wakes;
         let start = sim.time();
         sim.inject(Injection::Gear(gear));
         // Migrated: every group is led by a serving server, every server the gear keeps
@@ -343,6 +347,8 @@ pub fn gear_shift(seed: u64, servers: u32) -> CaseReport {
         figures
             .push((format!("{label}: requests retried"), (sim.client_retries() - retries) as f64));
         figures.push((format!("{label}: worst request latency (s)"), max(&latencies)));
+        figures
+            .push((format!("{label}: servers woken"), (sim.mds.counters().wakes - wakes) as f64));
     }
     let end = sim.finish_run();
     CaseReport { name: "gear shift under load", figures, end }

@@ -187,6 +187,8 @@ pub struct Mds {
     /// The servers that do not serve now, and those lost for good (follow
     /// `SetPower`; every heartbeat reply carries them).
     down: Vec<ServerId>,
+    /// The servers draining to sleep (follow `SetPower`): no primary logs to them.
+    draining: Vec<ServerId>,
     lost: Vec<ServerId>,
     /// The servers whose last heartbeat said their disk is full (soft state: a
     /// restarted MDS hears it again within a heartbeat).
@@ -228,6 +230,7 @@ impl Mds {
             groups: Vec::with_capacity(layout.chunk_group_count()),
             led: vec![0; layout.servers().len()],
             down: Vec::new(),
+            draining: Vec::new(),
             lost: Vec::new(),
             full: Vec::new(),
             objects: BTreeMap::new(),
@@ -602,6 +605,7 @@ impl Mds {
             }
         }
         let (down, lost, full) = (self.down.clone(), self.lost.clone(), self.full.clone());
+        let draining = self.draining.clone();
         let reply = Message::HeartbeatReply(Box::new(LeaseRenewal {
             sent_at,
             renewed,
@@ -609,6 +613,7 @@ impl Mds {
             down,
             lost,
             full,
+            draining,
         }));
         self.send(Peer::Server(server), reply);
         self.regrant_lost(server, leads);
@@ -672,7 +677,9 @@ impl Mds {
             let logger_view = entry.logger_view.clone();
             let rebuilding = entry.rebuilding.clone();
             let view = self.view(group);
-            let grant = LeaseGrant { view, lease_from, logger_view, handoff, rebuilding };
+            let (down, draining) = (self.down.clone(), self.draining.clone());
+            let grant =
+                LeaseGrant { view, lease_from, logger_view, handoff, rebuilding, down, draining };
             let grant = Message::GrantLease(Box::new(grant));
             self.send(Peer::Server(server), grant);
         }
@@ -768,14 +775,15 @@ impl Mds {
             .is_some_and(|g| g.primary == Some(server) && g.epoch == epoch)
     }
 
-    /// Lists the servers that do not serve now (primaries log for them) and those
-    /// lost for good, after a power change.
+    /// Lists the servers that do not serve now (primaries log for them), those
+    /// draining (no logger among them) and those lost for good, after a power change.
     fn list_power(&mut self) {
         let ids = |keep: &dyn Fn(ServerPower) -> bool| {
             let servers = self.servers.iter().enumerate().filter(|(_, s)| keep(s.power));
             servers.map(|(index, _)| ServerId(index as u32)).collect()
         };
         self.down = ids(&|power| !power.serves_replicas());
+        self.draining = ids(&|power| power == ServerPower::Draining);
         self.lost = ids(&|power| power == ServerPower::Removed);
     }
 }

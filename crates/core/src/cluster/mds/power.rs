@@ -14,13 +14,14 @@ impl Mds {
     pub(super) fn set_gear(&mut self, gear: u32) {
         let gear = gear.clamp(self.config.gear_min, self.config.replicas);
         self.commit(Command::SetGear { gear });
+        let mut draining = Vec::new();
         for index in 0..self.servers.len() {
             let server = ServerId(index as u32);
             let stays_on = self.keeps_on(server);
             match (self.servers[index].power, stays_on) {
                 (ServerPower::On, false) => {
                     self.commit(Command::SetPower { server, power: ServerPower::Draining });
-                    self.drain(server);
+                    draining.push(server);
                 }
                 (ServerPower::Draining, true) => {
                     // Shifted back up before it slept: migrations under way finish.
@@ -29,6 +30,11 @@ impl Mds {
                 (ServerPower::Asleep, true) => self.wake(server),
                 _ => {}
             }
+        }
+        // Every server that sleeps is draining before any primary moves: a primary
+        // moves once, to a replica that stays on, never to one that drains next.
+        for server in draining {
+            self.drain(server);
         }
     }
 
@@ -69,12 +75,17 @@ impl Mds {
 
     /// Drains the servers on that the gear has off and no failure needs.
     pub(super) fn settle_power(&mut self) {
+        let mut draining = Vec::new();
         for index in 0..self.servers.len() {
             let server = ServerId(index as u32);
             if self.servers[index].power == ServerPower::On && !self.keeps_on(server) {
                 self.commit(Command::SetPower { server, power: ServerPower::Draining });
-                self.drain(server);
+                draining.push(server);
             }
+        }
+        // As in a gear shift: all draining before any primary moves.
+        for server in draining {
+            self.drain(server);
         }
     }
 

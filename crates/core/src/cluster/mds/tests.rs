@@ -18,13 +18,17 @@ const GROUPS: u32 = 36;
 
 /// Nine servers in three racks, rack-aligned: rack k is gear group k.
 fn layout() -> Layout {
+    layout_of(RackAssignment::Aligned, 3)
+}
+
+fn layout_of(racks: RackAssignment, seed: u64) -> Layout {
     let spec = LayoutSpec {
         servers: SERVERS,
         replicas: 3,
         racks: 3,
         chunk_groups: GROUPS,
-        scheme: Scheme::PowerAware(RackAssignment::Aligned),
-        seed: 3,
+        scheme: Scheme::PowerAware(racks),
+        seed,
     };
     Layout::build(&spec).unwrap()
 }
@@ -49,6 +53,8 @@ struct Harness {
     client_replies: Vec<Message>,
     /// Whether each grant carried a DVL handoff, in order.
     grants_with_handoff: Vec<bool>,
+    /// The target of every `MigratePrimary`, in order.
+    migration_targets: Vec<ServerId>,
 }
 
 impl Harness {
@@ -71,10 +77,13 @@ impl Harness {
     /// The servers keep Sierra's leases; the MDS runs `mds_config` (a broken one in the
     /// checker's own test).
     fn with_mds_config(mds_config: ClusterConfig) -> Harness {
+        Harness::with(mds_config, &layout())
+    }
+
+    fn with(mds_config: ClusterConfig, layout: &Layout) -> Harness {
         let config = ClusterConfig { chunk_size_bytes: 1 << 20, ..ClusterConfig::sierra() };
-        let layout = layout();
         let now = VirtualInstant::default();
-        let mds = Mds::new(mds_config, &layout, now);
+        let mds = Mds::new(mds_config, layout, now);
         let servers = (0..SERVERS).map(|_| FakeServer::default()).collect();
         Harness {
             mds,
@@ -85,6 +94,7 @@ impl Harness {
             wakes: Vec::new(),
             client_replies: Vec::new(),
             grants_with_handoff: Vec::new(),
+            migration_targets: Vec::new(),
         }
     }
 
@@ -137,7 +147,8 @@ impl Harness {
                     }
                 }
             }
-            Message::MigratePrimary { group, epoch, .. } => {
+            Message::MigratePrimary { group, epoch, target } => {
+                self.migration_targets.push(target);
                 if fake.leases.get(&group).is_some_and(|l| l.0 == epoch) {
                     fake.leases.remove(&group);
                     let cancel =
@@ -281,6 +292,37 @@ fn a_gear_down_moves_every_primary_before_its_server_sleeps_and_sleep_is_not_fai
     }
     assert_eq!(h.mds.counters().servers_failed, 0);
     assert_eq!(h.mds.counters().view_changes, led_by_sleepers as u64);
+}
+
+/// Every server that sleeps drains before any primary moves: a gear shift from 3 to 1
+/// moves each primary of a sleeper once, straight to a replica in gear group 0, never
+/// to one that drains after it (then it would move twice, and the writes it adopted on
+/// the way could find no logger, waking the sleepers). On rack-rotated layouts, where
+/// a sleeper's groups have replicas in both gear groups that sleep.
+#[test]
+fn a_gear_shift_moves_each_primary_once_to_a_server_that_stays_on() {
+    for seed in 0..16 {
+        let layout = layout_of(RackAssignment::Rotated, seed);
+        let config = ClusterConfig { chunk_size_bytes: 1 << 20, ..ClusterConfig::sierra() };
+        let mut h = Harness::with(config, &layout);
+        for _ in 0..3 {
+            h.second();
+        }
+        let on = |s: usize| layout.servers()[s].gear_group == Some(GearGroupId(0));
+        let led_by_sleepers: usize =
+            h.leaders().iter().enumerate().filter(|(s, _)| !on(*s)).map(|(_, n)| n).sum();
+        h.event(MdsEvent::GearSet { gear: 1 });
+        for _ in 0..2 {
+            h.second();
+        }
+        assert_eq!(h.mds.counters().migrations, led_by_sleepers as u64, "seed {seed}");
+        let targets = &h.migration_targets;
+        assert!(targets.iter().all(|t| on(t.index())), "seed {seed}: moved to {targets:?}");
+        assert!(h.wakes.is_empty(), "seed {seed}: {:?} woken", h.wakes);
+        for (server, n) in h.leaders().iter().enumerate() {
+            assert!(on(server) || *n == 0, "seed {seed}: server {server} asleep leading {n}");
+        }
+    }
 }
 
 #[test]

@@ -637,7 +637,9 @@ impl Server {
         self.send_logger(logger, Message::LogAppend { group, epoch, writes });
     }
 
-    /// Gives every pending write that a down replica cannot take r - 1 loggers (D2).
+    /// Gives every pending write that a down replica cannot take r - 1 loggers (D2), in
+    /// version order: one that must wait (for loggers, or for the view to name them)
+    /// holds back the later ones.
     pub(super) fn log_pending(&mut self, group: ChunkGroupId) {
         let r_l = self.r_l();
         let Some(led) = self.led.get(&group) else { return };
@@ -655,9 +657,11 @@ impl Server {
             let Some(led) = self.led.get(&group) else { return };
             let Some(pending) = led.pending.get(&version) else { continue };
             let chosen = self.choose_loggers(led, pending.write.version, &pending.logged);
+            // A write that waits holds back the writes after it: none may reach a
+            // logger before it, which would then refuse it as a repeat (D1).
             let Some(chosen) = chosen else {
                 self.ask_wake(group);
-                continue;
+                break;
             };
             // A logger must be in the view the MDS holds and in any view it is about to
             // hold: a write logged under a shrink still in flight would be orphaned (D3).
@@ -667,7 +671,7 @@ impl Server {
                 .any(|l| !led.dvl.view.contains(l) || pending_view.is_some_and(|v| !v.contains(l)))
             {
                 wanted_view.extend(chosen.iter().copied());
-                continue;
+                break;
             }
             let Some(led) = self.led.get_mut(&group) else { return };
             let Some(pending) = led.pending.get_mut(&version) else { continue };
@@ -758,7 +762,7 @@ impl Server {
         let replica_racks: Vec<_> = led.replicas.iter().map(|r| topology.rack(*r)).collect();
         let mut candidates: Vec<(u8, u64, ServerId)> = topology
             .servers()
-            .filter(|s| *s != self.id && !self.down.contains(s))
+            .filter(|s| *s != self.id && !self.down.contains(s) && !self.draining.contains(s))
             .filter(|s| !already.iter().any(|(l, _)| l == s))
             .filter(|s| topology.rack(*s) != own_rack)
             .filter(|s| !down_gears.contains(&topology.gear_group(*s)))

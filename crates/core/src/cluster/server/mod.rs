@@ -269,6 +269,8 @@ pub struct Server {
     log_position: u64,
     /// The servers the MDS last reported down.
     down: BTreeSet<ServerId>,
+    /// The servers draining to sleep, from the MDS: never chosen as loggers.
+    draining: BTreeSet<ServerId>,
     /// The servers declared lost for good (from the MDS's heartbeat replies).
     lost: BTreeSet<ServerId>,
     led: LedGroups,
@@ -327,6 +329,7 @@ impl Server {
             log_fencing: BTreeMap::new(),
             log_position: LOG_REGION_START,
             down: BTreeSet::new(),
+            draining: BTreeSet::new(),
             lost: BTreeSet::new(),
             led: LedGroups::default(),
             ios: Slab::new(IOS_MAX),
@@ -557,14 +560,25 @@ impl Server {
     fn mds_message(&mut self, message: Message) {
         match message {
             Message::HeartbeatReply(reply) => {
-                let LeaseRenewal { sent_at, renewed, revoked, down, lost, full } = *reply;
+                let LeaseRenewal { sent_at, renewed, revoked, down, lost, full, draining } = *reply;
                 self.leases_renewed(sent_at, &renewed, &revoked);
                 self.lost = lost.into_iter().collect();
                 self.space.full_peers = full.into_iter().collect();
+                self.draining = draining.into_iter().collect();
                 self.set_down(down);
             }
             Message::GrantLease(grant) => {
-                let LeaseGrant { view, lease_from, logger_view, handoff, rebuilding } = *grant;
+                let LeaseGrant {
+                    view,
+                    lease_from,
+                    logger_view,
+                    handoff,
+                    rebuilding,
+                    down,
+                    draining,
+                } = *grant;
+                self.draining = draining.into_iter().collect();
+                self.set_down(down);
                 self.granted(view, lease_from, logger_view, handoff, rebuilding);
             }
             Message::RebuildRecorded { group, epoch, server } => {
