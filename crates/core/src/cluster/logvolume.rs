@@ -245,10 +245,19 @@ pub struct LogVolume {
     /// collection took every record of the owner and a crash reopened it), and D1's
     /// repeat check must not.
     newest: BTreeMap<OwnerId, Version>,
+    /// Groups whose raised fence is not durable yet (its flush failed): a recovery is
+    /// not answered until a flush makes it so (D4).
+    fences_unsynced: BTreeSet<ChunkGroupId>,
     /// Where the log's records disagreed with this index, or the log failed: bugs of
-    /// the engine or of this index, which the simulation reports as violations.
+    /// the engine or of this index, which the simulation reports as violations. The
+    /// first `FAULTS_KEPT`, and how many there were in all.
     faults: Vec<String>,
+    fault_count: u64,
 }
+
+/// Faults kept word for word: a disk that fails every flush must not grow the list
+/// for as long as the process runs.
+const FAULTS_KEPT: usize = 64;
 
 impl LogVolume {
     /// A logger on the core's model of a log.
@@ -265,7 +274,9 @@ impl LogVolume {
             writes: BTreeMap::new(),
             tombstones: BTreeSet::new(),
             newest: BTreeMap::new(),
+            fences_unsynced: BTreeSet::new(),
             faults: Vec::new(),
+            fault_count: 0,
         }
     }
 
@@ -357,15 +368,35 @@ impl LogVolume {
         self.fences.get(&group).copied().unwrap_or_default()
     }
 
-    /// Raises the group's fence (never lowers it).
-    pub fn set_fence(&mut self, group: ChunkGroupId, epoch: Epoch) {
-        if epoch <= self.fence(group) {
-            return;
+    /// Raises the group's fence (never lowers it); returns whether it is durable. A
+    /// fence whose flush failed holds in memory (older owners stay refused) and is
+    /// flushed again by the next call for it: a recovery is answered only once its
+    /// fence is durable, or a restart could take a deposed primary's append (D4).
+    pub fn set_fence(&mut self, group: ChunkGroupId, epoch: Epoch) -> bool {
+        let fence = self.fence(group);
+        if epoch < fence || (epoch == fence && !self.fences_unsynced.contains(&group)) {
+            return true;
         }
-        self.change(IndexChange::Fenced { group, epoch });
-        if let Err(error) = self.flush() {
-            self.fault(format!("flushing the log: {error}"));
+        if epoch > fence {
+            self.change(IndexChange::Fenced { group, epoch });
         }
+        match self.flush() {
+            Ok(()) => {
+                // A flush makes every change noted before it durable.
+                self.fences_unsynced.clear();
+                true
+            }
+            Err(error) => {
+                self.fault(format!("flushing the log: {error}"));
+                self.fences_unsynced.insert(group);
+                false
+            }
+        }
+    }
+
+    /// Whether the group's fence is durable ([`LogVolume::set_fence`]).
+    pub fn fence_durable(&self, group: ChunkGroupId) -> bool {
+        !self.fences_unsynced.contains(&group)
     }
 
     /// Whether a record of `write` fits now.
@@ -408,7 +439,11 @@ impl LogVolume {
                 }
             }
         }
-        if let Err(error) = self.flush() {
+        let flushed = self.flush();
+        if flushed.is_ok() {
+            self.fences_unsynced.clear();
+        }
+        if let Err(error) = flushed {
             // Not durable: the batch is not acknowledged (the primary logs it again,
             // elsewhere or later), and the index forgets it.
             self.fault(format!("flushing the log: {error}"));
@@ -428,9 +463,11 @@ impl LogVolume {
     }
 
     /// Appends deletion markers for `records`, as one group commit, and forgets the
-    /// writes they leave with no visible byte. A record this logger never held needs
-    /// none.
-    pub fn invalidate_batch(&mut self, group: ChunkGroupId, records: &[LogRecord]) {
+    /// writes they leave with no visible byte; returns whether the markers are
+    /// durable. A record this logger never held needs none. Markers whose flush failed
+    /// are not answered for (the primary sends them again): a restart could bring the
+    /// records back, and the primary would have forgotten them (D5).
+    pub fn invalidate_batch(&mut self, group: ChunkGroupId, records: &[LogRecord]) -> bool {
         let mut marked = Vec::new();
         for record in records {
             let owner = owner(group, record.owner);
@@ -447,9 +484,11 @@ impl LogVolume {
             }
         }
         if let Err(error) = self.flush() {
-            // The markers are not durable: nothing reads as hidden, nothing is pruned.
+            // The markers are not durable: nothing is pruned.
             self.fault(format!("flushing the log: {error}"));
+            return false;
         }
+        self.fences_unsynced.clear();
         for record in &marked {
             let hidden: Vec<Version> = self
                 .writes
@@ -464,10 +503,14 @@ impl LogVolume {
                 self.change(IndexChange::Forgotten { group, epoch: record.owner, version });
             }
         }
+        true
     }
 
     fn fault(&mut self, fault: String) {
-        self.faults.push(fault);
+        self.fault_count += 1;
+        if self.faults.len() < FAULTS_KEPT {
+            self.faults.push(fault);
+        }
     }
 
     /// Whether any byte of `write` still reads as its version.
@@ -619,9 +662,15 @@ impl LogVolume {
         self.writes.len()
     }
 
-    /// Where the log disagreed with the index, or failed (empty unless a bug).
+    /// Where the log disagreed with the index, or failed (empty unless a bug): the
+    /// first 64 word for word.
     pub fn faults(&self) -> &[String] {
         &self.faults
+    }
+
+    /// How many faults there were in all.
+    pub fn fault_count(&self) -> u64 {
+        self.fault_count
     }
 
     /// Bytes a record of `write` takes in the log.
@@ -725,12 +774,15 @@ mod tests {
     type Shared<T> = std::sync::Arc<std::sync::Mutex<T>>;
 
     /// The model log (shared, so that a restored logger opens the same one), noting
-    /// index changes into a shared list, rewritten whole once it holds `rewrite_at`.
+    /// index changes into a shared list at each flush (the durable notes), rewritten
+    /// whole once it holds `rewrite_at`; its flushes fail while `failing` is set.
     #[derive(Debug)]
     struct Noting {
         log: Shared<ModelLog>,
         notes: Shared<Vec<IndexChange>>,
         rewrite_at: usize,
+        queued: Vec<IndexChange>,
+        failing: Shared<bool>,
     }
 
     impl LogBackend for Noting {
@@ -761,6 +813,10 @@ mod tests {
             self.log.lock().unwrap().invalidate(owner, object, range, version)
         }
         fn flush(&mut self) -> Result<(), BackendError> {
+            if *self.failing.lock().unwrap() {
+                return Err(BackendError::Failed("injected".to_owned()));
+            }
+            self.notes.lock().unwrap().append(&mut self.queued);
             Ok(())
         }
         fn read(
@@ -792,7 +848,7 @@ mod tests {
             Ok(())
         }
         fn note(&mut self, change: &IndexChange) {
-            self.notes.lock().unwrap().push(change.clone());
+            self.queued.push(change.clone());
         }
         fn index_rewrite_due(&self) -> bool {
             self.notes.lock().unwrap().len() >= self.rewrite_at
@@ -818,7 +874,7 @@ mod tests {
             std::sync::Arc::new(std::sync::Mutex::new(ModelLog::new(64 << 20))),
             Default::default(),
         );
-        let backend = || Box::new(Noting { log: log.clone(), notes: notes.clone(), rewrite_at });
+        let backend = || Box::new(noting(&log, &notes, rewrite_at, &Shared::default()));
         let mut volume = LogVolume::on(1 << 20, backend());
         let (g1, g2) = (ChunkGroupId(1), ChunkGroupId(2));
         let writes: Vec<UnstableWrite> =
@@ -835,6 +891,56 @@ mod tests {
         assert_eq!(restored.append_batch(g1, Epoch(1), &writes[..1]).0, vec![Version(1)]);
         assert_eq!(restored.append_batch(g2, Epoch(3), &[write(0, 4096, 9)]).0, vec![Version(9)]);
         assert_eq!(restored.write_count(), 4, "a repeat or a dropped append was logged");
+    }
+
+    fn noting(
+        log: &Shared<ModelLog>,
+        notes: &Shared<Vec<IndexChange>>,
+        rewrite_at: usize,
+        failing: &Shared<bool>,
+    ) -> Noting {
+        let (log, notes, failing) = (log.clone(), notes.clone(), failing.clone());
+        Noting { log, notes, rewrite_at, queued: Vec::new(), failing }
+    }
+
+    /// A fence or markers whose flush failed are reported not durable (so the logger
+    /// does not answer the recovery or the invalidation: D4, D5), and a later flush
+    /// makes them so; a restart in between would have lost them.
+    #[test]
+    fn a_fence_or_markers_whose_flush_failed_are_not_durable_until_flushed() {
+        let log: Shared<ModelLog> =
+            std::sync::Arc::new(std::sync::Mutex::new(ModelLog::new(64 << 20)));
+        let (notes, failing) = (Shared::default(), Shared::default());
+        let mut volume =
+            LogVolume::on(1 << 20, Box::new(noting(&log, &notes, usize::MAX, &failing)));
+        let group = ChunkGroupId(1);
+        let writes = [write(0, 4096, 1), write(4096, 8192, 2)];
+        assert_eq!(volume.append_batch(group, Epoch(1), &writes).0.len(), 2);
+        let restored = |notes: &Shared<Vec<IndexChange>>| {
+            let noted = notes.lock().unwrap().clone();
+            let backend = Box::new(noting(&log, notes, usize::MAX, &Shared::default()));
+            LogVolume::restore(1 << 20, backend, noted)
+        };
+
+        *failing.lock().unwrap() = true;
+        assert!(!volume.set_fence(group, Epoch(2)), "a fence that failed its flush is durable");
+        assert!(!volume.fence_durable(group));
+        // Held in memory: the deposed owner is refused as before ...
+        assert_eq!(volume.fence(group), Epoch(2));
+        // ... but a restart now would take its appends again.
+        assert_eq!(restored(&notes).fence(group), Epoch(0));
+        assert!(!volume.set_fence(group, Epoch(2)), "a second failed flush");
+        let marker = [record(1, &writes[0])];
+        assert!(!volume.invalidate_batch(group, &marker), "markers that failed are durable");
+        assert_eq!(volume.records(group).len(), 2, "a write was forgotten for markers not durable");
+
+        *failing.lock().unwrap() = false;
+        assert!(volume.set_fence(group, Epoch(2)));
+        assert!(volume.fence_durable(group));
+        assert_eq!(restored(&notes).fence(group), Epoch(2));
+        assert!(volume.invalidate_batch(group, &marker));
+        assert_eq!(volume.records(group).len(), 1);
+        assert_eq!(volume.fault_count(), 3);
     }
 
     #[test]

@@ -84,9 +84,11 @@ impl Server {
             return;
         }
         let known = self.log_epoch(group);
-        if epoch == self.log.fence(group) {
+        let fenced = epoch == self.log.fence(group);
+        if fenced && self.log.fence_durable(group) {
             self.recovered_when_settled(primary, group, epoch);
-        } else if epoch > known {
+        } else if epoch > known || (fenced && !self.log_fencing.contains_key(&group)) {
+            // A new fence, or one whose flush failed: (again) made durable first.
             self.log_fencing.insert(group, epoch);
             let position = self.next_log_position(crate::logger::RECORD_HEADER_BYTES);
             let bytes = crate::logger::RECORD_HEADER_BYTES;
@@ -111,6 +113,7 @@ impl Server {
         primary: ServerId,
         writes: Vec<UnstableWrite>,
     ) {
+        // Flushed with the batch if this flush fails.
         self.log.set_fence(group, epoch);
         let (versions, full) = self.log.append_batch(group, epoch, &writes);
         let in_flight = self.log_in_flight.entry(group).or_default();
@@ -128,11 +131,14 @@ impl Server {
     }
 
     pub(super) fn log_fence_done(&mut self, group: ChunkGroupId, epoch: Epoch, primary: ServerId) {
-        self.log.set_fence(group, epoch);
+        let durable = self.log.set_fence(group, epoch);
         if self.log_fencing.get(&group).is_some_and(|e| *e <= epoch) {
             self.log_fencing.remove(&group);
         }
-        self.recovered_when_settled(primary, group, epoch);
+        // Not durable: unanswered, the primary's next `LogRecover` fences again (D4).
+        if durable {
+            self.recovered_when_settled(primary, group, epoch);
+        }
     }
 
     pub(super) fn log_invalidate_done(
@@ -142,7 +148,10 @@ impl Server {
         primary: ServerId,
         records: Vec<LogRecord>,
     ) {
-        self.log.invalidate_batch(group, &records);
+        if !self.log.invalidate_batch(group, &records) {
+            // Not durable: unanswered, the primary sends the markers again (D5).
+            return;
+        }
         // Background collection: its copies are written at the head.
         let copied = self.log.collect();
         if copied > 0 {
