@@ -7,7 +7,7 @@ use std::net::SocketAddr;
 use std::path::Path;
 use std::sync::{Arc, Mutex, PoisonError};
 
-use somnus_core::cluster::{Peer, ServerPower, WAKE_RESEND};
+use somnus_core::cluster::{Peer, ServerPower};
 use somnus_types::ServerId;
 use somnus_wire::ClusterSecret;
 use tokio::net::TcpListener;
@@ -121,7 +121,7 @@ pub async fn run_mds(path: &Path) -> Result<(), ProcessError> {
     let waker = Waker::bind()
         .await
         .map_err(|source| ProcessError::Wake { address: unspecified, source })?;
-    let wake = wake_servers(file.clone(), Arc::new(waker), status_rx.clone(), clock);
+    let wake = wake_servers(file.clone(), Arc::new(waker));
     let report = mds_report(&file, status_rx, wiring.counters.clone())?;
     let operator = Operator {
         secret,
@@ -139,35 +139,18 @@ pub async fn run_mds(path: &Path) -> Result<(), ProcessError> {
     Ok(result?)
 }
 
-/// The MDS's `WakeServer`: a magic packet to the server's wake channel, sent again
-/// every `WAKE_RESEND` (2 s) of the cluster's clock while the MDS still has it asleep
-/// or waking (a real NIC may miss the first while the host suspends), until the wake
-/// timeout.
-fn wake_servers(
-    file: Arc<ClusterFile>,
-    waker: Arc<Waker>,
-    status: watch::Receiver<MdsStatus>,
-    clock: Clock,
-) -> Arc<dyn Fn(ServerId) + Send + Sync> {
-    let timeout = file.config().wake_timeout;
+/// The MDS's `WakeServer`: a magic packet to the server's wake channel (the MDS sends
+/// it again while it waits for the server: `WAKE_RESEND`).
+fn wake_servers(file: Arc<ClusterFile>, waker: Arc<Waker>) -> Arc<dyn Fn(ServerId) + Send + Sync> {
     Arc::new(move |server: ServerId| {
         let Some(section) = file.servers.get(server.index()) else { return };
         let mac = section.power.wake_mac(server.0);
         let broadcast = section.power.mac.is_some();
         let address = section.address;
-        let (waker, status) = (waker.clone(), status.clone());
+        let waker = waker.clone();
         tokio::spawn(async move {
-            let deadline = clock.now() + timeout;
-            loop {
-                if let Err(error) = waker.wake(mac, address, broadcast).await {
-                    eprintln!("mds: cannot send the wake packet of server {}: {error}", server.0);
-                }
-                clock.sleep_until(Some(clock.now() + WAKE_RESEND)).await;
-                let power = status.borrow().power.get(server.index()).copied();
-                let waiting = matches!(power, Some(ServerPower::Asleep | ServerPower::Waking));
-                if !waiting || clock.now() >= deadline {
-                    return;
-                }
+            if let Err(error) = waker.wake(mac, address, broadcast).await {
+                eprintln!("mds: cannot send the wake packet of server {}: {error}", server.0);
             }
         });
     })

@@ -335,11 +335,17 @@ impl Node {
         }
     }
 
-    /// After the core's events: stops on an I/O error of the chunk files; sends held
-    /// changes to the worker, unless a checkpoint is due: then it waits for those in
-    /// flight, sends the checkpoint, and the held changes after it.
+    /// After the core's events: stops on an I/O error of the chunk files or of the
+    /// logger; sends held changes to the worker, unless a checkpoint is due: then it
+    /// waits for those in flight, sends the checkpoint, and the held changes after it.
     fn after_events(&mut self, server: &Server) -> Result<(), ServerDiskError> {
         self.watch.check()?;
+        // A logger whose write or sync failed takes nothing more (the engine stops its
+        // write path) and answers nothing it could not make durable: the server stops,
+        // as on a chunk file's I/O error, and its restart recovers the log.
+        if let Some(fault) = server.log_volume().faults().first() {
+            return Err(ServerDiskError::Io(format!("the logger failed: {fault}")));
+        }
         let due = !self.checkpointing
             && self.checkpoint_after.is_none_or(|after| Instant::now() >= after);
         if self.watch.wants_checkpoint() && due {

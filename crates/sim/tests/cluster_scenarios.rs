@@ -48,6 +48,7 @@ fn a_gear_group_sleeps_under_load_after_its_primaries_migrate() {
     let report = scenario::gear_shift(1, 30, 2);
     clean(&report);
     assert_eq!(report.figure("down-shift: servers woken"), 0.0, "{report:?}");
+    assert_eq!(report.figure("down-shift: servers asleep at its end"), 10.0, "{report:?}");
     // 300 chunk groups: the gear group that sleeps leads about a third of them.
     let moved = report.figure("down-shift: primaries migrated");
     assert!((70.0..=130.0).contains(&moved), "{report:?}");
@@ -57,7 +58,7 @@ fn a_gear_group_sleeps_under_load_after_its_primaries_migrate() {
 }
 
 /// Two gear groups drain at once (3 to 1) under load: every write finds loggers among
-/// the servers that stay on, so the shift wakes nobody. (The simulator's migrations
+/// the servers that stay on, so the shift wakes nobody and keeps nobody on. (The simulator's migrations
 /// take milliseconds, so the race that made a primary move twice in the runtime, onto
 /// a server that drained next, does not arise here: the MDS's own test
 /// `a_gear_shift_moves_each_primary_once_to_a_server_that_stays_on` shows that rule.)
@@ -70,6 +71,9 @@ fn a_shift_to_the_lowest_gear_moves_each_primary_once_and_wakes_nobody() {
         let moved = report.figure("down-shift: primaries migrated");
         assert!((160.0..=240.0).contains(&moved), "{report:?}");
         assert_eq!(report.figure("down-shift: servers woken"), 0.0, "seed {seed}: {report:?}");
+        // None kept on for a primary that could not log (P4): two gear groups asleep.
+        let asleep = report.figure("down-shift: servers asleep at its end");
+        assert_eq!(asleep, 20.0, "seed {seed}: {report:?}");
         assert!(report.figure("down-shift: requests retried") < moved, "{report:?}");
     }
 }

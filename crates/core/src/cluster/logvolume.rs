@@ -375,7 +375,8 @@ impl LogVolume {
     pub fn set_fence(&mut self, group: ChunkGroupId, epoch: Epoch) -> bool {
         let fence = self.fence(group);
         if epoch < fence || (epoch == fence && !self.fences_unsynced.contains(&group)) {
-            return true;
+            // Covered by the newer fence, once that is durable.
+            return self.fence_durable(group);
         }
         if epoch > fence {
             self.change(IndexChange::Fenced { group, epoch });
@@ -930,6 +931,7 @@ mod tests {
         // ... but a restart now would take its appends again.
         assert_eq!(restored(&notes).fence(group), Epoch(0));
         assert!(!volume.set_fence(group, Epoch(2)), "a second failed flush");
+        assert!(!volume.set_fence(group, Epoch(1)), "an older epoch is covered only when durable");
         let marker = [record(1, &writes[0])];
         assert!(!volume.invalidate_batch(group, &marker), "markers that failed are durable");
         assert_eq!(volume.records(group).len(), 2, "a write was forgotten for markers not durable");
@@ -938,6 +940,7 @@ mod tests {
         assert!(volume.set_fence(group, Epoch(2)));
         assert!(volume.fence_durable(group));
         assert_eq!(restored(&notes).fence(group), Epoch(2));
+        assert!(volume.set_fence(group, Epoch(1)));
         assert!(volume.invalidate_batch(group, &marker));
         assert_eq!(volume.records(group).len(), 1);
         assert_eq!(volume.fault_count(), 3);

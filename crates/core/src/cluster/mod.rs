@@ -132,8 +132,8 @@ pub struct ClusterConfig {
     pub disk_reserve_bytes: u64,
 }
 
-/// How often a shell sends a server's wake again while the MDS has it asleep or
-/// waking (a real NIC may miss the first packet while the host suspends).
+/// How often the MDS sends a server's wake again while it has it waking and has not
+/// heard from it (a real NIC may miss the first packet while the host suspends).
 pub const WAKE_RESEND: VirtualDuration = VirtualDuration::from_secs(2);
 
 impl ClusterConfig {

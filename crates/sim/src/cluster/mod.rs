@@ -36,8 +36,7 @@ use somnus_core::cluster::server::{
 };
 use somnus_core::cluster::store::{BLOCK_BYTES, ChunkStore};
 use somnus_core::cluster::{
-    ChunkId, ClientId, ClusterConfig, Message, Payload, Peer, ServerPower, Stamp, Topology,
-    WAKE_RESEND,
+    ChunkId, ClientId, ClusterConfig, Message, Payload, Peer, Stamp, Topology,
 };
 use somnus_core::layout::{Layout, LayoutSpec, RackAssignment, Scheme};
 use somnus_core::power::{DiskMechanics, PowerProfile, ServerMeter, builtin_profile};
@@ -598,7 +597,7 @@ impl<'t> ClusterSim<'t> {
 
     /// What the runtime's power task does with a wake packet: a server going to sleep
     /// or asleep wakes, on after the profile's time; one not (yet) told to sleep lets
-    /// it pass, and the packet comes again while the MDS has it asleep or waking.
+    /// it pass (the MDS sends it again while it waits: `WAKE_RESEND`).
     fn wake_packet(&mut self, s: u32) {
         let now = self.now();
         let slot = &mut self.servers[s as usize];
@@ -606,11 +605,6 @@ impl<'t> ClusterSim<'t> {
             let on_at = slot.meter.wake(now);
             self.trace(|| format!("s{s} wakes, on at {:.3}", on_at.as_secs_f64()));
             self.events.schedule(on_at, Event::Woken(s));
-        } else if matches!(
-            self.mds.server_power(ServerId(s)),
-            ServerPower::Asleep | ServerPower::Waking
-        ) {
-            self.events.schedule(now + WAKE_RESEND, Event::Wake(s));
         }
     }
 

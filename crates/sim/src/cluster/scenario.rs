@@ -349,6 +349,10 @@ pub fn gear_shift(seed: u64, servers: u32, low: u32) -> CaseReport {
         figures.push((format!("{label}: worst request latency (s)"), max(&latencies)));
         figures
             .push((format!("{label}: servers woken"), (sim.mds.counters().wakes - wakes) as f64));
+        let asleep = (0..servers)
+            .filter(|s| sim.mds.server_power(ServerId(*s)) == ServerPower::Asleep)
+            .count();
+        figures.push((format!("{label}: servers asleep at its end"), asleep as f64));
     }
     let end = sim.finish_run();
     CaseReport { name: "gear shift under load", figures, end }

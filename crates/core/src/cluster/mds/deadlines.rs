@@ -1,5 +1,6 @@
-//! When the MDS's timer must fire next: each group's lease end (plus the margin) and
-//! each serving server's silence deadline, kept in order as they change. A scan of
+//! When the MDS's timer must fire next: each group's lease end (plus the margin),
+//! each serving server's silence deadline and each waking server's next wake packet,
+//! kept in order as they change. A scan of
 //! every group and server after every MDS event was a sixteenth of a 300-server
 //! simulation's instructions (`somnus bench cluster`); every change goes through
 //! [`Deadlines::set`], and debug builds check the whole index against a scan after
@@ -16,6 +17,8 @@ pub(super) enum Due {
     Lease(u32),
     /// A server's silence (by index).
     Silence(u32),
+    /// A waking server's next wake packet (by index).
+    WakeResend(u32),
 }
 
 #[derive(Clone, Debug, Default)]
@@ -23,6 +26,7 @@ pub(super) struct Deadlines {
     ordered: BTreeSet<(VirtualInstant, Due)>,
     leases: Vec<Option<VirtualInstant>>,
     silences: Vec<Option<VirtualInstant>>,
+    wake_resends: Vec<Option<VirtualInstant>>,
 }
 
 impl Deadlines {
@@ -31,6 +35,7 @@ impl Deadlines {
         let (slots, index) = match due {
             Due::Lease(index) => (&mut self.leases, index as usize),
             Due::Silence(index) => (&mut self.silences, index as usize),
+            Due::WakeResend(index) => (&mut self.wake_resends, index as usize),
         };
         if slots.len() <= index {
             slots.resize(index + 1, None);
@@ -48,19 +53,20 @@ impl Deadlines {
     }
 
     /// Whether the index holds exactly these deadlines (every group's lease, then
-    /// every server's silence, by index): the check debug builds make after every
-    /// event.
+    /// every server's silence and its wake's resend, by index): the check debug builds
+    /// make after every event.
     pub(super) fn agree(
         &self,
         leases: impl Iterator<Item = Option<VirtualInstant>>,
-        silences: impl Iterator<Item = Option<VirtualInstant>>,
+        servers: impl Iterator<Item = (Option<VirtualInstant>, Option<VirtualInstant>)>,
     ) -> bool {
         let mut expected = Deadlines::default();
         for (index, at) in (0..).zip(leases) {
             expected.set(Due::Lease(index), at);
         }
-        for (index, at) in (0..).zip(silences) {
-            expected.set(Due::Silence(index), at);
+        for (index, (silence, wake_resend)) in (0..).zip(servers) {
+            expected.set(Due::Silence(index), silence);
+            expected.set(Due::WakeResend(index), wake_resend);
         }
         expected.ordered == self.ordered
     }
@@ -107,9 +113,12 @@ mod tests {
         deadlines.set(Due::Lease(1), at(10));
         deadlines.set(Due::Silence(0), at(3));
         let leases = || [None, at(10)].into_iter();
-        assert!(deadlines.agree(leases(), [at(3)].into_iter()));
+        assert!(deadlines.agree(leases(), [(at(3), None)].into_iter()));
         // Not the earliest, and still caught.
-        assert!(!deadlines.agree(leases(), [at(4)].into_iter()));
-        assert!(!deadlines.agree([None, None].into_iter(), [at(3)].into_iter()));
+        assert!(!deadlines.agree(leases(), [(at(4), None)].into_iter()));
+        assert!(!deadlines.agree([None, None].into_iter(), [(at(3), None)].into_iter()));
+        assert!(!deadlines.agree(leases(), [(at(3), at(5))].into_iter()));
+        deadlines.set(Due::WakeResend(0), at(5));
+        assert!(deadlines.agree(leases(), [(at(3), at(5))].into_iter()));
     }
 }

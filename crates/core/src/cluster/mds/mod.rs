@@ -25,7 +25,7 @@ use somnus_types::{ChunkGroupId, GearGroupId, ObjectId, RackId, ServerId, Virtua
 
 use super::{
     ClientId, ClusterConfig, DvlHandoff, Epoch, GroupView, LeaseGrant, LeaseRenewal, Message, Peer,
-    ServerPower,
+    ServerPower, WAKE_RESEND,
 };
 use crate::layout::Layout;
 use deadlines::{Deadlines, Due};
@@ -141,6 +141,10 @@ struct ServerEntry {
     /// The send time of its last heartbeat, and when the MDS received it (soft state).
     heartbeat_sent: Option<VirtualInstant>,
     heartbeat_received: VirtualInstant,
+    /// When the MDS last sent its wake, while it has it waking (soft state): sent
+    /// again every `WAKE_RESEND`, as a real NIC may miss a packet while its host
+    /// suspends.
+    wake_sent: Option<VirtualInstant>,
 }
 
 #[derive(Clone, Debug)]
@@ -222,6 +226,7 @@ impl Mds {
                 power: if slot.removed { ServerPower::Removed } else { ServerPower::On },
                 heartbeat_sent: None,
                 heartbeat_received: now,
+                wake_sent: None,
             })
             .collect();
         let mut mds = Mds {
@@ -243,7 +248,7 @@ impl Mds {
         };
         mds.list_power();
         for server in 0..mds.servers.len() {
-            mds.index_silence(ServerId(server as u32));
+            mds.index_server(ServerId(server as u32));
         }
         for replicas in layout.groups() {
             // The least loaded replica leads; ties go by a hash of the seed and group.
@@ -301,6 +306,14 @@ impl Mds {
             entry.lease_expires = entry.primary.map(|_| lease_end);
             mds.index_lease(ChunkGroupId(index as u32));
         }
+        // A server it had waking is sent its wake again (the wake timeout counts from
+        // now): the packets of the MDS before the restart may all have been missed.
+        for index in 0..mds.servers.len() {
+            if mds.servers[index].power == ServerPower::Waking {
+                mds.servers[index].heartbeat_received = now;
+                mds.send_wake(ServerId(index as u32));
+            }
+        }
         mds
     }
 
@@ -325,7 +338,7 @@ impl Mds {
         debug_assert!(
             self.deadlines.agree(
                 self.groups.iter().map(|g| self.lease_deadline(g)),
-                self.servers.iter().map(|s| self.silence_deadline(s)),
+                self.servers.iter().map(|s| (self.silence_deadline(s), wake_resend_deadline(s))),
             ),
             "the deadline index is stale"
         );
@@ -343,11 +356,13 @@ impl Mds {
         self.deadlines.set(Due::Lease(group.0), at);
     }
 
-    /// Indexes the silence deadline of `server` after a change of its power or of
-    /// when it was last heard.
-    fn index_silence(&mut self, server: ServerId) {
-        let at = self.silence_deadline(&self.servers[server.index()]);
-        self.deadlines.set(Due::Silence(server.0), at);
+    /// Indexes the silence deadline of `server` and its wake's resend after a change
+    /// of its power, of when it was last heard or of when its wake was sent.
+    fn index_server(&mut self, server: ServerId) {
+        let entry = &self.servers[server.index()];
+        let (silence, wake_resend) = (self.silence_deadline(entry), wake_resend_deadline(entry));
+        self.deadlines.set(Due::Silence(server.0), silence);
+        self.deadlines.set(Due::WakeResend(server.0), wake_resend);
     }
 
     /// When a server not heard from counts as failed: serving ones after the failure
@@ -467,7 +482,7 @@ impl Mds {
             }
             Command::SetPower { server, power } => {
                 self.servers[server.index()].power = *power;
-                self.index_silence(*server);
+                self.index_server(*server);
                 self.list_power();
             }
             Command::SetGear { gear } => {
@@ -582,7 +597,7 @@ impl Mds {
         }
         entry.heartbeat_sent = Some(sent_at);
         entry.heartbeat_received = self.now;
-        self.index_silence(server);
+        self.index_server(server);
         let entry = &self.servers[server.index()];
         let came_back = !matches!(entry.power, ServerPower::On | ServerPower::Draining);
         let stays_on = self.keeps_on(server);
@@ -686,6 +701,7 @@ impl Mds {
     }
 
     fn handle_timer(&mut self) {
+        self.resend_wakes();
         self.detect_failures();
         self.expire_leases();
     }
@@ -786,6 +802,12 @@ impl Mds {
         self.draining = ids(&|power| power == ServerPower::Draining);
         self.lost = ids(&|power| power == ServerPower::Removed);
     }
+}
+
+/// When a waking server's wake is due to be sent again ([`ServerEntry::wake_sent`]).
+fn wake_resend_deadline(server: &ServerEntry) -> Option<VirtualInstant> {
+    let sent = server.wake_sent.filter(|_| server.power == ServerPower::Waking)?;
+    Some(sent.saturating_add(WAKE_RESEND))
 }
 
 /// A 64-bit mix (SplitMix64's finaliser): the MDS's stateless random draws, so that

@@ -6,7 +6,7 @@
 use somnus_types::{ChunkGroupId, GearGroupId, ServerId, VirtualInstant};
 
 use super::{Command, Mds, MdsAction};
-use crate::cluster::{DvlHandoff, Message, Peer, ServerPower};
+use crate::cluster::{DvlHandoff, Message, Peer, ServerPower, WAKE_RESEND};
 
 impl Mds {
     /// Gear g keeps gear groups 0..g on (at least `g_min` of them): the others drain
@@ -152,7 +152,7 @@ impl Mds {
         // server back on after it sleeps): the `Standby` shows it alive.
         entry.heartbeat_received = entry.heartbeat_received.max(self.now);
         let power = entry.power;
-        self.index_silence(server);
+        self.index_server(server);
         // Standby with primaries left would leave their groups unserved until the
         // leases run out: refused, the server is told again once drained.
         let sleep = match power {
@@ -174,8 +174,27 @@ impl Mds {
         self.commit(Command::SetPower { server, power: ServerPower::Waking });
         // The wake timeout runs from now.
         self.servers[server.index()].heartbeat_received = self.now;
-        self.index_silence(server);
+        self.send_wake(server);
+    }
+
+    /// Sends `server` its wake packet, and again every `WAKE_RESEND` while it is waking.
+    pub(super) fn send_wake(&mut self, server: ServerId) {
+        self.servers[server.index()].wake_sent = Some(self.now);
+        self.index_server(server);
         self.actions.push_back(MdsAction::WakeServer(server));
+    }
+
+    /// Sends the wakes due again: a server woken but not yet heard from may have missed
+    /// its packet (a real NIC can, while its host suspends).
+    pub(super) fn resend_wakes(&mut self) {
+        for index in 0..self.servers.len() {
+            let server = &self.servers[index];
+            let due = server.power == ServerPower::Waking
+                && server.wake_sent.is_some_and(|at| at.saturating_add(WAKE_RESEND) <= self.now);
+            if due {
+                self.send_wake(ServerId(index as u32));
+            }
+        }
     }
 
     /// P3: wakes every sleeping replica of `group`.

@@ -340,6 +340,35 @@ fn a_gear_up_wakes_the_sleepers_and_gives_them_primaries_back() {
     assert!((0..SERVERS).all(|s| h.mds.server_power(ServerId(s)) == ServerPower::On));
 }
 
+/// A woken server that missed its packet (a real NIC may, while its host suspends)
+/// is sent it again every `WAKE_RESEND` until it answers, and no more after; the
+/// shells send one packet per `WakeServer`.
+#[test]
+fn a_wake_is_sent_again_until_the_server_answers() {
+    let mut h = Harness::started();
+    h.shift_to_gear_1();
+    let deaf = (0..SERVERS).find(|s| h.mds.server_power(ServerId(*s)) == ServerPower::Asleep);
+    let deaf = ServerId(deaf.unwrap());
+    h.servers[deaf.index()].dead = true;
+    h.event(MdsEvent::GearSet { gear: 3 });
+    assert_eq!(h.wakes.iter().filter(|s| **s == deaf).count(), 1);
+    for _ in 0..6 {
+        h.second();
+    }
+    // Sent at the shift and at 2, 4 and 6 s.
+    assert_eq!(h.wakes.iter().filter(|s| **s == deaf).count(), 4, "{:?}", h.wakes);
+    assert_eq!(h.mds.server_power(deaf), ServerPower::Waking);
+    // It hears the next one, heartbeats, and is sent no more.
+    h.servers[deaf.index()].dead = false;
+    for _ in 0..6 {
+        h.second();
+    }
+    assert_eq!(h.mds.server_power(deaf), ServerPower::On);
+    assert_eq!(h.wakes.iter().filter(|s| **s == deaf).count(), 5, "{:?}", h.wakes);
+    // Every other sleeper heard its first packet.
+    assert_eq!(h.wakes.len(), 5 + 5);
+}
+
 #[test]
 fn a_failure_in_the_lowest_gear_wakes_the_sleeping_replicas() {
     let mut h = Harness::started();

@@ -638,8 +638,10 @@ impl Server {
     }
 
     /// Gives every pending write that a down replica cannot take r - 1 loggers (D2), in
-    /// version order: one that must wait (for loggers, or for the view to name them)
-    /// holds back the later ones.
+    /// version order. One that waits for the view to name its loggers holds back the
+    /// later ones (the view change is bounded: the MDS applies the primary's, and it is
+    /// sent again); one that finds no loggers does not, as a write whose loggers all
+    /// took newer versions can never find one (D1), and the group would stop.
     pub(super) fn log_pending(&mut self, group: ChunkGroupId) {
         let r_l = self.r_l();
         let Some(led) = self.led.get(&group) else { return };
@@ -657,11 +659,9 @@ impl Server {
             let Some(led) = self.led.get(&group) else { return };
             let Some(pending) = led.pending.get(&version) else { continue };
             let chosen = self.choose_loggers(led, pending.write.version, &pending.logged);
-            // A write that waits holds back the writes after it: none may reach a
-            // logger before it, which would then refuse it as a repeat (D1).
             let Some(chosen) = chosen else {
                 self.ask_wake(group);
-                break;
+                continue;
             };
             // A logger must be in the view the MDS holds and in any view it is about to
             // hold: a write logged under a shrink still in flight would be orphaned (D3).

@@ -577,8 +577,11 @@ impl Server {
                     down,
                     draining,
                 } = *grant;
-                self.draining = draining.into_iter().collect();
-                self.set_down(down);
+                // A late grant, dropped, must not roll back newer lists.
+                if self.grant_is_new(&view, lease_from) {
+                    self.draining = draining.into_iter().collect();
+                    self.set_down(down);
+                }
                 self.granted(view, lease_from, logger_view, handoff, rebuilding);
             }
             Message::RebuildRecorded { group, epoch, server } => {

@@ -257,6 +257,17 @@ impl Led {
 
 impl Server {
     /// The MDS made this server primary of `view.group` in `view.epoch`.
+    /// Whether a grant of `view` with a lease from `lease_from` is taken: its lease
+    /// still runs, its epoch is newer than the one this server leads, and the view
+    /// names this server (a late or repeated grant is dropped).
+    pub(super) fn grant_is_new(&self, view: &GroupView, lease_from: VirtualInstant) -> bool {
+        let lease_until = lease_from.saturating_add(self.config.lease);
+        let known = self.led.get(&view.group).map(|led| led.epoch);
+        lease_until > self.now
+            && known.is_none_or(|e| e < view.epoch)
+            && view.replicas.contains(&self.id)
+    }
+
     pub(super) fn granted(
         &mut self,
         view: GroupView,
@@ -265,16 +276,11 @@ impl Server {
         handoff: Option<DvlHandoff>,
         rebuilding: Vec<ServerId>,
     ) {
+        if !self.grant_is_new(&view, lease_from) {
+            self.counters.messages_dropped += 1;
+            return;
+        }
         let lease_until = lease_from.saturating_add(self.config.lease);
-        let known = self.led.get(&view.group).map(|led| led.epoch);
-        if lease_until <= self.now || known.is_some_and(|e| e >= view.epoch) {
-            self.counters.messages_dropped += 1;
-            return;
-        }
-        if !view.replicas.contains(&self.id) {
-            self.counters.messages_dropped += 1;
-            return;
-        }
         self.replicas_of.insert(view.group, view.replicas.clone());
         self.step_down(view.group);
         let group = view.group;
