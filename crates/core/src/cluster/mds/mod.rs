@@ -203,7 +203,7 @@ pub struct Mds {
     actions: VecDeque<MdsAction>,
     counters: MdsCounters,
     now: VirtualInstant,
-    /// The leases' and silences' deadlines in order (`poll_timeout`).
+    /// The leases', silences' and wake resends' deadlines in order (`poll_timeout`).
     deadlines: Deadlines,
 }
 
@@ -333,7 +333,7 @@ impl Mds {
     }
 
     /// The next time something is due: a lease past its margin, a server silent for
-    /// too long.
+    /// too long, a wake to send again.
     pub fn poll_timeout(&self) -> Option<VirtualInstant> {
         debug_assert!(
             self.deadlines.agree(
