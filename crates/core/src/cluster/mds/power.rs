@@ -6,7 +6,7 @@
 use somnus_types::{ChunkGroupId, GearGroupId, ServerId, VirtualInstant};
 
 use super::{Command, Mds, MdsAction};
-use crate::cluster::{DvlHandoff, Message, Peer, ServerPower, WAKE_RESEND};
+use crate::cluster::{DvlHandoff, Message, Peer, ServerPower};
 
 impl Mds {
     /// Gear g keeps gear groups 0..g on (at least `g_min` of them): the others drain
@@ -14,15 +14,9 @@ impl Mds {
     pub(super) fn set_gear(&mut self, gear: u32) {
         let gear = gear.clamp(self.config.gear_min, self.config.replicas);
         self.commit(Command::SetGear { gear });
-        let mut draining = Vec::new();
         for index in 0..self.servers.len() {
             let server = ServerId(index as u32);
-            let stays_on = self.keeps_on(server);
-            match (self.servers[index].power, stays_on) {
-                (ServerPower::On, false) => {
-                    self.commit(Command::SetPower { server, power: ServerPower::Draining });
-                    draining.push(server);
-                }
+            match (self.servers[index].power, self.keeps_on(server)) {
                 (ServerPower::Draining, true) => {
                     // Shifted back up before it slept: migrations under way finish.
                     self.commit(Command::SetPower { server, power: ServerPower::On });
@@ -31,11 +25,7 @@ impl Mds {
                 _ => {}
             }
         }
-        // Every server that sleeps is draining before any primary moves: a primary
-        // moves once, to a replica that stays on, never to one that drains next.
-        for server in draining {
-            self.drain(server);
-        }
+        self.settle_power();
     }
 
     /// Whether `server` stays on: its gear group is on, or it holds a replica of a
@@ -73,7 +63,9 @@ impl Mds {
         }
     }
 
-    /// Drains the servers on that the gear has off and no failure needs.
+    /// Drains the servers on that the gear has off and no failure needs. Every one is
+    /// draining before any primary moves: a primary moves once, to a replica that stays
+    /// on, never to one that drains next.
     pub(super) fn settle_power(&mut self) {
         let mut draining = Vec::new();
         for index in 0..self.servers.len() {
@@ -83,7 +75,6 @@ impl Mds {
                 draining.push(server);
             }
         }
-        // As in a gear shift: all draining before any primary moves.
         for server in draining {
             self.drain(server);
         }
@@ -188,10 +179,7 @@ impl Mds {
     /// its packet (a real NIC can, while its host suspends).
     pub(super) fn resend_wakes(&mut self) {
         for index in 0..self.servers.len() {
-            let server = &self.servers[index];
-            let due = server.power == ServerPower::Waking
-                && server.wake_sent.is_some_and(|at| at.saturating_add(WAKE_RESEND) <= self.now);
-            if due {
+            if super::wake_resend_deadline(&self.servers[index]).is_some_and(|at| at <= self.now) {
                 self.send_wake(ServerId(index as u32));
             }
         }
