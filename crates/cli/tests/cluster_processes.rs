@@ -664,16 +664,25 @@ async fn the_simulator_and_the_runtime_agree_on_a_trace_and_a_gear_schedule() {
         sim.writes_logged,
     );
     let acknowledged: Vec<u64> = servers.iter().map(|s| s.counters.writes_acknowledged).collect();
-    // The same writes at the same primaries; one that arrives as its group's primary
-    // migrates is acknowledged on either side of the move (or, adopted, on both).
+    // The same writes at the same primaries, within WRITES_TOLERANCE of the simulator's
+    // count: one that arrives as its group's primary migrates is acknowledged on either
+    // side of the move (or, adopted, on both), and at 10x many more writes are in
+    // flight across a move than in the simulator, whose moves take milliseconds. One
+    // group's writes at the wrong primary (about 2 / 36 of them) would be caught.
+    const WRITES_TOLERANCE: f64 = 0.03;
     let total = |counts: &[u64]| counts.iter().sum::<u64>();
+    let allowed = (WRITES_TOLERANCE * total(&sim.acknowledged) as f64).ceil() as u64;
     assert!(
-        total(&acknowledged).abs_diff(total(&sim.acknowledged)) <= 2,
+        total(&acknowledged).abs_diff(total(&sim.acknowledged)) <= allowed,
         "writes acknowledged: {acknowledged:?}, simulated {:?}; polls:\n{timeline}",
         sim.acknowledged
     );
     let apart: u64 = acknowledged.iter().zip(&sim.acknowledged).map(|(a, b)| a.abs_diff(*b)).sum();
-    assert!(apart <= 4, "writes by primary: {acknowledged:?}, simulated {:?}", sim.acknowledged);
+    assert!(
+        apart <= allowed,
+        "writes by primary: {acknowledged:?}, simulated {:?}, {apart} apart, {allowed} allowed",
+        sim.acknowledged
+    );
     let within = |a: f64, b: f64, tolerance: f64| (a - b).abs() <= tolerance * b;
     assert!(sim.energy_saved_joules() > 0.0 && sim.bytes_logged > 0);
     assert!(within(saved_runtime, sim.energy_saved_joules(), ENERGY_TOLERANCE), "energy saved");
