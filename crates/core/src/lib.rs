@@ -11,6 +11,7 @@
 //! - [`power`]: power profiles (TOML data from the papers' tables) and the exact
 //!   energy meter.
 //! - [`cluster`]: the cluster protocol (docs/protocol.md): the metadata service so far.
+//! - [`gear`]: the gear scheduler (Sierra 3.5): load metric, predictor, gearing.
 //! - [`extent`]: a map from non-overlapping byte ranges to values, the shape of every
 //!   redirect cache and log index.
 //! - [`layout`]: where chunk groups live: Sierra's power-aware gear groups and the
@@ -23,6 +24,7 @@
 
 pub mod cluster;
 pub mod extent;
+pub mod gear;
 pub mod layout;
 pub mod logger;
 pub mod node;

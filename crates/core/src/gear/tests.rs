@@ -1,0 +1,219 @@
+//! The scheduler driven second by second on loads given in servers (capability 1 of
+//! each metric, reads only): days of 4 one-minute intervals, 30 servers in 3 groups.
+
+use somnus_types::{VirtualDuration, VirtualInstant};
+
+use super::*;
+
+const INTERVAL_S: u64 = 60;
+const DAY_S: u64 = 4 * INTERVAL_S;
+const SIZES: [u32; 3] = [10, 10, 10];
+
+fn config(policy: Policy, gearing: Gearing) -> SchedulerConfig {
+    SchedulerConfig {
+        replicas: 3,
+        group_sizes: SIZES.to_vec(),
+        capability: Capability {
+            read_iops: 1.0,
+            write_iops: 1.0,
+            read_mib_s: 1.0,
+            write_mib_s: 1.0,
+        },
+        gearing,
+        gear_min: 1,
+        policy,
+        interval: VirtualDuration::from_secs(INTERVAL_S),
+        day: VirtualDuration::from_secs(DAY_S),
+        origin: VirtualInstant::ZERO,
+        wake_lead: VirtualDuration::from_secs(10),
+        report_delay: VirtualDuration::from_secs(2),
+        headroom: 0.1,
+        dwell: VirtualDuration::from_secs(90),
+        quiet_intervals: 2,
+    }
+}
+
+fn at(seconds: f64) -> VirtualInstant {
+    VirtualInstant::ZERO.saturating_add(VirtualDuration::try_from_secs_f64(seconds).unwrap())
+}
+
+fn reads(demand: f64) -> Load {
+    Load { read_iops: demand, ..Load::ZERO }
+}
+
+/// Runs `seconds`, each reporting `demand(second)` from two primaries halfway
+/// through it; returns the servers on at the end of each second.
+fn drive(
+    scheduler: &mut GearScheduler,
+    seconds: std::ops::Range<u64>,
+    demand: impl Fn(u64) -> f64,
+) -> Vec<u32> {
+    let mut on = Vec::new();
+    for second in seconds {
+        scheduler.handle_timeout(at(second as f64 + 0.5));
+        scheduler.report(second, reads(demand(second) / 2.0));
+        scheduler.report(second, reads(demand(second) / 2.0));
+        scheduler.handle_timeout(at(second as f64 + 0.999));
+        while scheduler.poll_decision().is_some() {}
+        on.push(scheduler.plan().servers_on(&SIZES));
+    }
+    on
+}
+
+/// The daily pattern: 5, 15, 25 and 12 servers' worth, one minute each.
+fn diurnal(second: u64) -> f64 {
+    [5.0, 15.0, 25.0, 12.0][((second % DAY_S) / INTERVAL_S) as usize]
+}
+
+#[test]
+fn the_predictor_follows_past_days_waking_ahead_and_sleeping_at_the_boundary() {
+    // Goal: day 0 has no history (every server on); from day 1 each interval keeps
+    // N_load on under fractional gearing; a rise is made wake_lead (10 s) before its
+    // interval, a fall at its start.
+    let mut s = GearScheduler::new(config(Policy::Predictor, Gearing::Fractional), at(0.0));
+    let on = drive(&mut s, 0..3 * DAY_S, diurnal);
+    assert!(on[..DAY_S as usize - 10].iter().all(|&n| n == 30), "day 0 is all on");
+    let day2 = 2 * DAY_S as usize;
+    for (interval, want) in [(0, 10), (1, 15), (2, 25), (3, 12)] {
+        let middle = day2 + interval * INTERVAL_S as usize + 30;
+        assert_eq!(on[middle], want, "interval {interval} of day 2 (g_min keeps 10)");
+    }
+    // The rise to 25 before interval 2 starts (second 120 of the day), by 10 s.
+    let start = day2 + 2 * INTERVAL_S as usize;
+    assert_eq!((on[start - 11], on[start - 9]), (15, 25));
+    // The fall to 12 at interval 3's start, not before.
+    let start = day2 + 3 * INTERVAL_S as usize;
+    assert_eq!((on[start - 1], on[start]), (25, 12));
+    assert_eq!(s.counters().reactive_shifts, 0);
+
+    let mut full = GearScheduler::new(config(Policy::Predictor, Gearing::Full), at(0.0));
+    let on = drive(&mut full, 0..3 * DAY_S, diurnal);
+    let wanted: Vec<u32> = (0..4).map(|i| on[day2 + i * INTERVAL_S as usize + 30]).collect();
+    assert_eq!(wanted, vec![10, 20, 30, 20], "full gearing powers whole groups");
+}
+
+#[test]
+fn the_hybrid_shifts_up_within_seconds_of_a_flash_crowd_and_holds_for_its_dwell() {
+    // Goal: two normal days, then a crowd of 22 servers' worth in the quiet first
+    // interval of day 2 (seconds 20..50). The predictor stays at 10 (overloaded);
+    // the hybrid is at 25 (22 + 10 %, rounded up to whole servers) 3 s after the
+    // crowd starts (report delay 2 s), and keeps it through the dwell (90 s).
+    let crowd = |second: u64| {
+        let of_day = second % DAY_S;
+        if second >= 2 * DAY_S && (20..50).contains(&of_day) { 22.0 } else { diurnal(second) }
+    };
+    let day2 = 2 * DAY_S as usize;
+    let mut predictor = GearScheduler::new(config(Policy::Predictor, Gearing::Fractional), at(0.0));
+    let mut hybrid = GearScheduler::new(config(Policy::Hybrid, Gearing::Fractional), at(0.0));
+    let p = drive(&mut predictor, 0..3 * DAY_S, crowd);
+    let h = drive(&mut hybrid, 0..3 * DAY_S, crowd);
+    assert_eq!(p[day2 + 30], 10);
+    assert_eq!(h[day2 + 19], 10);
+    assert_eq!(h[day2 + 23], 25, "{:?}", &h[day2 + 15..day2 + 30]);
+    assert_eq!(hybrid.counters().reactive_shifts, 1);
+    // Interval 1 (15) starts at 60: the crowd ended at 50, the dwell holds until 112.
+    assert_eq!(h[day2 + 70], 25);
+    // Interval 2 wants 25 anyway; interval 3 (12) falls as the predictor does.
+    assert_eq!(h[day2 + 3 * INTERVAL_S as usize + 5], 12);
+    // Before day 2, the two are the same.
+    assert_eq!(p[..day2], h[..day2]);
+}
+
+#[test]
+fn the_hybrid_trusts_the_forecast_less_only_after_quiet_intervals_in_a_row() {
+    // Goal: a holiday (day 2 at 30 % of the pattern). One quiet interval never
+    // lowers the plan: the first two intervals of the day are planned as the
+    // predictor plans them; from the third, the forecast is scaled by the larger of
+    // the two last ratios. The hybrid uses less energy and is never short.
+    let holiday = |second: u64| {
+        let load = diurnal(second);
+        if second / DAY_S == 2 { load * 0.3 } else { load }
+    };
+    let day2 = 2 * DAY_S as usize;
+    let mut predictor = GearScheduler::new(config(Policy::Predictor, Gearing::Fractional), at(0.0));
+    let mut hybrid = GearScheduler::new(config(Policy::Hybrid, Gearing::Fractional), at(0.0));
+    let p = drive(&mut predictor, 0..3 * DAY_S, holiday);
+    let h = drive(&mut hybrid, 0..3 * DAY_S, holiday);
+    let middle = |on: &[u32], i: usize| on[day2 + i * INTERVAL_S as usize + 30];
+    assert_eq!((middle(&p, 0), middle(&p, 1), middle(&p, 2)), (10, 15, 25));
+    assert_eq!((middle(&h, 0), middle(&h, 1)), (10, 15), "no fall on one quiet interval");
+    // Ratios 1.5/5 = 0.3 and 4.5/15 = 0.3: interval 2 forecasts 25 * 0.3 = 7.5, and
+    // g_min keeps 10.
+    assert_eq!(middle(&h, 2), 10);
+    let energy = |on: &[u32]| on[day2..].iter().map(|&n| u64::from(n)).sum::<u64>();
+    assert!(energy(&h) < energy(&p), "{} against {}", energy(&h), energy(&p));
+    let short =
+        |on: &[u32]| (day2..on.len()).filter(|&i| f64::from(on[i]) < holiday(i as u64)).count();
+    assert_eq!((short(&h), short(&p)), (0, 0));
+}
+
+#[test]
+fn an_operator_holds_sets_and_gives_back_control() {
+    // Goal: `hold` freezes the plan whatever the load; `set 2` keeps two whole
+    // groups; `auto` returns to the forecast at once.
+    let mut s = GearScheduler::new(config(Policy::Predictor, Gearing::Fractional), at(0.0));
+    drive(&mut s, 0..2 * DAY_S, diurnal);
+    s.set_mode(at(2.0 * DAY_S as f64), GearMode::Hold);
+    let held = drive(&mut s, 2 * DAY_S..3 * DAY_S, diurnal);
+    assert!(held.iter().all(|&n| n == held[0]), "{held:?}");
+    s.set_mode(at(3.0 * DAY_S as f64), GearMode::Set(2));
+    assert_eq!(
+        s.poll_decision().map(|d| (d.plan.full_groups, d.reason)),
+        Some((2, Reason::Override))
+    );
+    let set = drive(&mut s, 3 * DAY_S..4 * DAY_S, diurnal);
+    assert!(set.iter().all(|&n| n == 20));
+    s.set_mode(at(4.0 * DAY_S as f64 + 0.5), GearMode::Auto);
+    let auto = drive(&mut s, 4 * DAY_S..5 * DAY_S, diurnal);
+    assert_eq!(auto[30], 10, "interval 0's forecast");
+    assert_eq!(s.mode(), GearMode::Auto);
+}
+
+#[test]
+fn the_group_that_never_sleeps_rotates_on_days_that_reach_the_top_gear() {
+    // Goal: each day's peak (25) puts every group on under full gearing; the first
+    // group of the order changes once a day, so every group sleeps on some day. A
+    // day that never reaches the top gear keeps its order.
+    let mut s = GearScheduler::new(config(Policy::Predictor, Gearing::Full), at(0.0));
+    let mut firsts = Vec::new();
+    for day in 0..4 {
+        drive(&mut s, day * DAY_S..(day + 1) * DAY_S, diurnal);
+        firsts.push(s.order()[0]);
+    }
+    assert_eq!(firsts, vec![0, 1, 2, 0]);
+    s.set_mode(at(4.0 * DAY_S as f64), GearMode::Set(2));
+    drive(&mut s, 4 * DAY_S..6 * DAY_S, diurnal);
+    assert_eq!(s.order()[0], 0, "days below the top gear keep the order");
+    assert_eq!(s.counters().rotations, 3);
+}
+
+#[test]
+fn late_and_malformed_reports_are_counted_and_dropped() {
+    // Goal: a report of a second already final, or with a negative or NaN rate, changes
+    // nothing but a counter.
+    let mut s = GearScheduler::new(config(Policy::Hybrid, Gearing::Fractional), at(0.0));
+    drive(&mut s, 0..100, |_| 5.0);
+    s.report(10, reads(1000.0));
+    s.report(100, reads(f64::NAN));
+    s.report(100, Load { write_iops: -1.0, ..Load::ZERO });
+    s.handle_timeout(at(110.0));
+    assert_eq!(s.counters().late_reports, 3);
+    assert_eq!(s.counters().reactive_shifts, 0);
+}
+
+#[test]
+fn bad_configs_name_the_field() {
+    let mut c = config(Policy::Hybrid, Gearing::Full);
+    c.interval = VirtualDuration::from_secs(7);
+    assert!(c.validate().unwrap_err().contains("interval"));
+    let mut c = config(Policy::Hybrid, Gearing::Full);
+    c.gear_min = 4;
+    assert!(c.validate().unwrap_err().contains("gear_min"));
+    let mut c = config(Policy::Hybrid, Gearing::Full);
+    c.group_sizes.pop();
+    assert!(c.validate().unwrap_err().contains("group_sizes"));
+    let mut c = config(Policy::Hybrid, Gearing::Full);
+    c.wake_lead = c.interval;
+    assert!(c.validate().unwrap_err().contains("wake_lead"));
+    assert_eq!(config(Policy::Hybrid, Gearing::Full).validate(), Ok(()));
+}
