@@ -21,6 +21,7 @@ mod report;
 mod reproduce;
 mod sim_cluster;
 mod sim_cmd;
+mod sim_gear;
 mod sim_scenarios;
 mod status_cmd;
 mod trace_cmd;

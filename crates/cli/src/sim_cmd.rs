@@ -51,6 +51,13 @@ pub(crate) enum SimCommand {
     /// sizes (rate against N/r: Sierra Fig. 12). Each run ends with the checks of `sim
     /// cluster`; a violation makes the command exit 1.
     Scenarios(crate::sim_scenarios::ScenarioArgs),
+    /// Sierra 4.1 and 4.2 on a load series: the hour-of-day predictor's RMS error
+    /// against days of training (Fig. 8a), its gear-selection errors under full
+    /// gearing (Fig. 8b), and power as a share of always on for the oracle, the
+    /// predictor and the hybrid, full and fractional gearing, g_min 1 and 2 (Fig.
+    /// 9a), beside the bound (each interval's N_load / N). The predictor and the
+    /// hybrid are the gear scheduler the metadata service runs.
+    Gear(crate::sim_gear::GearArgs),
 }
 
 /// The logger host rule.
@@ -130,6 +137,7 @@ pub(crate) fn run(command: SimCommand) -> Result<()> {
         SimCommand::Offload(args) => offload(&args),
         SimCommand::Cluster(args) => crate::sim_cluster::run(&args),
         SimCommand::Scenarios(args) => crate::sim_scenarios::run(&args),
+        SimCommand::Gear(args) => crate::sim_gear::run(&args),
     }
 }
 

@@ -101,6 +101,21 @@ pub(crate) enum TraceCommand {
         #[arg(long, value_enum, default_value_t = OutputFormat::Somnus)]
         format: OutputFormat,
     },
+    /// Write a generated load series (the format of
+    /// load-timeseries/cloudphysics_30min_load.csv, with byte columns) for `somnus sim
+    /// gear`: workload `diurnal`, a daily curve with noise, and workload `surprise`,
+    /// the same with a holiday (a third of the load) and a two-hour flash crowd at the
+    /// peak's level in the night, on two different days from day 2 on. Prints which.
+    GenerateLoad {
+        /// The file to write (replaced if it exists).
+        #[arg(long, short)]
+        output: PathBuf,
+        #[arg(long, default_value_t = 1)]
+        seed: u64,
+        /// Days of 30-minute windows (at least 4).
+        #[arg(long, default_value_t = 7, value_parser = clap::value_parser!(u32).range(4..=366))]
+        days: u32,
+    },
 }
 
 /// How input files are read.
@@ -154,7 +169,29 @@ pub(crate) fn run(command: TraceCommand) -> Result<()> {
             )?;
             run_generate(&output, seed, &config, format, false)
         }
+        TraceCommand::GenerateLoad { output, seed, days } => run_generate_load(&output, seed, days),
     }
+}
+
+fn run_generate_load(output: &Path, seed: u64, days: u32) -> Result<()> {
+    use somnus_trace::load_gen::{LoadGenSpec, generate_load, write_load};
+    let spec = LoadGenSpec { days, ..LoadGenSpec::default() };
+    let (series, surprises) = generate_load(&spec, seed);
+    let mut text = Vec::new();
+    write_load(&series, &mut text)?;
+    std::fs::write(output, text).with_context(|| format!("writing {}", output.display()))?;
+    let hour = |window: u32| f64::from(window) * f64::from(spec.window_s) / 3600.0;
+    outln!(
+        "wrote {}: {days} days of {}-minute windows; workload surprise has a holiday on day {} \
+         and a flash crowd on day {} from {:.1} h for {:.1} h",
+        output.display(),
+        spec.window_s / 60,
+        surprises.holiday,
+        surprises.crowd_day,
+        hour(surprises.crowd_window),
+        hour(surprises.crowd_windows)
+    )?;
+    Ok(())
 }
 
 fn open_set(files: &[PathBuf], input: &InputArgs) -> Result<TraceSet> {

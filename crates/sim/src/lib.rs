@@ -20,5 +20,6 @@ pub mod cluster;
 pub mod disk;
 pub mod engine;
 pub mod experiment;
+pub mod gear_study;
 pub mod replay;
 pub mod topology;

@@ -29,6 +29,7 @@ mod error;
 pub mod format;
 mod input;
 mod load;
+pub mod load_gen;
 pub mod reader;
 pub mod set;
 pub mod stats;

@@ -9,7 +9,7 @@ use std::path::{Path, PathBuf};
 use crate::synthetic::{RateCurve, SyntheticConfigError};
 
 /// The columns every load file starts with; further columns are ignored.
-const HEADER_PREFIX: &str = "workload,window_index,window_end_us,block_req_count,read_block_req_count,write_block_req_count";
+pub(crate) const HEADER_PREFIX: &str = "workload,window_index,window_end_us,block_req_count,read_block_req_count,write_block_req_count";
 /// Bounds on what one load file may hold.
 const ROWS_MAX: u64 = 10_000_000;
 const LINE_BYTES_MAX: usize = 4096;
@@ -23,6 +23,10 @@ pub struct LoadWindow {
     pub request_count: u64,
     pub read_request_count: u64,
     pub write_request_count: u64,
+    /// Bytes read and written in the window, where the file has the columns
+    /// `read_io_request_size_sum` and `write_io_request_size_sum`.
+    pub read_bytes: Option<u64>,
+    pub write_bytes: Option<u64>,
 }
 
 /// How many workload names an error lists before "...".
@@ -68,6 +72,8 @@ impl LoadSeries {
             message,
         };
         let mut line_number = 0_u64;
+        // Where the optional byte columns are, once the header is read.
+        let mut byte_columns: Option<(usize, usize)> = None;
         for line in source.lines() {
             line_number += 1;
             let line =
@@ -88,13 +94,17 @@ impl LoadSeries {
                         format!("expected a header starting with {HEADER_PREFIX:?}"),
                     ));
                 }
+                let names: Vec<&str> = line.split(',').map(str::trim).collect();
+                let find = |name: &str| names.iter().position(|n| *n == name);
+                byte_columns =
+                    find("read_io_request_size_sum").zip(find("write_io_request_size_sum"));
                 continue;
             }
             if line.trim().is_empty() {
                 continue;
             }
-            let (name, window) =
-                parse_row(line).map_err(|(field, message)| error(line_number, field, message))?;
+            let (name, window) = parse_row(line, byte_columns)
+                .map_err(|(field, message)| error(line_number, field, message))?;
             let windows = series.workloads.entry(name.to_owned()).or_default();
             if window.window_index as usize != windows.len() {
                 let message = format!(
@@ -110,6 +120,11 @@ impl LoadSeries {
             return Err(error(1, "header", "the file is empty".to_owned()));
         }
         Ok(series)
+    }
+
+    /// Appends a window to `workload` (the generator's way in; `parse` checks order).
+    pub(crate) fn push(&mut self, workload: &str, window: LoadWindow) {
+        self.workloads.entry(workload.to_owned()).or_default().push(window);
     }
 
     /// The workload names, sorted.
@@ -137,7 +152,10 @@ impl LoadSeries {
     }
 }
 
-fn parse_row(line: &str) -> Result<(&str, LoadWindow), (&'static str, String)> {
+fn parse_row(
+    line: &str,
+    byte_columns: Option<(usize, usize)>,
+) -> Result<(&str, LoadWindow), (&'static str, String)> {
     const FIELDS: [&str; 6] = [
         "workload",
         "window_index",
@@ -146,7 +164,8 @@ fn parse_row(line: &str) -> Result<(&str, LoadWindow), (&'static str, String)> {
         "read_block_req_count",
         "write_block_req_count",
     ];
-    let mut parts = line.split(',');
+    let all: Vec<&str> = line.split(',').map(str::trim).collect();
+    let mut parts = all.iter().copied();
     let mut fields = [""; 6];
     for (index, slot) in fields.iter_mut().enumerate() {
         *slot = parts
@@ -164,12 +183,27 @@ fn parse_row(line: &str) -> Result<(&str, LoadWindow), (&'static str, String)> {
     };
     let window_index =
         u32::try_from(number(1)?).map_err(|_| ("window_index", "exceeds u32".to_owned()))?;
+    let bytes =
+        |index: usize, field: &'static str| -> Result<Option<u64>, (&'static str, String)> {
+            let text = all.get(index).ok_or((field, "missing".to_owned()))?;
+            text.parse::<u64>()
+                .map(Some)
+                .map_err(|_| (field, format!("{text:?} is not an unsigned integer")))
+        };
+    let (read_bytes, write_bytes) = match byte_columns {
+        Some((read, write)) => {
+            (bytes(read, "read_io_request_size_sum")?, bytes(write, "write_io_request_size_sum")?)
+        }
+        None => (None, None),
+    };
     let window = LoadWindow {
         window_index,
         window_end_us: number(2)?,
         request_count: number(3)?,
         read_request_count: number(4)?,
         write_request_count: number(5)?,
+        read_bytes,
+        write_bytes,
     };
     Ok((fields[0], window))
 }

@@ -14,6 +14,7 @@ use somnus_sim::experiment::{ConfigReport, LatencySummary, OffloadResult};
 use crate::provenance::OffloadProvenance;
 
 mod csv;
+pub(crate) mod gear;
 mod plots;
 
 use csv::{ccdf_csv, energy_csv, power_csv, spinup_csv, volumes_csv};

@@ -27,7 +27,7 @@ const HEADER_HEIGHT: u32 = 52;
 /// Input files named in a subtitle before "+N more".
 const FILES_NAMED_MAX: usize = 3;
 
-type Area<'a> = DrawingArea<SVGBackend<'a>, Shift>;
+pub(super) type Area<'a> = DrawingArea<SVGBackend<'a>, Shift>;
 
 /// What a plot shows, for its subtitle: the input and the measured window.
 pub(super) fn subtitle(provenance: &OffloadProvenance) -> String {
@@ -107,13 +107,17 @@ fn stroke(kind: ConfigKind) -> ShapeStyle {
     color(kind).stroke_width(width)
 }
 
-fn plot_error(path: &Path, error: impl std::fmt::Display) -> anyhow::Error {
+pub(super) fn plot_error(path: &Path, error: impl std::fmt::Display) -> anyhow::Error {
     anyhow::anyhow!("plotting {}: {error}", path.display())
 }
 
 /// A white canvas with the title and subtitle drawn; returns the plot area and the
 /// legend column.
-fn canvas<'a>(path: &'a Path, title: &str, subtitle: &str) -> Result<(Area<'a>, Area<'a>)> {
+pub(super) fn canvas<'a>(
+    path: &'a Path,
+    title: &str,
+    subtitle: &str,
+) -> Result<(Area<'a>, Area<'a>)> {
     let root = SVGBackend::new(path, (WIDTH, HEIGHT)).into_drawing_area();
     root.fill(&WHITE).map_err(|e| plot_error(path, e))?;
     let (header, body) = root.split_vertically(HEADER_HEIGHT);
@@ -131,13 +135,13 @@ fn canvas<'a>(path: &'a Path, title: &str, subtitle: &str) -> Result<(Area<'a>, 
 }
 
 /// How a legend entry is drawn.
-enum Mark {
+pub(super) enum Mark {
     Line(ShapeStyle),
     Box(RGBColor),
 }
 
 /// Draws the legend in its own column, top to bottom.
-fn legend(path: &Path, area: &Area<'_>, entries: &[(String, Mark)]) -> Result<()> {
+pub(super) fn legend(path: &Path, area: &Area<'_>, entries: &[(String, Mark)]) -> Result<()> {
     let label =
         ("sans-serif", 13).into_font().color(&BLACK).pos(Pos::new(HPos::Left, VPos::Center));
     for (index, (name, mark)) in entries.iter().enumerate() {

@@ -78,6 +78,9 @@ pub struct SchedulerConfig {
     pub dwell: VirtualDuration,
     /// Intervals in a row measured below forecast before the hybrid forecasts lower.
     pub quiet_intervals: u32,
+    /// Every forecast times 1 + this: a margin for what the forecast misses (Sierra:
+    /// 0). A predictor with a margin is how the predictor alone buys latency.
+    pub forecast_margin: f64,
 }
 
 impl SchedulerConfig {
@@ -101,6 +104,9 @@ impl SchedulerConfig {
                 self.interval.as_secs_f64(),
                 self.day.as_secs_f64()
             ));
+        }
+        if !(self.forecast_margin.is_finite() && self.forecast_margin >= 0.0) {
+            return Err(format!("forecast_margin {} must be >= 0", self.forecast_margin));
         }
         if !(self.headroom.is_finite() && (0.0..=1.0).contains(&self.headroom)) {
             return Err(format!("headroom {} must be within 0..=1", self.headroom));
@@ -445,7 +451,7 @@ impl GearScheduler {
             Policy::Predictor => 1.0,
             Policy::Hybrid => self.trust(),
         };
-        self.plan_of(servers_needed(forecast * trust))
+        self.plan_of(servers_needed(forecast * trust * (1.0 + self.config.forecast_margin)))
     }
 
     /// How far the hybrid trusts the forecast: the largest of the last

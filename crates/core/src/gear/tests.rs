@@ -30,6 +30,7 @@ fn config(policy: Policy, gearing: Gearing) -> SchedulerConfig {
         headroom: 0.1,
         dwell: VirtualDuration::from_secs(90),
         quiet_intervals: 2,
+        forecast_margin: 0.0,
     }
 }
 

@@ -1,0 +1,322 @@
+//! `somnus sim gear`: Sierra 4.1 and 4.2 on a load series (Fig. 8a, 8b, 9a): the
+//! predictor's error, its gear choices, and the power of the oracle, the predictor and
+//! the hybrid under full and fractional gearing, beside the bound.
+
+use std::path::PathBuf;
+
+use anyhow::{Context, Result, bail};
+use clap::Args;
+use somnus_core::gear::Capability;
+use somnus_core::power::builtin_profile;
+use somnus_sim::gear_study::{PowerRow, StudyConfig, WorkloadStudy, study};
+use somnus_trace::synthetic::LoadSeries;
+use somnus_types::VirtualDuration;
+
+use crate::output::note;
+
+#[derive(Args, Debug)]
+pub(crate) struct GearArgs {
+    /// A load series in the format of load-timeseries/cloudphysics_30min_load.csv
+    /// (`somnus trace generate-load` writes one).
+    #[arg(long, value_name = "FILE.csv")]
+    load: PathBuf,
+    /// One workload of the file, or all of them (the mean is printed last).
+    #[arg(long, default_value = "all")]
+    workload: String,
+    /// N: the servers of the cluster, provisioned so that each workload's peak
+    /// interval needs all of them (Sierra 4.3's provisioning).
+    #[arg(long, default_value_t = 300, value_parser = clap::value_parser!(u32).range(3..=1_000_000))]
+    servers: u32,
+    /// r: replicas, and gear groups.
+    #[arg(long, default_value_t = 3, value_parser = clap::value_parser!(u32).range(1..=8))]
+    replicas: u32,
+    /// The series' window, in seconds.
+    #[arg(long, default_value_t = 1800)]
+    window_s: u32,
+    /// The gearing interval, in seconds: a multiple of the window that divides a day
+    /// (an interval's load is the peak of its windows). Default: the window.
+    #[arg(long)]
+    interval_s: Option<u32>,
+    /// The built-in server profile whose wake time the scheduler plans with.
+    #[arg(long, default_value = "ecs2-storage-node")]
+    server_profile: String,
+    /// The hybrid's reactive shift provisions this share above the measured load.
+    #[arg(long, default_value_t = 0.2)]
+    headroom: f64,
+    /// How long a reactive shift holds at least, in seconds. Default: one interval.
+    #[arg(long)]
+    dwell_s: Option<u64>,
+    /// Intervals in a row below forecast before the hybrid forecasts lower.
+    #[arg(long, default_value_t = 2)]
+    quiet_intervals: u32,
+    /// Print one JSON document (schema `somnus-gear`) instead of tables.
+    #[arg(long)]
+    json: bool,
+    /// Also write CSV files and SVG plots (Fig. 8a, 8b, 9a, and each workload's load
+    /// and servers on) into this directory (created if missing).
+    #[arg(long, value_name = "DIR")]
+    report: Option<PathBuf>,
+}
+
+pub(crate) fn run(args: &GearArgs) -> Result<()> {
+    let series = LoadSeries::open(&args.load)?;
+    let window_s = args.window_s;
+    let interval_s = args.interval_s.unwrap_or(window_s);
+    if window_s == 0 || !interval_s.is_multiple_of(window_s) {
+        bail!("--interval-s {interval_s}: not a multiple of the window ({window_s} s)");
+    }
+    let profile = builtin_profile(&args.server_profile)?;
+    let config = StudyConfig {
+        servers: args.servers,
+        replicas: args.replicas,
+        capability: Capability::SIERRA_TABLE_4,
+        window_s,
+        windows_per_interval: interval_s / window_s,
+        wake: profile.wake_duration(),
+        headroom: args.headroom,
+        dwell: VirtualDuration::from_secs(args.dwell_s.unwrap_or(u64::from(interval_s))),
+        quiet_intervals: args.quiet_intervals,
+    };
+    config.validate().map_err(|e| anyhow::anyhow!("{e}"))?;
+    if !(0.0..=1.0).contains(&args.headroom) {
+        bail!("--headroom {}: must be within 0..=1", args.headroom);
+    }
+    let names: Vec<String> = if args.workload == "all" {
+        series.workloads().map(str::to_owned).collect()
+    } else {
+        series.rate_curve(&args.workload)?;
+        vec![args.workload.clone()]
+    };
+    let mut studies = Vec::new();
+    let mut skipped = Vec::new();
+    for name in &names {
+        let windows = series.windows(name).unwrap_or_default();
+        match study(name, windows, &config) {
+            Ok(s) => studies.push(s),
+            Err(why) => skipped.push((name.clone(), why.to_string())),
+        }
+    }
+    for (name, why) in &skipped {
+        note(format_args!("{name}: skipped: {why}"));
+    }
+    if studies.is_empty() {
+        bail!("no workload of {} could be studied", args.load.display());
+    }
+    let mean = Mean::of(&studies);
+    if let Some(dir) = &args.report {
+        crate::report::gear::write_all(dir, &studies, &mean)
+            .with_context(|| format!("writing the report into {}", dir.display()))?;
+    }
+    if args.json {
+        let document = serde_json::json!({
+            "schema": "somnus-gear",
+            "load": args.load.display().to_string(),
+            "servers": config.servers,
+            "replicas": config.replicas,
+            "interval_s": config.interval_s(),
+            "wake_s": config.wake.as_secs_f64(),
+            "capability": config.capability,
+            "workloads": studies,
+            "skipped": skipped.iter().map(|(n, w)| serde_json::json!({"workload": n, "why": w})).collect::<Vec<_>>(),
+            "mean": mean,
+        });
+        outln!("{}", serde_json::to_string_pretty(&document)?)?;
+        return Ok(());
+    }
+    print_tables(args, &config, &studies, &mean)
+}
+
+/// The mean over the workloads studied, as Sierra's figures are read.
+#[derive(Debug, serde::Serialize)]
+pub(crate) struct Mean {
+    pub workloads: usize,
+    pub rms_after_one_day: f64,
+    pub gear_correct_share: f64,
+    pub bound: f64,
+    pub power: Vec<PowerRow>,
+    pub hybrid_against_predictor: Vec<AgainstPredictor>,
+}
+
+/// The hybrid beside the predictor that serves as well, for one gearing and g_min,
+/// over the workloads where some margin did (the others: the predictor cannot).
+#[derive(Debug, serde::Serialize)]
+pub(crate) struct AgainstPredictor {
+    pub gearing: &'static str,
+    pub gear_min: u32,
+    pub workloads_matched: usize,
+    pub hybrid_power_share: f64,
+    pub predictor_power_share: f64,
+}
+
+impl Mean {
+    fn of(studies: &[WorkloadStudy]) -> Mean {
+        let n = studies.len() as f64;
+        let avg = |f: &dyn Fn(&WorkloadStudy) -> f64| studies.iter().map(f).sum::<f64>() / n;
+        let power = (0..studies[0].power.len())
+            .map(|i| {
+                let first = &studies[0].power[i];
+                PowerRow {
+                    strategy: first.strategy,
+                    gearing: first.gearing,
+                    gear_min: first.gear_min,
+                    power_share: avg(&|s| s.power[i].power_share),
+                    overloaded_time_share: avg(&|s| s.power[i].overloaded_time_share),
+                    unserved_share: avg(&|s| s.power[i].unserved_share),
+                    shifts: studies.iter().map(|s| s.power[i].shifts).sum(),
+                }
+            })
+            .collect();
+        let hybrid_against_predictor = (0..studies[0].predictor_at_hybrid_latency.len())
+            .map(|i| {
+                let first = &studies[0].predictor_at_hybrid_latency[i];
+                let matched: Vec<&WorkloadStudy> = studies
+                    .iter()
+                    .filter(|s| s.predictor_at_hybrid_latency[i].power_share.is_finite())
+                    .collect();
+                let m = matched.len().max(1) as f64;
+                let hybrid = |s: &&WorkloadStudy| {
+                    s.power
+                        .iter()
+                        .find(|r| {
+                            r.strategy == "hybrid"
+                                && r.gearing == first.gearing
+                                && r.gear_min == first.gear_min
+                        })
+                        .map_or(0.0, |r| r.power_share)
+                };
+                AgainstPredictor {
+                    gearing: first.gearing,
+                    gear_min: first.gear_min,
+                    workloads_matched: matched.len(),
+                    hybrid_power_share: matched.iter().map(hybrid).sum::<f64>() / m,
+                    predictor_power_share: matched
+                        .iter()
+                        .map(|s| s.predictor_at_hybrid_latency[i].power_share)
+                        .sum::<f64>()
+                        / m,
+                }
+            })
+            .collect();
+        Mean {
+            hybrid_against_predictor,
+            workloads: studies.len(),
+            rms_after_one_day: avg(&|s| s.rms_by_training_days.first().copied().unwrap_or(0.0)),
+            gear_correct_share: avg(&|s| s.gear_errors.correct_share.unwrap_or(0.0)),
+            bound: avg(&|s| s.bound),
+            power,
+        }
+    }
+}
+
+fn pct(x: f64) -> String {
+    format!("{:.1}", 100.0 * x)
+}
+
+fn print_tables(
+    args: &GearArgs,
+    config: &StudyConfig,
+    studies: &[WorkloadStudy],
+    mean: &Mean,
+) -> Result<()> {
+    outln!(
+        "{}: {} workloads studied; N = {} servers, r = {}, {} s intervals, wake {:.0} s; \
+         each workload's peak needs all N",
+        args.load.display(),
+        studies.len(),
+        config.servers,
+        config.replicas,
+        config.interval_s(),
+        config.wake.as_secs_f64()
+    )?;
+    outln!(
+        "power as % of always on (full gearing, g_min 1; fractional, g_min 1); RMS error as % of the mean load"
+    )?;
+    outln!(
+        "{:<10} {:>4} {:>8} {:>7} {:>6} | {:>6} {:>6} {:>6} | {:>6} {:>6} {:>6}",
+        "workload",
+        "days",
+        "rms 1d",
+        "gear ok",
+        "bound",
+        "F orac",
+        "F pred",
+        "F hyb",
+        "f orac",
+        "f pred",
+        "f hyb"
+    )?;
+    for s in studies {
+        let share = |strategy: &str, gearing: &str| -> String {
+            s.power
+                .iter()
+                .find(|r| r.strategy == strategy && r.gearing == gearing && r.gear_min == 1)
+                .map_or("-".into(), |r| pct(r.power_share))
+        };
+        outln!(
+            "{:<10} {:>4} {:>8} {:>7} {:>6} | {:>6} {:>6} {:>6} | {:>6} {:>6} {:>6}",
+            s.workload,
+            s.days,
+            s.rms_by_training_days.first().map_or("-".into(), |x| pct(*x)),
+            s.gear_errors.correct_share.map_or("-".into(), pct),
+            pct(s.bound),
+            share("oracle", "full"),
+            share("predictor", "full"),
+            share("hybrid", "full"),
+            share("oracle", "fractional"),
+            share("predictor", "fractional"),
+            share("hybrid", "fractional"),
+        )?;
+    }
+    outln!()?;
+    outln!(
+        "mean of {} workloads: RMS error after 1 day of training {} % (Sierra Fig. 8a: about 10 %); \
+         gear right {} % of intervals (Fig. 8b: Hotmail 100 %, Messenger 90 %); bound {} %",
+        mean.workloads,
+        pct(mean.rms_after_one_day),
+        pct(mean.gear_correct_share),
+        pct(mean.bound)
+    )?;
+    outln!(
+        "{:<10} {:<10} {:>5} {:>8} {:>12} {:>10} {:>8}",
+        "strategy",
+        "gearing",
+        "g_min",
+        "power %",
+        "overloaded %",
+        "unserved %",
+        "shifts"
+    )?;
+    for r in &mean.power {
+        outln!(
+            "{:<10} {:<10} {:>5} {:>8} {:>12} {:>10} {:>8}",
+            r.strategy,
+            r.gearing,
+            r.gear_min,
+            pct(r.power_share),
+            pct(r.overloaded_time_share),
+            format!("{:.3}", 100.0 * r.unserved_share),
+            r.shifts
+        )?;
+    }
+    outln!(
+        "hybrid against the predictor with the least forecast margin that serves as well \
+         (no more unserved load, no more time overloaded):"
+    )?;
+    for a in &mean.hybrid_against_predictor {
+        outln!(
+            "  {:<10} g_min {}: hybrid {} %, predictor {} % ({} of {} workloads matched; \
+             the others no margin up to 200 % serves as well)",
+            a.gearing,
+            a.gear_min,
+            pct(a.hybrid_power_share),
+            pct(a.predictor_power_share),
+            a.workloads_matched,
+            mean.workloads
+        )?;
+    }
+    outln!(
+        "Sierra Fig. 9a/9b for reference: Hotmail, full gearing, g_min 1, 1-hour intervals: 69 % \
+         of baseline from its load traces, 72 % from its I/O traces"
+    )?;
+    Ok(())
+}
