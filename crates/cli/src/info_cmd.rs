@@ -53,13 +53,12 @@ pub(crate) fn run(command: ShowCommand) -> Result<()> {
         ShowCommand::Profile { name: Some(name) } => {
             let profile = builtin_profile(&name)?;
             outln!("{name}: {}", profile.source)?;
-            for state in PowerState::ALL {
-                outln!("  {:<8} {:>7.2} W", state.name(), profile.watts(state).as_watts())?;
+            for state in PowerState::EVERY.into_iter().filter(|s| profile.has_state(*s)) {
+                outln!("  {:<9} {:>7.2} W", state.name(), profile.watts(state).as_watts())?;
             }
-            for (from, to) in
-                [(PowerState::Idle, PowerState::Standby), (PowerState::Standby, PowerState::Idle)]
-            {
-                if let Some(transition) = profile.transition(from, to) {
+            for to in [PowerState::Standby, PowerState::IoServer, PowerState::Off] {
+                for (from, to) in [(PowerState::Idle, to), (to, PowerState::Idle)] {
+                    let Some(transition) = profile.transition(from, to) else { continue };
                     outln!(
                         "  {} -> {}: {:.1} s, {:.1} J",
                         from.name(),

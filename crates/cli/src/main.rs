@@ -22,6 +22,7 @@ mod reproduce;
 mod sim_cluster;
 mod sim_cmd;
 mod sim_gear;
+mod sim_ioserver;
 mod sim_scenarios;
 mod status_cmd;
 mod trace_cmd;

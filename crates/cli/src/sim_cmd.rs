@@ -58,6 +58,10 @@ pub(crate) enum SimCommand {
     /// 9a), beside the bound (each interval's N_load / N). The predictor and the
     /// hybrid are the gear scheduler the metadata service runs.
     Gear(crate::sim_gear::GearArgs),
+    /// The io-server paper's cluster power (001 Table 2) from the shipped Obelix,
+    /// Asterix-I and Asterix-II profiles: 1 to N nodes in max-perf, the rest in the
+    /// io-server state, beside the paper's watts.
+    Ioserver(crate::sim_ioserver::IoServerArgs),
 }
 
 /// The logger host rule.
@@ -138,6 +142,7 @@ pub(crate) fn run(command: SimCommand) -> Result<()> {
         SimCommand::Cluster(args) => crate::sim_cluster::run(&args),
         SimCommand::Scenarios(args) => crate::sim_scenarios::run(&args),
         SimCommand::Gear(args) => crate::sim_gear::run(&args),
+        SimCommand::Ioserver(args) => crate::sim_ioserver::run(&args),
     }
 }
 

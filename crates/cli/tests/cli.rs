@@ -814,3 +814,61 @@ fn sim_cluster_prints_a_line_per_seed_and_a_replay_command_for_a_failing_one() {
     let stderr = String::from_utf8_lossy(&bad.stderr);
     assert!(stderr.contains("invalid value 'paper' for '--logger") && !stderr.contains("panicked"));
 }
+
+#[test]
+fn sim_gear_studies_a_generated_load_with_documented_keys_and_names_bad_input() {
+    // Goal: `trace generate-load` then `sim gear --json --report` runs end to end; every
+    // JSON key is documented; the report holds Fig. 8a, 8b, 9a and the timelines;
+    // a bad interval, an unknown workload and a malformed file are named.
+    let dir = scratch("gear");
+    let load = dir.join("load.csv");
+    let load_s = load.to_str().unwrap();
+    let said = ok(&somnus(&["trace", "generate-load", "-o", load_s, "--seed", "2"]));
+    assert!(said.contains("holiday on day"), "{said}");
+    let report = dir.join("report");
+    let json = ok(&somnus(&[
+        "sim",
+        "gear",
+        "--load",
+        load_s,
+        "--json",
+        "--report",
+        report.to_str().unwrap(),
+    ]));
+    let document: serde_json::Value = serde_json::from_str(&json).unwrap();
+    assert_documented(&document, "somnus-gear");
+    assert_eq!(document["workloads"].as_array().unwrap().len(), 2);
+    let names: Vec<String> = files(&report).into_iter().map(|(name, _)| name).collect();
+    for wanted in [
+        "fig8a-prediction-error.svg",
+        "fig8b-gear-error.csv",
+        "fig9a-power.svg",
+        "timeline-surprise.csv",
+    ] {
+        assert!(names.iter().any(|n| n == wanted), "{wanted} missing from {names:?}");
+    }
+    let text = ok(&somnus(&["sim", "gear", "--load", load_s, "--workload", "diurnal"]));
+    assert!(text.contains("Sierra Fig. 8a") && text.contains("diurnal"), "{text}");
+
+    let output = somnus(&["sim", "gear", "--load", load_s, "--interval-s", "1000"]);
+    assert!(!output.status.success());
+    assert!(String::from_utf8_lossy(&output.stderr).contains("--interval-s 1000"));
+    let output = somnus(&["sim", "gear", "--load", load_s, "--workload", "w99"]);
+    assert!(String::from_utf8_lossy(&output.stderr).contains("\"w99\" is not in the load file"));
+    let bad = dir.join("bad.csv");
+    std::fs::write(&bad, "workload,window_index,window_end_us,block_req_count,read_block_req_count,write_block_req_count\nw1,0,1,x,0,0\n").unwrap();
+    let output = somnus(&["sim", "gear", "--load", bad.to_str().unwrap()]);
+    assert!(!output.status.success());
+    assert!(String::from_utf8_lossy(&output.stderr).contains("bad.csv:2: field block_req_count"));
+}
+
+#[test]
+fn sim_ioserver_prints_001_table_2() {
+    // Goal: the command prints the paper's watts beside the profiles' and they agree.
+    let json = ok(&somnus(&["sim", "ioserver", "--json"]));
+    let document: serde_json::Value = serde_json::from_str(&json).unwrap();
+    assert_documented(&document, "somnus-ioserver");
+    let rows = document["rows"].as_array().unwrap();
+    assert_eq!(rows.len(), 12);
+    assert!(rows.iter().all(|r| r["watts"] == r["paper_watts"]), "{rows:?}");
+}

@@ -36,7 +36,7 @@ pub struct MeterReading {
     pub energy: Energy,
     /// Time spent in each steady state, indexed by [`PowerState::index`]; time in
     /// [`PowerState::Active`] is the busy time added with [`EnergyMeter::add_busy`].
-    pub state_time: [VirtualDuration; 3],
+    pub state_time: [VirtualDuration; 5],
     pub transition_time: VirtualDuration,
     /// Completed standby-to-idle transitions.
     pub spin_ups: u64,
@@ -201,7 +201,7 @@ impl PowerTimeline {
 /// charged at active minus idle watts on top of the steady state.
 #[derive(Clone, Debug)]
 pub struct EnergyMeter {
-    watts: [Power; 3],
+    watts: [Power; 5],
     up: Transition,
     down: Transition,
     profile_name: String,
@@ -230,7 +230,7 @@ impl EnergyMeter {
             panic!("profile {} lacks a spin transition", profile.name);
         };
         EnergyMeter {
-            watts: PowerState::ALL.map(|s| profile.watts(s)),
+            watts: PowerState::EVERY.map(|s| profile.watts(s)),
             up,
             down,
             profile_name: profile.name.clone(),

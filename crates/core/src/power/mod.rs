@@ -11,6 +11,6 @@ mod server_meter;
 pub use meter::{EnergyMeter, MeterError, MeterReading, PowerTimeline};
 pub use profile::{
     DiskMechanics, PowerProfile, PowerState, ProfileError, Transition, UnitKind, builtin_profile,
-    builtin_profile_names,
+    builtin_profile_names, io_server_cluster_watts,
 };
 pub use server_meter::{ServerMeter, ServerReading};

@@ -8,7 +8,7 @@ use somnus_types::{Energy, Power, VirtualDuration};
 #[derive(
     Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, serde::Serialize, serde::Deserialize,
 )]
-#[serde(rename_all = "lowercase")]
+#[serde(rename_all = "snake_case")]
 pub enum PowerState {
     /// Spinning (or powered) and serving I/O.
     Active,
@@ -16,16 +16,32 @@ pub enum PowerState {
     Idle,
     /// Spun down (or suspended): I/O must wait for a transition back to idle.
     Standby,
+    /// A server whose compute is off and whose disks keep serving I/O (001's
+    /// io-server state). Servers only, optional.
+    IoServer,
+    /// Powered off (ACPI S5): a boot to come back. Servers only, optional.
+    Off,
 }
 
 impl PowerState {
+    /// The states every profile gives.
     pub const ALL: [PowerState; 3] = [PowerState::Active, PowerState::Idle, PowerState::Standby];
+    /// Every state, the optional ones of servers last.
+    pub const EVERY: [PowerState; 5] = [
+        PowerState::Active,
+        PowerState::Idle,
+        PowerState::Standby,
+        PowerState::IoServer,
+        PowerState::Off,
+    ];
 
     pub fn index(self) -> usize {
         match self {
             PowerState::Active => 0,
             PowerState::Idle => 1,
             PowerState::Standby => 2,
+            PowerState::IoServer => 3,
+            PowerState::Off => 4,
         }
     }
 
@@ -34,6 +50,8 @@ impl PowerState {
             PowerState::Active => "active",
             PowerState::Idle => "idle",
             PowerState::Standby => "standby",
+            PowerState::IoServer => "io_server",
+            PowerState::Off => "off",
         }
     }
 }
@@ -85,8 +103,9 @@ pub struct PowerProfile {
     pub name: String,
     pub kind: UnitKind,
     pub source: String,
-    /// Watts per state, indexed by [`PowerState::index`].
-    watts: [Power; 3],
+    /// Watts per state, indexed by [`PowerState::index`]; the optional states of a
+    /// server may be absent.
+    watts: [Option<Power>; 5],
     transitions: Vec<Transition>,
     pub mechanics: Option<DiskMechanics>,
 }
@@ -102,11 +121,14 @@ pub enum ProfileError {
 }
 
 /// The profiles shipped with somnus, from the papers' tables.
-const BUILTIN_PROFILES: [(&str, &str); 4] = [
+const BUILTIN_PROFILES: [(&str, &str); 7] = [
     ("seagate-cheetah-15k4-36gb", include_str!("../../profiles/seagate-cheetah-15k4-36gb.toml")),
     ("seagate-cheetah-15k4-146gb", include_str!("../../profiles/seagate-cheetah-15k4-146gb.toml")),
     ("ibm-ultrastar-36z15", include_str!("../../profiles/ibm-ultrastar-36z15.toml")),
     ("ecs2-storage-node", include_str!("../../profiles/ecs2-storage-node.toml")),
+    ("obelix", include_str!("../../profiles/obelix.toml")),
+    ("asterix-i", include_str!("../../profiles/asterix-i.toml")),
+    ("asterix-ii", include_str!("../../profiles/asterix-ii.toml")),
 ];
 
 pub fn builtin_profile_names() -> impl Iterator<Item = &'static str> {
@@ -166,18 +188,24 @@ impl PowerProfile {
             key,
             message,
         };
-        let mut watts = [Power::ZERO; 3];
-        for state in PowerState::ALL {
+        let mut watts = [None; 5];
+        for state in PowerState::EVERY {
             let key = format!("states.{}", state.name());
             let Some(entry) = file.states.get(&state) else {
-                return Err(invalid(
-                    key,
-                    "missing: every profile gives active, idle and standby".into(),
-                ));
+                if PowerState::ALL.contains(&state) {
+                    return Err(invalid(
+                        key,
+                        "missing: every profile gives active, idle and standby".into(),
+                    ));
+                }
+                continue;
             };
-            watts[state.index()] = Power::try_from_watts(entry.watts).ok_or_else(|| {
+            if !PowerState::ALL.contains(&state) && file.kind != UnitKind::Server {
+                return Err(invalid(key, "only a server profile has this state".into()));
+            }
+            watts[state.index()] = Some(Power::try_from_watts(entry.watts).ok_or_else(|| {
                 invalid(key, format!("watts {} is not a finite number >= 0", entry.watts))
-            })?;
+            })?);
         }
         if watts[PowerState::Active.index()] < watts[PowerState::Idle.index()] {
             return Err(invalid("states.active".into(), "active draws less than idle".into()));
@@ -189,9 +217,14 @@ impl PowerProfile {
                 Self::parse_transition(entry, &watts).map_err(|message| invalid(key, message))?,
             );
         }
-        for (from, to) in
-            [(PowerState::Idle, PowerState::Standby), (PowerState::Standby, PowerState::Idle)]
-        {
+        let mut needed =
+            vec![(PowerState::Idle, PowerState::Standby), (PowerState::Standby, PowerState::Idle)];
+        for state in [PowerState::IoServer, PowerState::Off] {
+            if watts[state.index()].is_some() {
+                needed.extend([(PowerState::Idle, state), (state, PowerState::Idle)]);
+            }
+        }
+        for (from, to) in needed {
             if !transitions.iter().any(|t| t.from == from && t.to == to) {
                 let message = format!("no transition from {} to {}", from.name(), to.name());
                 return Err(invalid("transitions".into(), message));
@@ -211,12 +244,20 @@ impl PowerProfile {
         })
     }
 
-    fn parse_transition(entry: &TransitionFile, watts: &[Power; 3]) -> Result<Transition, String> {
+    fn parse_transition(
+        entry: &TransitionFile,
+        watts: &[Option<Power>; 5],
+    ) -> Result<Transition, String> {
         if entry.from == entry.to {
             return Err(format!("from and to are both {}", entry.from.name()));
         }
         if entry.from == PowerState::Active || entry.to == PowerState::Active {
-            return Err("transitions go between idle and standby; active is idle plus I/O".into());
+            return Err("transitions go between steady states; active is idle plus I/O".into());
+        }
+        for state in [entry.from, entry.to] {
+            if watts[state.index()].is_none() {
+                return Err(format!("the profile has no state {}", state.name()));
+            }
         }
         let duration = VirtualDuration::try_from_secs_f64(entry.seconds)
             .ok_or_else(|| format!("seconds {} is not a finite number >= 0", entry.seconds))?;
@@ -226,7 +267,7 @@ impl PowerProfile {
             (None, Some(extra)) => {
                 let extra = Energy::try_from_joules(extra)
                     .ok_or_else(|| format!("extra_energy_j {extra} is not a finite number >= 0"))?;
-                extra + watts[entry.to.index()].over(duration)
+                extra + watts[entry.to.index()].unwrap_or(Power::ZERO).over(duration)
             }
             _ => return Err("give exactly one of energy_j (total) and extra_energy_j".into()),
         };
@@ -260,8 +301,15 @@ impl PowerProfile {
         Ok(())
     }
 
+    /// The watts of `state`; zero for an optional state the profile lacks (see
+    /// [`PowerProfile::has_state`]).
     pub fn watts(&self, state: PowerState) -> Power {
-        self.watts[state.index()]
+        self.watts[state.index()].unwrap_or(Power::ZERO)
+    }
+
+    /// Whether the profile gives `state` (the three steady states always).
+    pub fn has_state(&self, state: PowerState) -> bool {
+        self.watts[state.index()].is_some()
     }
 
     pub fn transition(&self, from: PowerState, to: PowerState) -> Option<Transition> {
@@ -273,6 +321,21 @@ impl PowerProfile {
         self.transition(PowerState::Standby, PowerState::Idle)
             .map_or(VirtualDuration::ZERO, |t| t.duration)
     }
+}
+
+/// 001 Table 2's model: `nodes` nodes of `profile`, `max_perf` of them in max-perf
+/// (active) and the rest in the io-server state (idle where the profile has none).
+pub fn io_server_cluster_watts(profile: &PowerProfile, nodes: u32, max_perf: u32) -> Power {
+    let max_perf = max_perf.min(nodes);
+    let rest = if profile.has_state(PowerState::IoServer) {
+        PowerState::IoServer
+    } else {
+        PowerState::Idle
+    };
+    Power(
+        profile.watts(PowerState::Active).0 * u64::from(max_perf)
+            + profile.watts(rest).0 * u64::from(nodes - max_perf),
+    )
 }
 
 #[cfg(test)]
@@ -306,6 +369,52 @@ mod tests {
         let node = builtin_profile("ecs2-storage-node").unwrap();
         assert_eq!(node.kind, UnitKind::Server);
         assert_eq!(node.watts(PowerState::Standby).as_watts(), 5.4);
+    }
+
+    #[test]
+    fn io_server_profiles_reproduce_001_table_2_exactly() {
+        // Goal: 001 Table 2: a 4-node cluster with k nodes in max-perf (252 W) and the
+        // rest in the io-server state draws 585/726/867/1008 W (Obelix, 111 W),
+        // 483/658/833/1008 W (Asterix-I, 77 W) and 369/582/795/1008 W (Asterix-II,
+        // 39 W).
+        let table = [
+            ("obelix", [585.0, 726.0, 867.0, 1008.0]),
+            ("asterix-i", [483.0, 658.0, 833.0, 1008.0]),
+            ("asterix-ii", [369.0, 582.0, 795.0, 1008.0]),
+        ];
+        for (name, paper) in table {
+            let profile = builtin_profile(name).unwrap();
+            assert!(profile.has_state(PowerState::IoServer));
+            assert!(!profile.has_state(PowerState::Off));
+            for (k, watts) in paper.iter().enumerate() {
+                assert_eq!(
+                    io_server_cluster_watts(&profile, 4, k as u32 + 1).as_watts(),
+                    *watts,
+                    "{name}"
+                );
+            }
+        }
+        assert!(!builtin_profile("ecs2-storage-node").unwrap().has_state(PowerState::IoServer));
+    }
+
+    #[test]
+    fn optional_states_are_for_servers_with_their_transitions() {
+        // Goal: a disk with an io-server state, or a server state without its way in
+        // and out, is refused with the key named.
+        let disk = include_str!("../../profiles/ibm-ultrastar-36z15.toml")
+            .replace("[states]", "[states]\nio_server = { watts = 1.0 }");
+        let error = PowerProfile::from_toml(&disk, "d.toml").unwrap_err().to_string();
+        assert!(error.contains("states.io_server") && error.contains("only a server"), "{error}");
+        let server = include_str!("../../profiles/ecs2-storage-node.toml")
+            .replace("[states]", "[states]\noff = { watts = 2.0 }");
+        let error = PowerProfile::from_toml(&server, "s.toml").unwrap_err().to_string();
+        assert!(error.contains("no transition from idle to off"), "{error}");
+        let stray = format!(
+            "{}\n[[transitions]]\nfrom = \"off\"\nto = \"idle\"\nseconds = 1.0\nenergy_j = 1.0\n",
+            include_str!("../../profiles/ecs2-storage-node.toml")
+        );
+        let error = PowerProfile::from_toml(&stray, "t.toml").unwrap_err().to_string();
+        assert!(error.contains("has no state off"), "{error}");
     }
 
     #[test]
