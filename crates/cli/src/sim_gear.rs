@@ -78,9 +78,6 @@ pub(crate) fn run(args: &GearArgs) -> Result<()> {
         quiet_intervals: args.quiet_intervals,
     };
     config.validate().map_err(|e| anyhow::anyhow!("{e}"))?;
-    if !(0.0..=1.0).contains(&args.headroom) {
-        bail!("--headroom {}: must be within 0..=1", args.headroom);
-    }
     let names: Vec<String> = if args.workload == "all" {
         series.workloads().map(str::to_owned).collect()
     } else {
@@ -144,8 +141,9 @@ pub(crate) struct AgainstPredictor {
     pub gearing: &'static str,
     pub gear_min: u32,
     pub workloads_matched: usize,
-    pub hybrid_power_share: f64,
-    pub predictor_power_share: f64,
+    /// None (null) when no workload matched.
+    pub hybrid_power_share: Option<f64>,
+    pub predictor_power_share: Option<f64>,
 }
 
 impl Mean {
@@ -188,12 +186,15 @@ impl Mean {
                     gearing: first.gearing,
                     gear_min: first.gear_min,
                     workloads_matched: matched.len(),
-                    hybrid_power_share: matched.iter().map(hybrid).sum::<f64>() / m,
-                    predictor_power_share: matched
-                        .iter()
-                        .map(|s| s.predictor_at_hybrid_latency[i].power_share)
-                        .sum::<f64>()
-                        / m,
+                    hybrid_power_share: (!matched.is_empty())
+                        .then(|| matched.iter().map(hybrid).sum::<f64>() / m),
+                    predictor_power_share: (!matched.is_empty()).then(|| {
+                        matched
+                            .iter()
+                            .map(|s| s.predictor_at_hybrid_latency[i].power_share)
+                            .sum::<f64>()
+                            / m
+                    }),
                 }
             })
             .collect();
@@ -303,13 +304,22 @@ fn print_tables(
          (no more unserved load, no more time overloaded):"
     )?;
     for a in &mean.hybrid_against_predictor {
+        let (gearing, min) = (a.gearing, a.gear_min);
+        let (Some(hybrid), Some(predictor)) = (a.hybrid_power_share, a.predictor_power_share)
+        else {
+            outln!("  {gearing:<10} g_min {min}: no margin up to 200 % serves as well anywhere")?;
+            continue;
+        };
+        let others = if a.workloads_matched < mean.workloads {
+            "; on the others no margin up to 200 % serves as well"
+        } else {
+            ""
+        };
         outln!(
-            "  {:<10} g_min {}: hybrid {} %, predictor {} % ({} of {} workloads matched; \
-             the others no margin up to 200 % serves as well)",
-            a.gearing,
-            a.gear_min,
-            pct(a.hybrid_power_share),
-            pct(a.predictor_power_share),
+            "  {gearing:<10} g_min {min}: hybrid {} %, predictor {} % ({} of {} workloads \
+             matched{others})",
+            pct(hybrid),
+            pct(predictor),
             a.workloads_matched,
             mean.workloads
         )?;

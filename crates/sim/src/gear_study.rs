@@ -53,6 +53,15 @@ impl StudyConfig {
                 self.servers, self.replicas
             ));
         }
+        if self.quiet_intervals < 2 {
+            return Err(format!(
+                "quiet intervals {}: at least 2 (one quiet interval never shifts down)",
+                self.quiet_intervals
+            ));
+        }
+        if !(self.headroom.is_finite() && (0.0..=1.0).contains(&self.headroom)) {
+            return Err(format!("headroom {}: must be within 0..=1", self.headroom));
+        }
         let interval = self.interval_s();
         if interval == 0 || !DAY_S.is_multiple_of(interval) {
             return Err(format!("the gearing interval ({interval} s) must divide a day"));
@@ -422,7 +431,7 @@ fn scheduler_run(
         let start = (k as u64 * interval) as f64;
         scheduler.handle_timeout(at(start + 0.5));
         record(&mut scheduler, &mut steps);
-        scheduler.report(k as u64 * interval, *load);
+        scheduler.report(at(start + 0.5), k as u64 * interval, *load);
         let end = at(((k as u64 + 1) * interval) as f64 - 0.001);
         loop {
             let next = scheduler.poll_timeout();

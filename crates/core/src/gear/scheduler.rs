@@ -114,6 +114,15 @@ impl SchedulerConfig {
         if self.wake_lead >= self.interval {
             return Err("wake_lead: must be shorter than interval".into());
         }
+        if self.report_delay >= self.interval {
+            return Err("report_delay: must be shorter than interval".into());
+        }
+        if self.quiet_intervals < 2 {
+            return Err(format!(
+                "quiet_intervals {}: at least 2 (one quiet interval never shifts down)",
+                self.quiet_intervals
+            ));
+        }
         if self.gear_min == 0 || self.gear_min > self.replicas {
             return Err(format!("gear_min {} must be within 1..={}", self.gear_min, self.replicas));
         }
@@ -161,7 +170,9 @@ pub struct GearScheduler {
     predictor: HourOfDay,
     mode: GearMode,
     plan: PowerPlan,
+    /// How many times the order rotated, and the day it last did.
     rotation: u64,
+    rotated_day: u64,
     /// Seconds reported and not final: second to summed load.
     seconds: BTreeMap<u64, Load>,
     /// Seconds before this one are final.
@@ -197,6 +208,7 @@ impl GearScheduler {
             mode: GearMode::Auto,
             plan: PowerPlan::all(&config.group_sizes),
             rotation: 0,
+            rotated_day: 0,
             seconds: BTreeMap::new(),
             final_before: 0,
             peaks: BTreeMap::new(),
@@ -217,7 +229,7 @@ impl GearScheduler {
         scheduler.decided = current;
         scheduler.closed_before = current;
         scheduler.final_before = now.as_nanos() / NANOS_PER_SECOND;
-        scheduler.rotation = current / scheduler.predictor.slots();
+        scheduler.rotated_day = current / scheduler.predictor.slots();
         scheduler
     }
 
@@ -248,8 +260,12 @@ impl GearScheduler {
     }
 
     /// A primary's load in `second` (whole seconds of the cluster's clock).
-    pub fn report(&mut self, second: u64, load: Load) {
-        if second < self.final_before || !load.is_valid() {
+    /// A report of a second already final, of a second not yet begun at `now` (a
+    /// primary's clock ahead by more than the report delay), or with a rate that is
+    /// not a finite number >= 0 is counted and dropped.
+    pub fn report(&mut self, now: VirtualInstant, second: u64, load: Load) {
+        let latest = (now.as_nanos() + self.config.report_delay.as_nanos()) / NANOS_PER_SECOND;
+        if second < self.final_before || second > latest || !load.is_valid() {
             self.counters.late_reports += 1;
             return;
         }
@@ -269,7 +285,11 @@ impl GearScheduler {
                 self.apply(now, PowerPlan { full_groups: gear, partial: 0 }, Reason::Override);
             }
             GearMode::Auto => {
-                let target = self.target_for(self.current);
+                // Between a rise's lead time and its interval, the rise stands.
+                let mut target = self.target_for(self.current);
+                if self.decided > self.current {
+                    target = target.max(self.target_for(self.decided));
+                }
                 self.apply(now, target, Reason::Override);
             }
         }
@@ -293,11 +313,15 @@ impl GearScheduler {
     pub fn handle_timeout(&mut self, now: VirtualInstant) {
         loop {
             let at = self.poll_timeout();
-            if at > now {
-                return;
+            // An instant at the end of time never comes: nothing is due there.
+            if at > now || at == VirtualInstant::MAX {
+                break;
             }
             self.step(at);
         }
+        // Every second whose reports were due by `now` is final, reported or not.
+        let due = now.as_nanos().saturating_sub(self.config.report_delay.as_nanos());
+        self.final_before = self.final_before.max(due / NANOS_PER_SECOND);
     }
 
     /// The next decision made, oldest first.
@@ -503,10 +527,11 @@ impl GearScheduler {
     /// wakes nobody. A day that never reaches the top gear keeps the last order.
     fn rotate_if_all_on(&mut self) -> bool {
         let day = self.current / self.predictor.slots();
-        if day <= self.rotation || self.plan != PowerPlan::all(&self.config.group_sizes) {
+        if day <= self.rotated_day || self.plan != PowerPlan::all(&self.config.group_sizes) {
             return false;
         }
-        self.rotation = day;
+        self.rotated_day = day;
+        self.rotation += 1;
         self.counters.rotations += 1;
         true
     }
@@ -521,8 +546,8 @@ impl GearScheduler {
     }
 
     fn interval_of_second(&self, second: u64) -> u64 {
-        let at = VirtualInstant::ZERO.saturating_add(VirtualDuration::from_secs(second));
-        self.interval_of(at)
+        let nanos = second.saturating_mul(NANOS_PER_SECOND);
+        self.interval_of(VirtualInstant::ZERO.saturating_add(VirtualDuration::from_nanos(nanos)))
     }
 
     fn start_of(&self, index: u64) -> VirtualInstant {
@@ -544,8 +569,9 @@ impl GearScheduler {
     }
 
     fn final_at(&self, second: u64) -> VirtualInstant {
+        let end = second.saturating_add(1).saturating_mul(NANOS_PER_SECOND);
         VirtualInstant::ZERO
-            .saturating_add(VirtualDuration::from_secs(second + 1))
+            .saturating_add(VirtualDuration::from_nanos(end))
             .saturating_add(self.config.report_delay)
     }
 }

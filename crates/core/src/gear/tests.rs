@@ -52,8 +52,9 @@ fn drive(
     let mut on = Vec::new();
     for second in seconds {
         scheduler.handle_timeout(at(second as f64 + 0.5));
-        scheduler.report(second, reads(demand(second) / 2.0));
-        scheduler.report(second, reads(demand(second) / 2.0));
+        let now = at(second as f64 + 0.5);
+        scheduler.report(now, second, reads(demand(second) / 2.0));
+        scheduler.report(now, second, reads(demand(second) / 2.0));
         scheduler.handle_timeout(at(second as f64 + 0.999));
         while scheduler.poll_decision().is_some() {}
         on.push(scheduler.plan().servers_on(&SIZES));
@@ -194,12 +195,21 @@ fn late_and_malformed_reports_are_counted_and_dropped() {
     // nothing but a counter.
     let mut s = GearScheduler::new(config(Policy::Hybrid, Gearing::Fractional), at(0.0));
     drive(&mut s, 0..100, |_| 5.0);
-    s.report(10, reads(1000.0));
-    s.report(100, reads(f64::NAN));
-    s.report(100, Load { write_iops: -1.0, ..Load::ZERO });
+    let now = at(100.5);
+    s.report(now, 10, reads(1000.0));
+    s.report(now, 100, reads(f64::NAN));
+    s.report(now, 100, Load { write_iops: -1.0, ..Load::ZERO });
+    // A clock far ahead, up to the end of time: dropped, no overflow, no growth.
+    s.report(now, 104, reads(1000.0));
+    s.report(now, u64::MAX, reads(1000.0));
     s.handle_timeout(at(110.0));
-    assert_eq!(s.counters().late_reports, 3);
+    assert_eq!(s.counters().late_reports, 5);
     assert_eq!(s.counters().reactive_shifts, 0);
+    // A second nobody reported is final once its reports were due: a report of it
+    // after that is late, though no other second was finalized in between.
+    s.handle_timeout(at(120.0));
+    s.report(at(120.0), 115, reads(1000.0));
+    assert_eq!(s.counters().late_reports, 6);
 }
 
 #[test]
@@ -216,5 +226,11 @@ fn bad_configs_name_the_field() {
     let mut c = config(Policy::Hybrid, Gearing::Full);
     c.wake_lead = c.interval;
     assert!(c.validate().unwrap_err().contains("wake_lead"));
+    let mut c = config(Policy::Hybrid, Gearing::Full);
+    c.quiet_intervals = 1;
+    assert!(c.validate().unwrap_err().contains("quiet_intervals"));
+    let mut c = config(Policy::Hybrid, Gearing::Full);
+    c.report_delay = c.interval;
+    assert!(c.validate().unwrap_err().contains("report_delay"));
     assert_eq!(config(Policy::Hybrid, Gearing::Full).validate(), Ok(()));
 }
