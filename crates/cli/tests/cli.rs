@@ -491,6 +491,9 @@ fn a_closed_stdout_ends_a_command_quietly() {
     ok(&somnus(&["logstore", "torture", torture.to_str().unwrap(), "--kills", "2", "--keep"]));
     let log_dir = std::fs::read_dir(&torture).unwrap().next().unwrap().unwrap().path();
     let log = log_dir.to_str().unwrap();
+    let load = dir.join("load.csv");
+    ok(&somnus(&["trace", "generate-load", "-o", load.to_str().unwrap()]));
+    let load = load.to_str().unwrap();
     for args in [
         &["demo", "--quiet", "--hours", "2"][..],
         &["sim", "offload", "--quiet", "--trace", trace],
@@ -502,6 +505,10 @@ fn a_closed_stdout_ends_a_command_quietly() {
         &["logstore", "verify", "--json", log],
         &["layout", "analyze", "--servers", "300"],
         &["sim", "cluster", "--seeds", "1..40"],
+        &["sim", "gear", "--load", load],
+        &["sim", "gear", "--load", load, "--json"],
+        &["sim", "ioserver", "--nodes", "400"],
+        &["trace", "generate-load", "-o", load],
     ] {
         let (status, stderr) = with_stdout_closed_after(args, 8);
         assert!(status.success(), "{args:?}: {status}, stderr: {stderr}");
@@ -540,6 +547,9 @@ fn a_user_error_prints_one_line_and_no_backtrace() {
         (&["layout", "analyze", "--servers", "31"], "multiple of the replica count"),
         (&["layout", "analyze", "--servers", "9", "--racks", "2"], "2 racks cannot hold"),
         (&["sim", "cluster", "--racks", "2"], "below --replicas 3"),
+        (&["sim", "gear", "--load", "missing.csv"], "missing.csv"),
+        (&["sim", "gear", "--load", topology.to_str().unwrap()], "expected a header starting with"),
+        (&["trace", "generate-load", "-o", "/nonexistent/dir/load.csv"], "writing /nonexistent"),
         (
             &["sim", "cluster", "--seeds", "1..1", "--broken", "ack-after-one-replica"],
             "seeds found violations",
