@@ -297,27 +297,24 @@ impl GearScheduler {
 
     /// The next instant `handle_timeout` has work.
     pub fn poll_timeout(&self) -> VirtualInstant {
-        let mut next = self.lead_at(self.decided + 1);
-        next = next.min(self.start_of(self.current + 1));
-        if self.pending.is_some() {
-            next = next.min(self.fall_at());
-        }
-        next = next.min(self.close_at(self.closed_before));
-        if let Some((&second, _)) = self.seconds.first_key_value() {
-            next = next.min(self.final_at(second.max(self.final_before)));
-        }
-        next
+        self.next_due().0
     }
 
     /// Does everything due by `now`, in time order.
     pub fn handle_timeout(&mut self, now: VirtualInstant) {
         loop {
-            let at = self.poll_timeout();
+            let (at, due) = self.next_due();
             // An instant at the end of time never comes: nothing is due there.
             if at > now || at == VirtualInstant::MAX {
                 break;
             }
-            self.step(at);
+            match due {
+                Due::Close => self.close_interval(),
+                Due::Final(second) => self.finalize_through(second, at),
+                Due::Enter => self.enter_interval(at),
+                Due::Fall => self.fall(at),
+                Due::Lead => self.decide_next(at),
+            }
         }
         // Every second whose reports were due by `now` is final, reported or not.
         let due = now.as_nanos().saturating_sub(self.config.report_delay.as_nanos());
@@ -329,28 +326,26 @@ impl GearScheduler {
         self.decisions.pop_front()
     }
 
-    /// One due event at `at`: an interval closed, seconds final, a rise or a fall.
-    fn step(&mut self, at: VirtualInstant) {
-        if self.close_at(self.closed_before) <= at {
-            self.close_interval();
-            return;
+    /// The earliest event and when it is due. Events due at the same instant come
+    /// in this order: an interval closes (its seconds are all final), reported
+    /// seconds become final, the next interval starts, a fall, a rise's lead time.
+    fn next_due(&self) -> (VirtualInstant, Due) {
+        let mut next = (self.close_at(self.closed_before), Due::Close);
+        let mut consider = |at: VirtualInstant, due: Due| {
+            if at < next.0 {
+                next = (at, due);
+            }
+        };
+        if let Some((&second, _)) = self.seconds.first_key_value() {
+            let second = second.max(self.final_before);
+            consider(self.final_at(second), Due::Final(second));
         }
-        let second_due = self.seconds.first_key_value().map(|(&s, _)| s.max(self.final_before));
-        if let Some(second) = second_due.filter(|s| self.final_at(*s) <= at) {
-            self.finalize_through(second, at);
-            return;
+        consider(self.start_of(self.current + 1), Due::Enter);
+        if self.pending.is_some() {
+            consider(self.fall_at(), Due::Fall);
         }
-        if self.start_of(self.current + 1) <= at {
-            self.enter_interval(at);
-            return;
-        }
-        if self.pending.is_some() && self.fall_at() <= at {
-            self.fall(at);
-            return;
-        }
-        if self.lead_at(self.decided + 1) <= at {
-            self.decide_next(at);
-        }
+        consider(self.lead_at(self.decided + 1), Due::Lead);
+        next
     }
 
     /// Interval `closed_before` has ended and all its seconds are final: the predictor
@@ -577,3 +572,14 @@ impl GearScheduler {
 }
 
 const NANOS_PER_SECOND: u64 = 1_000_000_000;
+
+/// What `handle_timeout` does next.
+#[derive(Clone, Copy, Debug)]
+enum Due {
+    Close,
+    /// Reported seconds up to this one become final.
+    Final(u64),
+    Enter,
+    Fall,
+    Lead,
+}
