@@ -8,6 +8,7 @@ use rand::{Rng, SeedableRng};
 use rand_pcg::Pcg64;
 
 use crate::load::{HEADER_PREFIX, LoadSeries, LoadWindow};
+use crate::synthetic::{SyntheticConfig, diurnal_curve};
 
 /// What to generate.
 #[derive(Clone, Copy, Debug, PartialEq)]
@@ -68,12 +69,11 @@ pub fn generate_load(spec: &LoadGenSpec, seed: u64) -> (LoadSeries, Surprises) {
     let crowd_window = (hour * rng.random_range(1.0..5.0)) as u32;
     let surprises =
         Surprises { holiday, crowd_day, crowd_window, crowd_windows: (2.0 * hour).ceil() as u32 };
+    let levels = daily_levels(spec);
     let mut series = LoadSeries::default();
     for index in 0..days * per_day {
         let (day, slot) = (index / per_day, index % per_day);
-        let hours = 24.0 * f64::from(slot) / f64::from(per_day);
-        let wave = 0.5 - 0.5 * (2.0 * std::f64::consts::PI * (hours - 4.0) / 24.0).cos();
-        let level = spec.trough + (1.0 - spec.trough) * wave;
+        let level = levels[slot as usize % levels.len()];
         let noise = 1.0 + spec.noise * rng.random_range(-1.0..1.0);
         let iops = spec.peak_iops * level * noise;
         series.push("diurnal", window(spec, index, iops));
@@ -89,6 +89,25 @@ pub fn generate_load(spec: &LoadGenSpec, seed: u64) -> (LoadSeries, Surprises) {
         series.push("surprise", window(spec, index, surprise));
     }
     (series, surprises)
+}
+
+/// Each window's share of the peak over one day: the synthetic generator's daily
+/// cosine, peaking at 16:00 with the trough (04:00) at `spec.trough`, taken at each
+/// window's start.
+fn daily_levels(spec: &LoadGenSpec) -> Vec<f64> {
+    let amplitude = (1.0 - spec.trough) / (1.0 + spec.trough);
+    let config = SyntheticConfig {
+        diurnal_amplitude: amplitude,
+        peak_hour: 16.0,
+        rate_step_s: f64::from(spec.window_s.max(1)),
+        weekend_factor: 1.0,
+        ..SyntheticConfig::default()
+    };
+    // The curve is taken at each step's middle: start half a window early.
+    const DAY_NS: u64 = 86_400_000_000_000;
+    let half_window_ns = u64::from(spec.window_s.max(1)) * 500_000_000;
+    let (_, curve) = diurnal_curve(&config, DAY_NS - half_window_ns);
+    curve.iter().map(|m| m / (1.0 + amplitude)).collect()
 }
 
 fn window(spec: &LoadGenSpec, index: u32, iops: f64) -> LoadWindow {

@@ -509,7 +509,7 @@ impl Shape {
 
 /// One day (a week with a weekend factor) of the cosine curve, in steps, aligned so
 /// step 0 starts at relative time 0.
-fn diurnal_curve(config: &SyntheticConfig, start_ns: u64) -> (u64, Vec<f64>) {
+pub(crate) fn diurnal_curve(config: &SyntheticConfig, start_ns: u64) -> (u64, Vec<f64>) {
     let step_ns = ((config.rate_step_s * NANOS_PER_SECOND) as u64).max(1);
     let weekly = config.weekend_factor != 1.0;
     let period_ns = if weekly { WEEK_NS } else { DAY_NS };
