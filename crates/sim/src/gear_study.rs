@@ -214,10 +214,16 @@ pub fn study(
             let row = |name, run: &Run| {
                 run.row(name, gearing, gear_min, &demand, measured.clone(), config)
             };
+            let predictor_row = row("predictor", &predictor);
             let hybrid_row = row("hybrid", &hybrid);
-            // The predictor alone, with the least margin that serves as well as the hybrid.
+            // The predictor alone, with the least margin that serves as well as the hybrid
+            // (margin 0 is the run above).
             let matched = PREDICTOR_MARGINS.iter().find_map(|&margin| {
-                let r = row("predictor", &run(Policy::Predictor, margin));
+                let r = if margin == 0.0 {
+                    predictor_row.clone()
+                } else {
+                    row("predictor", &run(Policy::Predictor, margin))
+                };
                 let serves = r.unserved_share <= hybrid_row.unserved_share
                     && r.overloaded_time_share <= hybrid_row.overloaded_time_share;
                 serves.then_some((margin, r))
@@ -229,7 +235,7 @@ pub fn study(
                 power_share: matched.as_ref().map_or(f64::INFINITY, |m| m.1.power_share),
             });
             power.push(row("oracle", &oracle));
-            power.push(row("predictor", &predictor));
+            power.push(predictor_row);
             power.push(hybrid_row);
             if (gearing, gear_min) == (Gearing::Fractional, 1) {
                 for point in &mut timeline {
