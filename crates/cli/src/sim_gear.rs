@@ -65,6 +65,7 @@ pub(crate) fn run(args: &GearArgs) -> Result<()> {
     if window_s == 0 || !interval_s.is_multiple_of(window_s) {
         bail!("--interval-s {interval_s}: not a multiple of the window ({window_s} s)");
     }
+    check_window(&series, window_s, &args.load)?;
     let profile = builtin_profile(&args.server_profile)?;
     let config = StudyConfig {
         servers: args.servers,
@@ -121,6 +122,33 @@ pub(crate) fn run(args: &GearArgs) -> Result<()> {
         return Ok(());
     }
     print_tables(args, &config, &studies, &mean)
+}
+
+/// Refuses a `--window-s` the file's windows are not spaced by: the median gap
+/// between window ends of the first workload with three windows or more, within 20 %.
+fn check_window(series: &LoadSeries, window_s: u32, path: &std::path::Path) -> Result<()> {
+    let Some((name, windows)) = series
+        .workloads()
+        .filter_map(|name| Some((name, series.windows(name)?)))
+        .find(|(_, windows)| windows.len() >= 3)
+    else {
+        return Ok(());
+    };
+    let mut gaps: Vec<u64> = windows
+        .windows(2)
+        .map(|pair| pair[1].window_end_us.saturating_sub(pair[0].window_end_us))
+        .collect();
+    gaps.sort_unstable();
+    let median_s = gaps[gaps.len() / 2] as f64 / 1e6;
+    if (median_s - f64::from(window_s)).abs() > 0.2 * f64::from(window_s) {
+        bail!(
+            "--window-s {window_s}: the windows of {} are {median_s:.0} s apart (the median \
+             gap between window ends of {name}); give --window-s {:.0}",
+            path.display(),
+            median_s.round()
+        );
+    }
+    Ok(())
 }
 
 /// The mean over the workloads studied, as Sierra's figures are read.
@@ -230,10 +258,11 @@ fn print_tables(
         config.wake.as_secs_f64()
     )?;
     outln!(
-        "power as % of always on (full gearing, g_min 1; fractional, g_min 1); RMS error as % of the mean load"
+        "power as % of always on (F: full gearing, f: fractional, g_min 1), and the load \
+         left unserved, fractional (uns); RMS error as % of the mean load"
     )?;
     outln!(
-        "{:<10} {:>4} {:>8} {:>7} {:>6} | {:>6} {:>6} {:>6} | {:>6} {:>6} {:>6}",
+        "{:<10} {:>4} {:>8} {:>7} {:>6} | {:>6} {:>6} {:>6} | {:>6} {:>6} {:>6} | {:>8} {:>8}",
         "workload",
         "days",
         "rms 1d",
@@ -244,17 +273,24 @@ fn print_tables(
         "F hyb",
         "f orac",
         "f pred",
-        "f hyb"
+        "f hyb",
+        "pred uns",
+        "hyb uns"
     )?;
     for s in studies {
-        let share = |strategy: &str, gearing: &str| -> String {
+        let find = |strategy: &str, gearing: &str| {
             s.power
                 .iter()
                 .find(|r| r.strategy == strategy && r.gearing == gearing && r.gear_min == 1)
-                .map_or("-".into(), |r| pct(r.power_share))
+        };
+        let share =
+            |strategy, gearing| find(strategy, gearing).map_or("-".into(), |r| pct(r.power_share));
+        let unserved = |strategy| {
+            find(strategy, "fractional")
+                .map_or("-".into(), |r| format!("{:.2}", 100.0 * r.unserved_share))
         };
         outln!(
-            "{:<10} {:>4} {:>8} {:>7} {:>6} | {:>6} {:>6} {:>6} | {:>6} {:>6} {:>6}",
+            "{:<10} {:>4} {:>8} {:>7} {:>6} | {:>6} {:>6} {:>6} | {:>6} {:>6} {:>6} | {:>8} {:>8}",
             s.workload,
             s.days,
             s.rms_by_training_days.first().map_or("-".into(), |x| pct(*x)),
@@ -266,6 +302,8 @@ fn print_tables(
             share("oracle", "fractional"),
             share("predictor", "fractional"),
             share("hybrid", "fractional"),
+            unserved("predictor"),
+            unserved("hybrid"),
         )?;
     }
     outln!()?;

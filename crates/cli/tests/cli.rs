@@ -860,6 +860,9 @@ fn sim_gear_studies_a_generated_load_with_documented_keys_and_names_bad_input() 
     let text = ok(&somnus(&["sim", "gear", "--load", load_s, "--workload", "diurnal"]));
     assert!(text.contains("Sierra Fig. 8a") && text.contains("diurnal"), "{text}");
 
+    let output = somnus(&["sim", "gear", "--load", load_s, "--window-s", "3600"]);
+    assert!(!output.status.success());
+    assert!(String::from_utf8_lossy(&output.stderr).contains("give --window-s 1800"));
     let output = somnus(&["sim", "gear", "--load", load_s, "--interval-s", "1000"]);
     assert!(!output.status.success());
     assert!(String::from_utf8_lossy(&output.stderr).contains("--interval-s 1000"));
