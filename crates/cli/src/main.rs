@@ -24,6 +24,7 @@ mod sim_cmd;
 mod sim_gear;
 mod sim_ioserver;
 mod sim_scenarios;
+mod sim_sierra;
 mod status_cmd;
 mod trace_cmd;
 mod up_cmd;

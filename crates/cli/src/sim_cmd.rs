@@ -62,6 +62,14 @@ pub(crate) enum SimCommand {
     /// Asterix-I and Asterix-II profiles: 1 to N nodes in max-perf, the rest in the
     /// io-server state, beside the paper's watts.
     Ioserver(crate::sim_ioserver::IoServerArgs),
+    /// Sierra 4.3 on the cluster simulation: a block trace replayed through the whole
+    /// protocol (each device an object of 1 MiB chunks), once with every server on
+    /// and once with the metadata service's gear scheduler choosing gears from the
+    /// load its primaries report; energy against the bound, read and write latency
+    /// (Fig. 11), DVL bytes and reclaim (Table 2), shifts, migrations and retries
+    /// (Table 3), and optionally a sweep of timescales (Fig. 9b). The history checker
+    /// runs in every replay; a violation makes the command exit 1.
+    Sierra(crate::sim_sierra::SierraArgs),
 }
 
 /// The logger host rule.
@@ -143,6 +151,7 @@ pub(crate) fn run(command: SimCommand) -> Result<()> {
         SimCommand::Scenarios(args) => crate::sim_scenarios::run(&args),
         SimCommand::Gear(args) => crate::sim_gear::run(&args),
         SimCommand::Ioserver(args) => crate::sim_ioserver::run(&args),
+        SimCommand::Sierra(args) => crate::sim_sierra::run(&args),
     }
 }
 

@@ -21,11 +21,14 @@ pub(crate) struct StatusArgs {
 
 #[derive(Subcommand)]
 pub(crate) enum GearCommand {
-    /// Serve with gear groups 0..N (1 ≤ N ≤ r): the others drain their primaries and
-    /// sleep, their writes go to the DVL; a higher gear wakes them and reclaims.
+    /// `N` (1 ≤ N ≤ r): serve with N gear groups, the others drain their primaries
+    /// and sleep, their writes go to the DVL; a higher gear wakes them and reclaims.
+    /// It stays until the next `gear set`. `hold`: the gear scheduler keeps the plan
+    /// as it is. `auto`: the scheduler decides again.
     Set {
-        /// The gear.
-        gear: u32,
+        /// N, `hold` or `auto`.
+        #[arg(value_parser = parse_gear)]
+        gear: String,
         #[command(flatten)]
         cluster: ClusterArg,
     },
@@ -44,6 +47,16 @@ fn no_cluster(error: CallError) -> anyhow::Error {
         CallError::Refused { body, .. } => anyhow::anyhow!("the MDS refused: {body}"),
         error @ CallError::NoAddress { .. } => error.into(),
         other => anyhow::anyhow!("no cluster answers: {other}"),
+    }
+}
+
+fn parse_gear(text: &str) -> Result<String, String> {
+    match text {
+        "auto" | "hold" => Ok(text.to_string()),
+        _ => match text.parse::<u32>() {
+            Ok(n) if n >= 1 => Ok(n.to_string()),
+            _ => Err(format!("{text:?} is not auto, hold or a gear of 1 or more")),
+        },
     }
 }
 

@@ -11,7 +11,8 @@ use std::time::Duration;
 
 use anyhow::{Context, Result, bail};
 use clap::Args;
-use somnus_runtime::cluster_file::{ClusterFile, ClusterSection};
+use somnus_core::gear::Policy;
+use somnus_runtime::cluster_file::{ClusterFile, ClusterSection, GearSection};
 use somnus_runtime::ports::{self, loopback_ports};
 use somnus_runtime::secret_file;
 use tokio::process::{Child, Command};
@@ -35,6 +36,23 @@ pub(crate) struct UpArgs {
     /// How much faster than real time the cluster's clock runs (first run only).
     #[arg(long, default_value_t = 1.0)]
     time_scale: f64,
+    /// Who shifts the gear (first run only): the MDS's `hybrid` scheduler (the
+    /// default: the cluster gears by itself, from the load its primaries report), the
+    /// `predictor` alone, or `none` (only `somnus gear set N`).
+    #[arg(long, value_enum, default_value = "hybrid")]
+    gear_scheduler: SchedulerChoice,
+    /// The scheduler's gearing interval in seconds of the cluster's clock (first run
+    /// only); it must divide a day. With `--time-scale 60`, the default hour is one
+    /// minute and a day 24 minutes.
+    #[arg(long, default_value_t = 3600)]
+    gear_interval_s: u64,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+enum SchedulerChoice {
+    Hybrid,
+    Predictor,
+    None,
 }
 
 /// Set by `up` in its children's environment to its process id: each asks the kernel
@@ -79,8 +97,19 @@ fn first_run(args: &UpArgs, path: &Path) -> Result<ClusterFile> {
         time_scale: args.time_scale,
         ..ClusterSection::default()
     };
-    let file = ClusterFile::on(cluster, peers[0], peers[1..].iter().copied())
+    let mut file = ClusterFile::on(cluster, peers[0], peers[1..].iter().copied())
         .with_http(http[0], http[1..].iter().copied());
+    let policy = match args.gear_scheduler {
+        SchedulerChoice::Hybrid => Some(Policy::Hybrid),
+        SchedulerChoice::Predictor => Some(Policy::Predictor),
+        SchedulerChoice::None => None,
+    };
+    file.gear = policy.map(|policy| GearSection {
+        policy,
+        interval_s: args.gear_interval_s,
+        ..GearSection::default()
+    });
+    file.scheduler_config().map_err(anyhow::Error::msg)?;
     // Checked before anything is written: a bad shape is refused whole.
     file.layout().context("these servers, racks and replicas make no layout")?;
     secret_file::create(&ClusterFile::secret_path(path))?;

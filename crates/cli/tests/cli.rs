@@ -885,3 +885,50 @@ fn sim_ioserver_prints_001_table_2() {
     assert_eq!(rows.len(), 12);
     assert!(rows.iter().all(|r| r["watts"] == r["paper_watts"]), "{rows:?}");
 }
+
+#[test]
+fn sim_sierra_gears_a_trace_through_the_cluster_simulation() {
+    // Goal: `sim sierra` replays a real trace all on and with the MDS's scheduler: the
+    // geared run sleeps servers (less energy, shifts, primaries migrated), loses and
+    // fails nothing, the checker finds nothing, every JSON key is documented and the
+    // report is written; a timescale that does not divide a day is named.
+    let Some(traces) = somnus_testkit::traces_dir() else { return };
+    let trace = traces.join("msr-csv").join("rsrch_1.csv");
+    let trace = trace.to_str().unwrap();
+    let dir = scratch("sierra");
+    let report = dir.join("report");
+    let args = [
+        "sim",
+        "sierra",
+        "--trace",
+        trace,
+        "--duration",
+        "20000",
+        "--timescale",
+        "600",
+        "--json",
+        "--report",
+        report.to_str().unwrap(),
+    ];
+    let document: serde_json::Value = serde_json::from_str(&ok(&somnus(&args))).unwrap();
+    assert_documented(&document, "somnus-sierra");
+    let (all_on, geared) = (&document["all_on"], &document["geared"]);
+    assert_eq!(all_on["energy_share"], 1.0);
+    let share = geared["energy_share"].as_f64().unwrap();
+    assert!(share < 0.8, "the geared run slept too little: {share}");
+    assert!(geared["shifts"].as_u64().unwrap() >= 1 && geared["migrations"].as_u64().unwrap() > 0);
+    for run in [all_on, geared] {
+        assert_eq!(run["errors"], 0, "{run}");
+        assert_eq!(run["unfinished"], 0, "{run}");
+        assert_eq!(run["servers_failed"], 0, "{run}");
+        assert_eq!(run["violations"].as_array().unwrap().len(), 0, "{run}");
+        assert_eq!(run["write"]["count"], all_on["write"]["count"]);
+    }
+    let names: Vec<String> = files(&report).into_iter().map(|(name, _)| name).collect();
+    for wanted in ["runs.csv", "timeline.csv", "gears.svg", "power.svg", "latency-ccdf.svg"] {
+        assert!(names.iter().any(|n| n == wanted), "{wanted} missing from {names:?}");
+    }
+    let output = somnus(&["sim", "sierra", "--trace", trace, "--timescale", "7"]);
+    assert_eq!(output.status.code(), Some(1));
+    assert!(String::from_utf8_lossy(&output.stderr).contains("timescale 7 s: must divide a day"));
+}

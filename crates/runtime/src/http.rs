@@ -19,6 +19,7 @@ use axum::routing::{get, post};
 use bytes::Bytes;
 use metrics_exporter_prometheus::PrometheusHandle;
 use somnus_core::cluster::mds::MdsEvent;
+use somnus_core::gear::GearMode;
 use somnus_types::ServerId;
 use somnus_wire::ClusterSecret;
 use tokio::net::TcpListener;
@@ -43,6 +44,8 @@ pub struct Operator {
     pub events: mpsc::UnboundedSender<MdsEvent>,
     pub servers: u32,
     pub replicas: u32,
+    /// The MDS runs a gear scheduler (`[gear]` in the cluster file).
+    pub scheduled: bool,
 }
 
 /// Serves `endpoint` on `listener` until the task is aborted.
@@ -95,17 +98,34 @@ fn authorized(
 async fn gear(
     State(endpoint): State<Endpoint>,
     headers: HeaderMap,
-    Path(gear): Path<u32>,
+    Path(gear): Path<String>,
 ) -> Response {
     let operator = match authorized(&endpoint, &headers) {
         Ok(operator) => operator,
         Err(answer) => return answer.into_response(),
     };
-    if !(1..=operator.replicas).contains(&gear) {
-        let message = format!("gear {gear} is not between 1 and {}\n", operator.replicas);
+    if !operator.scheduled && (gear == "auto" || gear == "hold") {
+        let message = "this cluster has no gear scheduler (no [gear] section in its cluster \
+                       file): the gear is only set by hand\n";
         return (StatusCode::BAD_REQUEST, message).into_response();
     }
-    send(&operator, MdsEvent::GearSet { gear }, format!("gear set to {gear}\n"))
+    let (mode, done) = match gear.as_str() {
+        "auto" => (GearMode::Auto, "the gear scheduler decides the gear\n".to_string()),
+        "hold" => (GearMode::Hold, "the gear is held as it is\n".to_string()),
+        number => match number.parse::<u32>() {
+            Ok(n) if (1..=operator.replicas).contains(&n) => {
+                (GearMode::Set(n), format!("gear set to {n}\n"))
+            }
+            _ => {
+                let message = format!(
+                    "gear {gear:?} is not auto, hold or a gear between 1 and {}\n",
+                    operator.replicas
+                );
+                return (StatusCode::BAD_REQUEST, message).into_response();
+            }
+        },
+    };
+    send(&operator, MdsEvent::GearMode { mode }, done)
 }
 
 async fn remove(

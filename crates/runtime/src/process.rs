@@ -110,7 +110,12 @@ pub async fn run_mds(path: &Path) -> Result<(), ProcessError> {
     let file = Arc::new(ClusterFile::load(path)?);
     let layout = file.layout()?;
     let clock = Clock::start(file.cluster.time_scale);
-    let (log, mds) = mds_node::open(&file.mds.data_dir, file.config(), &layout, &clock)?;
+    let (log, mut mds) = mds_node::open(&file.mds.data_dir, file.config(), &layout, &clock)?;
+    // A restarted MDS starts its scheduler again with every server on (it kept no
+    // history of the load): the plan it restored is replaced by all on.
+    if let Some(config) = file.scheduler_config().map_err(ProcessError::Profile)? {
+        mds.enable_scheduler(config).map_err(ProcessError::Profile)?;
+    }
     let secret = secret_file::load(&ClusterFile::secret_path(path))?;
     let wiring = wire(&file, secret.clone(), Peer::Mds).await?;
     let (operator_tx, operator) = mpsc::unbounded_channel();
@@ -128,6 +133,7 @@ pub async fn run_mds(path: &Path) -> Result<(), ProcessError> {
         events: operator_tx,
         servers: file.servers.len() as u32,
         replicas: file.cluster.replicas,
+        scheduled: file.gear.is_some(),
     };
     let endpoint = Endpoint { report, metrics: metrics::install(), operator: Some(operator) };
     let http = serve_http(file.mds.http, endpoint).await?;

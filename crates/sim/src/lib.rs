@@ -14,6 +14,8 @@
 //!   physical volumes (disks, caches, power), the network, and the measurements.
 //! - [`experiment`]: the write off-loading experiment (004 section 4) and its report.
 //! - [`replay`]: turning a trace into the engine's requests, windows and days.
+//! - [`gear_study`], [`sierra`]: the gear scheduler on a load series (Sierra 4.1-4.2)
+//!   and on the cluster simulation replaying a trace (Sierra 4.3).
 
 mod cache;
 pub mod cluster;
@@ -22,4 +24,5 @@ pub mod engine;
 pub mod experiment;
 pub mod gear_study;
 pub mod replay;
+pub mod sierra;
 pub mod topology;

@@ -5,6 +5,7 @@ use somnus_core::cluster::{
     LogRecord, LoggedExtent, Message, MetadataError, ObjectInfo, Payload, Piece, ReplyBody,
     RequestError, ServerPower, Stamp, UnstableWrite,
 };
+use somnus_core::gear::LoadSample;
 use somnus_types::{ByteRange, ChunkGroupId, ObjectId, ServerId, Version, VirtualInstant};
 
 /// Every variant of [`Message`], each with fields that are not all zero.
@@ -46,6 +47,13 @@ pub fn every_message() -> Vec<Message> {
             power: ServerPower::Draining,
             leads: vec![(group, epoch)],
             full: true,
+            load: vec![LoadSample {
+                second: 17,
+                reads: 3,
+                writes: 2,
+                read_bytes: 12_288,
+                write_bytes: 1 << 20,
+            }],
         },
         Message::HeartbeatReply(Box::new(LeaseRenewal {
             sent_at: VirtualInstant(5),

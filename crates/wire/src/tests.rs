@@ -230,10 +230,10 @@ proptest! {
     }
 }
 
-/// The bytes of every sample message at wire version 3, kept in the repository: a
+/// The bytes of every sample message at wire version 4, kept in the repository: a
 /// change to a message's fields or to the order of `Message`'s variants changes
 /// them, and must come with a new wire version (docs/format/wire.md).
-const FIXTURE: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/fixtures/v3-messages.bin");
+const FIXTURE: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/fixtures/v4-messages.bin");
 
 fn fixture_bytes() -> Vec<u8> {
     let mut stream = Vec::new();

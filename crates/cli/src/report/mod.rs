@@ -16,6 +16,7 @@ use crate::provenance::OffloadProvenance;
 mod csv;
 pub(crate) mod gear;
 mod plots;
+pub(crate) mod sierra;
 
 use csv::{ccdf_csv, energy_csv, power_csv, spinup_csv, volumes_csv};
 

@@ -5,6 +5,7 @@ use somnus_types::{ByteRange, ChunkGroupId, ObjectId, ServerId, VirtualInstant};
 
 use super::{Payload, ServerPower};
 use crate::Version;
+use crate::gear::LoadSample;
 
 /// A chunk group's view number: it grows by one at each change of primary.
 #[derive(
@@ -314,6 +315,9 @@ pub enum Message {
         leads: Vec<(ChunkGroupId, Epoch)>,
         /// The server's disk has less free space than its reserve.
         full: bool,
+        /// The requests it served as a primary, per finished second since its last
+        /// heartbeat (Sierra 3.5): the gear scheduler's input.
+        load: Vec<LoadSample>,
     },
     /// The MDS's answer to a heartbeat (boxed: it is large, and rare next to the
     /// data path's messages, which every move of a `Message` copies whole).

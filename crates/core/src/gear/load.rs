@@ -106,17 +106,38 @@ pub fn servers_needed(demand: f64) -> u32 {
     if needed >= f64::from(u32::MAX) { u32::MAX } else { needed.max(0.0) as u32 }
 }
 
+/// One second of a primary's requests, as counted: what its heartbeats carry to the
+/// MDS (counts, not rates, so a peer cannot send a rate that is not a number).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct LoadSample {
+    /// The second, since the cluster clock's zero.
+    pub second: u64,
+    pub reads: u32,
+    pub writes: u32,
+    pub read_bytes: u64,
+    pub write_bytes: u64,
+}
+
+impl LoadSample {
+    /// The second's requests as a rate.
+    pub fn rate(&self) -> Load {
+        const MIB: f64 = (1 << 20) as f64;
+        Load {
+            read_iops: f64::from(self.reads),
+            write_iops: f64::from(self.writes),
+            read_mib_s: self.read_bytes as f64 / MIB,
+            write_mib_s: self.write_bytes as f64 / MIB,
+        }
+    }
+}
+
 /// A primary's load meter: counts requests and bytes per whole second of its clock
-/// and hands each finished second over as a rate.
+/// and hands each finished second over.
 #[derive(Clone, Debug, Default)]
 pub struct LoadMeter {
-    second: u64,
-    reads: u64,
-    writes: u64,
-    read_bytes: u64,
-    write_bytes: u64,
-    /// Finished seconds not yet taken: (second, rate).
-    finished: Vec<(u64, Load)>,
+    current: LoadSample,
+    /// Finished seconds not yet taken, oldest first.
+    finished: Vec<LoadSample>,
 }
 
 /// Seconds a meter keeps before the oldest are dropped (their report was lost).
@@ -131,43 +152,33 @@ impl LoadMeter {
     /// A request the primary served at `now`.
     pub fn record(&mut self, now: VirtualInstant, write: bool, bytes: u64) {
         self.roll(now);
+        let c = &mut self.current;
         if write {
-            self.writes += 1;
-            self.write_bytes += bytes;
+            c.writes = c.writes.saturating_add(1);
+            c.write_bytes = c.write_bytes.saturating_add(bytes);
         } else {
-            self.reads += 1;
-            self.read_bytes += bytes;
+            c.reads = c.reads.saturating_add(1);
+            c.read_bytes = c.read_bytes.saturating_add(bytes);
         }
     }
 
     /// Closes the seconds before `now`'s.
     pub fn roll(&mut self, now: VirtualInstant) {
         let second = Self::second_of(now);
-        if second <= self.second {
+        if second <= self.current.second {
             return;
         }
-        if self.reads + self.writes > 0 {
-            const MIB: f64 = (1 << 20) as f64;
-            let load = Load {
-                read_iops: self.reads as f64,
-                write_iops: self.writes as f64,
-                read_mib_s: self.read_bytes as f64 / MIB,
-                write_mib_s: self.write_bytes as f64 / MIB,
-            };
+        if self.current.reads + self.current.writes > 0 {
             if self.finished.len() == FINISHED_MAX {
                 self.finished.remove(0);
             }
-            self.finished.push((self.second, load));
+            self.finished.push(self.current);
         }
-        *self = LoadMeter {
-            second,
-            finished: std::mem::take(&mut self.finished),
-            ..Default::default()
-        };
+        self.current = LoadSample { second, ..LoadSample::default() };
     }
 
     /// The finished seconds with any request, oldest first; taken once.
-    pub fn take(&mut self, now: VirtualInstant) -> Vec<(u64, Load)> {
+    pub fn take(&mut self, now: VirtualInstant) -> Vec<LoadSample> {
         self.roll(now);
         std::mem::take(&mut self.finished)
     }
@@ -207,11 +218,12 @@ mod tests {
         meter.record(at(3_500), false, 1 << 20);
         let seconds = meter.take(at(4_000));
         assert_eq!(seconds.len(), 2);
-        assert_eq!(seconds[0].0, 0);
-        assert_eq!(seconds[0].1.write_iops, 2.0);
-        assert_eq!(seconds[0].1.write_mib_s, 2.0);
-        assert_eq!(seconds[0].1.read_iops, 1.0);
-        assert_eq!(seconds[1], (3, Load { read_iops: 1.0, read_mib_s: 1.0, ..Load::ZERO }));
+        assert_eq!(seconds[0].second, 0);
+        assert_eq!(seconds[0].rate().write_iops, 2.0);
+        assert_eq!(seconds[0].rate().write_mib_s, 2.0);
+        assert_eq!(seconds[0].rate().read_iops, 1.0);
+        assert_eq!(seconds[1].second, 3);
+        assert_eq!(seconds[1].rate(), Load { read_iops: 1.0, read_mib_s: 1.0, ..Load::ZERO });
         assert!(meter.take(at(5_000)).is_empty());
     }
 }

@@ -8,7 +8,7 @@ pub mod plan;
 pub mod predictor;
 pub mod scheduler;
 
-pub use load::{Capability, Load, LoadMeter, servers_needed};
+pub use load::{Capability, Load, LoadMeter, LoadSample, servers_needed};
 pub use plan::{Gearing, PowerPlan, even_sizes, group_order, plan_for};
 pub use predictor::HourOfDay;
 pub use scheduler::{

@@ -191,6 +191,9 @@ pub struct GearScheduler {
     forecasts: BTreeMap<u64, f64>,
     /// The last intervals' measured / forecast, newest last.
     ratios: VecDeque<f64>,
+    /// The last `quiet_intervals` closed intervals' measured demand, newest last: the
+    /// hybrid's forecast where the predictor has no history yet.
+    recent: VecDeque<f64>,
     /// The demand of the last final second.
     last_demand: f64,
     /// A reactive shift or a surprise holds the plan up until then.
@@ -218,6 +221,7 @@ impl GearScheduler {
             current: 0,
             forecasts: BTreeMap::new(),
             ratios: VecDeque::new(),
+            recent: VecDeque::new(),
             last_demand: 0.0,
             hold_until: VirtualInstant::ZERO,
             decisions: VecDeque::new(),
@@ -356,6 +360,10 @@ impl GearScheduler {
         let peak = self.peaks.remove(&index).unwrap_or(Load::ZERO);
         let demand = self.config.capability.demand(&peak, self.config.replicas);
         self.predictor.observe(index, demand);
+        self.recent.push_back(demand);
+        while self.recent.len() > self.config.quiet_intervals.max(1) as usize {
+            self.recent.pop_front();
+        }
         if let Some(forecast) = self.forecasts.remove(&index) {
             let ratio = if forecast > 0.0 { demand / forecast } else { 1.0 };
             self.ratios.push_back(ratio);
@@ -455,22 +463,39 @@ impl GearScheduler {
         }
     }
 
-    /// The plan for interval `index` by the policy; every server while there is no
-    /// history for it.
+    /// The plan for interval `index` by the policy. Where the predictor has no
+    /// history for it (the first day), the predictor keeps every server on; the
+    /// hybrid plans on the largest demand of the last `quiet_intervals` intervals and
+    /// of the one under way so far (so one quiet interval never shifts it down), once
+    /// it has measured that many.
     fn target_for(&mut self, index: u64) -> PowerPlan {
         let Some(forecast) = self.predictor.predict(index) else {
+            let k = self.config.quiet_intervals.max(1) as usize;
+            if self.config.policy == Policy::Hybrid && self.recent.len() >= k {
+                let now = self.peaks.get(&self.current).copied().unwrap_or(Load::ZERO);
+                let now = self.config.capability.demand(&now, self.config.replicas);
+                let recent = self.recent.iter().copied().fold(now, f64::max);
+                self.remember_forecast(index, recent);
+                return self.plan_of(servers_needed(recent * (1.0 + self.config.forecast_margin)));
+            }
             self.forecasts.remove(&index);
             return PowerPlan::all(&self.config.group_sizes);
         };
-        self.forecasts.insert(index, forecast);
-        while self.forecasts.len() > 4 {
-            self.forecasts.pop_first();
-        }
+        self.remember_forecast(index, forecast);
         let trust = match self.config.policy {
             Policy::Predictor => 1.0,
             Policy::Hybrid => self.trust(),
         };
         self.plan_of(servers_needed(forecast * trust * (1.0 + self.config.forecast_margin)))
+    }
+
+    /// The forecast interval `index` is planned on, for the hybrid's checks; the last
+    /// few are kept.
+    fn remember_forecast(&mut self, index: u64, forecast: f64) {
+        self.forecasts.insert(index, forecast);
+        while self.forecasts.len() > 4 {
+            self.forecasts.pop_first();
+        }
     }
 
     /// How far the hybrid trusts the forecast: the largest of the last

@@ -117,8 +117,12 @@ fn the_hybrid_shifts_up_within_seconds_of_a_flash_crowd_and_holds_for_its_dwell(
     assert_eq!(h[day2 + 70], 25);
     // Interval 2 wants 25 anyway; interval 3 (12) falls as the predictor does.
     assert_eq!(h[day2 + 3 * INTERVAL_S as usize + 5], 12);
-    // Before day 2, the two are the same.
-    assert_eq!(p[..day2], h[..day2]);
+    // Day 1, with a day of history, is the same for the two.
+    assert_eq!(p[DAY_S as usize..day2], h[DAY_S as usize..day2]);
+    // Day 0 has no history: the predictor keeps every server on; the hybrid plans the
+    // last interval on the two before it and its own (25 servers' worth) instead.
+    assert!(p[..DAY_S as usize - 10].iter().all(|&n| n == 30));
+    assert_eq!(h[3 * INTERVAL_S as usize + 30], 25);
 }
 
 #[test]

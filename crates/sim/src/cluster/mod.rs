@@ -20,7 +20,8 @@ mod trace_replay;
 
 pub use scenario::{Injection, OpKind, OpRecord};
 pub use trace_replay::{
-    GearAt, REPLAY_BLOCK_BYTES, TraceOp, TraceReplayReport, TraceWorkload, replay_trace,
+    GearAt, Gearing, REPLAY_BLOCK_BYTES, Sample, TraceOp, TraceReplayReport, TraceWorkload,
+    replay_trace, replay_trace_with,
 };
 
 use std::collections::BTreeMap;
@@ -237,6 +238,8 @@ enum Event {
     ReplayNext,
     /// A gear shift of the replay's schedule.
     ReplayGear(u32),
+    /// The replay samples the cluster's power and plan.
+    ReplaySample,
     Lose,
     DeclareLost(u32),
     Heal,
@@ -584,6 +587,7 @@ impl<'t> ClusterSim<'t> {
             Event::Gear => self.gear_shift(),
             Event::ReplayNext => self.replay_arrivals(),
             Event::ReplayGear(gear) => self.replay_gear(gear),
+            Event::ReplaySample => self.replay_sample(),
             Event::Lose => self.lose(),
             Event::DeclareLost(s) => {
                 self.trace(|| format!("s{s} declared lost"));
@@ -1327,7 +1331,8 @@ fn brief(message: &Message) -> String {
 
 /// The disks of the simulated servers: the Seagate Cheetah 15K.4 of the built-in
 /// profiles.
-fn disk_mechanics() -> DiskMechanics {
+/// The simulated servers' disk (a Cheetah 15K.4, as the trace replays').
+pub fn disk_mechanics() -> DiskMechanics {
     let profile = somnus_core::power::builtin_profile("seagate-cheetah-15k4-146gb");
     match profile.map(|p| p.mechanics) {
         Ok(Some(mechanics)) => mechanics,

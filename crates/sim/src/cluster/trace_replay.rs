@@ -10,7 +10,9 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use somnus_core::cluster::client::{ClientEvent, ClientOp, ClientOutcome};
+use somnus_core::cluster::mds::MdsCounters;
 use somnus_core::cluster::{Payload, Stamp};
+use somnus_core::gear::{SchedulerConfig, SchedulerCounters};
 use somnus_trace::{TraceError, TraceSet};
 use somnus_types::{ByteRange, ChunkGroupId, IoKind, ServerId, VirtualDuration, VirtualInstant};
 
@@ -81,6 +83,31 @@ impl TraceWorkload {
     }
 }
 
+/// How the replay's gears are chosen.
+#[derive(Clone, Debug, Default)]
+pub enum Gearing {
+    /// Every server on throughout.
+    #[default]
+    AllOn,
+    /// Shifts at fixed trace times (`somnus replay --gear-schedule`).
+    Schedule(Vec<GearAt>),
+    /// The MDS's gear scheduler, from the replay's start (its `origin` is set to it).
+    Scheduler(SchedulerConfig),
+}
+
+/// The cluster at one sample of the replay (`Replay::SAMPLE_EVERY`).
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct Sample {
+    /// Trace time.
+    pub at_s: f64,
+    /// Servers the MDS has on, waking or draining (not asleep, failed or removed).
+    pub servers_on: u32,
+    /// Servers the gear plan keeps on.
+    pub planned_on: u32,
+    /// The servers' mean power since the sample before.
+    pub watts: f64,
+}
+
 /// A gear shift at a trace time (`somnus replay --gear-schedule`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct GearAt {
@@ -113,6 +140,11 @@ pub struct TraceReplayReport {
     /// Latencies in milliseconds, in completion order.
     pub read_ms: Vec<f64>,
     pub write_ms: Vec<f64>,
+    /// The cluster every `sample_every` of trace time.
+    pub samples: Vec<Sample>,
+    /// The gear scheduler's counters, when it chose the gears.
+    pub scheduler: Option<SchedulerCounters>,
+    pub mds: MdsCounters,
     pub end: SeedReport,
 }
 
@@ -129,6 +161,11 @@ impl TraceReplayReport {
 pub(super) struct Replay {
     workload: Arc<TraceWorkload>,
     gears: Vec<GearAt>,
+    scheduler: Option<SchedulerConfig>,
+    sample_every: VirtualDuration,
+    samples: Vec<Sample>,
+    /// Joules used at the last sample.
+    sampled_joules: f64,
     created: usize,
     start: Option<VirtualInstant>,
     next: usize,
@@ -159,13 +196,31 @@ pub fn replay_trace(
     workload: Arc<TraceWorkload>,
     gears: &[GearAt],
 ) -> TraceReplayReport {
+    let gearing = Gearing::Schedule(gears.to_vec());
+    let spec = ClusterSpec { check_history: false, ..spec.clone() };
+    replay_trace_with(&spec, seed, workload, &gearing, VirtualDuration::from_secs(60))
+}
+
+/// [`replay_trace`] with the gears chosen by `gearing`, sampling the cluster every
+/// `sample_every` of trace time, the history checked as `spec.check_history` says.
+pub fn replay_trace_with(
+    spec: &ClusterSpec,
+    seed: u64,
+    workload: Arc<TraceWorkload>,
+    gearing: &Gearing,
+    sample_every: VirtualDuration,
+) -> TraceReplayReport {
+    let (gears, scheduler) = match gearing {
+        Gearing::AllOn => (Vec::new(), None),
+        Gearing::Schedule(gears) => (gears.clone(), None),
+        Gearing::Scheduler(config) => (Vec::new(), Some(config.clone())),
+    };
     let span = workload.span();
     let spec = ClusterSpec {
         clients: 1,
         objects: 0,
         fill: false,
         faults: FaultSet::none(),
-        check_history: false,
         virtual_secs: (span + SETTLE_MAX).as_secs_f64().ceil() as u64 + 60,
         ..spec.clone()
     };
@@ -173,7 +228,11 @@ pub fn replay_trace(
     let mut sim = ClusterSim::new(&spec, seed, None);
     sim.replay = Some(Replay {
         workload,
-        gears: gears.to_vec(),
+        gears,
+        scheduler,
+        sample_every: sample_every.max(VirtualDuration::from_secs(1)),
+        samples: Vec::new(),
+        sampled_joules: 0.0,
         created: 0,
         start: None,
         next: 0,
@@ -214,6 +273,8 @@ pub fn replay_trace(
             server.map_or(0, |server| server.counters().writes_acknowledged)
         })
         .collect();
+    let scheduler = sim.mds.scheduler().map(|s| s.counters());
+    let mds = sim.mds.counters();
     let mut replay = sim.replay.take().unwrap_or_else(|| unreachable!("set above"));
     replay.primaries.push(final_map);
     let end = sim.finish_run();
@@ -232,6 +293,9 @@ pub fn replay_trace(
         unfinished: (replay.workload.ops.len() - replay.done) as u64,
         read_ms: replay.read_ms,
         write_ms: replay.write_ms,
+        samples: replay.samples,
+        scheduler,
+        mds,
         end,
     }
 }
@@ -298,6 +362,35 @@ impl ClusterSim<'_> {
         self.feed_client(0, ClientEvent::Submit { tag, op });
     }
 
+    /// Samples the cluster's power and plan; the next sample is scheduled while the
+    /// trace runs.
+    pub(super) fn replay_sample(&mut self) {
+        let now = self.now();
+        let joules = self.energy_joules().0;
+        let servers = self.spec.servers;
+        let servers_on = (0..servers)
+            .filter(|s| {
+                use somnus_core::cluster::ServerPower as P;
+                let power = self.mds.server_power(ServerId(*s));
+                matches!(power, P::On | P::Waking | P::Draining)
+            })
+            .count() as u32;
+        let planned_on = self.mds.planned_on_count();
+        let Some(replay) = self.replay.as_mut() else { return };
+        let Some(start) = replay.start else { return };
+        let seconds = replay.sample_every.as_secs_f64();
+        replay.samples.push(Sample {
+            at_s: now.duration_since(start).as_secs_f64(),
+            servers_on,
+            planned_on,
+            watts: (joules - replay.sampled_joules) / seconds,
+        });
+        replay.sampled_joules = joules;
+        if replay.done < replay.workload.ops.len() {
+            self.events.schedule(now + replay.sample_every, Event::ReplaySample);
+        }
+    }
+
     /// A gear shift of the schedule: the primaries as they stand, then the shift.
     pub(super) fn replay_gear(&mut self, gear: u32) {
         let map = self.primaries();
@@ -332,8 +425,23 @@ impl ClusterSim<'_> {
             }
             replay.start = Some(now);
             let gears: Vec<GearAt> = replay.gears.clone();
+            let scheduler = replay.scheduler.take();
+            let sample_every = replay.sample_every;
             for gear in gears {
                 self.events.schedule(now + gear.at, Event::ReplayGear(gear.gear));
+            }
+            self.events.schedule(now + sample_every, Event::ReplaySample);
+            let joules = self.energy_joules().0;
+            if let Some(replay) = self.replay.as_mut() {
+                replay.sampled_joules = joules;
+            }
+            if let Some(config) = scheduler {
+                // The scheduler's days count from the trace's start.
+                let config = SchedulerConfig { origin: now, ..config };
+                if let Err(error) = self.mds.enable_scheduler(config) {
+                    self.checker.violate(format!("the gear scheduler's config: {error}"));
+                }
+                self.drain(super::Node::Mds);
             }
             self.replay_arrivals();
             return;

@@ -14,6 +14,7 @@
 //! `handle(now, MdsEvent::TimerFired)` when it expires. Times never decrease.
 
 mod deadlines;
+mod gearing;
 mod namespace;
 mod power;
 mod rebuild;
@@ -27,6 +28,7 @@ use super::{
     ClientId, ClusterConfig, DvlHandoff, Epoch, GroupView, LeaseGrant, LeaseRenewal, Message, Peer,
     ServerPower, WAKE_RESEND,
 };
+use crate::gear::{GearMode, GearScheduler, PowerPlan};
 use crate::layout::Layout;
 use deadlines::{Deadlines, Due};
 
@@ -40,9 +42,14 @@ pub enum MdsEvent {
         message: Message,
     },
     TimerFired,
-    /// The operator or the gear scheduler set the gear (`set_gear`).
+    /// The operator set gear N (as `GearMode { mode: Set(N) }`).
     GearSet {
         gear: u32,
+    },
+    /// The operator's override of the gear scheduler (`somnus gear set N|auto|hold`);
+    /// without a scheduler only `Set` does anything.
+    GearMode {
+        mode: GearMode,
     },
     /// The operator declared `server` lost for good: its replicas are rebuilt on the
     /// other servers of its gear group (3.2).
@@ -89,8 +96,17 @@ pub enum Command {
         server: ServerId,
         power: ServerPower,
     },
+    /// Gear groups 0..gear on (in id order): written by builds before gear plans,
+    /// still read from their logs.
     SetGear {
         gear: u32,
+    },
+    /// The gear plan: the first `full_groups` gear groups of `order` on, and the first
+    /// `partial` servers (by id) of the next one.
+    SetPlan {
+        full_groups: u32,
+        partial: u32,
+        order: Vec<u32>,
     },
     /// `with` replaces the lost `lost` among `group`'s replicas, its copy to be built.
     ReplaceReplica {
@@ -199,7 +215,14 @@ pub struct Mds {
     full: Vec<ServerId>,
     objects: BTreeMap<String, ObjectEntry>,
     next_object: u64,
-    gear: u32,
+    /// Which servers the gear keeps on: the plan and the gear groups in its order.
+    plan: PowerPlan,
+    order: Vec<u32>,
+    /// Each server's place among its gear group's servers, by id (a partial group
+    /// keeps its first servers on).
+    rank: Vec<u32>,
+    /// Decides the plan from the primaries' load reports, when the shell enabled it.
+    scheduler: Option<Box<GearScheduler>>,
     actions: VecDeque<MdsAction>,
     counters: MdsCounters,
     now: VirtualInstant,
@@ -240,12 +263,16 @@ impl Mds {
             full: Vec::new(),
             objects: BTreeMap::new(),
             next_object: 1,
-            gear: config.replicas,
+            plan: PowerPlan { full_groups: config.replicas, partial: 0 },
+            order: (0..config.replicas).collect(),
+            rank: Vec::new(),
+            scheduler: None,
             actions: VecDeque::new(),
             counters: MdsCounters::default(),
             now,
             deadlines: Deadlines::default(),
         };
+        mds.rank = gear_group_ranks(&mds.servers);
         mds.list_power();
         for server in 0..mds.servers.len() {
             mds.index_server(ServerId(server as u32));
@@ -323,7 +350,8 @@ impl Mds {
         match event {
             MdsEvent::MessageReceived { from, message } => self.handle_message(from, message),
             MdsEvent::TimerFired => self.handle_timer(),
-            MdsEvent::GearSet { gear } => self.set_gear(gear),
+            MdsEvent::GearSet { gear } => self.gear_mode(GearMode::Set(gear)),
+            MdsEvent::GearMode { mode } => self.gear_mode(mode),
             MdsEvent::DeclareLost { server } => self.declare_lost(server),
         }
     }
@@ -342,7 +370,12 @@ impl Mds {
             ),
             "the deadline index is stale"
         );
-        self.deadlines.first()
+        let scheduler = self.scheduler.as_ref().map(|s| s.poll_timeout());
+        let scheduler = scheduler.filter(|at| *at != VirtualInstant::MAX);
+        match (self.deadlines.first(), scheduler) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        }
     }
 
     /// When a group's lease has run out, the margin included.
@@ -384,8 +417,19 @@ impl Mds {
         self.counters
     }
 
+    /// Whole gear groups on.
     pub fn gear(&self) -> u32 {
-        self.gear
+        self.plan.full_groups
+    }
+
+    /// The gear plan and the gear groups in its order, first on first.
+    pub fn plan(&self) -> (PowerPlan, &[u32]) {
+        (self.plan, &self.order)
+    }
+
+    /// The gear scheduler, when the shell enabled one.
+    pub fn scheduler(&self) -> Option<&GearScheduler> {
+        self.scheduler.as_deref()
     }
 
     pub fn server_count(&self) -> usize {
@@ -486,7 +530,15 @@ impl Mds {
                 self.list_power();
             }
             Command::SetGear { gear } => {
-                self.gear = *gear;
+                self.plan = PowerPlan { full_groups: *gear, partial: 0 };
+                self.order = (0..self.config.replicas).collect();
+                for group in &mut self.groups {
+                    group.kept_on = false;
+                }
+            }
+            Command::SetPlan { full_groups, partial, order } => {
+                self.plan = PowerPlan { full_groups: *full_groups, partial: *partial };
+                self.order = order.clone();
                 for group in &mut self.groups {
                     group.kept_on = false;
                 }
@@ -541,7 +593,12 @@ impl Mds {
             return;
         }
         match message {
-            Message::Heartbeat { sent_at, leads, full, .. } => {
+            Message::Heartbeat { sent_at, leads, full, load, .. } => {
+                // Load once per heartbeat: a duplicate (same send time) is not new.
+                let new = self.servers[server.index()].heartbeat_sent.is_none_or(|l| sent_at > l);
+                if new {
+                    self.report_load(&load);
+                }
                 self.heartbeat(server, sent_at, &leads, full)
             }
             // Only a group's primary in its epoch gives the lease back, sets the DVL's
@@ -701,6 +758,7 @@ impl Mds {
     }
 
     fn handle_timer(&mut self) {
+        self.run_scheduler();
         self.resend_wakes();
         self.detect_failures();
         self.expire_leases();
@@ -821,3 +879,16 @@ pub(crate) fn mix(mut x: u64) -> u64 {
 
 #[cfg(test)]
 mod tests;
+
+/// Each server's place among the servers of its gear group, in id order.
+fn gear_group_ranks(servers: &[ServerEntry]) -> Vec<u32> {
+    let mut next: BTreeMap<GearGroupId, u32> = BTreeMap::new();
+    servers
+        .iter()
+        .map(|s| {
+            let rank = next.entry(s.gear_group).or_insert(0);
+            *rank += 1;
+            *rank - 1
+        })
+        .collect()
+}

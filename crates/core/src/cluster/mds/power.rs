@@ -3,17 +3,26 @@
 //! serve; a failure wakes the sleeping replicas of the failed server's groups; a
 //! sleeping server is never declared failed.
 
-use somnus_types::{ChunkGroupId, GearGroupId, ServerId, VirtualInstant};
+use somnus_types::{ChunkGroupId, ServerId, VirtualInstant};
 
 use super::{Command, Mds, MdsAction};
 use crate::cluster::{DvlHandoff, Message, Peer, ServerPower};
+use crate::gear::PowerPlan;
 
 impl Mds {
-    /// Gear g keeps gear groups 0..g on (at least `g_min` of them): the others drain
-    /// their primaries and sleep, the sleeping ones of 0..g wake.
-    pub(super) fn set_gear(&mut self, gear: u32) {
-        let gear = gear.clamp(self.config.gear_min, self.config.replicas);
-        self.commit(Command::SetGear { gear });
+    /// The plan keeps its first `full_groups` gear groups of `order` on (at least
+    /// `g_min` whole ones) and the first `partial` servers of the next: the others drain
+    /// their primaries and sleep, the sleeping ones the plan has on wake.
+    pub(super) fn set_plan(&mut self, plan: PowerPlan, order: Vec<u32>) {
+        let r = self.config.replicas;
+        let full_groups = plan.full_groups.clamp(self.config.gear_min, r);
+        let partial = if full_groups < r { plan.partial } else { 0 };
+        // An order that is not a permutation of the gear groups is not a plan: keep
+        // the current one.
+        let mut sorted = order.clone();
+        sorted.sort_unstable();
+        let order = if sorted == (0..r).collect::<Vec<_>>() { order } else { self.order.clone() };
+        self.commit(Command::SetPlan { full_groups, partial, order });
         for index in 0..self.servers.len() {
             let server = ServerId(index as u32);
             match (self.servers[index].power, self.keeps_on(server)) {
@@ -32,7 +41,7 @@ impl Mds {
     /// group whose replica in an on gear group failed (P3: it covers until that one is
     /// back or rebuilt).
     pub(super) fn keeps_on(&self, server: ServerId) -> bool {
-        let on = |s: &ServerId| self.servers[s.index()].gear_group < GearGroupId(self.gear);
+        let on = |s: &ServerId| self.planned_on(*s);
         if on(&server) {
             return true;
         }
@@ -43,6 +52,15 @@ impl Mds {
                         .iter()
                         .any(|r| on(r) && self.servers[r.index()].power == ServerPower::Failed))
         })
+    }
+
+    /// Whether the plan has `server` on, failures aside.
+    pub(super) fn planned_on(&self, server: ServerId) -> bool {
+        let group = self.servers[server.index()].gear_group.0;
+        let Some(place) = self.order.iter().position(|g| *g == group) else { return true };
+        let place = place as u32;
+        place < self.plan.full_groups
+            || (place == self.plan.full_groups && self.rank[server.index()] < self.plan.partial)
     }
 
     /// P4: a primary that cannot log a write gets its replicas back: those draining

@@ -18,7 +18,11 @@ impl Mds {
     /// (the layout it was made with).
     pub fn snapshot(&self, layout: &Layout) -> Vec<Command> {
         let base = Mds::new(self.config, layout, self.now);
-        let mut commands = vec![Command::SetGear { gear: self.gear }];
+        let mut commands = vec![Command::SetPlan {
+            full_groups: self.plan.full_groups,
+            partial: self.plan.partial,
+            order: self.order.clone(),
+        }];
         for (index, (now, then)) in self.servers.iter().zip(&base.servers).enumerate() {
             if now.power != then.power {
                 let server = somnus_types::ServerId(index as u32);
@@ -93,8 +97,9 @@ impl Mds {
             })
             .collect();
         format!(
-            "gear {} next {} led {:?} down {:?} lost {:?}\n{power:?}\n{}\n{}",
-            self.gear,
+            "plan {:?} {:?} next {} led {:?} down {:?} lost {:?}\n{power:?}\n{}\n{}",
+            self.plan,
+            self.order,
             self.next_object,
             self.led,
             self.down,

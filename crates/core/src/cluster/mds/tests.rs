@@ -11,6 +11,7 @@ use somnus_types::{ChunkGroupId, ServerId, VirtualDuration, VirtualInstant};
 
 use super::*;
 use crate::cluster::{ClientId, ClusterConfig, Epoch, Message, MetadataError, Peer, ServerPower};
+use crate::gear::{Capability, Gearing, LoadSample, Policy, SchedulerConfig};
 use crate::layout::{Layout, LayoutSpec, RackAssignment, Scheme};
 
 const SERVERS: u32 = 9;
@@ -55,6 +56,9 @@ struct Harness {
     grants_with_handoff: Vec<bool>,
     /// The target of every `MigratePrimary`, in order.
     migration_targets: Vec<ServerId>,
+    /// Reads per second the clients send, shared evenly by the servers awake: each
+    /// reports its share of the second before in its heartbeat.
+    reads_per_s: u32,
 }
 
 impl Harness {
@@ -95,6 +99,7 @@ impl Harness {
             client_replies: Vec::new(),
             grants_with_handoff: Vec::new(),
             migration_targets: Vec::new(),
+            reads_per_s: 0,
         }
     }
 
@@ -174,6 +179,9 @@ impl Harness {
     /// One second: every awake server heartbeats, timers fire, leases are checked.
     fn second(&mut self) {
         self.now = self.now.saturating_add(VirtualDuration::from_secs(1));
+        let awake = self.servers.iter().filter(|f| !(f.dead || f.asleep)).count().max(1);
+        let share = self.reads_per_s.div_ceil(awake as u32);
+        let second = self.now.as_nanos() / 1_000_000_000 - 1;
         for index in 0..self.servers.len() {
             let fake = &mut self.servers[index];
             // A lease that ran out is dropped by the server itself.
@@ -183,11 +191,18 @@ impl Harness {
                 continue;
             }
             let leads = fake.leases.iter().map(|(g, l)| (*g, l.0)).collect();
+            let load = if share > 0 {
+                let bytes = u64::from(share) * 4096;
+                vec![LoadSample { second, reads: share, read_bytes: bytes, ..Default::default() }]
+            } else {
+                Vec::new()
+            };
             let heartbeat = Message::Heartbeat {
                 sent_at: self.now,
                 power: ServerPower::On,
                 leads,
                 full: false,
+                load,
             };
             self.event(MdsEvent::MessageReceived {
                 from: Peer::Server(ServerId(index as u32)),
@@ -625,4 +640,132 @@ fn the_lease_checker_catches_a_restarted_mds_that_does_not_wait_out_leases() {
     let message = caught.expect_err("two leases overlap");
     let text = message.downcast_ref::<String>().cloned().unwrap_or_default();
     assert!(text.starts_with("C1:"), "{text}");
+}
+
+/// A hybrid scheduler in the MDS: one-minute intervals, a day of an hour, each server
+/// serving 10 reads per second.
+fn scheduled() -> Harness {
+    let mut h = Harness::started();
+    let config = SchedulerConfig {
+        replicas: 0,
+        group_sizes: Vec::new(),
+        capability: Capability {
+            read_iops: 10.0,
+            write_iops: 10.0,
+            read_mib_s: 100.0,
+            write_mib_s: 100.0,
+        },
+        gearing: Gearing::Fractional,
+        gear_min: 0,
+        policy: Policy::Hybrid,
+        interval: VirtualDuration::from_secs(60),
+        day: VirtualDuration::from_secs(3600),
+        origin: VirtualInstant::ZERO,
+        wake_lead: VirtualDuration::from_secs(5),
+        report_delay: VirtualDuration::from_secs(2),
+        headroom: 0.2,
+        dwell: VirtualDuration::from_secs(60),
+        quiet_intervals: 2,
+        forecast_margin: 0.0,
+    };
+    h.mds.enable_scheduler(config).unwrap();
+    h
+}
+
+impl Harness {
+    fn servers_on(&self) -> usize {
+        (0..SERVERS)
+            .filter(|s| matches!(h_power(self, *s), ServerPower::On | ServerPower::Waking))
+            .count()
+    }
+
+    /// Seconds until `done` holds (at most `limit`), checking P1 at every step.
+    fn run_until(&mut self, limit: u32, done: impl Fn(&Harness) -> bool) -> u32 {
+        for elapsed in 0..limit {
+            if done(self) {
+                return elapsed;
+            }
+            self.second();
+            for fake in &self.servers {
+                assert!(!fake.asleep || fake.leases.is_empty(), "P1: a sleeper leads");
+            }
+        }
+        panic!(
+            "not done in {limit} s: {} servers on, plan {:?}",
+            self.servers_on(),
+            self.mds.plan()
+        );
+    }
+}
+
+fn h_power(h: &Harness, server: u32) -> ServerPower {
+    h.mds.server_power(ServerId(server))
+}
+
+#[test]
+fn the_mds_gears_by_the_load_its_primaries_report() {
+    // Goal: the scheduler runs inside the MDS on the heartbeats' load: a quiet load
+    // puts servers to sleep after two quiet intervals (never one), a surge wakes
+    // enough of them within seconds, and no sleeper ever leads (P1).
+    let mut h = scheduled();
+    h.reads_per_s = 90;
+    h.run(180);
+    assert_eq!(h.servers_on(), 9, "a load of 9 servers keeps all 9 on");
+    // A load of 2 servers: g_min keeps one whole gear group of 3.
+    h.reads_per_s = 20;
+    let fell = h.run_until(400, |h| h.servers_on() == 3);
+    assert!(fell > 60, "one quiet interval shifted down ({fell} s)");
+    h.run(5);
+    let asleep = (0..SERVERS).filter(|s| h_power(&h, *s) == ServerPower::Asleep).count();
+    assert_eq!(asleep, 6, "the others sleep");
+    assert!(h.persisted.iter().any(|c| matches!(c, Command::SetPlan { full_groups: 1, .. })));
+    // A surge to 8 servers' load: woken within seconds, with headroom (all 9).
+    h.reads_per_s = 80;
+    let rose = h.run_until(10, |h| h.servers_on() == 9);
+    assert!(rose <= 5, "the surge took {rose} s to wake servers");
+    let counters = h.mds.scheduler().unwrap().counters();
+    assert_eq!(counters.reactive_shifts, 1);
+    assert_eq!(h.mds.counters().servers_failed, 0, "sleep is not failure (P2)");
+}
+
+#[test]
+fn an_operator_holds_sets_and_gives_back_the_gear() {
+    // Goal: `gear set hold` freezes the plan whatever the load, `gear set N` fixes
+    // gear N, and `auto` hands control back to the scheduler.
+    let mut h = scheduled();
+    h.reads_per_s = 10;
+    h.event(MdsEvent::GearMode { mode: GearMode::Hold });
+    h.run(600);
+    assert_eq!(h.servers_on(), 9, "held: nothing shifts");
+    h.event(MdsEvent::GearMode { mode: GearMode::Set(2) });
+    h.run_until(10, |h| h.servers_on() == 6);
+    h.run(300);
+    assert_eq!(h.servers_on(), 6, "set: the scheduler does not move it");
+    h.event(MdsEvent::GearMode { mode: GearMode::Auto });
+    h.run_until(400, |h| h.servers_on() == 3);
+}
+
+#[test]
+fn a_partial_group_in_a_rotated_order_keeps_exactly_its_servers_on() {
+    // Goal: a plan of one whole gear group and one server of the next, in the order
+    // [2, 0, 1], keeps gear group 2 and the first server of gear group 0 on.
+    let mut h = Harness::started();
+    h.mds.set_plan(PowerPlan { full_groups: 1, partial: 1 }, vec![2, 0, 1]);
+    while let Some(MdsAction::Persist(_) | MdsAction::Send { .. } | MdsAction::WakeServer(_)) =
+        h.mds.poll_action()
+    {}
+    let on: Vec<u32> = (0..SERVERS).filter(|s| h.mds.planned_on(ServerId(*s))).collect();
+    // Rack-aligned: server s is in gear group s % 3.
+    assert_eq!(on, vec![0, 2, 5, 8]);
+    // An order that is not a permutation is refused: the plan keeps its order.
+    h.mds.set_plan(PowerPlan { full_groups: 1, partial: 0 }, vec![2, 2, 1]);
+    assert_eq!(h.mds.plan().1, &[2, 0, 1]);
+}
+
+impl Harness {
+    fn run(&mut self, seconds: u32) {
+        for _ in 0..seconds {
+            self.second();
+        }
+    }
 }

@@ -34,6 +34,7 @@ use super::{
     ClusterConfig, Epoch, LeaseGrant, LeaseRenewal, LogRecord, Message, Peer, ServerPower,
     Topology, UnstableWrite,
 };
+use crate::gear::LoadMeter;
 use crate::slab::{Key, Slab};
 
 use led_groups::LedGroups;
@@ -290,6 +291,8 @@ pub struct Server {
     actions: VecDeque<ServerAction>,
     counters: ServerCounters,
     space: Space,
+    /// The requests served as a primary, per second, for the heartbeats.
+    load: LoadMeter,
 }
 
 /// What the server knows of disk space, its own and its peers'.
@@ -342,6 +345,7 @@ impl Server {
             actions: VecDeque::new(),
             counters: ServerCounters::default(),
             space: Space::default(),
+            load: LoadMeter::default(),
         };
         server.heartbeat();
         server
@@ -490,7 +494,8 @@ impl Server {
 
     fn heartbeat(&mut self) {
         let (power, leads, full) = (self.power, self.leads(), self.is_full());
-        let message = Message::Heartbeat { sent_at: self.now, power, leads, full };
+        let load = self.load.take(self.now);
+        let message = Message::Heartbeat { sent_at: self.now, power, leads, full, load };
         self.send(Peer::Mds, message);
         self.next_heartbeat = self.now.saturating_add(self.config.heartbeat_interval);
     }

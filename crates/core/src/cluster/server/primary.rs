@@ -413,6 +413,7 @@ impl Server {
                         return;
                     }
                     led.waiting.push_back(waiting);
+                    self.load.record(now, stamp.is_some(), range.size_bytes());
                 }
                 self.admit(group);
             }

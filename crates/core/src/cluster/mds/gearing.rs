@@ -1,0 +1,89 @@
+//! The gear scheduler inside the MDS (Sierra 3.5; docs/gear-scheduler.md): the
+//! primaries' heartbeats carry their per-second load, the scheduler turns it into
+//! plans, and each plan is carried out as any gear shift is (P1-P4).
+
+use crate::cluster::ServerPower;
+
+use super::Mds;
+use crate::gear::{GearMode, GearScheduler, LoadSample, PowerPlan, SchedulerConfig};
+
+impl Mds {
+    /// Lets a scheduler of `config` decide the gear from now on. Its r, g_min and gear
+    /// group sizes are the MDS's own. It starts with every server on and no history
+    /// (a restarted MDS wakes its servers and learns the load again).
+    pub fn enable_scheduler(&mut self, mut config: SchedulerConfig) -> Result<(), String> {
+        config.replicas = self.config.replicas;
+        config.gear_min = self.config.gear_min;
+        let mut sizes = vec![0u32; self.config.replicas as usize];
+        for server in &self.servers {
+            if server.power != ServerPower::Removed
+                && let Some(size) = sizes.get_mut(server.gear_group.index())
+            {
+                *size += 1;
+            }
+        }
+        config.group_sizes = sizes;
+        config.validate()?;
+        let scheduler = GearScheduler::new(config, self.now);
+        let (plan, order) = (scheduler.plan(), scheduler.order());
+        self.scheduler = Some(Box::new(scheduler));
+        if (plan, &order) != (self.plan, &self.order) {
+            self.set_plan(plan, order);
+        }
+        Ok(())
+    }
+
+    /// Servers the plan keeps on (removed ones aside), failures aside.
+    pub fn planned_on_count(&self) -> u32 {
+        (0..self.servers.len())
+            .filter(|&s| self.servers[s].power != ServerPower::Removed)
+            .filter(|&s| self.planned_on(somnus_types::ServerId(s as u32)))
+            .count() as u32
+    }
+
+    /// The operator's override: to the scheduler if there is one; without one the
+    /// gear is the operator's, and only `Set` changes it.
+    pub(super) fn gear_mode(&mut self, mode: GearMode) {
+        match self.scheduler.as_mut() {
+            Some(scheduler) => {
+                scheduler.set_mode(self.now, mode);
+                self.take_decisions();
+            }
+            None => {
+                if let GearMode::Set(gear) = mode {
+                    let order = self.order.clone();
+                    self.set_plan(PowerPlan { full_groups: gear, partial: 0 }, order);
+                }
+            }
+        }
+    }
+
+    /// A heartbeat's load samples, to the scheduler.
+    pub(super) fn report_load(&mut self, samples: &[LoadSample]) {
+        let (Some(scheduler), now) = (self.scheduler.as_mut(), self.now) else { return };
+        for sample in samples {
+            scheduler.report(now, sample.second, sample.rate());
+        }
+    }
+
+    /// Whatever the scheduler has due by now, carried out.
+    pub(super) fn run_scheduler(&mut self) {
+        let Some(scheduler) = self.scheduler.as_mut() else { return };
+        scheduler.handle_timeout(self.now);
+        self.take_decisions();
+    }
+
+    /// The scheduler's newest decision becomes the plan (the ones before it are
+    /// already overtaken).
+    fn take_decisions(&mut self) {
+        let mut last = None;
+        while let Some(decision) = self.scheduler.as_mut().and_then(|s| s.poll_decision()) {
+            last = Some(decision);
+        }
+        if let Some(decision) = last
+            && (decision.plan, &decision.order) != (self.plan, &self.order)
+        {
+            self.set_plan(decision.plan, decision.order);
+        }
+    }
+}
