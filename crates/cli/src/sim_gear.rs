@@ -14,6 +14,20 @@ use somnus_types::VirtualDuration;
 
 use crate::output::note;
 
+/// The hybrid scheduler's knobs (`sim gear`, `sim sierra`).
+#[derive(Args, Debug)]
+pub(crate) struct HybridArgs {
+    /// The hybrid's reactive shift provisions this share above the measured load.
+    #[arg(long, default_value_t = 0.2)]
+    pub(crate) headroom: f64,
+    /// How long a reactive shift holds at least, in seconds. Default: one interval.
+    #[arg(long)]
+    pub(crate) dwell_s: Option<u64>,
+    /// Intervals in a row below forecast before the hybrid forecasts lower.
+    #[arg(long, default_value_t = 2)]
+    pub(crate) quiet_intervals: u32,
+}
+
 #[derive(Args, Debug)]
 pub(crate) struct GearArgs {
     /// A load series in the format of load-timeseries/cloudphysics_30min_load.csv
@@ -40,15 +54,8 @@ pub(crate) struct GearArgs {
     /// The built-in server profile whose wake time the scheduler plans with.
     #[arg(long, default_value = "ecs2-storage-node")]
     server_profile: String,
-    /// The hybrid's reactive shift provisions this share above the measured load.
-    #[arg(long, default_value_t = 0.2)]
-    headroom: f64,
-    /// How long a reactive shift holds at least, in seconds. Default: one interval.
-    #[arg(long)]
-    dwell_s: Option<u64>,
-    /// Intervals in a row below forecast before the hybrid forecasts lower.
-    #[arg(long, default_value_t = 2)]
-    quiet_intervals: u32,
+    #[command(flatten)]
+    hybrid: HybridArgs,
     /// Print one JSON document (schema `somnus-gear`) instead of tables.
     #[arg(long)]
     json: bool,
@@ -74,9 +81,9 @@ pub(crate) fn run(args: &GearArgs) -> Result<()> {
         window_s,
         windows_per_interval: interval_s / window_s,
         wake: profile.wake_duration(),
-        headroom: args.headroom,
-        dwell: VirtualDuration::from_secs(args.dwell_s.unwrap_or(u64::from(interval_s))),
-        quiet_intervals: args.quiet_intervals,
+        headroom: args.hybrid.headroom,
+        dwell: VirtualDuration::from_secs(args.hybrid.dwell_s.unwrap_or(u64::from(interval_s))),
+        quiet_intervals: args.hybrid.quiet_intervals,
     };
     config.validate().map_err(|e| anyhow::anyhow!("{e}"))?;
     let names: Vec<String> = if args.workload == "all" {

@@ -46,15 +46,8 @@ pub(crate) struct SierraArgs {
     /// Which scheduler decides.
     #[arg(long, value_enum, default_value = "hybrid")]
     policy: PolicyChoice,
-    /// The hybrid's reactive shift provisions this share above the measured load.
-    #[arg(long, default_value_t = 0.2)]
-    headroom: f64,
-    /// How long a reactive shift holds at least, in seconds. Default: one interval.
-    #[arg(long)]
-    dwell_s: Option<u64>,
-    /// Intervals in a row below forecast before the hybrid forecasts lower.
-    #[arg(long, default_value_t = 2)]
-    quiet_intervals: u32,
+    #[command(flatten)]
+    hybrid: crate::sim_gear::HybridArgs,
     /// The servers' built-in power profile (watts, sleep and wake times).
     #[arg(long, default_value = "ecs2-storage-node")]
     server_profile: String,
@@ -109,9 +102,9 @@ pub(crate) fn run(args: &SierraArgs) -> Result<()> {
             PolicyChoice::Predictor => Policy::Predictor,
             PolicyChoice::Hybrid => Policy::Hybrid,
         },
-        headroom: args.headroom,
-        dwell_s: args.dwell_s,
-        quiet_intervals: args.quiet_intervals,
+        headroom: args.hybrid.headroom,
+        dwell_s: args.hybrid.dwell_s,
+        quiet_intervals: args.hybrid.quiet_intervals,
         profile,
         seed: args.seed,
         check_history: !args.no_check,
@@ -119,14 +112,14 @@ pub(crate) fn run(args: &SierraArgs) -> Result<()> {
         sample_s: 60,
     };
     config.validate().map_err(anyhow::Error::msg)?;
-    note(format!("reading {} trace file(s)...", args.traces.len()));
     let set = TraceSet::open(&args.traces, &args.input.options())?;
     let workload = TraceWorkload::read(&set, args.duration)?;
     if workload.ops.is_empty() {
         bail!("the traces hold no request to replay");
     }
     note(format!(
-        "{} requests of {} devices over {:.1} h",
+        "{} trace file(s): {} requests of {} devices over {:.1} h",
+        args.traces.len(),
         workload.ops.len(),
         workload.devices.len(),
         workload.span().as_secs_f64() / 3600.0
@@ -142,8 +135,7 @@ pub(crate) fn run(args: &SierraArgs) -> Result<()> {
     }
     let text = if args.json { json(&result)? } else { tables(&result) };
     crate::output::print(&text)?;
-    let violations: usize =
-        result.sweep.iter().chain([&result.all_on]).map(|r| r.violations.len()).sum();
+    let violations = result.violations().count();
     if violations > 0 {
         bail!("{violations} checker violation(s): see `violations` above");
     }
@@ -247,9 +239,8 @@ fn tables(r: &SierraResult) -> String {
             run.servers_failed
         );
     }
-    let violations: usize = r.sweep.iter().chain([&r.all_on]).map(|x| x.violations.len()).sum();
-    let _ = writeln!(out, "\nchecker violations: {violations}");
-    for v in r.sweep.iter().chain([&r.all_on]).flat_map(|x| &x.violations).take(10) {
+    let _ = writeln!(out, "\nchecker violations: {}", r.violations().count());
+    for v in r.violations().take(10) {
         let _ = writeln!(out, "  {v}");
     }
     out

@@ -508,6 +508,8 @@ fn a_closed_stdout_ends_a_command_quietly() {
         &["sim", "gear", "--load", load],
         &["sim", "gear", "--load", load, "--json"],
         &["sim", "ioserver", "--nodes", "400"],
+        &["sim", "sierra", "--trace", trace, "--duration", "900", "--timescale", "300"],
+        &["sim", "sierra", "--trace", trace, "--duration", "900", "--json"],
         &["trace", "generate-load", "-o", load],
     ] {
         let (status, stderr) = with_stdout_closed_after(args, 8);
@@ -550,6 +552,9 @@ fn a_user_error_prints_one_line_and_no_backtrace() {
         (&["sim", "gear", "--load", "missing.csv"], "missing.csv"),
         (&["sim", "gear", "--load", topology.to_str().unwrap()], "expected a header starting with"),
         (&["trace", "generate-load", "-o", "/nonexistent/dir/load.csv"], "writing /nonexistent"),
+        (&["sim", "sierra", "--trace", "missing.bin"], "missing.bin"),
+        (&["sim", "sierra", "--trace", "missing.bin", "--timescale", "7"], "must divide a day"),
+        (&["sim", "sierra", "--trace", "missing.bin", "--quiet-intervals", "1"], "at least 2"),
         (
             &["sim", "cluster", "--seeds", "1..1", "--broken", "ack-after-one-replica"],
             "seeds found violations",

@@ -51,34 +51,30 @@ pub struct SierraConfig {
 }
 
 impl SierraConfig {
-    /// An error naming what is out of range.
+    /// An error naming what is out of range: the scheduler's own checks, at every
+    /// timescale.
     pub fn validate(&self) -> Result<(), String> {
-        for &timescale in std::iter::once(&self.timescale_s).chain(&self.sweep_s) {
-            if timescale == 0 || !DAY_S.is_multiple_of(timescale) {
-                return Err(format!("timescale {timescale} s: must divide a day (86400 s)"));
-            }
-        }
-        if self.replicas == 0 || self.gear_min == 0 || self.gear_min > self.replicas {
-            return Err(format!(
-                "g_min {} must be within 1..=r ({})",
-                self.gear_min, self.replicas
-            ));
-        }
         if let Some(servers) = self.servers
             && servers < self.replicas
         {
             return Err(format!("--servers {servers} is below --replicas {}", self.replicas));
         }
-        if self.quiet_intervals < 2 {
-            return Err(format!(
-                "quiet intervals {}: at least 2 (one quiet interval never shifts down)",
-                self.quiet_intervals
-            ));
-        }
-        if !(self.headroom.is_finite() && (0.0..=1.0).contains(&self.headroom)) {
-            return Err(format!("headroom {}: must be within 0..=1", self.headroom));
+        for &timescale in std::iter::once(&self.timescale_s).chain(&self.sweep_s) {
+            if timescale == 0 || !DAY_S.is_multiple_of(timescale) {
+                return Err(format!("timescale {timescale} s: must divide a day (86400 s)"));
+            }
+            let scheduler = scheduler_config(self, Capability::SIERRA_TABLE_4, timescale);
+            let group_sizes = vec![1; self.replicas as usize];
+            SchedulerConfig { group_sizes, ..scheduler }.validate()?;
         }
         Ok(())
+    }
+}
+
+impl SierraResult {
+    /// The checker's violations in every run.
+    pub fn violations(&self) -> impl Iterator<Item = &String> {
+        std::iter::once(&self.all_on).chain(&self.sweep).flat_map(|run| &run.violations)
     }
 }
 
