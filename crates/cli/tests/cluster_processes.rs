@@ -845,3 +845,78 @@ async fn a_full_disk_refuses_writes_with_an_error_and_loses_nothing() {
     let log = std::fs::read_to_string(cluster.path.with_file_name("server---id-4.log")).unwrap();
     assert!(!log.contains("panicked"), "{log}");
 }
+
+/// The cluster gears by itself (issue 13): a time-scaled diurnal load (a day of six
+/// one-minute intervals on the cluster's clock: busy, busy, quiet, quiet, quiet, busy)
+/// through the real processes, the MDS's hybrid scheduler fed only the load its
+/// primaries report in their heartbeats. On the second day, with a day of history,
+/// servers sleep in the trough and are woken ahead of the peak (no server asleep when
+/// it begins); every write reads back. Each server serves 1 request per second (by
+/// config), so the busy load needs every server and the quiet one g_min's group.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_cluster_sleeps_in_the_trough_and_wakes_before_the_peak_by_itself() {
+    use somnus_core::gear::{Capability, Gearing, Policy};
+    use somnus_runtime::cluster_file::GearSection;
+    const SCALE: f64 = 10.0;
+    const INTERVAL_S: f64 = 60.0;
+    const DAY_S: f64 = 6.0 * INTERVAL_S;
+    const BUSY: [bool; 6] = [true, true, false, false, false, true];
+    let gear = GearSection {
+        policy: Policy::Hybrid,
+        gearing: Gearing::Fractional,
+        interval_s: INTERVAL_S as u64,
+        day_s: DAY_S as u64,
+        capability: Capability {
+            read_iops: 1.0,
+            write_iops: 1.0,
+            read_mib_s: 100.0,
+            write_mib_s: 100.0,
+        },
+        ..GearSection::default()
+    };
+    let section = ClusterSection { time_scale: SCALE, ..Cluster::section() };
+    let mut cluster = Cluster::unstarted_geared(section, Some(gear));
+    let started = tokio::time::Instant::now();
+    cluster.start_processes();
+    // The cluster's clock, as the MDS reads it (it started a moment after this).
+    let clock = move || started.elapsed().as_secs_f64() * SCALE;
+    let client = cluster.client();
+    const SIZE: u64 = 1 << 20;
+    client.create("diurnal", SIZE).await.unwrap();
+    let mut model = vec![0u8; SIZE as usize];
+    let mut seed = 0u64;
+    // Day 2's trough and peak, on the cluster's clock.
+    let (trough, peak) = (DAY_S + 2.0 * INTERVAL_S, DAY_S + 5.0 * INTERVAL_S);
+    let (mut slept_in_trough, mut asleep_at_peak) = (0, None);
+    while clock() < peak + 20.0 {
+        let now = clock();
+        let busy = BUSY[((now % DAY_S) / INTERVAL_S) as usize];
+        if busy {
+            // About 40 writes and reads per real second: 16 servers' worth (writes
+            // count r times).
+            seed += 1;
+            let offset = (seed * 7919 % (SIZE / 4096)) * 4096;
+            let data = pattern(seed, 4096);
+            client.write("diurnal", offset, data.clone()).await.unwrap();
+            model[offset as usize..offset as usize + 4096].copy_from_slice(&data);
+            let read = client.read("diurnal", ByteRange::new(offset, 4096)).await.unwrap();
+            assert!(read == data, "a read at {now:.0} s differs");
+        }
+        if (trough..peak).contains(&now) || (peak..peak + 1.0).contains(&now) {
+            let sleeping = asleep(&cluster.mds_status().await);
+            if now < peak {
+                slept_in_trough = slept_in_trough.max(sleeping);
+            } else if asleep_at_peak.is_none() {
+                asleep_at_peak = Some((now, sleeping));
+            }
+        }
+        tokio::time::sleep(Duration::from_millis(25)).await;
+    }
+    assert_eq!(slept_in_trough, 6, "day 2's trough: g_min keeps 3 of 9 on, the rest sleep");
+    let (at, sleeping) = asleep_at_peak.expect("the peak was sampled");
+    assert_eq!(sleeping, 0, "{sleeping} servers still asleep {:.1} s into the peak", at - peak);
+    let read = client.read("diurnal", ByteRange::new(0, SIZE)).await.unwrap();
+    assert!(read[..] == model[..], "a write was lost across the day's shifts");
+    let mds = cluster.mds_status().await;
+    assert_eq!(mds.counters.servers_failed, 0, "a sleeping server was taken for failed");
+}

@@ -9,7 +9,7 @@ use std::sync::Arc;
 
 use bytes::Bytes;
 use somnus_runtime::client::ClusterClient;
-use somnus_runtime::cluster_file::{ClusterFile, ClusterSection};
+use somnus_runtime::cluster_file::{ClusterFile, ClusterSection, GearSection};
 use somnus_runtime::http;
 use somnus_runtime::secret_file;
 use somnus_runtime::status::{MdsReport, ServerReport};
@@ -45,12 +45,18 @@ impl Cluster {
     /// The same, with the cluster's clock `time_scale` times faster than real time.
     pub(crate) fn start_scaled(time_scale: f64) -> Cluster {
         let mut cluster = Cluster::unstarted(time_scale);
+        cluster.start_processes();
+        cluster
+    }
+
+    /// Starts the MDS and the nine servers.
+    pub(crate) fn start_processes(&mut self) {
+        let cluster = self;
         cluster.mds = Some(cluster.spawn(&["mds"]));
         for id in 0..9 {
             let child = cluster.spawn(&["server", "--id", &id.to_string()]);
             cluster.servers.push(Some(child));
         }
-        cluster
     }
 
     /// The cluster's file and secret, with no process started.
@@ -69,11 +75,17 @@ impl Cluster {
     }
 
     pub(crate) fn unstarted_with(cluster: ClusterSection) -> Cluster {
+        Cluster::unstarted_geared(cluster, None)
+    }
+
+    /// The cluster's file (with `gear` as its `[gear]` section) and secret.
+    pub(crate) fn unstarted_geared(cluster: ClusterSection, gear: Option<GearSection>) -> Cluster {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("cluster.toml");
         let ports = free_ports(20);
-        let file = ClusterFile::on(cluster, ports[0], ports[1..10].iter().copied())
+        let mut file = ClusterFile::on(cluster, ports[0], ports[1..10].iter().copied())
             .with_http(ports[10], ports[11..].iter().copied());
+        file.gear = gear;
         std::fs::write(&path, file.to_toml()).unwrap();
         secret_file::create(&ClusterFile::secret_path(&path)).unwrap();
         let file = Arc::new(ClusterFile::load(&path).unwrap());

@@ -4,8 +4,12 @@
 
 use crate::cluster::ServerPower;
 
+use somnus_types::VirtualInstant;
+
 use super::Mds;
 use crate::gear::{GearMode, GearScheduler, LoadSample, PowerPlan, SchedulerConfig};
+
+const NANOS_PER_SECOND: i128 = 1_000_000_000;
 
 impl Mds {
     /// Lets a scheduler of `config` decide the gear from now on. Its r, g_min and gear
@@ -58,11 +62,20 @@ impl Mds {
         }
     }
 
-    /// A heartbeat's load samples, to the scheduler.
-    pub(super) fn report_load(&mut self, samples: &[LoadSample]) {
+    /// A heartbeat's load samples, to the scheduler. Their seconds are on the
+    /// server's clock, which started when its process did: each is moved by how far
+    /// the MDS's clock is ahead of the server's, read from the heartbeat's send time
+    /// (the network's delay included, far below a second).
+    pub(super) fn report_load(&mut self, sent_at: VirtualInstant, samples: &[LoadSample]) {
         let (Some(scheduler), now) = (self.scheduler.as_mut(), self.now) else { return };
+        let ahead = i128::from(now.as_nanos()) - i128::from(sent_at.as_nanos());
         for sample in samples {
-            scheduler.report(now, sample.second, sample.rate());
+            let start = i128::from(sample.second) * NANOS_PER_SECOND + ahead;
+            // A second from before the MDS's clock began is long final: dropped.
+            let Ok(second) = u64::try_from(start.div_euclid(NANOS_PER_SECOND)) else {
+                continue;
+            };
+            scheduler.report(now, second, sample.rate());
         }
     }
 

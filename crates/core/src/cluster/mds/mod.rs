@@ -597,7 +597,7 @@ impl Mds {
                 // Load once per heartbeat: a duplicate (same send time) is not new.
                 let new = self.servers[server.index()].heartbeat_sent.is_none_or(|l| sent_at > l);
                 if new {
-                    self.report_load(&load);
+                    self.report_load(sent_at, &load);
                 }
                 self.heartbeat(server, sent_at, &leads, full)
             }
