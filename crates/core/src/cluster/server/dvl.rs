@@ -122,6 +122,19 @@ pub(super) struct Dvl {
     links: BTreeMap<ServerId, Link>,
     /// When the MDS was last asked to wake the replicas: a write found no loggers (P4).
     wake_asked_at: Option<VirtualInstant>,
+    /// Bumped at every change of an extent's `applied`, `holders`, `loggers` or
+    /// `invalidated`, and when one is added. While a replica sleeps, thousands of
+    /// extents wait for it, and the timer's and every logged write's scans of them
+    /// found nothing to do: they are skipped while nothing they read has changed.
+    changes: u64,
+    /// Extents with `invalidate_sent_at` set (`oldest_sent` scans only if any).
+    invalidating: usize,
+    /// `changes` and the replicas when `send_invalidations` last found no extent that
+    /// every replica has (then it had nothing to send or finish).
+    none_everywhere: Option<(u64, Vec<ServerId>)>,
+    /// `changes` and the ready replicas when `reclaim` last found no extent a ready
+    /// replica lacks (then it had nothing to read back).
+    none_lacking: Option<(u64, Vec<ServerId>)>,
 }
 
 impl Dvl {
@@ -166,6 +179,14 @@ impl Dvl {
             None => {}
         }
         dvl
+    }
+
+    /// Removes a finished extent.
+    fn remove_extent(&mut self, record: &LogRecord) {
+        if let Some(extent) = self.extents.remove(record) {
+            self.changes += 1;
+            self.invalidating -= usize::from(extent.invalidate_sent_at.is_some());
+        }
     }
 
     /// Recovered and every recovered record read back: the primary may serve.
@@ -262,7 +283,8 @@ impl Dvl {
     pub(super) fn oldest_sent(&self) -> Option<VirtualInstant> {
         let links = self.links.values().filter_map(|l| l.sent_at);
         let reads = self.reads.values().map(|r| r.sent_at);
-        let invalidations = self.extents.values().filter_map(|e| e.invalidate_sent_at);
+        let scan = if self.invalidating > 0 { &self.extents } else { &BTreeMap::new() };
+        let invalidations = scan.values().filter_map(|e| e.invalidate_sent_at);
         let view = self.view_change.iter().map(|(_, _, at)| *at);
         let recovery = self.recovery.iter().map(|r| r.sent_at);
         links.chain(reads).chain(invalidations).chain(view).chain(recovery).min()
@@ -360,6 +382,7 @@ impl Server {
                 let extent = led.dvl.extents.entry(record).or_default();
                 add(&mut extent.holders, [logger]);
                 add(&mut extent.loggers, [logger]);
+                led.dvl.changes += 1;
             }
             if recovery.unanswered().is_empty() {
                 led.dvl.recovery = None;
@@ -388,6 +411,7 @@ impl Server {
             let extent = led.dvl.extents.entry(record).or_default();
             add(&mut extent.holders, loggers.iter().copied());
             add(&mut extent.loggers, loggers);
+            led.dvl.changes += 1;
             led.dvl
                 .reads
                 .insert(record, Read { purpose: Purpose::Adopt, asked: Vec::new(), sent_at: now });
@@ -421,6 +445,7 @@ impl Server {
                 // R3: every copy in the log is gone with its logger; as when no holder
                 // shows a byte, the record is done with (the replicas decide).
                 extent.applied = replicas.clone();
+                led.dvl.changes += 1;
                 gone.push(*record);
                 continue;
             }
@@ -480,6 +505,7 @@ impl Server {
                     led.dvl.reads.remove(&record);
                     if let Some(extent) = led.dvl.extents.get_mut(&record) {
                         extent.applied = replicas.clone();
+                        led.dvl.changes += 1;
                     }
                 } else if let Some(read) = led.dvl.reads.get_mut(&record) {
                     read.sent_at = VirtualInstant::ZERO;
@@ -542,6 +568,7 @@ impl Server {
         for (record, extent) in led.dvl.extents.iter_mut() {
             if record.version == version && !extent.applied.contains(&replica) {
                 extent.applied.push(replica);
+                led.dvl.changes += 1;
             }
         }
         self.send_invalidations(group);
@@ -564,10 +591,22 @@ impl Server {
         for link in led.dvl.links.values_mut() {
             link.queue.retain(|w| w.version != write.version);
         }
-        for (record, extent) in led.dvl.extents.iter_mut() {
-            if record.version == write.version && record.owner != epoch {
-                // An older epoch's record of an adopted write: the new copies replace it.
+        // An older epoch's record of an adopted write: the new copies replace it. The
+        // map is ordered by epoch first: the older epochs' records come before this
+        // one's.
+        let this_epoch = LogRecord {
+            owner: epoch,
+            chunk: crate::cluster::ChunkId {
+                object: somnus_types::ObjectId(0),
+                chunk: crate::cluster::ChunkIndex(0),
+            },
+            range: somnus_types::ByteRange::new(0, 0),
+            version: Version(0),
+        };
+        for (record, extent) in led.dvl.extents.range_mut(..this_epoch) {
+            if record.version == write.version {
                 extent.applied = replicas.clone();
+                led.dvl.changes += 1;
             }
         }
         if !loggers.is_empty() {
@@ -583,6 +622,7 @@ impl Server {
             add(&mut extent.holders, holders);
             add(&mut extent.loggers, loggers);
             add(&mut extent.applied, applied);
+            led.dvl.changes += 1;
         }
         self.send_invalidations(group);
     }
@@ -805,6 +845,24 @@ impl Server {
         let (now, own, max) = (self.now, self.id, self.config.reclaim_reads_max as usize);
         let down = &self.down;
         let Some(led) = self.led.get_mut(&group) else { return };
+        let ready: Vec<ServerId> = led
+            .replicas
+            .iter()
+            .enumerate()
+            .filter(|(i, r)| led.synced[*i] && !down.contains(r))
+            .map(|(_, r)| *r)
+            .collect();
+        // Nothing a ready replica lacks (as at the last scan, if nothing changed since):
+        // nothing to read back; the reads under way go on as after any reclaim.
+        let key = (led.dvl.changes, ready);
+        let none_lacking = led.dvl.none_lacking.as_ref() == Some(&key)
+            || !led.dvl.extents.values().any(|e| key.1.iter().any(|r| !e.applied.contains(r)));
+        if none_lacking {
+            led.dvl.none_lacking = Some(key);
+            self.send_reads(group, false);
+            return;
+        }
+        let ready = key.1;
         let timeout = self.config.request_timeout;
         let writing =
             |e: &Extent| e.reclaim_sent_at.is_some_and(|at| at.saturating_add(timeout) > now);
@@ -813,13 +871,6 @@ impl Server {
         if reclaiming >= max || !led.dvl.ready() {
             return;
         }
-        let ready: Vec<ServerId> = led
-            .replicas
-            .iter()
-            .enumerate()
-            .filter(|(i, r)| led.synced[*i] && !down.contains(r))
-            .map(|(_, r)| *r)
-            .collect();
         let mut wanted: Vec<(bool, LogRecord)> = led
             .dvl
             .extents
@@ -852,9 +903,15 @@ impl Server {
         let replicas = &led.replicas;
         let mut batches: BTreeMap<ServerId, Vec<LogRecord>> = BTreeMap::new();
         let dvl = &mut led.dvl;
+        if dvl.none_everywhere.as_ref().is_some_and(|(c, r)| *c == dvl.changes && r == replicas) {
+            // No extent every replica has, as at the last scan: nothing to invalidate.
+            return;
+        }
         let mut finished = Vec::new();
+        let mut any_everywhere = false;
         for (record, extent) in dvl.extents.iter_mut() {
             let everywhere = replicas.iter().all(|r| extent.applied.contains(r));
+            any_everywhere |= everywhere;
             // A lost logger's records are gone with it: a record every replica has and
             // every other logger hid is finished.
             let hidden = |l: &ServerId| extent.invalidated.contains(l) || lost.contains(l);
@@ -866,7 +923,9 @@ impl Server {
             if !everywhere || !due {
                 continue;
             }
-            extent.invalidate_sent_at = Some(now);
+            if extent.invalidate_sent_at.replace(now).is_none() {
+                dvl.invalidating += 1;
+            }
             for logger in &extent.loggers {
                 // A marker must not overtake the append it hides (it would hide nothing).
                 let appending = dvl.links.get(logger).is_some_and(|link| {
@@ -879,7 +938,10 @@ impl Server {
             }
         }
         for record in finished {
-            dvl.extents.remove(&record);
+            dvl.remove_extent(&record);
+        }
+        if !any_everywhere {
+            dvl.none_everywhere = Some((dvl.changes, replicas.clone()));
         }
         for (logger, records) in batches {
             self.send_logger(logger, Message::LogInvalidate { group, epoch, records });
@@ -892,9 +954,10 @@ impl Server {
             let Some(extent) = led.dvl.extents.get_mut(record) else { continue };
             if !extent.invalidated.contains(&logger) {
                 extent.invalidated.push(logger);
+                led.dvl.changes += 1;
             }
             if extent.loggers.iter().all(|l| extent.invalidated.contains(l)) {
-                led.dvl.extents.remove(record);
+                led.dvl.remove_extent(record);
             }
         }
     }
