@@ -51,6 +51,11 @@ pub(crate) struct SierraArgs {
     /// The servers' built-in power profile (watts, sleep and wake times).
     #[arg(long, default_value = "ecs2-storage-node")]
     server_profile: String,
+    /// Room of each server's logger for the other servers' DVLs, in GiB: a sleeping
+    /// replica's writes stay logged until it wakes, and a write that finds every
+    /// logger full waits (and wakes the replicas, P4).
+    #[arg(long, default_value_t = 16, value_parser = clap::value_parser!(u64).range(1..=1024))]
+    logger_gib: u64,
     /// Seed of the cluster's layout and random choices.
     #[arg(long, default_value_t = 1)]
     seed: u64,
@@ -110,6 +115,7 @@ pub(crate) fn run(args: &SierraArgs) -> Result<()> {
         check_history: !args.no_check,
         sweep_s: args.sweep.clone(),
         sample_s: 60,
+        logger_capacity_bytes: args.logger_gib << 30,
     };
     config.validate().map_err(anyhow::Error::msg)?;
     let set = TraceSet::open(&args.traces, &args.input.options())?;

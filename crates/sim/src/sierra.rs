@@ -48,6 +48,9 @@ pub struct SierraConfig {
     pub sweep_s: Vec<u64>,
     /// How often the runs sample the cluster's power and plan, seconds.
     pub sample_s: u64,
+    /// Room of each server's logger for the others' DVLs: writes logged for a sleeping
+    /// replica stay until it wakes.
+    pub logger_capacity_bytes: u64,
 }
 
 impl SierraConfig {
@@ -268,6 +271,7 @@ pub fn run_sierra(
         gear_min: config.gear_min,
         check_history: config.check_history,
         logger: LoggerBackend::Model,
+        logger_capacity_bytes: config.logger_capacity_bytes,
         server_profile: config.profile.clone(),
         faults: FaultSet::none(),
         ..ClusterSpec::small()

@@ -2,11 +2,10 @@
 //! primaries' heartbeats carry their per-second load, the scheduler turns it into
 //! plans, and each plan is carried out as any gear shift is (P1-P4).
 
-use crate::cluster::ServerPower;
-
 use somnus_types::VirtualInstant;
 
 use super::Mds;
+use crate::cluster::ServerPower;
 use crate::gear::{GearMode, GearScheduler, LoadSample, PowerPlan, SchedulerConfig};
 
 const NANOS_PER_SECOND: i128 = 1_000_000_000;
