@@ -253,6 +253,10 @@ pub struct LogVolume {
     /// first `FAULTS_KEPT`, and how many there were in all.
     faults: Vec<String>,
     fault_count: u64,
+    /// After a collection that found nothing to take, the used bytes the next waits
+    /// for (a segment more): a look plans the copies of up to eight segments, painting
+    /// each of their records, and only new records can make one collectable again.
+    collect_next_at_used: Option<u64>,
 }
 
 /// Faults kept word for word: a disk that fails every flush must not grow the list
@@ -277,6 +281,7 @@ impl LogVolume {
             fences_unsynced: BTreeSet::new(),
             faults: Vec::new(),
             fault_count: 0,
+            collect_next_at_used: None,
         }
     }
 
@@ -639,14 +644,23 @@ impl LogVolume {
     }
 
     /// Collects every segment collection may take; returns the bytes it wrote (copies).
+    /// After a collection that took nothing, the next waits for another segment's worth
+    /// of records.
     pub fn collect(&mut self) -> u64 {
-        match self.log.collect() {
+        if self.collect_next_at_used.is_some_and(|at| self.log.used_bytes() < at) {
+            return 0;
+        }
+        let used_before = self.log.used_bytes();
+        let written = match self.log.collect() {
             Ok(written) => written,
             Err(error) => {
                 self.fault(format!("collecting the log: {error}"));
                 0
             }
-        }
+        };
+        let used = self.log.used_bytes();
+        self.collect_next_at_used = (used >= used_before).then_some(used + SEGMENT_BYTES);
+        written
     }
 
     /// Data bytes a read would see, across groups: zero once every DVL is reclaimed.

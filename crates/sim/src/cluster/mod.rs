@@ -343,6 +343,8 @@ pub struct ClusterSim<'t> {
     trace: Option<&'t mut dyn FnMut(String)>,
     /// A trace replayed instead of the random workload (`replay_trace`).
     replay: Option<trace_replay::Replay>,
+    /// After the heal, how long the cluster may take to finish every op and go idle.
+    quiesce_max: VirtualDuration,
 }
 
 /// A new server's empty disks, its logger on `logger`.
@@ -468,6 +470,7 @@ impl<'t> ClusterSim<'t> {
             op_log: None,
             trace,
             replay: None,
+            quiesce_max: QUIESCE_MAX,
         };
         sim.drain(Node::Mds);
         for s in 0..spec.servers {
@@ -487,7 +490,7 @@ impl<'t> ClusterSim<'t> {
 
     /// Runs the seed to its end and checks it.
     pub fn run(mut self) -> SeedReport {
-        let deadline = self.heal_at() + QUIESCE_MAX;
+        let deadline = self.heal_at() + self.quiesce_max;
         while let Some((_, event)) = self.events.pop_until(deadline) {
             if self.handle(event) {
                 break;
@@ -1279,7 +1282,7 @@ impl<'t> ClusterSim<'t> {
         if unfinished > 0 {
             self.checker.violate(format!(
                 "liveness: {unfinished} ops unfinished {}s after every fault healed",
-                QUIESCE_MAX.as_secs_f64()
+                self.quiesce_max.as_secs_f64()
             ));
         }
         for chunk in self.checker.chunks() {

@@ -14,6 +14,8 @@
 //! then reads every record back and writes it again as its own, durably, before it
 //! serves (the same adoption as a replica's unstable writes).
 
+mod extents;
+
 use std::collections::BTreeMap;
 
 use somnus_types::{ChunkGroupId, ServerId, Version, VirtualInstant};
@@ -21,6 +23,7 @@ use somnus_types::{ChunkGroupId, ServerId, Version, VirtualInstant};
 use super::primary::Led;
 use super::{Broken, Server};
 use crate::cluster::{DvlHandoff, Epoch, LogRecord, LoggedExtent, Message, Peer, UnstableWrite};
+use extents::{Extent, Extents, first_record_of};
 
 /// One logger as a primary sees it: writes queued, one batch in flight (so the logger
 /// appends the owner's versions in order, D1), and the newest version queued.
@@ -66,22 +69,6 @@ struct Read {
     sent_at: VirtualInstant,
 }
 
-/// A logged write in the map.
-#[derive(Clone, Debug, Default)]
-struct Extent {
-    /// The loggers known to hold it: reads back ask them.
-    holders: Vec<ServerId>,
-    /// Every logger that may hold it: each appends its deletion marker.
-    loggers: Vec<ServerId>,
-    applied: Vec<ServerId>,
-    /// Loggers that appended its deletion marker.
-    invalidated: Vec<ServerId>,
-    /// When its reclaimed copy was sent to the replicas lacking it: not read back
-    /// again before their answers are due.
-    reclaim_sent_at: Option<VirtualInstant>,
-    invalidate_sent_at: Option<VirtualInstant>,
-}
-
 /// A recovery from the loggers of the view: complete at L - r_L + 1 answers; the
 /// later answers still name copies to invalidate (and writes never acknowledged).
 #[derive(Clone, Debug)]
@@ -118,22 +105,14 @@ pub(super) struct Dvl {
     view_change: Option<(u64, Vec<ServerId>, VirtualInstant)>,
     recovery: Option<Recovery>,
     reads: BTreeMap<LogRecord, Read>,
-    extents: BTreeMap<LogRecord, Extent>,
+    extents: Extents,
     links: BTreeMap<ServerId, Link>,
     /// When the MDS was last asked to wake the replicas: a write found no loggers (P4).
     wake_asked_at: Option<VirtualInstant>,
-    /// Bumped at every change of an extent's `applied`, `holders`, `loggers` or
-    /// `invalidated`, and when one is added. While a replica sleeps, thousands of
-    /// extents wait for it, and the timer's and every logged write's scans of them
-    /// found nothing to do: they are skipped while nothing they read has changed.
-    changes: u64,
-    /// Extents with `invalidate_sent_at` set (`oldest_sent` scans only if any).
-    invalidating: usize,
-    /// `changes` and the replicas when `send_invalidations` last found no extent that
-    /// every replica has (then it had nothing to send or finish).
-    none_everywhere: Option<(u64, Vec<ServerId>)>,
-    /// `changes` and the ready replicas when `reclaim` last found no extent a ready
-    /// replica lacks (then it had nothing to read back).
+    /// The extents' changes and the ready replicas when `reclaim` last found no extent
+    /// a ready replica lacks (then it had nothing to read back). While a replica
+    /// sleeps, thousands of extents wait for it, and the timer's scan of them finds
+    /// nothing to do: it is skipped while nothing it reads has changed.
     none_lacking: Option<(u64, Vec<ServerId>)>,
 }
 
@@ -154,13 +133,10 @@ impl Dvl {
                     });
                 }
                 for e in handoff.extents {
-                    let extent = Extent {
-                        holders: e.holders,
-                        loggers: e.loggers,
-                        applied: e.applied,
-                        ..Extent::default()
-                    };
-                    dvl.extents.insert(e.record, extent);
+                    let extent = dvl.extents.entry(e.record);
+                    extent.holders = e.holders;
+                    extent.loggers = e.loggers;
+                    extent.applied = e.applied;
                 }
             }
             None if !dvl.view.is_empty() => {
@@ -179,14 +155,6 @@ impl Dvl {
             None => {}
         }
         dvl
-    }
-
-    /// Removes a finished extent.
-    fn remove_extent(&mut self, record: &LogRecord) {
-        if let Some(extent) = self.extents.remove(record) {
-            self.changes += 1;
-            self.invalidating -= usize::from(extent.invalidate_sent_at.is_some());
-        }
     }
 
     /// Recovered and every recovered record read back: the primary may serve.
@@ -235,8 +203,8 @@ impl Dvl {
         chunk: crate::cluster::ChunkId,
         range: somnus_types::ByteRange,
     ) -> impl Iterator<Item = (&LogRecord, &Extent)> {
-        self.extents.iter().filter(move |(record, extent)| {
-            record.chunk == chunk && record.range.overlaps(range) && !extent.applied.contains(&own)
+        self.extents.of_chunk(chunk).filter(move |(record, extent)| {
+            record.range.overlaps(range) && !extent.applied.contains(&own)
         })
     }
 
@@ -283,8 +251,7 @@ impl Dvl {
     pub(super) fn oldest_sent(&self) -> Option<VirtualInstant> {
         let links = self.links.values().filter_map(|l| l.sent_at);
         let reads = self.reads.values().map(|r| r.sent_at);
-        let scan = if self.invalidating > 0 { &self.extents } else { &BTreeMap::new() };
-        let invalidations = scan.values().filter_map(|e| e.invalidate_sent_at);
+        let invalidations = self.extents.oldest_invalidation_sent();
         let view = self.view_change.iter().map(|(_, _, at)| *at);
         let recovery = self.recovery.iter().map(|r| r.sent_at);
         links.chain(reads).chain(invalidations).chain(view).chain(recovery).min()
@@ -379,10 +346,9 @@ impl Server {
             // holds was never acknowledged, and is reclaimed like any other.
             let epoch = led.epoch;
             for record in records.into_iter().filter(|r| r.owner != epoch) {
-                let extent = led.dvl.extents.entry(record).or_default();
+                let extent = led.dvl.extents.entry(record);
                 add(&mut extent.holders, [logger]);
                 add(&mut extent.loggers, [logger]);
-                led.dvl.changes += 1;
             }
             if recovery.unanswered().is_empty() {
                 led.dvl.recovery = None;
@@ -408,10 +374,9 @@ impl Server {
             if record.owner == epoch {
                 continue;
             }
-            let extent = led.dvl.extents.entry(record).or_default();
+            let extent = led.dvl.extents.entry(record);
             add(&mut extent.holders, loggers.iter().copied());
             add(&mut extent.loggers, loggers);
-            led.dvl.changes += 1;
             led.dvl
                 .reads
                 .insert(record, Read { purpose: Purpose::Adopt, asked: Vec::new(), sent_at: now });
@@ -437,15 +402,16 @@ impl Server {
             if !read.asked.is_empty() && !late_only {
                 continue;
             }
-            let Some(extent) = led.dvl.extents.get_mut(record) else {
+            let Some(extent) = led.dvl.extents.get(record) else {
                 gone.push(*record);
                 continue;
             };
             if extent.holders.iter().all(|l| lost.contains(l)) {
                 // R3: every copy in the log is gone with its logger; as when no holder
                 // shows a byte, the record is done with (the replicas decide).
-                extent.applied = replicas.clone();
-                led.dvl.changes += 1;
+                if let Some(extent) = led.dvl.extents.get_mut(record) {
+                    extent.applied = replicas.clone();
+                }
                 gone.push(*record);
                 continue;
             }
@@ -505,7 +471,6 @@ impl Server {
                     led.dvl.reads.remove(&record);
                     if let Some(extent) = led.dvl.extents.get_mut(&record) {
                         extent.applied = replicas.clone();
-                        led.dvl.changes += 1;
                     }
                 } else if let Some(read) = led.dvl.reads.get_mut(&record) {
                     read.sent_at = VirtualInstant::ZERO;
@@ -565,10 +530,10 @@ impl Server {
         version: Version,
     ) {
         let Some(led) = self.led.get_mut(&group) else { return };
-        for (record, extent) in led.dvl.extents.iter_mut() {
-            if record.version == version && !extent.applied.contains(&replica) {
+        for record in led.dvl.extents.of_version(version) {
+            let lacks = led.dvl.extents.get(&record).is_some_and(|e| !e.applied.contains(&replica));
+            if let Some(extent) = led.dvl.extents.get_mut(&record).filter(|_| lacks) {
                 extent.applied.push(replica);
-                led.dvl.changes += 1;
             }
         }
         self.send_invalidations(group);
@@ -591,22 +556,13 @@ impl Server {
         for link in led.dvl.links.values_mut() {
             link.queue.retain(|w| w.version != write.version);
         }
-        // An older epoch's record of an adopted write: the new copies replace it. The
-        // map is ordered by epoch first: the older epochs' records come before this
-        // one's.
-        let this_epoch = LogRecord {
-            owner: epoch,
-            chunk: crate::cluster::ChunkId {
-                object: somnus_types::ObjectId(0),
-                chunk: crate::cluster::ChunkIndex(0),
-            },
-            range: somnus_types::ByteRange::new(0, 0),
-            version: Version(0),
-        };
-        for (record, extent) in led.dvl.extents.range_mut(..this_epoch) {
-            if record.version == write.version {
+        // An older epoch's record of an adopted write: the new copies replace it.
+        let this_epoch = first_record_of(epoch);
+        for record in led.dvl.extents.of_version(write.version) {
+            if record < this_epoch
+                && let Some(extent) = led.dvl.extents.get_mut(&record)
+            {
                 extent.applied = replicas.clone();
-                led.dvl.changes += 1;
             }
         }
         if !loggers.is_empty() {
@@ -618,11 +574,10 @@ impl Server {
             };
             // The same write adopted twice (from two replicas) is logged twice: one
             // extent names every copy.
-            let extent = led.dvl.extents.entry(record).or_default();
+            let extent = led.dvl.extents.entry(record);
             add(&mut extent.holders, holders);
             add(&mut extent.loggers, loggers);
             add(&mut extent.applied, applied);
-            led.dvl.changes += 1;
         }
         self.send_invalidations(group);
     }
@@ -854,7 +809,7 @@ impl Server {
             .collect();
         // Nothing a ready replica lacks (as at the last scan, if nothing changed since):
         // nothing to read back; the reads under way go on as after any reclaim.
-        let key = (led.dvl.changes, ready);
+        let key = (led.dvl.extents.changes(), ready);
         let none_lacking = led.dvl.none_lacking.as_ref() == Some(&key)
             || !led.dvl.extents.values().any(|e| key.1.iter().any(|r| !e.applied.contains(r)));
         if none_lacking {
@@ -900,31 +855,20 @@ impl Server {
         let (down, lost) = (&self.down, &self.lost);
         let Some(led) = self.led.get_mut(&group) else { return };
         let epoch = led.epoch;
-        let replicas = &led.replicas;
-        let mut batches: BTreeMap<ServerId, Vec<LogRecord>> = BTreeMap::new();
         let dvl = &mut led.dvl;
-        if dvl.none_everywhere.as_ref().is_some_and(|(c, r)| *c == dvl.changes && r == replicas) {
-            // No extent every replica has, as at the last scan: nothing to invalidate.
-            return;
-        }
-        let mut finished = Vec::new();
-        let mut any_everywhere = false;
-        for (record, extent) in dvl.extents.iter_mut() {
-            let everywhere = replicas.iter().all(|r| extent.applied.contains(r));
-            any_everywhere |= everywhere;
+        let mut batches: BTreeMap<ServerId, Vec<LogRecord>> = BTreeMap::new();
+        for record in dvl.extents.everywhere(&led.replicas) {
+            let Some(extent) = dvl.extents.get(&record) else { continue };
             // A lost logger's records are gone with it: a record every replica has and
             // every other logger hid is finished.
             let hidden = |l: &ServerId| extent.invalidated.contains(l) || lost.contains(l);
-            if everywhere && extent.loggers.iter().all(hidden) {
-                finished.push(*record);
+            if extent.loggers.iter().all(hidden) {
+                dvl.extents.remove(&record);
                 continue;
             }
-            let due = extent.invalidate_sent_at.is_none_or(|at| at.saturating_add(retry) <= now);
-            if !everywhere || !due {
+            let due = extent.invalidate_sent_at().is_none_or(|at| at.saturating_add(retry) <= now);
+            if !due {
                 continue;
-            }
-            if extent.invalidate_sent_at.replace(now).is_none() {
-                dvl.invalidating += 1;
             }
             for logger in &extent.loggers {
                 // A marker must not overtake the append it hides (it would hide nothing).
@@ -933,15 +877,10 @@ impl Server {
                 });
                 let up = *logger == own || !down.contains(logger);
                 if !extent.invalidated.contains(logger) && up && !appending {
-                    batches.entry(*logger).or_default().push(*record);
+                    batches.entry(*logger).or_default().push(record);
                 }
             }
-        }
-        for record in finished {
-            dvl.remove_extent(&record);
-        }
-        if !any_everywhere {
-            dvl.none_everywhere = Some((dvl.changes, replicas.clone()));
+            dvl.extents.invalidation_sent(&record, now);
         }
         for (logger, records) in batches {
             self.send_logger(logger, Message::LogInvalidate { group, epoch, records });
@@ -954,10 +893,9 @@ impl Server {
             let Some(extent) = led.dvl.extents.get_mut(record) else { continue };
             if !extent.invalidated.contains(&logger) {
                 extent.invalidated.push(logger);
-                led.dvl.changes += 1;
             }
             if extent.loggers.iter().all(|l| extent.invalidated.contains(l)) {
-                led.dvl.remove_extent(record);
+                led.dvl.extents.remove(record);
             }
         }
     }
