@@ -238,6 +238,9 @@ pub struct LogVolume {
     /// The writes logged and still visible in part, by group, owner and version: the
     /// logger's index of its log, what recovery reports and reads return.
     writes: BTreeMap<(ChunkGroupId, Epoch, Version), UnstableWrite>,
+    /// The keys of `writes` by chunk: a marker looks up the writes it may hide, and
+    /// the simulation's check a chunk's records, among a day of logged writes.
+    by_chunk: BTreeSet<(ChunkId, ChunkGroupId, Epoch, Version)>,
     /// Markers that came before their append (it was delayed, or never sent): the
     /// append is dropped when it comes, until a newer epoch fences the owner.
     tombstones: BTreeSet<(ChunkGroupId, Epoch, Version)>,
@@ -253,9 +256,10 @@ pub struct LogVolume {
     /// first `FAULTS_KEPT`, and how many there were in all.
     faults: Vec<String>,
     fault_count: u64,
-    /// After a collection that found nothing to take, the used bytes the next waits
-    /// for (a segment more): a look plans the copies of up to eight segments, painting
-    /// each of their records, and only new records can make one collectable again.
+    /// The used bytes the next collection waits for: a segment past where the last
+    /// one left the log, unless an append was refused since (`None`). A collection
+    /// plans the copies of up to eight segments, painting each of their records; after
+    /// every batch of markers, that was most of a geared day's replay.
     collect_next_at_used: Option<u64>,
 }
 
@@ -276,6 +280,7 @@ impl LogVolume {
             chunk_size_bytes,
             fences: BTreeMap::new(),
             writes: BTreeMap::new(),
+            by_chunk: BTreeSet::new(),
             tombstones: BTreeSet::new(),
             newest: BTreeMap::new(),
             fences_unsynced: BTreeSet::new(),
@@ -304,9 +309,15 @@ impl LogVolume {
             .map(|(key, _)| *key)
             .collect();
         for key in hidden {
-            volume.writes.remove(&key);
+            volume.forget(key);
         }
         volume
+    }
+
+    fn forget(&mut self, key: (ChunkGroupId, Epoch, Version)) {
+        if let Some(write) = self.writes.remove(&key) {
+            self.by_chunk.remove(&(write.chunk, key.0, key.1, key.2));
+        }
     }
 
     /// Notes `change` with the log (made durable by the next flush) and applies it.
@@ -325,14 +336,15 @@ impl LogVolume {
             IndexChange::Logged { group, epoch, write } => {
                 let newest = self.newest.entry(owner(group, epoch)).or_default();
                 *newest = (*newest).max(write.version);
-                self.writes.insert((group, epoch, write.version), write);
+                let key = (group, epoch, write.version);
+                self.forget(key);
+                self.by_chunk.insert((write.chunk, group, epoch, write.version));
+                self.writes.insert(key, write);
             }
             IndexChange::Tombstone { group, epoch, version } => {
                 self.tombstones.insert((group, epoch, version));
             }
-            IndexChange::Forgotten { group, epoch, version } => {
-                self.writes.remove(&(group, epoch, version));
-            }
+            IndexChange::Forgotten { group, epoch, version } => self.forget((group, epoch, version)),
             IndexChange::Newest { group, epoch, version } => {
                 let newest = self.newest.entry(owner(group, epoch)).or_default();
                 *newest = (*newest).max(version);
@@ -438,7 +450,10 @@ impl LogVolume {
                     appended.push(write.version);
                     logged.push(write.version);
                 }
-                Err(BackendError::Full) => full.push(write.version),
+                Err(BackendError::Full) => {
+                    self.collect_next_at_used = None;
+                    full.push(write.version);
+                }
                 Err(BackendError::Failed(error)) => {
                     self.fault(format!("appending {write:?}: {error}"));
                     full.push(write.version);
@@ -496,12 +511,13 @@ impl LogVolume {
         }
         self.fences_unsynced.clear();
         for record in &marked {
+            let (chunk, owner) = (record.chunk, record.owner);
             let hidden: Vec<Version> = self
-                .writes
-                .range((group, record.owner, Version(0))..=(group, record.owner, record.version))
-                .filter(|(_, w)| w.chunk == record.chunk && w.range.overlaps(record.range))
-                .filter(|(_, w)| !self.visible(group, record.owner, w))
-                .map(|((_, _, v), _)| *v)
+                .by_chunk
+                .range((chunk, group, owner, Version(0))..=(chunk, group, owner, record.version))
+                .filter_map(|&(_, _, _, version)| self.writes.get(&(group, owner, version)))
+                .filter(|w| w.range.overlaps(record.range) && !self.visible(group, owner, w))
+                .map(|w| w.version)
                 .collect();
             // Noted, durable with the next flush; a restart also forgets what reads
             // as hidden ([`LogVolume::restore`]).
@@ -635,22 +651,23 @@ impl LogVolume {
     /// acknowledgement: an acknowledgement delayed past a rewrite of its bytes finds
     /// the older record hidden, and the newer one keeps what a read must return).
     pub fn holds(&self, chunk: ChunkId, range: ByteRange, version: Version) -> bool {
-        self.writes.values().any(|w| {
-            w.version >= version
-                && w.chunk == chunk
-                && w.range.start <= range.start
-                && range.end <= w.range.end
-        })
+        let first = (chunk, ChunkGroupId(0), Epoch(0), Version(0));
+        let last = (chunk, ChunkGroupId(u32::MAX), Epoch(u64::MAX), Version(u64::MAX));
+        self.by_chunk
+            .range(first..=last)
+            .filter_map(|&(_, group, epoch, v)| self.writes.get(&(group, epoch, v)))
+            .any(|w| {
+                w.version >= version && w.range.start <= range.start && range.end <= w.range.end
+            })
     }
 
-    /// Collects every segment collection may take; returns the bytes it wrote (copies).
-    /// After a collection that took nothing, the next waits for another segment's worth
-    /// of records.
+    /// Collects every segment collection may take, once a segment's worth of records
+    /// came since the last collection or an append found the log full; returns the
+    /// bytes it wrote (copies).
     pub fn collect(&mut self) -> u64 {
         if self.collect_next_at_used.is_some_and(|at| self.log.used_bytes() < at) {
             return 0;
         }
-        let used_before = self.log.used_bytes();
         let written = match self.log.collect() {
             Ok(written) => written,
             Err(error) => {
@@ -658,8 +675,7 @@ impl LogVolume {
                 0
             }
         };
-        let used = self.log.used_bytes();
-        self.collect_next_at_used = (used >= used_before).then_some(used + SEGMENT_BYTES);
+        self.collect_next_at_used = Some(self.log.used_bytes() + SEGMENT_BYTES);
         written
     }
 

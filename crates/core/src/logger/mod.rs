@@ -12,7 +12,7 @@
 
 mod paint;
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 
 use somnus_types::{ByteRange, LoggerId, Lsn, ObjectId, OwnerId, Version, join_touching};
 
@@ -124,24 +124,82 @@ impl Record {
         let payload = if self.kind == Kind::Data { self.range.size_bytes() } else { 0 };
         RECORD_HEADER_BYTES + payload
     }
+}
 
-    fn candidate(&self, id: RecordId) -> Candidate {
-        Candidate {
-            id,
-            marker: self.kind == Kind::Marker,
-            range: self.range,
-            version: self.version,
-            segment: self.segment,
-        }
+/// Records by start, each with what a painting needs of it, to find those touching a
+/// range without looking each up.
+#[derive(Clone, Debug, Default)]
+struct Spans {
+    by_start: BTreeMap<(u64, RecordId), Span>,
+    length_max: u64,
+}
+
+/// What [`Spans`] keeps of a record (a record never changes: copies are new ones).
+#[derive(Clone, Copy, Debug)]
+struct Span {
+    end: u64,
+    version: Version,
+    segment: SegmentNo,
+    lsn: Lsn,
+}
+
+impl Spans {
+    fn insert(&mut self, id: RecordId, record: &Record) {
+        let span = Span {
+            end: record.range.end,
+            version: record.version,
+            segment: record.segment,
+            lsn: record.lsn,
+        };
+        self.by_start.insert((record.range.start, id), span);
+        self.length_max = self.length_max.max(record.range.size_bytes());
+    }
+
+    fn remove(&mut self, id: RecordId, range: ByteRange) {
+        self.by_start.remove(&(range.start, id));
+    }
+
+    /// The records touching `range` that no delete-all below `hidden_below` hides, as
+    /// candidates of a painting (`marker`: these are markers).
+    fn touching(
+        &self,
+        range: ByteRange,
+        hidden_below: Lsn,
+        marker: bool,
+    ) -> impl Iterator<Item = Candidate> + '_ {
+        let low = range.start.saturating_sub(self.length_max);
+        self.by_start
+            .range((low, RecordId(0))..(range.end, RecordId(0)))
+            .filter(move |&(_, span)| span.end > range.start && span.lsn >= hidden_below)
+            .map(move |(&(start, id), span)| Candidate {
+                id,
+                marker,
+                range: ByteRange::from_bounds(start, span.end),
+                version: span.version,
+                segment: span.segment,
+            })
     }
 }
 
-/// The records of one object, by start (with each one's end), to find those touching
-/// a range without looking each up.
+/// The records of one object: data and markers apart, since a hot block gathers a
+/// marker per write, and whether a marker must outlive its segment asks only about
+/// data; and the markers by version, since data is most often hidden by the marker of
+/// its own version.
 #[derive(Clone, Debug, Default)]
 struct ObjectRecords {
-    by_start: BTreeMap<(u64, RecordId), u64>,
-    length_max: u64,
+    data: Spans,
+    markers: Spans,
+    markers_by_version: BTreeSet<(Version, RecordId)>,
+}
+
+impl ObjectRecords {
+    fn is_empty(&self) -> bool {
+        self.data.by_start.is_empty() && self.markers.by_start.is_empty()
+    }
+
+    fn spans_of(&mut self, kind: Kind) -> &mut Spans {
+        if kind == Kind::Marker { &mut self.markers } else { &mut self.data }
+    }
 }
 
 /// A logger's log, modelled.
@@ -381,8 +439,10 @@ impl Logger {
         }
         self.account(record.owner, record.object, record.range, Account::Remove);
         let object = self.objects.entry((record.owner, record.object)).or_default();
-        object.by_start.insert((record.range.start, id), record.range.end);
-        object.length_max = object.length_max.max(record.range.size_bytes());
+        object.spans_of(record.kind).insert(id, &record);
+        if record.kind == Kind::Marker {
+            object.markers_by_version.insert((record.version, id));
+        }
         self.records.insert(id, record);
         if record.kind == Kind::Data && record.version > self.newest_version(record.owner) {
             // An append above every version of its owner wins its whole range.
@@ -431,16 +491,8 @@ impl Logger {
     fn candidates(&self, owner: OwnerId, object: ObjectId, range: ByteRange) -> Vec<Candidate> {
         let Some(records) = self.objects.get(&(owner, object)) else { return Vec::new() };
         let hidden_below = self.hidden_below.get(&owner).copied().unwrap_or(Lsn(0));
-        let low = range.start.saturating_sub(records.length_max);
-        records
-            .by_start
-            .range((low, RecordId(0))..(range.end, RecordId(0)))
-            .filter(|&(_, &end)| end > range.start)
-            .filter_map(|(&(_, id), _)| {
-                let record = self.records.get(&id)?;
-                (record.lsn >= hidden_below).then(|| record.candidate(id))
-            })
-            .collect()
+        let data = records.data.touching(range, hidden_below, false);
+        data.chain(records.markers.touching(range, hidden_below, true)).collect()
     }
 
     /// What a read of `range` sees: the data pieces and their versions in order, and
@@ -519,8 +571,9 @@ impl Logger {
     /// The smallest range covering every record of an object.
     fn data_span(&self, owner: OwnerId, object: ObjectId) -> Option<ByteRange> {
         let records = self.objects.get(&(owner, object))?;
-        let start = records.by_start.keys().next()?.0;
-        let end = records.by_start.values().copied().max()?;
+        let spans = [&records.data, &records.markers];
+        let start = spans.iter().filter_map(|s| s.by_start.keys().next()).map(|k| k.0).min()?;
+        let end = spans.iter().flat_map(|s| s.by_start.values()).map(|span| span.end).max()?;
         Some(ByteRange::from_bounds(start, end))
     }
 
@@ -583,6 +636,7 @@ impl Logger {
                 continue;
             }
             match record.kind {
+                Kind::Data if self.hidden_by_its_marker(&record) => {}
                 Kind::Data => {
                     let candidates = self.candidates(record.owner, record.object, record.range);
                     let (won, _) = paint(&candidates, record.range, Some(segment));
@@ -591,10 +645,13 @@ impl Logger {
                     copies.extend(pieces.into_iter().map(|range| Record { range, ..record }));
                 }
                 Kind::Marker => {
-                    let candidates = self.candidates(record.owner, record.object, record.range);
-                    let older_elsewhere = candidates
-                        .iter()
-                        .any(|c| !c.marker && c.segment != segment && c.version <= record.version);
+                    let Some(object) = self.objects.get(&(record.owner, record.object)) else {
+                        continue;
+                    };
+                    let older_elsewhere = object
+                        .data
+                        .touching(record.range, hidden_below, false)
+                        .any(|c| c.segment != segment && c.version <= record.version);
                     if older_elsewhere {
                         copies.push(record);
                     }
@@ -607,6 +664,22 @@ impl Logger {
             }
         }
         copies
+    }
+
+    /// Whether a marker of the data record's own version covers all of it (so it wins
+    /// no byte): how most data is hidden, found without painting among the markers a
+    /// hot block gathers.
+    fn hidden_by_its_marker(&self, data: &Record) -> bool {
+        let Some(object) = self.objects.get(&(data.owner, data.object)) else { return false };
+        let hidden_below = self.hidden_below.get(&data.owner).copied().unwrap_or(Lsn(0));
+        let same_version = (data.version, RecordId(0))..=(data.version, RecordId(u64::MAX));
+        object.markers_by_version.range(same_version).any(|(_, id)| {
+            self.records.get(id).is_some_and(|marker| {
+                marker.lsn >= hidden_below
+                    && marker.range.start <= data.range.start
+                    && data.range.end <= marker.range.end
+            })
+        })
     }
 
     /// Whether a delete-all of `segment` must be kept: no copy of it lives elsewhere,
@@ -721,8 +794,9 @@ impl Logger {
         self.records.remove(&id);
         let key = (record.owner, record.object);
         if let Some(object) = self.objects.get_mut(&key) {
-            object.by_start.remove(&(record.range.start, id));
-            if object.by_start.is_empty() {
+            object.spans_of(record.kind).remove(id, record.range);
+            object.markers_by_version.remove(&(record.version, id));
+            if object.is_empty() {
                 self.objects.remove(&key);
             }
         }

@@ -5,7 +5,7 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
-use somnus_types::{ByteRange, ObjectId, ServerId, Version, VirtualInstant};
+use somnus_types::{ByteRange, ObjectId, ServerId, Version, VirtualDuration, VirtualInstant};
 
 use crate::cluster::{ChunkId, ChunkIndex, Epoch, LogRecord};
 
@@ -20,14 +20,19 @@ pub(super) struct Extent {
     /// Loggers that appended its deletion marker.
     pub(super) invalidated: Vec<ServerId>,
     /// When its reclaimed copy was sent to the replicas lacking it: not read back
-    /// again before their answers are due.
-    pub(super) reclaim_sent_at: Option<VirtualInstant>,
+    /// again before their answers are due (indexed: set it through
+    /// [`Extents::reclaim_sent`]).
+    reclaim_sent_at: Option<VirtualInstant>,
     /// When its deletion markers were last sent (indexed: set it through
     /// [`Extents::invalidation_sent`]).
     invalidate_sent_at: Option<VirtualInstant>,
 }
 
 impl Extent {
+    pub(super) fn reclaim_sent_at(&self) -> Option<VirtualInstant> {
+        self.reclaim_sent_at
+    }
+
     pub(super) fn invalidate_sent_at(&self) -> Option<VirtualInstant> {
         self.invalidate_sent_at
     }
@@ -46,6 +51,7 @@ pub(super) struct Extents {
     by_version: BTreeSet<(Version, LogRecord)>,
     by_chunk: BTreeSet<(ChunkId, LogRecord)>,
     invalidations_sent: BTreeSet<(VirtualInstant, LogRecord)>,
+    reclaims_sent: BTreeSet<(VirtualInstant, LogRecord)>,
     /// The extents every replica of `everywhere_of` has applied (each waits only for
     /// its deletion markers), as of the last [`Extents::everywhere`]; the extents
     /// changed since are in `touched`.
@@ -110,6 +116,9 @@ impl Extents {
         if let Some(at) = extent.invalidate_sent_at {
             self.invalidations_sent.remove(&(at, *record));
         }
+        if let Some(at) = extent.reclaim_sent_at {
+            self.reclaims_sent.remove(&(at, *record));
+        }
         self.everywhere.remove(record);
         self.touched.remove(record);
         Some(extent)
@@ -122,6 +131,23 @@ impl Extents {
             self.invalidations_sent.remove(&(before, *record));
         }
         self.invalidations_sent.insert((at, *record));
+    }
+
+    /// Notes that the reclaimed copy of `record` was sent at `at`; false if the map
+    /// lacks it.
+    pub(super) fn reclaim_sent(&mut self, record: &LogRecord, at: VirtualInstant) -> bool {
+        let Some(extent) = self.map.get_mut(record) else { return false };
+        if let Some(before) = extent.reclaim_sent_at.replace(at) {
+            self.reclaims_sent.remove(&(before, *record));
+        }
+        self.reclaims_sent.insert((at, *record));
+        true
+    }
+
+    /// How many reclaimed copies were sent less than `timeout` before `now`.
+    pub(super) fn reclaims_in_flight(&self, now: VirtualInstant, timeout: VirtualDuration) -> usize {
+        let in_flight = |(at, _): &&(VirtualInstant, LogRecord)| at.saturating_add(timeout) > now;
+        self.reclaims_sent.iter().rev().take_while(in_flight).count()
     }
 
     /// The earliest time deletion markers were sent and not all answered.

@@ -509,8 +509,10 @@ impl Server {
         let now = self.now;
         let Some(led) = self.led.get_mut(&group) else { return };
         let (epoch, stable) = (led.epoch, led.stable());
-        let Some(extent) = led.dvl.extents.get_mut(record) else { return };
-        extent.reclaim_sent_at = Some(now);
+        if !led.dvl.extents.reclaim_sent(record, now) {
+            return;
+        }
+        let Some(extent) = led.dvl.extents.get(record) else { return };
         let targets: Vec<ServerId> = led
             .replicas
             .iter()
@@ -820,9 +822,9 @@ impl Server {
         let ready = key.1;
         let timeout = self.config.request_timeout;
         let writing =
-            |e: &Extent| e.reclaim_sent_at.is_some_and(|at| at.saturating_add(timeout) > now);
+            |e: &Extent| e.reclaim_sent_at().is_some_and(|at| at.saturating_add(timeout) > now);
         let reclaiming = led.dvl.reads.values().filter(|r| r.purpose == Purpose::Reclaim).count()
-            + led.dvl.extents.values().filter(|e| writing(e)).count();
+            + led.dvl.extents.reclaims_in_flight(now, timeout);
         if reclaiming >= max || !led.dvl.ready() {
             return;
         }
