@@ -9,6 +9,7 @@
 //! which measured up to 5 % slower than the same seed alone (about 1 % since a
 //! chunk's blocks are allocated whole at its first write).
 
+use std::path::PathBuf;
 use std::process::Command;
 use std::time::Duration;
 
@@ -58,9 +59,23 @@ pub(crate) struct BenchClusterArgs {
     /// back to the kernel while it runs, and faulted in again): up to 5 % slower here.
     #[arg(long)]
     in_process: bool,
-    /// Print the figures as one JSON document (schema `somnus-bench-cluster`).
+    /// Print the figures as one JSON document (schema `somnus-bench-cluster`, or
+    /// `somnus-bench-cluster-trace` with `--trace`).
     #[arg(long)]
     json: bool,
+    /// Instead of the random workload: replay these block traces (any format `somnus
+    /// trace stats` reads) on `--trace-servers` servers, the metadata service's hybrid
+    /// scheduler gearing them (fractional, 1-hour timescale), once per `--check`
+    /// setting, timed on one core. The target is a week of `somnus trace generate
+    /// --preset msr-fast08` (20.4 M requests) on 30 servers in 2 minutes.
+    #[arg(long, num_args = 1.., value_name = "FILE")]
+    trace: Vec<PathBuf>,
+    /// With `--trace`: the servers of the cluster.
+    #[arg(long, default_value_t = 30, value_parser = clap::value_parser!(u32).range(3..=3000))]
+    trace_servers: u32,
+    /// With `--trace`: replay only the first SECONDS of the traces.
+    #[arg(long, value_name = "SECONDS")]
+    trace_secs: Option<f64>,
     /// Run only this seed of the one size and checker setting given, and print its
     /// figures as one JSON line: what each child process of the benchmark does.
     #[arg(long, hide = true)]
@@ -115,6 +130,15 @@ pub(crate) fn run(args: &BenchClusterArgs) -> Result<()> {
     if let Some(seed) = args.child_seed {
         return run_child(args, seed);
     }
+    let checks = match args.check.as_str() {
+        "on" => &[true][..],
+        "off" => &[false][..],
+        _ => &[true, false][..],
+    };
+    if !args.trace.is_empty() {
+        let (servers, secs) = (args.trace_servers, args.trace_secs);
+        return crate::bench_trace::run(&args.trace, secs, servers, checks, args.json);
+    }
     if args.repeat == 0 || args.repeat > 100 {
         bail!("--repeat must be between 1 and 100");
     }
@@ -129,11 +153,6 @@ pub(crate) fn run(args: &BenchClusterArgs) -> Result<()> {
         if !(3..=3000).contains(&servers) {
             bail!("--servers {servers}: a cluster here has 3 to 3000 servers");
         }
-        let checks = match args.check.as_str() {
-            "on" => &[true][..],
-            "off" => &[false][..],
-            _ => &[true, false][..],
-        };
         for &check in checks {
             measured.push(measure(args, servers, check)?);
         }

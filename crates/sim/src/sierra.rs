@@ -262,20 +262,7 @@ pub fn run_sierra(
     let peak_demand =
         loads.iter().map(|l| capability.demand(l, config.replicas)).fold(0.0, f64::max);
     let servers = config.servers.unwrap_or_else(|| provision(peak_demand, config.replicas));
-    let spec = ClusterSpec {
-        servers,
-        replicas: config.replicas,
-        racks: config.replicas,
-        groups_per_server: 4,
-        chunk_bytes: 1 << 20,
-        gear_min: config.gear_min,
-        check_history: config.check_history,
-        logger: LoggerBackend::Model,
-        logger_capacity_bytes: config.logger_capacity_bytes,
-        server_profile: config.profile.clone(),
-        faults: FaultSet::none(),
-        ..ClusterSpec::small()
-    };
+    let spec = cluster_spec(config, servers);
     let sample = VirtualDuration::from_secs(config.sample_s.max(1));
     let run = |gearing: &Gearing| {
         replay_trace_with(&spec, config.seed, workload.clone(), gearing, sample)
@@ -313,6 +300,40 @@ pub fn run_sierra(
         sweep,
         needed_per_interval: needed,
     })
+}
+
+/// The cluster a trace is replayed on: `servers` in r racks, 1 MiB chunks.
+fn cluster_spec(config: &SierraConfig, servers: u32) -> ClusterSpec {
+    ClusterSpec {
+        servers,
+        replicas: config.replicas,
+        racks: config.replicas,
+        groups_per_server: 4,
+        chunk_bytes: 1 << 20,
+        gear_min: config.gear_min,
+        check_history: config.check_history,
+        logger: LoggerBackend::Model,
+        logger_capacity_bytes: config.logger_capacity_bytes,
+        server_profile: config.profile.clone(),
+        faults: FaultSet::none(),
+        ..ClusterSpec::small()
+    }
+}
+
+/// Only the geared replay of [`run_sierra`], on `servers` (`somnus bench cluster
+/// --trace` times it): its report, or why the config is refused.
+pub fn replay_geared(
+    workload: Arc<TraceWorkload>,
+    config: &SierraConfig,
+    servers: u32,
+) -> Result<TraceReplayReport, String> {
+    config.validate()?;
+    let capability = measured_capability(&DiskModel::new(&crate::cluster::disk_mechanics()));
+    let spec = cluster_spec(config, servers);
+    spec.layout(config.seed).map_err(|error| format!("{servers} servers: {error}"))?;
+    let scheduler = scheduler_config(config, capability, config.timescale_s);
+    let sample = VirtualDuration::from_secs(config.sample_s.max(1));
+    Ok(replay_trace_with(&spec, config.seed, workload, &Gearing::Scheduler(scheduler), sample))
 }
 
 fn scheduler_config(

@@ -208,11 +208,7 @@ impl LogBackend for ModelLog {
     }
 
     fn collect(&mut self) -> Result<u64, BackendError> {
-        let mut written = 0;
-        while let Some(collection) = self.0.compact().map_err(failed)? {
-            written += collection.record_bytes_written;
-        }
-        Ok(written)
+        self.0.collect_garbage().map_err(failed)
     }
 
     fn live_bytes(&self) -> u64 {
@@ -344,7 +340,9 @@ impl LogVolume {
             IndexChange::Tombstone { group, epoch, version } => {
                 self.tombstones.insert((group, epoch, version));
             }
-            IndexChange::Forgotten { group, epoch, version } => self.forget((group, epoch, version)),
+            IndexChange::Forgotten { group, epoch, version } => {
+                self.forget((group, epoch, version))
+            }
             IndexChange::Newest { group, epoch, version } => {
                 let newest = self.newest.entry(owner(group, epoch)).or_default();
                 *newest = (*newest).max(version);

@@ -721,13 +721,33 @@ impl Logger {
     /// segments whose live share is at most `compact_live_percent_max`, fewest live first
     /// (eight at most are looked at), the first whose copies take at most that share too.
     pub fn compact(&mut self) -> Result<Option<Collection>, LoggerError> {
+        self.compact_skipping(&mut BTreeSet::new())
+    }
+
+    /// Collection steps until none qualifies, as the engine's `collect_garbage`: a
+    /// segment whose copies took too much is not looked at again in the same run.
+    /// Returns the bytes the copies wrote.
+    pub fn collect_garbage(&mut self) -> Result<u64, LoggerError> {
+        let (mut written, mut too_full) = (0, BTreeSet::new());
+        while let Some(collection) = self.compact_skipping(&mut too_full)? {
+            written += collection.record_bytes_written;
+        }
+        Ok(written)
+    }
+
+    /// [`Logger::compact`] among the segments not in `too_full`, adding to it those
+    /// whose copies took too much.
+    fn compact_skipping(
+        &mut self,
+        too_full: &mut BTreeSet<SegmentNo>,
+    ) -> Result<Option<Collection>, LoggerError> {
         const LOOK_AT_MAX: usize = 8;
         let percent = u128::from(self.geometry.compact_live_percent_max);
         let head = self.head.map(|(segment, _)| segment);
         let mut candidates: Vec<(u128, u128, SegmentNo)> = self
             .segments()
             .into_iter()
-            .filter(|&(segment, _, _)| Some(segment) != head)
+            .filter(|&(segment, _, _)| Some(segment) != head && !too_full.contains(&segment))
             .map(|(segment, bytes, live)| (u128::from(live), u128::from(bytes.max(1)), segment))
             .filter(|&(live, bytes, _)| live * 100 <= bytes * percent)
             .collect();
@@ -738,6 +758,7 @@ impl Logger {
             if u128::from(copy_bytes) * 100 <= bytes * percent {
                 return self.collect(segment, copies).map(Some);
             }
+            too_full.insert(segment);
         }
         Ok(None)
     }

@@ -2,7 +2,7 @@
 //! the head (keeping LSN and version, L2), the copies replace it in the index, and the
 //! file is deleted. Only what no later record can make live again is dropped (L3).
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::sync::atomic::Ordering;
 use std::sync::{Arc, Condvar, Mutex};
 use std::time::Duration;
@@ -22,8 +22,17 @@ impl LogStore {
     /// be kept count) has its records copied forward and is deleted. `None` if none
     /// qualifies.
     pub fn compact(&self) -> Result<Option<CompactionReport>> {
+        self.compact_skipping(&mut BTreeSet::new())
+    }
+
+    /// [`LogStore::compact`] among the segments not in `too_full`, adding to it those
+    /// whose copies took too much.
+    fn compact_skipping(
+        &self,
+        too_full: &mut BTreeSet<SegmentId>,
+    ) -> Result<Option<CompactionReport>> {
         let _one_at_a_time = lock(&self.compacting);
-        for segment in self.candidates() {
+        for segment in self.candidates(too_full) {
             if !self.is_settled(segment) {
                 continue;
             }
@@ -32,6 +41,7 @@ impl LogStore {
             if u128::from(copy_bytes) * 100
                 > u128::from(segment_bytes) * u128::from(self.options.compact_live_percent_max)
             {
+                too_full.insert(segment);
                 continue;
             }
             return self.run_compaction(segment, plan, files, segment_bytes).map(Some);
@@ -40,10 +50,13 @@ impl LogStore {
     }
 
     /// Runs compaction steps until no segment qualifies; returns how many ran and the
-    /// bytes their copies wrote.
+    /// bytes their copies wrote. A segment whose copies took too much is not looked at
+    /// again in the same run (planning paints each of its records; a later run looks
+    /// again, once other collections may have freed what its markers keep).
     pub fn collect_garbage(&self) -> Result<Collected> {
         let mut collected = Collected::default();
-        while let Some(report) = self.compact()? {
+        let mut too_full = BTreeSet::new();
+        while let Some(report) = self.compact_skipping(&mut too_full)? {
             collected.steps += 1;
             collected.bytes_written += report.bytes_written();
         }
@@ -52,13 +65,13 @@ impl LogStore {
 
     /// The segments worth a look, fewest live bytes (as a share of size) first; the
     /// damaged ones are kept for the operator (`verify`).
-    fn candidates(&self) -> Vec<SegmentId> {
+    fn candidates(&self, skipped: &BTreeSet<SegmentId>) -> Vec<SegmentId> {
         const LOOK_AT_MAX: usize = 8;
         let shared = self.read_shared();
         let mut candidates: Vec<(u128, u128, SegmentId)> = shared
             .segments
             .iter()
-            .filter(|(id, _)| !self.damaged.contains(id))
+            .filter(|(id, _)| !self.damaged.contains(id) && !skipped.contains(id))
             .map(|(&id, segment)| {
                 let live = u128::from(shared.index.segment_live_bytes(id));
                 (live, u128::from(segment.bytes.max(1)), id)

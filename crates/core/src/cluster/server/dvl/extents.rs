@@ -145,7 +145,11 @@ impl Extents {
     }
 
     /// How many reclaimed copies were sent less than `timeout` before `now`.
-    pub(super) fn reclaims_in_flight(&self, now: VirtualInstant, timeout: VirtualDuration) -> usize {
+    pub(super) fn reclaims_in_flight(
+        &self,
+        now: VirtualInstant,
+        timeout: VirtualDuration,
+    ) -> usize {
         let in_flight = |(at, _): &&(VirtualInstant, LogRecord)| at.saturating_add(timeout) > now;
         self.reclaims_sent.iter().rev().take_while(in_flight).count()
     }
