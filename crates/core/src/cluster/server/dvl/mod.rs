@@ -828,7 +828,7 @@ impl Server {
         if reclaiming >= max || !led.dvl.ready() {
             return;
         }
-        let mut wanted: Vec<(bool, LogRecord)> = led
+        let wanted = led
             .dvl
             .extents
             .iter()
@@ -839,9 +839,17 @@ impl Server {
             .map(|(record, e)| {
                 let at_risk = e.holders.iter().any(|l| *l != own && down.contains(l));
                 (!at_risk, *record)
-            })
-            .collect();
-        wanted.sort();
+            });
+        // At-risk records first, then in the map's order; with no server down, none is
+        // at risk, and the first few in order are the ones (a woken cluster's reclaim
+        // of a day's log takes them a few at a time).
+        let wanted: Vec<(bool, LogRecord)> = if down.is_empty() {
+            wanted.take(max - reclaiming).collect()
+        } else {
+            let mut wanted: Vec<_> = wanted.collect();
+            wanted.sort();
+            wanted
+        };
         for (_, record) in wanted.into_iter().take(max - reclaiming) {
             led.dvl.reads.insert(
                 record,
