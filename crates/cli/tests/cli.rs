@@ -510,6 +510,8 @@ fn a_closed_stdout_ends_a_command_quietly() {
         &["sim", "ioserver", "--nodes", "400"],
         &["sim", "sierra", "--trace", trace, "--duration", "900", "--timescale", "300"],
         &["sim", "sierra", "--trace", trace, "--duration", "900", "--json"],
+        &["bench", "cluster", "--trace", trace, "--trace-secs", "900", "--check", "off"],
+        &["bench", "cluster", "--trace", trace, "--trace-secs", "900", "--check", "off", "--json"],
         &["trace", "generate-load", "-o", load],
     ] {
         let (status, stderr) = with_stdout_closed_after(args, 8);
@@ -555,6 +557,11 @@ fn a_user_error_prints_one_line_and_no_backtrace() {
         (&["sim", "sierra", "--trace", "missing.bin"], "missing.bin"),
         (&["sim", "sierra", "--trace", "missing.bin", "--timescale", "7"], "must divide a day"),
         (&["sim", "sierra", "--trace", "missing.bin", "--quiet-intervals", "1"], "at least 2"),
+        (&["bench", "cluster", "--trace", "missing.bin"], "missing.bin"),
+        (
+            &["bench", "cluster", "--trace", "missing.bin", "--trace-secs", "0"],
+            "must be a positive",
+        ),
         (
             &["sim", "cluster", "--seeds", "1..1", "--broken", "ack-after-one-replica"],
             "seeds found violations",
