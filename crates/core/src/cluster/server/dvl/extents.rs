@@ -52,23 +52,14 @@ pub(super) struct Extents {
     by_chunk: BTreeSet<(ChunkId, LogRecord)>,
     invalidations_sent: BTreeSet<(VirtualInstant, LogRecord)>,
     reclaims_sent: BTreeSet<(VirtualInstant, LogRecord)>,
-    /// The extents every replica of `everywhere_of` has applied (each waits only for
-    /// its deletion markers), as of the last [`Extents::everywhere`]; the extents
-    /// changed since are in `touched`.
-    everywhere: BTreeSet<LogRecord>,
-    everywhere_of: Vec<ServerId>,
-    touched: BTreeSet<LogRecord>,
-    /// Bumped at every change of an extent's `applied`, `holders`, `loggers` or
-    /// `invalidated` (every [`Extents::get_mut`]), and when one is added or removed:
-    /// scans that found nothing to do are skipped while it stays the same.
-    changes: u64,
+    /// The extents every replica has applied with deletion markers to append now.
+    markers_due: Kept,
+    /// The extents a ready replica lacks, at-risk ones (a holder down) first: the ones
+    /// reclaim reads back.
+    lacking: Kept,
 }
 
 impl Extents {
-    pub(super) fn changes(&self) -> u64 {
-        self.changes
-    }
-
     pub(super) fn len(&self) -> usize {
         self.map.len()
     }
@@ -85,16 +76,13 @@ impl Extents {
         self.map.iter()
     }
 
-    pub(super) fn values(&self) -> impl Iterator<Item = &Extent> {
-        self.map.values()
-    }
-
-    /// The extent of `record`, to change (counted as a change).
+    /// The extent of `record`, to change (the kept sets test it again).
     pub(super) fn get_mut(&mut self, record: &LogRecord) -> Option<&mut Extent> {
-        let extent = self.map.get_mut(record)?;
-        self.changes += 1;
-        self.touched.insert(*record);
-        Some(extent)
+        if !self.map.contains_key(record) {
+            return None;
+        }
+        self.touch(*record);
+        self.map.get_mut(record)
     }
 
     /// The extent of `record`, added empty if the map lacks it, to change.
@@ -103,14 +91,12 @@ impl Extents {
             self.by_version.insert((record.version, record));
             self.by_chunk.insert((record.chunk, record));
         }
-        self.changes += 1;
-        self.touched.insert(record);
+        self.touch(record);
         self.map.entry(record).or_default()
     }
 
     pub(super) fn remove(&mut self, record: &LogRecord) -> Option<Extent> {
         let extent = self.map.remove(record)?;
-        self.changes += 1;
         self.by_version.remove(&(record.version, *record));
         self.by_chunk.remove(&(record.chunk, *record));
         if let Some(at) = extent.invalidate_sent_at {
@@ -119,8 +105,8 @@ impl Extents {
         if let Some(at) = extent.reclaim_sent_at {
             self.reclaims_sent.remove(&(at, *record));
         }
-        self.everywhere.remove(record);
-        self.touched.remove(record);
+        self.markers_due.forget(record);
+        self.lacking.forget(record);
         Some(extent)
     }
 
@@ -174,21 +160,111 @@ impl Extents {
             .filter_map(|(_, record)| self.map.get_key_value(record))
     }
 
-    /// The extents every one of `replicas` has applied, in the map's order.
-    pub(super) fn everywhere(&mut self, replicas: &[ServerId]) -> Vec<LogRecord> {
-        let applied_by_all = |e: &Extent| replicas.iter().all(|r| e.applied.contains(r));
-        if self.everywhere_of != replicas {
-            self.everywhere_of = replicas.to_vec();
+    fn touch(&mut self, record: LogRecord) {
+        self.markers_due.touched.insert(record);
+        self.lacking.touched.insert(record);
+    }
+
+    /// The extents every one of `replicas` has applied whose deletion markers are to
+    /// be appended by a logger not `down` (or that are finished: each of their loggers
+    /// appended its marker or is `lost`), in the map's order. One that waits only for
+    /// loggers that sleep is left out until one wakes: while a gear sleeps, thousands
+    /// do.
+    pub(super) fn markers_due(
+        &mut self,
+        replicas: &[ServerId],
+        down: &[ServerId],
+        lost: &[ServerId],
+    ) -> Vec<LogRecord> {
+        let due = |e: &Extent| {
+            let applied_by_all = replicas.iter().all(|r| e.applied.contains(r));
+            let hidden = |l: &ServerId| e.invalidated.contains(l) || lost.contains(l);
+            let finished = e.loggers.iter().all(hidden);
+            let up_left = e.loggers.iter().any(|l| !hidden(l) && !down.contains(l));
+            (applied_by_all && (finished || up_left)).then_some(0)
+        };
+        let left = self.markers_due.update(&self.map, &[replicas, down, lost], due);
+        // One left out is not due again before a logger wakes: the timer is not set
+        // by when its markers were last sent.
+        for record in left {
+            let Some(extent) = self.map.get_mut(&record) else { continue };
+            if let Some(at) = extent.invalidate_sent_at.take() {
+                self.invalidations_sent.remove(&(at, record));
+            }
+        }
+        self.markers_due.set.iter().map(|(_, record)| *record).collect()
+    }
+
+    /// The extents one of `ready` lacks: at-risk ones first (one of their holders is
+    /// in `down`), then in the map's order.
+    pub(super) fn lacking(
+        &mut self,
+        ready: &[ServerId],
+        down: &[ServerId],
+    ) -> impl Iterator<Item = (&LogRecord, &Extent)> {
+        let lacks = |e: &Extent| ready.iter().any(|r| !e.applied.contains(r));
+        let at_risk = |e: &Extent| e.holders.iter().any(|l| down.contains(l));
+        let rank = |e: &Extent| lacks(e).then(|| if at_risk(e) { 0 } else { 1 });
+        self.lacking.update(&self.map, &[ready, down], rank);
+        self.lacking.set.iter().filter_map(|(_, record)| self.map.get_key_value(record))
+    }
+}
+
+/// The map's records that pass a test, ranked, kept up to date lazily: the test reads
+/// an extent and some servers (`of`); when those change, the set is built again from
+/// the whole map, and otherwise only the extents changed since the last look
+/// (`touched`) are tested again. While a replica sleeps for hours, this spares a
+/// timer's scan of thousands of extents.
+#[derive(Clone, Debug, Default)]
+struct Kept {
+    set: BTreeSet<(u8, LogRecord)>,
+    /// Each record's rank in `set`.
+    ranks: BTreeMap<LogRecord, u8>,
+    of: Vec<Vec<ServerId>>,
+    touched: BTreeSet<LogRecord>,
+}
+
+impl Kept {
+    fn forget(&mut self, record: &LogRecord) {
+        if let Some(rank) = self.ranks.remove(record) {
+            self.set.remove(&(rank, *record));
+        }
+        self.touched.remove(record);
+    }
+
+    /// Brings the set up to date for servers `of` and the test `rank` (none: not in
+    /// the set); returns the records that left it.
+    fn update(
+        &mut self,
+        map: &BTreeMap<LogRecord, Extent>,
+        of: &[&[ServerId]],
+        rank: impl Fn(&Extent) -> Option<u8>,
+    ) -> Vec<LogRecord> {
+        let same = self.of.len() == of.len() && self.of.iter().zip(of).all(|(a, b)| a == b);
+        let mut left = Vec::new();
+        if !same {
+            self.of = of.iter().map(|servers| servers.to_vec()).collect();
             self.touched.clear();
-            self.everywhere =
-                self.map.iter().filter(|(_, e)| applied_by_all(e)).map(|(r, _)| *r).collect();
+            let ranks: BTreeMap<LogRecord, u8> =
+                map.iter().filter_map(|(r, e)| Some((*r, rank(e)?))).collect();
+            left.extend(self.ranks.keys().filter(|r| !ranks.contains_key(r)));
+            self.ranks = ranks;
+            self.set = self.ranks.iter().map(|(record, rank)| (*rank, *record)).collect();
         }
         for record in std::mem::take(&mut self.touched) {
-            match self.map.get(&record) {
-                Some(extent) if applied_by_all(extent) => self.everywhere.insert(record),
-                _ => self.everywhere.remove(&record),
-            };
+            let before = self.ranks.remove(&record);
+            if let Some(before) = before {
+                self.set.remove(&(before, record));
+            }
+            match map.get(&record).and_then(&rank) {
+                Some(now) => {
+                    self.ranks.insert(record, now);
+                    self.set.insert((now, record));
+                }
+                None if before.is_some() => left.push(record),
+                None => {}
+            }
         }
-        self.everywhere.iter().copied().collect()
+        left
     }
 }

@@ -109,11 +109,6 @@ pub(super) struct Dvl {
     links: BTreeMap<ServerId, Link>,
     /// When the MDS was last asked to wake the replicas: a write found no loggers (P4).
     wake_asked_at: Option<VirtualInstant>,
-    /// The extents' changes and the ready replicas when `reclaim` last found no extent
-    /// a ready replica lacks (then it had nothing to read back). While a replica
-    /// sleeps, thousands of extents wait for it, and the timer's scan of them finds
-    /// nothing to do: it is skipped while nothing it reads has changed.
-    none_lacking: Option<(u64, Vec<ServerId>)>,
 }
 
 impl Dvl {
@@ -799,8 +794,9 @@ impl Server {
     /// Reads back logged writes for the replicas that lack them and are up to take
     /// them, at-risk ones (a logger down) first, a few at a time (D5).
     fn reclaim(&mut self, group: ChunkGroupId) {
-        let (now, own, max) = (self.now, self.id, self.config.reclaim_reads_max as usize);
-        let down = &self.down;
+        let (now, max) = (self.now, self.config.reclaim_reads_max as usize);
+        let down: Vec<ServerId> = self.down.iter().copied().collect();
+        let timeout = self.config.request_timeout;
         let Some(led) = self.led.get_mut(&group) else { return };
         let ready: Vec<ServerId> = led
             .replicas
@@ -809,48 +805,31 @@ impl Server {
             .filter(|(i, r)| led.synced[*i] && !down.contains(r))
             .map(|(_, r)| *r)
             .collect();
-        // Nothing a ready replica lacks (as at the last scan, if nothing changed since):
-        // nothing to read back; the reads under way go on as after any reclaim.
-        let key = (led.dvl.extents.changes(), ready);
-        let none_lacking = led.dvl.none_lacking.as_ref() == Some(&key)
-            || !led.dvl.extents.values().any(|e| key.1.iter().any(|r| !e.applied.contains(r)));
-        if none_lacking {
-            led.dvl.none_lacking = Some(key);
+        // Nothing a ready replica lacks: nothing to read back; the reads under way go
+        // on as after any reclaim.
+        if led.dvl.extents.lacking(&ready, &down).next().is_none() {
             self.send_reads(group, false);
             return;
         }
-        let ready = key.1;
-        let timeout = self.config.request_timeout;
-        let writing =
-            |e: &Extent| e.reclaim_sent_at().is_some_and(|at| at.saturating_add(timeout) > now);
         let reclaiming = led.dvl.reads.values().filter(|r| r.purpose == Purpose::Reclaim).count()
             + led.dvl.extents.reclaims_in_flight(now, timeout);
         if reclaiming >= max || !led.dvl.ready() {
             return;
         }
-        let wanted = led
+        let writing =
+            |e: &Extent| e.reclaim_sent_at().is_some_and(|at| at.saturating_add(timeout) > now);
+        let (reads, pending) = (&led.dvl.reads, &led.pending);
+        let wanted: Vec<LogRecord> = led
             .dvl
             .extents
-            .iter()
-            .filter(|(record, _)| !led.dvl.reads.contains_key(record))
-            .filter(|(record, _)| !led.pending.contains_key(&record.version))
+            .lacking(&ready, &down)
+            .filter(|(record, _)| !reads.contains_key(record))
+            .filter(|(record, _)| !pending.contains_key(&record.version))
             .filter(|(_, e)| !writing(e))
-            .filter(|(_, e)| ready.iter().any(|r| !e.applied.contains(r)))
-            .map(|(record, e)| {
-                let at_risk = e.holders.iter().any(|l| *l != own && down.contains(l));
-                (!at_risk, *record)
-            });
-        // At-risk records first, then in the map's order; with no server down, none is
-        // at risk, and the first few in order are the ones (a woken cluster's reclaim
-        // of a day's log takes them a few at a time).
-        let wanted: Vec<(bool, LogRecord)> = if down.is_empty() {
-            wanted.take(max - reclaiming).collect()
-        } else {
-            let mut wanted: Vec<_> = wanted.collect();
-            wanted.sort();
-            wanted
-        };
-        for (_, record) in wanted.into_iter().take(max - reclaiming) {
+            .map(|(record, _)| *record)
+            .take(max - reclaiming)
+            .collect();
+        for record in wanted {
             led.dvl.reads.insert(
                 record,
                 Read { purpose: Purpose::Reclaim, asked: Vec::new(), sent_at: now },
@@ -862,12 +841,13 @@ impl Server {
     /// Appends deletion markers for the records every replica has.
     fn send_invalidations(&mut self, group: ChunkGroupId) {
         let (now, retry, own) = (self.now, self.config.retry_interval, self.id);
-        let (down, lost) = (&self.down, &self.lost);
+        let down: Vec<ServerId> = self.down.iter().copied().collect();
+        let lost: Vec<ServerId> = self.lost.iter().copied().collect();
         let Some(led) = self.led.get_mut(&group) else { return };
         let epoch = led.epoch;
         let dvl = &mut led.dvl;
         let mut batches: BTreeMap<ServerId, Vec<LogRecord>> = BTreeMap::new();
-        for record in dvl.extents.everywhere(&led.replicas) {
+        for record in dvl.extents.markers_due(&led.replicas, &down, &lost) {
             let Some(extent) = dvl.extents.get(&record) else { continue };
             // A lost logger's records are gone with it: a record every replica has and
             // every other logger hid is finished.
