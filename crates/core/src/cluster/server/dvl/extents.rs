@@ -117,6 +117,7 @@ impl Extents {
             self.invalidations_sent.remove(&(before, *record));
         }
         self.invalidations_sent.insert((at, *record));
+        self.touch(*record);
     }
 
     /// Notes that the reclaimed copy of `record` was sent at `at`; false if the map
@@ -165,25 +166,28 @@ impl Extents {
         self.lacking.touched.insert(record);
     }
 
-    /// The extents every one of `replicas` has applied whose deletion markers are to
-    /// be appended by a logger not `down` (or that are finished: each of their loggers
-    /// appended its marker or is `lost`), in the map's order. One that waits only for
-    /// loggers that sleep is left out until one wakes: while a gear sleeps, thousands
-    /// do.
+    /// The extents every one of `replicas` has applied whose deletion markers are due
+    /// (never sent, or sent `retry` or more before `now`) at a logger not `down`, and
+    /// those finished (each of their loggers appended its marker or is `lost`), in the
+    /// map's order. One that waits only for loggers that sleep is left out until one
+    /// wakes, and one whose markers are in flight until they are late: while a gear
+    /// sleeps, thousands of extents wait.
     pub(super) fn markers_due(
         &mut self,
-        replicas: &[ServerId],
-        down: &[ServerId],
-        lost: &[ServerId],
+        (replicas, down, lost): (&[ServerId], &[ServerId], &[ServerId]),
+        now: VirtualInstant,
+        retry: VirtualDuration,
     ) -> Vec<LogRecord> {
-        let due = |e: &Extent| {
+        // Rank 0: due at once; rank 1: sent, due when late.
+        let rank = |e: &Extent| {
             let applied_by_all = replicas.iter().all(|r| e.applied.contains(r));
             let hidden = |l: &ServerId| e.invalidated.contains(l) || lost.contains(l);
             let finished = e.loggers.iter().all(hidden);
             let up_left = e.loggers.iter().any(|l| !hidden(l) && !down.contains(l));
-            (applied_by_all && (finished || up_left)).then_some(0)
+            let sent = e.invalidate_sent_at.is_some();
+            (applied_by_all && (finished || up_left)).then_some(u8::from(sent && !finished))
         };
-        let left = self.markers_due.update(&self.map, &[replicas, down, lost], due);
+        let left = self.markers_due.update(&self.map, &[replicas, down, lost], rank);
         // One left out is not due again before a logger wakes: the timer is not set
         // by when its markers were last sent.
         for record in left {
@@ -192,7 +196,17 @@ impl Extents {
                 self.invalidations_sent.remove(&(at, record));
             }
         }
-        self.markers_due.set.iter().map(|(_, record)| *record).collect()
+        let kept = &self.markers_due;
+        let at_once = kept.set.iter().take_while(|(rank, _)| *rank == 0).map(|(_, r)| *r);
+        let late = self
+            .invalidations_sent
+            .iter()
+            .take_while(|(at, _)| at.saturating_add(retry) <= now)
+            .filter(|(_, record)| kept.ranks.get(record) == Some(&1))
+            .map(|(_, record)| *record);
+        let mut due: Vec<LogRecord> = at_once.chain(late).collect();
+        due.sort();
+        due
     }
 
     /// The extents one of `ready` lacks: at-risk ones first (one of their holders is

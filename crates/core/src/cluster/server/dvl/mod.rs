@@ -847,7 +847,7 @@ impl Server {
         let epoch = led.epoch;
         let dvl = &mut led.dvl;
         let mut batches: BTreeMap<ServerId, Vec<LogRecord>> = BTreeMap::new();
-        for record in dvl.extents.markers_due(&led.replicas, &down, &lost) {
+        for record in dvl.extents.markers_due((&led.replicas, &down, &lost), now, retry) {
             let Some(extent) = dvl.extents.get(&record) else { continue };
             // A lost logger's records are gone with it: a record every replica has and
             // every other logger hid is finished.
