@@ -8,7 +8,8 @@
 //! a timer for `poll_timeout`. Every submitted op ends with exactly one
 //! `ClientAction::Done` carrying its tag.
 
-use std::collections::{BTreeMap, VecDeque};
+use std::cmp::Reverse;
+use std::collections::{BTreeMap, BTreeSet, BinaryHeap, VecDeque};
 
 use somnus_types::{ByteRange, ChunkGroupId, Version, VirtualInstant};
 
@@ -148,6 +149,13 @@ enum OpState {
     },
 }
 
+/// What of an op a deadline is for.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
+enum Slot {
+    Metadata,
+    Part(usize),
+}
+
 #[derive(Clone, Debug)]
 struct Op {
     op: ClientOp,
@@ -164,6 +172,11 @@ pub struct Client {
     /// primary for long even if that primary keeps answering.
     views: BTreeMap<ChunkGroupId, (GroupView, VirtualInstant)>,
     ops: BTreeMap<u64, Op>,
+    /// Every deadline set for an op's metadata request or a part (`Slot`), earliest
+    /// first, and ones since changed or gone, dropped when they come to the top: the
+    /// timer and `poll_timeout` look only at the due ones, not at every op in flight
+    /// (a trace replay has thousands while a gear shifts).
+    deadlines: BinaryHeap<Reverse<(VirtualInstant, u64, Slot)>>,
     /// Request id → the op (and part) it belongs to.
     requests: BTreeMap<u64, (u64, Option<usize>)>,
     /// Names with a lookup under way (request, sent at), for ops that need them.
@@ -185,6 +198,7 @@ impl Client {
             objects: BTreeMap::new(),
             views: BTreeMap::new(),
             ops: BTreeMap::new(),
+            deadlines: BinaryHeap::new(),
             requests: BTreeMap::new(),
             lookups: BTreeMap::new(),
             next_request: 1,
@@ -220,6 +234,7 @@ impl Client {
             ClientEvent::MessageReceived { message, .. } => self.message(message),
             ClientEvent::TimerFired => self.timer(),
         }
+        self.drop_stale_deadlines();
     }
 
     pub fn poll_action(&mut self) -> Option<ClientAction> {
@@ -229,12 +244,34 @@ impl Client {
     pub fn poll_timeout(&self) -> Option<VirtualInstant> {
         let timeout = self.config.request_timeout;
         let lookups = self.lookups.values().map(|(_, at)| at.saturating_add(timeout));
-        let ops = self.ops.values().filter_map(|op| match &op.state {
-            OpState::NeedsInfo => None,
-            OpState::Metadata { at, .. } => Some(at.saturating_add(timeout)),
-            OpState::Data { parts, .. } => parts.iter().filter_map(|p| p.deadline(timeout)).min(),
-        });
-        ops.chain(lookups).min()
+        // The top deadline is one still set (`handle` dropped the stale ones above it).
+        let ops = self.deadlines.peek().map(|Reverse((at, _, _))| *at);
+        ops.into_iter().chain(lookups).min()
+    }
+
+    /// The deadline now set for `slot` of op `tag`, if any.
+    fn deadline_of(&self, tag: u64, slot: Slot) -> Option<VirtualInstant> {
+        let timeout = self.config.request_timeout;
+        match (&self.ops.get(&tag)?.state, slot) {
+            (OpState::Metadata { at, .. }, Slot::Metadata) => Some(at.saturating_add(timeout)),
+            (OpState::Data { parts, .. }, Slot::Part(index)) => parts.get(index)?.deadline(timeout),
+            _ => None,
+        }
+    }
+
+    fn expect(&mut self, tag: u64, slot: Slot) {
+        if let Some(at) = self.deadline_of(tag, slot) {
+            self.deadlines.push(Reverse((at, tag, slot)));
+        }
+    }
+
+    fn drop_stale_deadlines(&mut self) {
+        while let Some(&Reverse((at, tag, slot))) = self.deadlines.peek() {
+            if self.deadline_of(tag, slot) == Some(at) {
+                break;
+            }
+            self.deadlines.pop();
+        }
     }
 
     fn request_id(&mut self, tag: u64, part: Option<usize>) -> u64 {
@@ -290,6 +327,7 @@ impl Client {
         if let Some(op) = self.ops.get_mut(&tag) {
             op.state = OpState::Metadata { at: self.now, message: message.clone() };
         }
+        self.expect(tag, Slot::Metadata);
         self.actions.push_back(ClientAction::Send { to: Peer::Mds, message });
     }
 
@@ -334,6 +372,7 @@ impl Client {
             _ => 0,
         };
         for index in 0..count {
+            self.expect(tag, Slot::Part(index));
             self.send_part(tag, index);
         }
     }
@@ -406,6 +445,7 @@ impl Client {
         if let Some(Op { state: OpState::Data { parts, .. }, .. }) = self.ops.get_mut(&tag) {
             parts[index].state = state;
         }
+        self.expect(tag, Slot::Part(index));
     }
 
     fn look_up_group(&mut self, tag: u64, index: usize) {
@@ -591,19 +631,27 @@ impl Client {
     fn timer(&mut self) {
         let now = self.now;
         let timeout = self.config.request_timeout;
+        let mut due = BTreeSet::new();
+        while let Some(&Reverse((at, tag, slot))) = self.deadlines.peek() {
+            if at > now {
+                break;
+            }
+            self.deadlines.pop();
+            if self.deadline_of(tag, slot) == Some(at) {
+                due.insert((matches!(slot, Slot::Part(_)), tag, slot));
+            }
+        }
+        // Metadata requests first, then parts, each in tag order.
         let mut resend_metadata = Vec::new();
         let mut due_parts = Vec::new();
-        for (tag, op) in &self.ops {
-            match &op.state {
-                OpState::Metadata { at, message, .. } if at.saturating_add(timeout) <= now => {
-                    resend_metadata.push((*tag, message.clone()));
+        for (_, tag, slot) in due {
+            let Some(op) = self.ops.get(&tag) else { continue };
+            match (&op.state, slot) {
+                (OpState::Metadata { message, .. }, Slot::Metadata) => {
+                    resend_metadata.push((tag, message.clone()));
                 }
-                OpState::Data { parts, .. } => {
-                    for (index, part) in parts.iter().enumerate() {
-                        if part.deadline(timeout).is_some_and(|at| at <= now) {
-                            due_parts.push((*tag, index, part.state));
-                        }
-                    }
+                (OpState::Data { parts, .. }, Slot::Part(index)) => {
+                    due_parts.push((tag, index, parts[index].state));
                 }
                 _ => {}
             }
@@ -615,6 +663,7 @@ impl Client {
             if let Some(Op { state: OpState::Metadata { at, .. }, .. }) = self.ops.get_mut(&tag) {
                 *at = now;
             }
+            self.expect(tag, Slot::Metadata);
             self.actions.push_back(ClientAction::Send { to: Peer::Mds, message });
         }
         for (tag, index, state) in due_parts {
