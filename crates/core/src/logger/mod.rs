@@ -16,7 +16,7 @@ use std::collections::{BTreeMap, BTreeSet};
 
 use somnus_types::{ByteRange, LoggerId, Lsn, ObjectId, OwnerId, Version, join_touching};
 
-use paint::{Candidate, paint};
+use paint::{Candidate, Won, paint, rank};
 
 /// Bytes of a record header (docs/format/log.md, "Record").
 pub const RECORD_HEADER_BYTES: u64 = 88;
@@ -96,12 +96,6 @@ pub struct Collection {
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-enum Account {
-    Add,
-    Remove,
-}
-
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum Kind {
     Data,
     Marker,
@@ -120,6 +114,12 @@ struct Record {
 }
 
 impl Record {
+    fn candidate(&self, id: RecordId) -> Candidate {
+        let marker = self.kind == Kind::Marker;
+        let (range, version, segment) = (self.range, self.version, self.segment);
+        Candidate { id, marker, range, version, segment }
+    }
+
     fn bytes(&self) -> u64 {
         let payload = if self.kind == Kind::Data { self.range.size_bytes() } else { 0 };
         RECORD_HEADER_BYTES + payload
@@ -190,6 +190,12 @@ struct ObjectRecords {
     data: Spans,
     markers: Spans,
     markers_by_version: BTreeSet<(Version, RecordId)>,
+    /// The painting of the object's records, kept as they come and go: pieces by
+    /// start, each with its end and the record that wins it (bytes no record covers
+    /// have no piece). A record added changes only the pieces it outranks, and one
+    /// removed only those it won, so a hot block's hundreds of records are not painted
+    /// again at every write and marker.
+    painted: BTreeMap<u64, (u64, Candidate)>,
 }
 
 impl ObjectRecords {
@@ -430,58 +436,145 @@ impl Logger {
         *size += record.bytes();
         ids.push(id);
         if record.kind == Kind::DeleteAll {
-            self.account_owner(record.owner, Account::Remove);
             let hidden = self.hidden_below.entry(record.owner).or_insert(Lsn(0));
             *hidden = (*hidden).max(record.lsn);
             self.records.insert(id, record);
-            self.account_owner(record.owner, Account::Add);
+            self.repaint_owner(record.owner);
             return;
         }
-        self.account(record.owner, record.object, record.range, Account::Remove);
         let object = self.objects.entry((record.owner, record.object)).or_default();
         object.spans_of(record.kind).insert(id, &record);
         if record.kind == Kind::Marker {
             object.markers_by_version.insert((record.version, id));
         }
         self.records.insert(id, record);
-        if record.kind == Kind::Data && record.version > self.newest_version(record.owner) {
-            // An append above every version of its owner wins its whole range.
-            *self.live.entry(record.segment).or_insert(0) += record.range.size_bytes();
-        } else {
-            self.account(record.owner, record.object, record.range, Account::Add);
-        }
+        self.paint_over(record.owner, record.object, record.candidate(id));
     }
 
-    /// Adds to (or takes from) each segment's live bytes what it wins in a painting of
-    /// `range`: bracketing a change to the records over `range` with a removal and an
-    /// addition keeps `live` exact, as a record changes the painting only under it.
-    fn account(&mut self, owner: OwnerId, object: ObjectId, range: ByteRange, how: Account) {
-        let (won, _) = paint(&self.candidates(owner, object, range), range, None);
-        for piece in won.iter().filter(|piece| !piece.winner.marker) {
-            let live = self.live.entry(piece.winner.segment).or_insert(0);
-            let bytes = piece.range.size_bytes();
-            *live = match how {
-                Account::Add => *live + bytes,
-                Account::Remove => {
-                    // A bug in the bracketing, never input: the model's own arithmetic.
-                    assert!(*live >= bytes, "live bytes taken that were never added");
-                    *live - bytes
-                }
-            };
+    /// Paints `over` (a record just added) onto its object's painting: it takes the
+    /// pieces of its range it outranks and the bytes no record covered; each segment's
+    /// live bytes follow the data pieces that change hands.
+    fn paint_over(&mut self, owner: OwnerId, object: ObjectId, over: Candidate) {
+        let Some(records) = self.objects.get_mut(&(owner, object)) else { return };
+        let painted = &mut records.painted;
+        let range = over.range;
+        split_piece_at(painted, range.start);
+        split_piece_at(painted, range.end);
+        let pieces: Vec<(u64, u64, Candidate)> =
+            painted.range(range.start..range.end).map(|(&s, &(e, w))| (s, e, w)).collect();
+        let mut at = range.start;
+        let mut taken = Vec::new();
+        for (start, end, winner) in pieces {
+            if at < start {
+                taken.push((at, start, None));
+            }
+            if rank(&over, None) > rank(&winner, None) {
+                taken.push((start, end, Some(winner)));
+            }
+            at = end;
         }
+        if at < range.end {
+            taken.push((at, range.end, None));
+        }
+        for (start, end, before) in taken {
+            if let Some(before) = before {
+                credit(&mut self.live, &before, end - start, false);
+            }
+            credit(&mut self.live, &over, end - start, true);
+            painted.insert(start, (end, over));
+        }
+        join_pieces(painted, range);
     }
 
-    /// `account` over every object of `owner`: a delete-all changes them all.
-    fn account_owner(&mut self, owner: OwnerId, how: Account) {
+    /// Paints again the pieces `gone` (a record just taken out of the object's indexes)
+    /// won, from the records left.
+    fn paint_without(&mut self, owner: OwnerId, object: ObjectId, gone: Candidate) {
+        let Some(records) = self.objects.get(&(owner, object)) else { return };
+        let range = gone.range;
+        let won: Vec<ByteRange> = records
+            .painted
+            .range(range.start..range.end)
+            .filter(|(_, (_, winner))| winner.id == gone.id)
+            .map(|(&start, &(end, _))| ByteRange::from_bounds(start, end))
+            .collect();
+        let repainted: Vec<(ByteRange, Vec<Won>)> = won
+            .into_iter()
+            .map(|piece| (piece, paint(&self.candidates(owner, object, piece), piece, None).0))
+            .collect();
+        let Some(records) = self.objects.get_mut(&(owner, object)) else { return };
+        for (piece, winners) in repainted {
+            records.painted.remove(&piece.start);
+            credit(&mut self.live, &gone, piece.size_bytes(), false);
+            for won in winners {
+                credit(&mut self.live, &won.winner, won.range.size_bytes(), true);
+                records.painted.insert(won.range.start, (won.range.end, won.winner));
+            }
+        }
+        join_pieces(&mut records.painted, range);
+    }
+
+    /// Paints every object of `owner` anew: a delete-all changes what they all show.
+    fn repaint_owner(&mut self, owner: OwnerId) {
         let objects: Vec<ObjectId> = self
             .objects
             .range((owner, ObjectId(0))..=(owner, ObjectId(u64::MAX)))
             .map(|(&(_, object), _)| object)
             .collect();
         for object in objects {
-            if let Some(span) = self.data_span(owner, object) {
-                self.account(owner, object, span, how);
+            let key = (owner, object);
+            let painted = self.objects.get_mut(&key).map(|r| std::mem::take(&mut r.painted));
+            for (start, (end, winner)) in painted.into_iter().flatten() {
+                credit(&mut self.live, &winner, end - start, false);
             }
+            let Some(span) = self.data_span(owner, object) else { continue };
+            let (won, _) = paint(&self.candidates(owner, object, span), span, None);
+            let Some(records) = self.objects.get_mut(&key) else { continue };
+            for piece in won {
+                credit(&mut self.live, &piece.winner, piece.range.size_bytes(), true);
+                records.painted.insert(piece.range.start, (piece.range.end, piece.winner));
+            }
+        }
+    }
+}
+
+/// Adds (or takes) `bytes` to the live bytes of `winner`'s segment if it is data.
+fn credit(live: &mut BTreeMap<SegmentNo, u64>, winner: &Candidate, bytes: u64, add: bool) {
+    if winner.marker {
+        return;
+    }
+    let live = live.entry(winner.segment).or_insert(0);
+    if add {
+        *live += bytes;
+    } else {
+        // A bug in the painting's upkeep, never input: the model's own arithmetic.
+        assert!(*live >= bytes, "live bytes taken that were never added");
+        *live -= bytes;
+    }
+}
+
+/// Cuts the piece that spans `at` in two there.
+fn split_piece_at(painted: &mut BTreeMap<u64, (u64, Candidate)>, at: u64) {
+    let Some((&start, &(end, winner))) = painted.range(..at).next_back() else { return };
+    if start < at && at < end {
+        painted.insert(start, (at, winner));
+        painted.insert(at, (end, winner));
+    }
+}
+
+/// Joins touching pieces of one winner from the piece before `range` to the one after.
+fn join_pieces(painted: &mut BTreeMap<u64, (u64, Candidate)>, range: ByteRange) {
+    let from = painted.range(..range.start).next_back().map_or(range.start, |(&s, _)| s);
+    let pieces: Vec<(u64, u64, Candidate)> =
+        painted.range(from..=range.end).map(|(&s, &(e, w))| (s, e, w)).collect();
+    let mut last: Option<(u64, u64, RecordId)> = None;
+    for (start, end, winner) in pieces {
+        match last {
+            Some((first, last_end, id)) if last_end == start && id == winner.id => {
+                painted.remove(&start);
+                painted.insert(first, (end, winner));
+                last = Some((first, end, id));
+            }
+            _ => last = Some((start, end, winner.id)),
         }
     }
 }
@@ -796,7 +889,6 @@ impl Logger {
     fn remove_record(&mut self, id: RecordId) {
         let Some(&record) = self.records.get(&id) else { return };
         if record.kind == Kind::DeleteAll {
-            self.account_owner(record.owner, Account::Remove);
             self.records.remove(&id);
             let latest = self
                 .records
@@ -808,20 +900,22 @@ impl Logger {
                 Some(lsn) => self.hidden_below.insert(record.owner, lsn),
                 None => self.hidden_below.remove(&record.owner),
             };
-            self.account_owner(record.owner, Account::Add);
+            self.repaint_owner(record.owner);
             return;
         }
-        self.account(record.owner, record.object, record.range, Account::Remove);
         self.records.remove(&id);
         let key = (record.owner, record.object);
         if let Some(object) = self.objects.get_mut(&key) {
             object.spans_of(record.kind).remove(id, record.range);
             object.markers_by_version.remove(&(record.version, id));
-            if object.is_empty() {
-                self.objects.remove(&key);
-            }
         }
-        self.account(record.owner, record.object, record.range, Account::Add);
+        let hidden_below = self.hidden_below.get(&record.owner).copied().unwrap_or(Lsn(0));
+        if record.lsn >= hidden_below {
+            self.paint_without(record.owner, record.object, record.candidate(id));
+        }
+        if self.objects.get(&key).is_some_and(|object| object.is_empty()) {
+            self.objects.remove(&key);
+        }
     }
 }
 

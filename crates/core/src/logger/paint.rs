@@ -32,9 +32,9 @@ pub(crate) struct Won {
 
 /// The order of the painting rules: where two records cover a byte, the greater wins.
 /// Record ids are unique, so no two candidates tie.
-type Rank = (Version, bool, bool, Reverse<RecordId>);
+pub(crate) type Rank = (Version, bool, bool, Reverse<RecordId>);
 
-fn rank(candidate: &Candidate, avoid: Option<SegmentNo>) -> Rank {
+pub(crate) fn rank(candidate: &Candidate, avoid: Option<SegmentNo>) -> Rank {
     (candidate.version, candidate.marker, Some(candidate.segment) != avoid, Reverse(candidate.id))
 }
 
