@@ -32,6 +32,9 @@ enum CaseChoice {
     All,
     /// A secondary crashes under a write stream and returns 20 s later.
     SecondaryCrash,
+    /// A secondary crashes for 10 s; its reclaim reads are answered after the
+    /// retry interval (every other server's messages 150 ms late).
+    SlowLoggers,
     /// The primary of the most groups crashes and stays down.
     PrimaryCrash,
     /// Gear 3 to 2 and back under load: primaries migrated, time, retries (Table 3).
@@ -56,6 +59,9 @@ pub(crate) fn run(args: &ScenarioArgs) -> Result<()> {
     let mut runs: Vec<Box<dyn Fn() -> CaseReport>> = Vec::new();
     if wants(CaseChoice::SecondaryCrash) {
         runs.push(Box::new(move || scenario::secondary_crash(seed)));
+    }
+    if wants(CaseChoice::SlowLoggers) {
+        runs.push(Box::new(move || scenario::reclaim_from_slow_loggers(seed)));
     }
     if wants(CaseChoice::PrimaryCrash) {
         runs.push(Box::new(move || scenario::primary_crash(seed)));

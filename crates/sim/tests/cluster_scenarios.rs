@@ -30,6 +30,15 @@ fn a_secondary_that_crashes_under_writes_is_logged_for_and_reclaimed() {
 }
 
 #[test]
+fn a_reclaim_finishes_when_loggers_answer_after_the_retry_interval() {
+    let report = scenario::reclaim_from_slow_loggers(1);
+    clean(&report);
+    assert!(report.figure("writes logged while it was down") > 100.0, "{report:?}");
+    let took = report.figure("time to reclaim every DVL (s)");
+    assert!(took < 30.0, "the reclaim took 30 s or more after the return: {report:?}");
+}
+
+#[test]
 fn a_primary_that_crashes_is_replaced_and_its_writes_read_back() {
     for seed in [1, 2] {
         let report = scenario::primary_crash(seed);

@@ -261,6 +261,9 @@ struct ServerSlot {
     rack: RackId,
     disk: Disk,
     slow: bool,
+    /// Added to the arrival of every message it sends (a script's `Lag`): a server
+    /// that answers late, overloaded or behind a congested link.
+    lag: VirtualDuration,
     cut: Option<Cut>,
     /// Lost for good (the `lost` fault): never restarted.
     lost: bool,
@@ -401,6 +404,7 @@ impl<'t> ClusterSim<'t> {
                 rack: layout.servers()[s as usize].rack,
                 disk: Disk::default(),
                 slow: false,
+                lag: VirtualDuration::ZERO,
                 cut: None,
                 lost: false,
                 lost_store: None,
@@ -850,6 +854,9 @@ impl<'t> ClusterSim<'t> {
         let bytes = 64 + message.payload_bytes();
         let (a, b) = (self.node_index(source) as u32, self.node_index(target) as u32);
         let mut arrival = self.network.send(self.now(), a, b, bytes);
+        if let Peer::Server(s) = from {
+            arrival += self.servers[s.index()].lag;
+        }
         if live && faults.has(FaultKind::Delay) && self.rng.random_bool(DELAY) {
             arrival += VirtualDuration::from_millis(self.rng.random_range(1..=DELAY_MAX_MS));
             if self.rng.random_bool(STALL / DELAY) {

@@ -5,7 +5,7 @@
 //! requests, gives each write a version `epoch << 40 | sequence`, sends it to every
 //! replica and acknowledges it when all r copies are durable (C3).
 
-use std::collections::VecDeque;
+use std::collections::{BTreeSet, VecDeque};
 
 use somnus_types::{ByteRange, ChunkGroupId, ServerId, Version, VirtualInstant};
 
@@ -248,6 +248,13 @@ impl Led {
         let synced = self.replicas.iter().zip(&self.synced).filter(|(r, s)| **r != own && **s);
         let synced = synced.filter(|(r, _)| !self.rebuilding(**r));
         synced.map(|(r, _)| *r).collect()
+    }
+
+    /// The synced replicas not in `down`: those a reclaim brings up to date.
+    pub(super) fn ready_replicas(&self, down: &BTreeSet<ServerId>) -> Vec<ServerId> {
+        let ready =
+            self.replicas.iter().zip(&self.synced).filter(|(r, s)| **s && !down.contains(r));
+        ready.map(|(r, _)| *r).collect()
     }
 
     fn overlaps_pending(&self, chunk: ChunkId, range: ByteRange) -> bool {

@@ -131,7 +131,17 @@ impl Extents {
         true
     }
 
-    /// How many reclaimed copies were sent less than `timeout` before `now`.
+    /// Notes that every replica the reclaimed copy of `record` went to has it: the
+    /// copy is no longer in flight, and frees its place for the next read back.
+    pub(super) fn reclaim_done(&mut self, record: &LogRecord) {
+        let Some(extent) = self.map.get_mut(record) else { return };
+        if let Some(at) = extent.reclaim_sent_at.take() {
+            self.reclaims_sent.remove(&(at, *record));
+        }
+    }
+
+    /// How many reclaimed copies were sent less than `timeout` before `now` and not
+    /// yet acknowledged by every replica they went to.
     pub(super) fn reclaims_in_flight(
         &self,
         now: VirtualInstant,

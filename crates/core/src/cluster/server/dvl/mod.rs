@@ -22,6 +22,7 @@ use somnus_types::{ChunkGroupId, ServerId, Version, VirtualInstant};
 
 use super::primary::Led;
 use super::{Broken, Server};
+use crate::cluster::mds::mix;
 use crate::cluster::{DvlHandoff, Epoch, LogRecord, LoggedExtent, Message, Peer, UnstableWrite};
 use extents::{Extent, Extents, first_record_of};
 
@@ -64,9 +65,19 @@ enum Purpose {
 #[derive(Clone, Debug)]
 struct Read {
     purpose: Purpose,
-    /// The loggers asked so far, the last one now.
+    /// The loggers asked so far: the answer of any is taken. A logger whose disk is
+    /// slower than the retry interval still answers; taking only the last one asked
+    /// would throw every answer away while reads alternate between two slow loggers.
     asked: Vec<ServerId>,
+    /// The loggers that answered that no byte of the record is visible there.
+    empty_at: Vec<ServerId>,
     sent_at: VirtualInstant,
+}
+
+impl Read {
+    fn new(purpose: Purpose, now: VirtualInstant) -> Read {
+        Read { purpose, asked: Vec::new(), empty_at: Vec::new(), sent_at: now }
+    }
 }
 
 /// A recovery from the loggers of the view: complete at L - r_L + 1 answers; the
@@ -216,11 +227,7 @@ impl Dvl {
         let lacking: Vec<LogRecord> =
             self.lacking(own, chunk, range).map(|(record, _)| *record).collect();
         for record in &lacking {
-            self.reads.entry(*record).or_insert(Read {
-                purpose: Purpose::Reclaim,
-                asked: Vec::new(),
-                sent_at: now,
-            });
+            self.reads.entry(*record).or_insert(Read::new(Purpose::Reclaim, now));
         }
         lacking
     }
@@ -372,9 +379,7 @@ impl Server {
             let extent = led.dvl.extents.entry(record);
             add(&mut extent.holders, loggers.iter().copied());
             add(&mut extent.loggers, loggers);
-            led.dvl
-                .reads
-                .insert(record, Read { purpose: Purpose::Adopt, asked: Vec::new(), sent_at: now });
+            led.dvl.reads.insert(record, Read::new(Purpose::Adopt, now));
         }
         self.send_reads(group, false);
         self.admit(group);
@@ -412,16 +417,16 @@ impl Server {
             }
             let up: Vec<ServerId> =
                 extent.holders.iter().copied().filter(|l| *l == own || !down.contains(l)).collect();
-            let next = up.iter().find(|l| !read.asked.contains(l)).or(up.first());
+            // One not asked yet, else one asked again: each may answer.
+            let next = up.iter().find(|l| !read.asked.contains(l));
+            let next = next.or_else(|| up.iter().find(|l| !read.empty_at.contains(l)));
             let Some(&logger) = next else {
-                // Every holder is down: try again after the retry interval.
+                // Every holder up is down or answered empty: try again after the
+                // retry interval.
                 read.sent_at = now;
                 continue;
             };
-            if read.asked.contains(&logger) {
-                read.asked.clear();
-            }
-            read.asked.push(logger);
+            add(&mut read.asked, [logger]);
             read.sent_at = now;
             batches.entry(logger).or_default().push(*record);
         }
@@ -449,8 +454,8 @@ impl Server {
         let lost = self.lost.clone();
         for (record, write) in writes {
             let Some(led) = self.led.get_mut(&group) else { return };
-            let Some(read) = led.dvl.reads.get(&record) else { continue };
-            if read.asked.last() != Some(&logger) {
+            let Some(read) = led.dvl.reads.get_mut(&record) else { continue };
+            if !read.asked.contains(&logger) {
                 continue;
             }
             let purpose = read.purpose;
@@ -458,9 +463,11 @@ impl Server {
                 // No byte of it is visible at this holder: ask the next one; when no
                 // holder shows a byte, newer writes the same primary logged over all of it
                 // were applied everywhere and invalidated (it is superseded).
+                add(&mut read.empty_at, [logger]);
+                let read = &*read;
                 let tried_all = led.dvl.extents.get(&record).is_none_or(|e| {
                     // A lost holder's copy is gone: the others decide.
-                    e.holders.iter().all(|l| read.asked.contains(l) || lost.contains(l))
+                    e.holders.iter().all(|l| read.empty_at.contains(l) || lost.contains(l))
                 });
                 if tried_all {
                     led.dvl.reads.remove(&record);
@@ -526,14 +533,23 @@ impl Server {
         replica: ServerId,
         version: Version,
     ) {
+        let down = &self.down;
         let Some(led) = self.led.get_mut(&group) else { return };
+        let ready = led.ready_replicas(down);
         for record in led.dvl.extents.of_version(version) {
-            let lacks = led.dvl.extents.get(&record).is_some_and(|e| !e.applied.contains(&replica));
-            if let Some(extent) = led.dvl.extents.get_mut(&record).filter(|_| lacks) {
-                extent.applied.push(replica);
+            let Some(extent) = led.dvl.extents.get(&record) else { continue };
+            if extent.applied.contains(&replica) {
+                continue;
+            }
+            let Some(extent) = led.dvl.extents.get_mut(&record) else { continue };
+            extent.applied.push(replica);
+            if ready.iter().all(|r| extent.applied.contains(r)) {
+                led.dvl.extents.reclaim_done(&record);
             }
         }
         self.send_invalidations(group);
+        // A place freed: the next record is read back now, not at the next timer.
+        self.reclaim(group);
     }
 
     /// A write of this primary that is durable: if it was logged, it joins the map;
@@ -650,7 +666,7 @@ impl Server {
         for version in short {
             let Some(led) = self.led.get(&group) else { return };
             let Some(pending) = led.pending.get(&version) else { continue };
-            let chosen = self.choose_loggers(led, pending.write.version, &pending.logged);
+            let chosen = self.choose_loggers(group, led, pending.write.version, &pending.logged);
             let Some(chosen) = chosen else {
                 self.ask_wake(group);
                 continue;
@@ -739,6 +755,7 @@ impl Server {
     /// constraints cannot be met now.
     fn choose_loggers(
         &self,
+        group: ChunkGroupId,
         led: &Led,
         version: Version,
         already: &[(ServerId, bool)],
@@ -752,7 +769,7 @@ impl Server {
             .map(|r| topology.gear_group(*r))
             .collect();
         let replica_racks: Vec<_> = led.replicas.iter().map(|r| topology.rack(*r)).collect();
-        let mut candidates: Vec<(u8, u64, ServerId)> = topology
+        let mut candidates: Vec<(u8, u64, u64, ServerId)> = topology
             .servers()
             .filter(|s| *s != self.id && !self.down.contains(s) && !self.draining.contains(s))
             .filter(|s| !already.iter().any(|(l, _)| l == s))
@@ -770,7 +787,10 @@ impl Server {
                     } else {
                         2
                     };
-                    (class, link.map_or(0, Link::load_bytes), s)
+                    // Loggers equally near and loaded are taken in an order of the
+                    // group's own: the lowest ids would otherwise log every group.
+                    let spread = mix(u64::from(group.0) << 32 | u64::from(s.0));
+                    (class, link.map_or(0, Link::load_bytes), spread, s)
                 })
             })
             .collect();
@@ -778,7 +798,7 @@ impl Server {
         let mut racks: Vec<_> = already.iter().map(|(l, _)| topology.rack(*l)).collect();
         let mut chosen = Vec::new();
         let wanted = self.r_l() - already.len();
-        for (_, _, server) in candidates {
+        for (_, _, _, server) in candidates {
             if chosen.len() == wanted {
                 break;
             }
@@ -798,13 +818,7 @@ impl Server {
         let down: Vec<ServerId> = self.down.iter().copied().collect();
         let timeout = self.config.request_timeout;
         let Some(led) = self.led.get_mut(&group) else { return };
-        let ready: Vec<ServerId> = led
-            .replicas
-            .iter()
-            .enumerate()
-            .filter(|(i, r)| led.synced[*i] && !down.contains(r))
-            .map(|(_, r)| *r)
-            .collect();
+        let ready = led.ready_replicas(&self.down);
         // Nothing a ready replica lacks: nothing to read back; the reads under way go
         // on as after any reclaim.
         if led.dvl.extents.lacking(&ready, &down).next().is_none() {
@@ -830,10 +844,7 @@ impl Server {
             .take(max - reclaiming)
             .collect();
         for record in wanted {
-            led.dvl.reads.insert(
-                record,
-                Read { purpose: Purpose::Reclaim, asked: Vec::new(), sent_at: now },
-            );
+            led.dvl.reads.insert(record, Read::new(Purpose::Reclaim, now));
         }
         self.send_reads(group, false);
     }
