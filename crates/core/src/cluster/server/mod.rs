@@ -270,6 +270,10 @@ pub struct Server {
     log_position: u64,
     /// The servers the MDS last reported down.
     down: BTreeSet<ServerId>,
+    /// `down` in order, and `lost` likewise: the DVL's kept sets are keyed by these
+    /// lists, asked at every acknowledgement.
+    down_list: Vec<ServerId>,
+    lost_list: Vec<ServerId>,
     /// The servers draining to sleep, from the MDS: never chosen as loggers.
     draining: BTreeSet<ServerId>,
     /// The servers declared lost for good (from the MDS's heartbeat replies).
@@ -332,6 +336,8 @@ impl Server {
             log_fencing: BTreeMap::new(),
             log_position: LOG_REGION_START,
             down: BTreeSet::new(),
+            down_list: Vec::new(),
+            lost_list: Vec::new(),
             draining: BTreeSet::new(),
             lost: BTreeSet::new(),
             led: LedGroups::default(),
@@ -568,6 +574,7 @@ impl Server {
                 let LeaseRenewal { sent_at, renewed, revoked, down, lost, full, draining } = *reply;
                 self.leases_renewed(sent_at, &renewed, &revoked);
                 self.lost = lost.into_iter().collect();
+                self.lost_list = self.lost.iter().copied().collect();
                 self.space.full_peers = full.into_iter().collect();
                 self.draining = draining.into_iter().collect();
                 self.set_down(down);
@@ -793,6 +800,7 @@ impl Server {
             return;
         }
         self.down = down;
+        self.down_list = self.down.iter().copied().collect();
         let groups: Vec<ChunkGroupId> = self.led.keys().copied().collect();
         for group in groups {
             let Some(led) = self.led.get_mut(&group) else { continue };

@@ -815,7 +815,7 @@ impl Server {
     /// them, at-risk ones (a logger down) first, a few at a time (D5).
     fn reclaim(&mut self, group: ChunkGroupId) {
         let (now, max) = (self.now, self.config.reclaim_reads_max as usize);
-        let down: Vec<ServerId> = self.down.iter().copied().collect();
+        let down = &self.down_list;
         let timeout = self.config.request_timeout;
         let Some(led) = self.led.get_mut(&group) else { return };
         let ready = led.ready_replicas(&self.down);
@@ -852,8 +852,7 @@ impl Server {
     /// Appends deletion markers for the records every replica has.
     fn send_invalidations(&mut self, group: ChunkGroupId) {
         let (now, retry, own) = (self.now, self.config.retry_interval, self.id);
-        let down: Vec<ServerId> = self.down.iter().copied().collect();
-        let lost: Vec<ServerId> = self.lost.iter().copied().collect();
+        let (down, lost) = (&self.down_list, &self.lost_list);
         let Some(led) = self.led.get_mut(&group) else { return };
         let epoch = led.epoch;
         let dvl = &mut led.dvl;
