@@ -23,9 +23,11 @@ pub(super) struct Extent {
     /// again before their answers are due (indexed: set it through
     /// [`Extents::reclaim_sent`]).
     reclaim_sent_at: Option<VirtualInstant>,
-    /// When its deletion markers were last sent (indexed: set it through
-    /// [`Extents::invalidation_sent`]).
+    /// When its deletion markers count as sent, a repeat's moved later by
+    /// [`super::backoff`] (indexed: set it through [`Extents::invalidation_sent`]).
     invalidate_sent_at: Option<VirtualInstant>,
+    /// Times its markers were sent since it became due.
+    invalidate_sends: u32,
 }
 
 impl Extent {
@@ -110,9 +112,17 @@ impl Extents {
         Some(extent)
     }
 
-    /// Notes that the deletion markers of `record` were sent at `at`.
-    pub(super) fn invalidation_sent(&mut self, record: &LogRecord, at: VirtualInstant) {
+    /// Notes that the deletion markers of `record` were sent at `now` (a repeat counts
+    /// from later: [`super::backoff`] of `retry`).
+    pub(super) fn invalidation_sent(
+        &mut self,
+        record: &LogRecord,
+        now: VirtualInstant,
+        retry: VirtualDuration,
+    ) {
         let Some(extent) = self.map.get_mut(record) else { return };
+        let at = super::backoff(now, retry, extent.invalidate_sends);
+        extent.invalidate_sends += 1;
         if let Some(before) = extent.invalidate_sent_at.replace(at) {
             self.invalidations_sent.remove(&(before, *record));
         }
@@ -202,6 +212,7 @@ impl Extents {
         // by when its markers were last sent.
         for record in left {
             let Some(extent) = self.map.get_mut(&record) else { continue };
+            extent.invalidate_sends = 0;
             if let Some(at) = extent.invalidate_sent_at.take() {
                 self.invalidations_sent.remove(&(at, record));
             }

@@ -18,7 +18,7 @@ mod extents;
 
 use std::collections::BTreeMap;
 
-use somnus_types::{ChunkGroupId, ServerId, Version, VirtualInstant};
+use somnus_types::{ChunkGroupId, ServerId, Version, VirtualDuration, VirtualInstant};
 
 use super::primary::Led;
 use super::{Broken, Server};
@@ -71,13 +71,26 @@ struct Read {
     asked: Vec<ServerId>,
     /// The loggers that answered that no byte of the record is visible there.
     empty_at: Vec<ServerId>,
+    /// When it counts as sent: a repeat's is moved later ([`backoff`]).
     sent_at: VirtualInstant,
+    /// Times it was sent.
+    sends: u32,
 }
 
 impl Read {
     fn new(purpose: Purpose, now: VirtualInstant) -> Read {
-        Read { purpose, asked: Vec::new(), empty_at: Vec::new(), sent_at: now }
+        Read { purpose, asked: Vec::new(), empty_at: Vec::new(), sent_at: now, sends: 0 }
     }
+}
+
+/// When a message sent at `now` for the `sends`-th time counts as sent, so that it is
+/// late only after 2^sends retry intervals (at most 32): the n-th repeat to a logger
+/// whose disk is slower than the retry interval waits twice as long as the one before.
+/// Repeating at every interval instead queues more copies than the logger can
+/// answer, each copy makes the queue longer, and the queue grows without end.
+pub(super) fn backoff(now: VirtualInstant, retry: VirtualDuration, sends: u32) -> VirtualInstant {
+    let intervals = (1u64 << sends.min(5)) - 1;
+    now.saturating_add(VirtualDuration::from_nanos(retry.as_nanos().saturating_mul(intervals)))
 }
 
 /// A recovery from the loggers of the view: complete at L - r_L + 1 answers; the
@@ -427,7 +440,8 @@ impl Server {
                 continue;
             };
             add(&mut read.asked, [logger]);
-            read.sent_at = now;
+            read.sent_at = backoff(now, retry, read.sends);
+            read.sends += 1;
             batches.entry(logger).or_default().push(*record);
         }
         for record in gone {
@@ -880,7 +894,7 @@ impl Server {
                     batches.entry(*logger).or_default().push(record);
                 }
             }
-            dvl.extents.invalidation_sent(&record, now);
+            dvl.extents.invalidation_sent(&record, now, retry);
         }
         for (logger, records) in batches {
             self.send_logger(logger, Message::LogInvalidate { group, epoch, records });
