@@ -835,7 +835,7 @@ impl Server {
         let ready = led.ready_replicas(&self.down);
         // Nothing a ready replica lacks: nothing to read back; the reads under way go
         // on as after any reclaim.
-        if led.dvl.extents.lacking(&ready, &down).next().is_none() {
+        if led.dvl.extents.lacking(&ready, down).next().is_none() {
             self.send_reads(group, false);
             return;
         }
@@ -850,7 +850,7 @@ impl Server {
         let wanted: Vec<LogRecord> = led
             .dvl
             .extents
-            .lacking(&ready, &down)
+            .lacking(&ready, down)
             .filter(|(record, _)| !reads.contains_key(record))
             .filter(|(record, _)| !pending.contains_key(&record.version))
             .filter(|(_, e)| !writing(e))
@@ -871,7 +871,7 @@ impl Server {
         let epoch = led.epoch;
         let dvl = &mut led.dvl;
         let mut batches: BTreeMap<ServerId, Vec<LogRecord>> = BTreeMap::new();
-        for record in dvl.extents.markers_due((&led.replicas, &down, &lost), now, retry) {
+        for record in dvl.extents.markers_due((&led.replicas, down, lost), now, retry) {
             let Some(extent) = dvl.extents.get(&record) else { continue };
             // A lost logger's records are gone with it: a record every replica has and
             // every other logger hid is finished.
