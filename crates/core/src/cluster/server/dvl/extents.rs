@@ -112,17 +112,19 @@ impl Extents {
         Some(extent)
     }
 
-    /// Notes that the deletion markers of `record` were sent at `now` (a repeat counts
-    /// from later: [`super::backoff`] of `retry`).
+    /// Notes that the deletion markers of `record` were looked at `now`, and `sent`
+    /// to some logger (a repeat counts from later: [`super::backoff`] of `retry`), or
+    /// to none (every logger up still appends it: looked at again after `retry`).
     pub(super) fn invalidation_sent(
         &mut self,
         record: &LogRecord,
         now: VirtualInstant,
         retry: VirtualDuration,
+        sent: bool,
     ) {
         let Some(extent) = self.map.get_mut(record) else { return };
-        let at = super::backoff(now, retry, extent.invalidate_sends);
-        extent.invalidate_sends += 1;
+        let at = if sent { super::backoff(now, retry, extent.invalidate_sends) } else { now };
+        extent.invalidate_sends += u32::from(sent);
         if let Some(before) = extent.invalidate_sent_at.replace(at) {
             self.invalidations_sent.remove(&(before, *record));
         }

@@ -430,16 +430,19 @@ impl Server {
             }
             let up: Vec<ServerId> =
                 extent.holders.iter().copied().filter(|l| *l == own || !down.contains(l)).collect();
-            // One not asked yet, else one asked again: each may answer.
-            let next = up.iter().find(|l| !read.asked.contains(l));
-            let next = next.or_else(|| up.iter().find(|l| !read.empty_at.contains(l)));
-            let Some(&logger) = next else {
+            // One not asked yet, else the one asked longest ago that may still
+            // answer (`asked` is kept in the order of the last asks).
+            let next = up.iter().find(|l| !read.asked.contains(l)).copied();
+            let may_answer = |l: &&ServerId| up.contains(l) && !read.empty_at.contains(l);
+            let next = next.or_else(|| read.asked.iter().find(may_answer).copied());
+            let Some(logger) = next else {
                 // Every holder up is down or answered empty: try again after the
                 // retry interval.
                 read.sent_at = now;
                 continue;
             };
-            add(&mut read.asked, [logger]);
+            read.asked.retain(|l| *l != logger);
+            read.asked.push(logger);
             read.sent_at = backoff(now, retry, read.sends);
             read.sends += 1;
             batches.entry(logger).or_default().push(*record);
@@ -884,6 +887,7 @@ impl Server {
             if !due {
                 continue;
             }
+            let mut sent = false;
             for logger in &extent.loggers {
                 // A marker must not overtake the append it hides (it would hide nothing).
                 let appending = dvl.links.get(logger).is_some_and(|link| {
@@ -892,9 +896,10 @@ impl Server {
                 let up = *logger == own || !down.contains(logger);
                 if !extent.invalidated.contains(logger) && up && !appending {
                     batches.entry(*logger).or_default().push(record);
+                    sent = true;
                 }
             }
-            dvl.extents.invalidation_sent(&record, now, retry);
+            dvl.extents.invalidation_sent(&record, now, retry, sent);
         }
         for (logger, records) in batches {
             self.send_logger(logger, Message::LogInvalidate { group, epoch, records });
