@@ -552,12 +552,13 @@ impl Server {
     ) {
         let down = &self.down;
         let Some(led) = self.led.get_mut(&group) else { return };
-        let ready = led.ready_replicas(down);
+        let mut ready = None;
         for record in led.dvl.extents.of_version(version) {
             let Some(extent) = led.dvl.extents.get(&record) else { continue };
             if extent.applied.contains(&replica) {
                 continue;
             }
+            let ready = ready.get_or_insert_with(|| led.ready_replicas(down));
             let Some(extent) = led.dvl.extents.get_mut(&record) else { continue };
             extent.applied.push(replica);
             if ready.iter().all(|r| extent.applied.contains(r)) {
