@@ -97,7 +97,10 @@ fn replay(workload: &Arc<TraceWorkload>, servers: u32, checked: bool) -> Result<
         logger_capacity_bytes: 16 << 30,
     };
     let (start, cpu_start) = (now(), thread_cpu_time());
-    let report = replay_geared(workload.clone(), &config, servers).map_err(anyhow::Error::msg)?;
+    let mut line = crate::progress::ProgressLine::new(false);
+    let mut progress = |done| line.replay("geared", done);
+    let report = replay_geared(workload.clone(), &config, servers, &mut progress)
+        .map_err(anyhow::Error::msg)?;
     let wall = start.elapsed();
     let cpu = cpu_start.zip(thread_cpu_time()).map(|(a, b)| b.saturating_sub(a));
     let counters = report.scheduler.unwrap_or_default();

@@ -2,6 +2,7 @@
 
 use std::time::{Duration, Instant};
 
+use somnus_sim::cluster::ReplayProgress;
 use somnus_sim::engine::Progress;
 
 const INTERVAL: Duration = Duration::from_secs(2);
@@ -29,6 +30,23 @@ impl ProgressLine {
             progress.kind.name(),
             share,
             somnus_trace::stats::thousands(progress.requests_done)
+        );
+    }
+}
+
+impl ProgressLine {
+    /// Reports how far a trace replay through the cluster (`name`) is, if enough
+    /// wall time has passed.
+    pub(crate) fn replay(&mut self, name: &str, progress: ReplayProgress) {
+        if self.quiet || self.last.elapsed() < INTERVAL {
+            return;
+        }
+        self.last = now();
+        let share = 100.0 * progress.done as f64 / progress.total.max(1) as f64;
+        noteln!(
+            "  {name}: {share:.0}% of the requests answered ({} of {})",
+            somnus_trace::stats::thousands(progress.done),
+            somnus_trace::stats::thousands(progress.total)
         );
     }
 }

@@ -131,8 +131,13 @@ pub(crate) fn run(args: &SierraArgs) -> Result<()> {
         workload.span().as_secs_f64() / 3600.0
     ));
     let started = crate::progress::now();
-    let result = run_sierra(Arc::new(workload), &config, |name| {
-        note(format!("replaying: {name} ({:.0} s so far)", started.elapsed().as_secs_f64()));
+    let mut line = crate::progress::ProgressLine::new(false);
+    let result = run_sierra(Arc::new(workload), &config, |name, progress| {
+        if progress.done == 0 {
+            note(format!("replaying: {name} ({:.0} s so far)", started.elapsed().as_secs_f64()));
+        } else {
+            line.replay(name, progress);
+        }
     })
     .map_err(anyhow::Error::msg)?;
     if let Some(dir) = &args.report {

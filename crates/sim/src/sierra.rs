@@ -18,8 +18,8 @@ use somnus_core::power::PowerProfile;
 use somnus_types::{IoKind, VirtualDuration, VirtualInstant};
 
 use crate::cluster::{
-    ClusterSpec, FaultSet, Gearing, LoggerBackend, Sample, TraceReplayReport, TraceWorkload,
-    replay_trace_with,
+    ClusterSpec, FaultSet, Gearing, LoggerBackend, ReplayProgress, Sample, TraceReplayReport,
+    TraceWorkload, replay_trace_with,
 };
 use crate::disk::{DiskModel, DiskOp};
 
@@ -247,11 +247,12 @@ pub fn needed_per_interval(
 }
 
 /// Replays `workload` all-on and geared (and at each timescale of the sweep);
-/// `progress` is told each run's name before it starts.
+/// `progress` is told each run's name as it starts (no request done) and how far it
+/// is as it goes.
 pub fn run_sierra(
     workload: Arc<TraceWorkload>,
     config: &SierraConfig,
-    mut progress: impl FnMut(&str),
+    mut progress: impl FnMut(&str, ReplayProgress),
 ) -> Result<SierraResult, String> {
     config.validate()?;
     if workload.ops.is_empty() {
@@ -264,11 +265,13 @@ pub fn run_sierra(
     let servers = config.servers.unwrap_or_else(|| provision(peak_demand, config.replicas));
     let spec = cluster_spec(config, servers);
     let sample = VirtualDuration::from_secs(config.sample_s.max(1));
-    let run = |gearing: &Gearing| {
-        replay_trace_with(&spec, config.seed, workload.clone(), gearing, sample)
+    let total = workload.ops.len() as u64;
+    let mut run = |name: &str, gearing: &Gearing| {
+        progress(name, ReplayProgress { done: 0, total });
+        let mut told = |done: ReplayProgress| progress(name, done);
+        replay_trace_with(&spec, config.seed, workload.clone(), gearing, sample, &mut told)
     };
-    progress("all on");
-    let all_on = run(&Gearing::AllOn);
+    let all_on = run("all on", &Gearing::AllOn);
     let baseline = all_on.energy_joules;
     let sample_s = sample.as_secs_f64();
     let all_on = summarize("all-on".into(), None, all_on, baseline, servers, sample_s);
@@ -277,9 +280,9 @@ pub fn run_sierra(
     let mut sweep = Vec::new();
     for timescale in timescales {
         let name = format!("{} {}", config.policy.name(), config.gearing.name());
-        progress(&format!("{name}, timescale {timescale} s"));
         let scheduler = scheduler_config(config, capability, timescale);
-        let report = run(&Gearing::Scheduler(scheduler));
+        let gearing = Gearing::Scheduler(scheduler);
+        let report = run(&format!("{name}, timescale {timescale} s"), &gearing);
         sweep.push(summarize(name, Some(timescale), report, baseline, servers, sample_s));
     }
     let needed =
@@ -326,6 +329,7 @@ pub fn replay_geared(
     workload: Arc<TraceWorkload>,
     config: &SierraConfig,
     servers: u32,
+    progress: &mut dyn FnMut(ReplayProgress),
 ) -> Result<TraceReplayReport, String> {
     config.validate()?;
     let capability = measured_capability(&DiskModel::new(&crate::cluster::disk_mechanics()));
@@ -333,7 +337,8 @@ pub fn replay_geared(
     spec.layout(config.seed).map_err(|error| format!("{servers} servers: {error}"))?;
     let scheduler = scheduler_config(config, capability, config.timescale_s);
     let sample = VirtualDuration::from_secs(config.sample_s.max(1));
-    Ok(replay_trace_with(&spec, config.seed, workload, &Gearing::Scheduler(scheduler), sample))
+    let gearing = Gearing::Scheduler(scheduler);
+    Ok(replay_trace_with(&spec, config.seed, workload, &gearing, sample, progress))
 }
 
 fn scheduler_config(

@@ -121,7 +121,7 @@ pub enum ProfileError {
 }
 
 /// The profiles shipped with somnus, from the papers' tables.
-const BUILTIN_PROFILES: [(&str, &str); 7] = [
+const BUILTIN_PROFILES: [(&str, &str); 8] = [
     ("seagate-cheetah-15k4-36gb", include_str!("../../profiles/seagate-cheetah-15k4-36gb.toml")),
     ("seagate-cheetah-15k4-146gb", include_str!("../../profiles/seagate-cheetah-15k4-146gb.toml")),
     ("ibm-ultrastar-36z15", include_str!("../../profiles/ibm-ultrastar-36z15.toml")),
@@ -129,6 +129,7 @@ const BUILTIN_PROFILES: [(&str, &str); 7] = [
     ("obelix", include_str!("../../profiles/obelix.toml")),
     ("asterix-i", include_str!("../../profiles/asterix-i.toml")),
     ("asterix-ii", include_str!("../../profiles/asterix-ii.toml")),
+    ("xeon-e5320-server", include_str!("../../profiles/xeon-e5320-server.toml")),
 ];
 
 pub fn builtin_profile_names() -> impl Iterator<Item = &'static str> {
@@ -369,6 +370,16 @@ mod tests {
         let node = builtin_profile("ecs2-storage-node").unwrap();
         assert_eq!(node.kind, UnitKind::Server);
         assert_eq!(node.watts(PowerState::Standby).as_watts(), 5.4);
+        // The commodity server: Gandhi et al.'s 240 W busy, 150 W idle, 0 W off, and a
+        // 200 s setup at 240 W.
+        let xeon = builtin_profile("xeon-e5320-server").unwrap();
+        assert_eq!(xeon.kind, UnitKind::Server);
+        assert_eq!(xeon.watts(PowerState::Active).as_watts(), 240.0);
+        assert_eq!(xeon.watts(PowerState::Idle).as_watts(), 150.0);
+        assert!(xeon.has_state(PowerState::Off) && !xeon.has_state(PowerState::IoServer));
+        let boot = xeon.transition(PowerState::Off, PowerState::Idle).unwrap();
+        assert_eq!(boot.duration, VirtualDuration::from_secs(200));
+        assert_eq!(boot.energy.as_joules(), 240.0 * 200.0);
     }
 
     #[test]

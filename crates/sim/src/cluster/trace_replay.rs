@@ -202,17 +202,26 @@ pub fn replay_trace(
 ) -> TraceReplayReport {
     let gearing = Gearing::Schedule(gears.to_vec());
     let spec = ClusterSpec { check_history: false, ..spec.clone() };
-    replay_trace_with(&spec, seed, workload, &gearing, VirtualDuration::from_secs(60))
+    replay_trace_with(&spec, seed, workload, &gearing, VirtualDuration::from_secs(60), &mut |_| {})
+}
+
+/// How far a replay is: requests answered of the trace's.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ReplayProgress {
+    pub done: u64,
+    pub total: u64,
 }
 
 /// [`replay_trace`] with the gears chosen by `gearing`, sampling the cluster every
 /// `sample_every` of trace time, the history checked as `spec.check_history` says.
+/// `progress` hears of every thousandth of the requests answered (a shell shows it).
 pub fn replay_trace_with(
     spec: &ClusterSpec,
     seed: u64,
     workload: Arc<TraceWorkload>,
     gearing: &Gearing,
     sample_every: VirtualDuration,
+    progress: &mut dyn FnMut(ReplayProgress),
 ) -> TraceReplayReport {
     let (gears, scheduler) = match gearing {
         Gearing::AllOn => (Vec::new(), None),
@@ -252,8 +261,17 @@ pub fn replay_trace_with(
         placement: Vec::new(),
     });
     let limit = sim.heal_at();
+    let total = sim.replay.as_ref().map_or(0, |r| r.workload.ops.len()) as u64;
+    let step = (total / 1000).max(1);
+    let mut told = 0;
     let finished = |sim: &ClusterSim| {
-        sim.replay.as_ref().is_some_and(|r| r.start.is_some() && r.done == r.workload.ops.len())
+        let Some(replay) = sim.replay.as_ref() else { return true };
+        let done = replay.done as u64;
+        if done >= told + step {
+            told = done;
+            progress(ReplayProgress { done, total });
+        }
+        replay.start.is_some() && replay.done == replay.workload.ops.len()
     };
     sim.run_until_true(limit, finished);
     // Settled: every server on or asleep as the MDS has it, primaries unchanged.

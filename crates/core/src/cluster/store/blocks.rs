@@ -1,6 +1,10 @@
 //! One chunk's blocks: the version and stamp of the write that last painted each, in
-//! a dense array (16 bytes per 4 KiB block, room for the whole chunk taken at its
-//! first write).
+//! pages of 16 blocks (16 bytes per 4 KiB block) made at a page's first write.
+//!
+//! Pages, not one array for the whole chunk: a week of a busy trace touches millions
+//! of chunks with a few small writes each, and a whole chunk's array (4 KiB for a
+//! 1 MiB chunk) per replica grew a geared week of msr-fast08 past the machine's
+//! memory. A page keeps a block's lookup one index away, as the array did.
 
 use somnus_types::Version;
 
@@ -19,33 +23,45 @@ impl Block {
     }
 }
 
-/// A chunk's blocks, from the first up to the last one written.
+/// Blocks per page: 256 bytes of state for 64 KiB of data, about one small write's.
+const PAGE: usize = 16;
+
+type Page = Box<[Block; PAGE]>;
+
+/// A chunk's blocks, from the first up to the page of the last one written.
 #[derive(Clone, Debug, Default)]
-pub(super) struct ChunkBlocks(Vec<Block>);
+pub(super) struct ChunkBlocks(Vec<Option<Page>>);
 
 impl ChunkBlocks {
+    /// How many blocks the pages reach (those past the last page are unwritten).
     pub(super) fn len(&self) -> usize {
-        self.0.len()
+        self.0.len() * PAGE
     }
 
-    /// Block `index`; unwritten past the last one written.
+    /// Block `index`; unwritten where no page holds it.
     pub(super) fn get(&self, index: u64) -> Block {
-        self.0.get(index as usize).copied().unwrap_or_default()
-    }
-
-    /// Puts `block` at `index`, within the blocks held.
-    pub(super) fn set(&mut self, index: u64, block: Block) {
-        if let Some(cell) = self.0.get_mut(index as usize) {
-            *cell = block;
+        let index = index as usize;
+        match self.0.get(index / PAGE) {
+            Some(Some(page)) => page[index % PAGE],
+            _ => Block::default(),
         }
     }
 
-    pub(super) fn iter(&self) -> impl Iterator<Item = Block> + '_ {
-        self.0.iter().copied()
+    /// Puts `block` at `index`, only where a page holds it already.
+    pub(super) fn set(&mut self, index: u64, block: Block) {
+        let index = index as usize;
+        if let Some(Some(page)) = self.0.get_mut(index / PAGE) {
+            page[index % PAGE] = block;
+        }
     }
 
-    /// Paints `block` on the blocks of `range` that hold an older version (growing
-    /// the chunk to the range's end, at most `most` blocks), and calls `painted`
+    /// Every block from the first up to the end of the last page.
+    pub(super) fn iter(&self) -> impl Iterator<Item = Block> + '_ {
+        (0..self.len() as u64).map(|index| self.get(index))
+    }
+
+    /// Paints `block` on the blocks of `range` that hold an older version (making
+    /// the pages it needs, in a chunk of at most `most` blocks), and calls `painted`
     /// with the index of each block painted.
     pub(super) fn paint(
         &mut self,
@@ -54,16 +70,22 @@ impl ChunkBlocks {
         most: u64,
         mut painted: impl FnMut(u64),
     ) {
-        let cells = &mut self.0;
-        let end = range.end as usize;
-        if cells.len() < end {
-            // Room for the whole chunk at its first write (4 KiB for a 1 MiB chunk):
-            // most chunks end up whole, and growing step by step copies them.
-            cells.reserve_exact((most as usize).max(end) - cells.len());
-            cells.resize(end, Block::default());
+        if range.is_empty() {
+            return;
+        }
+        let pages = &mut self.0;
+        let last_page = (range.end as usize - 1) / PAGE;
+        if pages.len() <= last_page {
+            // The page table for the whole chunk at once (8 bytes a page): it is
+            // small, and growing it step by step would copy it.
+            let whole = (most as usize).div_ceil(PAGE).max(last_page + 1);
+            pages.reserve_exact(whole - pages.len());
+            pages.resize(last_page + 1, None);
         }
         for index in range {
-            let cell = &mut cells[index as usize];
+            let at = index as usize;
+            let page = pages[at / PAGE].get_or_insert_with(|| Box::new([Block::default(); PAGE]));
+            let cell = &mut page[at % PAGE];
             if cell.version < block.version {
                 *cell = block;
                 painted(index);
@@ -71,7 +93,6 @@ impl ChunkBlocks {
         }
     }
 }
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -90,11 +111,28 @@ mod tests {
         blocks.paint(0..6, block(7, 1), 256, |i| painted.push(i));
         assert_eq!(painted.len(), 4, "an older write paints nothing");
         let held: Vec<u64> = blocks.iter().map(|b| b.stamp.0).collect();
-        assert_eq!(held, [70, 70, 80, 80, 80, 80]);
+        assert_eq!(held[..7], [70, 70, 80, 80, 80, 80, 0]);
+        assert_eq!(blocks.len(), 16, "one page");
         assert_eq!(blocks.get(9), Block::default());
-        blocks.set(9, block(9, 90));
-        assert_eq!(blocks.len(), 6, "past the blocks held: nothing to overwrite");
+        blocks.set(40, block(9, 90));
+        assert_eq!(blocks.get(40), Block::default(), "past the pages held: nothing to overwrite");
+        assert_eq!(blocks.len(), 16);
         blocks.set(1, block(9, 90));
         assert_eq!(blocks.get(1), block(9, 90));
+    }
+
+    #[test]
+    fn a_write_far_into_a_chunk_makes_only_its_own_pages() {
+        let mut blocks = ChunkBlocks::default();
+        blocks.paint(250..256, block(3, 30), 256, |_| {});
+        assert_eq!(blocks.len(), 256);
+        let made = blocks.0.iter().filter(|page| page.is_some()).count();
+        assert_eq!(made, 1, "blocks 250..256 lie in the last page only");
+        blocks.paint(15..17, block(4, 40), 256, |_| {});
+        let made = blocks.0.iter().filter(|page| page.is_some()).count();
+        assert_eq!(made, 3, "a write across a page boundary makes both pages");
+        assert_eq!(blocks.get(16), block(4, 40));
+        assert_eq!(blocks.get(14), Block::default());
+        assert_eq!(blocks.iter().filter(|b| b.written()).count(), 8);
     }
 }

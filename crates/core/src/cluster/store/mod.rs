@@ -12,10 +12,11 @@
 //! equal. Blocks a fault garbled are kept apart; every read checks for them, as a
 //! real disk's checksums would fail on them.
 //!
-//! The blocks are a dense array per chunk (16 bytes per 4 KiB block, the whole chunk
-//! from its first write), not a map of extents: requests are a few blocks at random offsets, and a
-//! write or read then touches only its own blocks' few cache lines. This is the
-//! simulation's hottest state (`somnus bench cluster`).
+//! The blocks are arrays per chunk in pages of 16 (16 bytes per 4 KiB block, a page
+//! made at its first write), not a map of extents: requests are a few blocks at random
+//! offsets, and a write or read then touches only its own blocks' few cache lines.
+//! This is the simulation's hottest state (`somnus bench cluster`), and its largest
+//! over a long trace (see `blocks.rs`).
 
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
 
