@@ -17,9 +17,12 @@ use somnus_runtime::client::ClusterClient;
 use somnus_runtime::cluster_file::ClusterSection;
 use somnus_runtime::http;
 use somnus_runtime::status::{MdsReport, ServerReport};
-use somnus_sim::cluster::{ClusterSpec, GearAt, TraceWorkload, replay_trace};
+use somnus_sim::cluster::{
+    ClusterSpec, GearAt, Gearing as SimGearing, Sample, TraceOp, TraceWorkload, replay_trace,
+    replay_trace_with,
+};
 use somnus_trace::{ReadOptions, TraceSet};
-use somnus_types::{ByteRange, ServerId, Version, VirtualDuration, VirtualInstant};
+use somnus_types::{ByteRange, IoKind, ServerId, Version, VirtualDuration, VirtualInstant};
 
 mod common;
 
@@ -855,12 +858,20 @@ async fn a_full_disk_refuses_writes_with_an_error_and_loses_nothing() {
 /// config), so the busy load needs every server and the quiet one g_min's group.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_cluster_sleeps_in_the_trough_and_wakes_before_the_peak_by_itself() {
-    use somnus_core::gear::{Capability, Gearing, Policy};
+    use somnus_core::gear::{Capability, Gearing, Policy, SchedulerConfig};
     use somnus_runtime::cluster_file::GearSection;
     const SCALE: f64 = 10.0;
     const INTERVAL_S: f64 = 60.0;
     const DAY_S: f64 = 6.0 * INTERVAL_S;
     const BUSY: [bool; 6] = [true, true, false, false, false, true];
+    // The load keeps clear of the intervals' edges by this much: the test's clock
+    // starts a moment before the MDS's (its startup, times the scale), and a busy
+    // second leaking into a quiet interval makes the next day's forecast for it busy.
+    const EDGE_S: f64 = 5.0;
+    let busy_at = |t: f64| {
+        let phase = t % INTERVAL_S;
+        BUSY[((t % DAY_S) / INTERVAL_S) as usize] && (EDGE_S..INTERVAL_S - EDGE_S).contains(&phase)
+    };
     let gear = GearSection {
         policy: Policy::Hybrid,
         gearing: Gearing::Fractional,
@@ -888,9 +899,20 @@ async fn the_cluster_sleeps_in_the_trough_and_wakes_before_the_peak_by_itself() 
     // Day 2's trough and peak, on the cluster's clock.
     let (trough, peak) = (DAY_S + 2.0 * INTERVAL_S, DAY_S + 5.0 * INTERVAL_S);
     let (mut slept_in_trough, mut asleep_at_peak) = (0, None);
+    // Servers not asleep at each interval's middle, for the simulator's comparison.
+    let mut awake_at_middle: Vec<Option<usize>> = Vec::new();
+    let mut busy_s = 0.0;
     while clock() < peak + 20.0 {
         let now = clock();
-        let busy = BUSY[((now % DAY_S) / INTERVAL_S) as usize];
+        let busy = busy_at(now);
+        let interval = (now / INTERVAL_S) as usize;
+        if (now % INTERVAL_S - INTERVAL_S / 2.0).abs() < 3.0
+            && awake_at_middle.get(interval).is_none_or(|seen| seen.is_none())
+        {
+            let report = cluster.mds_status().await;
+            awake_at_middle.resize(interval + 1, None);
+            awake_at_middle[interval] = Some(report.servers.len() - asleep(&report));
+        }
         if busy {
             // About 40 writes and reads per real second: 16 servers' worth (writes
             // count r times).
@@ -911,6 +933,9 @@ async fn the_cluster_sleeps_in_the_trough_and_wakes_before_the_peak_by_itself() 
             }
         }
         tokio::time::sleep(Duration::from_millis(25)).await;
+        if busy {
+            busy_s += clock() - now;
+        }
     }
     assert_eq!(slept_in_trough, 6, "day 2's trough: g_min keeps 3 of 9 on, the rest sleep");
     let (at, sleeping) = asleep_at_peak.expect("the peak was sampled");
@@ -919,4 +944,78 @@ async fn the_cluster_sleeps_in_the_trough_and_wakes_before_the_peak_by_itself() 
     assert!(read[..] == model[..], "a write was lost across the day's shifts");
     let mds = cluster.mds_status().await;
     assert_eq!(mds.counters.servers_failed, 0, "a sleeping server was taken for failed");
+    // Timing the busy loop's turns (a write and a read) gives the load's rate, whatever
+    // the machine's speed.
+    let period = busy_s / seed as f64;
+    assert!(period > 0.01, "{seed} turns in {busy_s} s of busy intervals");
+    cluster.stop_all();
+
+    // The same load in the simulator, on the cluster file's layout, seed, profile and
+    // scheduler: the same servers awake at the middle of every interval.
+    let c = &cluster.file.cluster;
+    let spec = ClusterSpec {
+        servers: cluster.file.servers.len() as u32,
+        replicas: c.replicas,
+        racks: c.racks,
+        groups_per_server: c.groups_per_server,
+        chunk_bytes: c.chunk_size_bytes,
+        gear_min: cluster.file.config().gear_min,
+        logger_capacity_bytes: c.logger_capacity_bytes,
+        server_profile: builtin_profile(&c.server_profile).unwrap(),
+        ..ClusterSpec::small()
+    };
+    let mut ops = Vec::new();
+    let mut turn = 0u64;
+    let mut at = 0.0;
+    while at < peak + 20.0 {
+        if busy_at(at) {
+            turn += 1;
+            let offset = (turn * 7919 % (SIZE / 4096)) * 4096;
+            let range = ByteRange::new(offset, 4096);
+            for (kind, after) in [(IoKind::Write, 0.0), (IoKind::Read, period / 2.0)] {
+                let at = VirtualDuration::try_from_secs_f64(at + after).unwrap();
+                ops.push(TraceOp { at, device: 0, range, kind });
+            }
+        }
+        at += period;
+    }
+    let workload = Arc::new(TraceWorkload { devices: vec![("diurnal".into(), SIZE)], ops });
+    let scheduler = cluster.file.scheduler_config().unwrap().expect("the file has [gear]");
+    let intervals = awake_at_middle.len();
+    let simulated = |spec: &ClusterSpec, scheduler: SchedulerConfig| {
+        let second = VirtualDuration::from_secs(1);
+        let gearing = SimGearing::Scheduler(scheduler);
+        let sim = replay_trace_with(spec, c.seed, workload.clone(), &gearing, second, &mut |_| {});
+        assert_eq!(sim.end.violations, Vec::<String>::new());
+        assert_eq!((sim.errors, sim.unfinished), (0, 0));
+        awake_at_middles(&sim.samples, intervals, INTERVAL_S)
+    };
+    let sim_at_middle = simulated(&spec, scheduler.clone());
+    eprintln!("servers awake at each interval's middle: runtime {awake_at_middle:?}");
+    eprintln!("                                       simulator {sim_at_middle:?}");
+    let seen = awake_at_middle.iter().flatten().count();
+    assert!(seen >= 10, "only {seen} interval middles sampled: {awake_at_middle:?}");
+    let differing = |sim: &[Option<usize>]| -> Vec<usize> {
+        let pairs = awake_at_middle.iter().zip(sim).enumerate();
+        pairs.filter(|(_, (awake, sim))| awake.is_some() && awake != sim).map(|(i, _)| i).collect()
+    };
+    assert_eq!(differing(&sim_at_middle), Vec::<usize>::new(), "intervals where the shells differ");
+    // The comparison can fail: a simulator keeping two gear groups on at least (g_min 2)
+    // is told apart in the trough.
+    let other = ClusterSpec { gear_min: 2, ..spec };
+    let other = simulated(&other, SchedulerConfig { gear_min: 2, ..scheduler });
+    assert!(!differing(&other).is_empty(), "g_min 2 not told apart: {other:?}");
+}
+
+/// The servers a replay's samples had on at the middle of each of `intervals`
+/// intervals of `interval_s` (none where no sample is within a second of it).
+fn awake_at_middles(samples: &[Sample], intervals: usize, interval_s: f64) -> Vec<Option<usize>> {
+    (0..intervals)
+        .map(|interval| {
+            let middle = (interval as f64 + 0.5) * interval_s;
+            let distance = |s: &Sample| (s.at_s - middle).abs();
+            let sample = samples.iter().min_by(|a, b| distance(a).total_cmp(&distance(b)))?;
+            (distance(sample) <= 1.0).then_some(sample.servers_on as usize)
+        })
+        .collect()
 }

@@ -66,7 +66,8 @@ pub struct SchedulerConfig {
     pub interval: VirtualDuration,
     /// A day: the predictor's period. A whole number of intervals.
     pub day: VirtualDuration,
-    /// The instant a day (and interval 0) starts.
+    /// The instant a day (and interval 0) starts: on a whole second of the clock,
+    /// as the loads' seconds are.
     pub origin: VirtualInstant,
     /// How long a server takes to wake: a rise is acted on this much ahead.
     pub wake_lead: VirtualDuration,
@@ -96,6 +97,20 @@ impl SchedulerConfig {
         }
         if self.interval < VirtualDuration::from_secs(1) {
             return Err("interval: at least 1 s".into());
+        }
+        // Loads come by whole seconds of the clock: a second across an interval's
+        // start would count toward the interval before it.
+        if !self.interval.as_nanos().is_multiple_of(NANOS_PER_SECOND) {
+            return Err(format!(
+                "interval: {} s is not whole seconds",
+                self.interval.as_secs_f64()
+            ));
+        }
+        if !self.origin.as_nanos().is_multiple_of(NANOS_PER_SECOND) {
+            return Err(format!(
+                "origin: {} s is not on a whole second of the clock",
+                self.origin.as_nanos() as f64 / NANOS_PER_SECOND as f64
+            ));
         }
         if !self.day.as_nanos().is_multiple_of(self.interval.as_nanos()) || self.day < self.interval
         {

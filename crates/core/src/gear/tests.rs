@@ -238,3 +238,20 @@ fn bad_configs_name_the_field() {
     assert!(c.validate().unwrap_err().contains("report_delay"));
     assert_eq!(config(Policy::Hybrid, Gearing::Full).validate(), Ok(()));
 }
+
+#[test]
+fn an_origin_or_interval_off_whole_seconds_is_refused() {
+    // A load's second across an interval's start would count toward the interval
+    // before it (the simulator once started its replay's days mid-second, and the
+    // first second of a busy interval made the quiet one before it look busy).
+    let base = config(Policy::Hybrid, Gearing::Fractional);
+    assert_eq!(base.validate(), Ok(()));
+    let late = SchedulerConfig { origin: at(5.3), ..base.clone() };
+    assert!(late.validate().unwrap_err().contains("origin: 5.3 s"), "{:?}", late.validate());
+    let whole = SchedulerConfig { origin: at(5.0), ..base.clone() };
+    assert_eq!(whole.validate(), Ok(()));
+    let interval = VirtualDuration::try_from_secs_f64(60.5).unwrap();
+    let day = VirtualDuration::from_nanos(interval.as_nanos() * 4);
+    let odd = SchedulerConfig { interval, day, ..base };
+    assert!(odd.validate().unwrap_err().contains("whole seconds"), "{:?}", odd.validate());
+}

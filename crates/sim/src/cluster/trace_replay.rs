@@ -402,6 +402,11 @@ impl ClusterSim<'_> {
         let Some(replay) = self.replay.as_mut() else { return };
         let Some(start) = replay.start else { return };
         let seconds = replay.sample_every.as_secs_f64();
+        if now == start {
+            replay.sampled_joules = joules;
+            self.events.schedule(now + replay.sample_every, Event::ReplaySample);
+            return;
+        }
         replay.samples.push(Sample {
             at_s: now.duration_since(start).as_secs_f64(),
             servers_on,
@@ -446,21 +451,19 @@ impl ClusterSim<'_> {
                 self.replay_next_create();
                 return;
             }
-            replay.start = Some(now);
+            // The trace starts on the next whole second: the scheduler's days count
+            // from it, and its loads come by whole seconds of the clock.
+            let start = whole_second_from(now);
+            replay.start = Some(start);
             let gears: Vec<GearAt> = replay.gears.clone();
             let scheduler = replay.scheduler.take();
-            let sample_every = replay.sample_every;
             for gear in gears {
-                self.events.schedule(now + gear.at, Event::ReplayGear(gear.gear));
+                self.events.schedule(start + gear.at, Event::ReplayGear(gear.gear));
             }
-            self.events.schedule(now + sample_every, Event::ReplaySample);
-            let joules = self.energy_joules().0;
-            if let Some(replay) = self.replay.as_mut() {
-                replay.sampled_joules = joules;
-            }
+            // The first sample, at the start, only takes the energy so far.
+            self.events.schedule(start, Event::ReplaySample);
             if let Some(config) = scheduler {
-                // The scheduler's days count from the trace's start.
-                let config = SchedulerConfig { origin: now, ..config };
+                let config = SchedulerConfig { origin: start, ..config };
                 if let Err(error) = self.mds.enable_scheduler(config) {
                     self.checker.violate(format!("the gear scheduler's config: {error}"));
                 }
@@ -492,4 +495,11 @@ impl ClusterSim<'_> {
             self.replay_submit(waiter, index);
         }
     }
+}
+
+/// The first whole second of the clock at or after `at`.
+fn whole_second_from(at: VirtualInstant) -> VirtualInstant {
+    const SECOND: u64 = 1_000_000_000;
+    let nanos = at.as_nanos().div_ceil(SECOND).saturating_mul(SECOND);
+    VirtualInstant::ZERO.saturating_add(VirtualDuration::from_nanos(nanos))
 }

@@ -153,7 +153,8 @@ pub struct ServerCounters {
     /// Bytes of those writes (each once, however many loggers hold it).
     #[serde(default)]
     pub bytes_logged: u64,
-    /// Logged writes read back and sent to replicas that lacked them.
+    /// Logged writes that reclaim brought to every replica of their group (each once,
+    /// however many copies and read-backs it took).
     pub writes_reclaimed: u64,
     /// Reads served with logged writes read back from the loggers (the own replica
     /// lacked them).

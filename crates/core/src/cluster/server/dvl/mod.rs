@@ -539,7 +539,6 @@ impl Server {
             .filter(|(i, r)| led.synced[*i] && !extent.applied.contains(r))
             .map(|(_, r)| *r)
             .collect();
-        self.counters.writes_reclaimed += 1;
         self.write_to(targets, group, epoch, write, stable);
     }
 
@@ -561,6 +560,10 @@ impl Server {
             let ready = ready.get_or_insert_with(|| led.ready_replicas(down));
             let Some(extent) = led.dvl.extents.get_mut(&record) else { continue };
             extent.applied.push(replica);
+            if led.replicas.iter().all(|r| extent.applied.contains(r)) {
+                // On every replica now: counted once, however many copies it took.
+                self.counters.writes_reclaimed += 1;
+            }
             if ready.iter().all(|r| extent.applied.contains(r)) {
                 led.dvl.extents.reclaim_done(&record);
             }
