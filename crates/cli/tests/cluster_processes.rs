@@ -501,6 +501,23 @@ async fn a_trace_replays_against_the_cluster_in_the_simulators_shape() {
     assert_eq!(names[0].name, "replay/hm_0");
 }
 
+/// The simulated cluster of `cluster`'s file: its servers, layout, sizes, g_min and
+/// server profile.
+fn simulated_cluster(cluster: &Cluster) -> ClusterSpec {
+    let c = &cluster.file.cluster;
+    ClusterSpec {
+        servers: cluster.file.servers.len() as u32,
+        replicas: c.replicas,
+        racks: c.racks,
+        groups_per_server: c.groups_per_server,
+        chunk_bytes: c.chunk_size_bytes,
+        gear_min: cluster.file.config().gear_min,
+        logger_capacity_bytes: c.logger_capacity_bytes,
+        server_profile: builtin_profile(&c.server_profile).unwrap(),
+        ..ClusterSpec::small()
+    }
+}
+
 /// One letter per power state, for a compact timeline.
 fn power_letter(power: ServerPower) -> char {
     match power {
@@ -538,16 +555,7 @@ async fn the_simulator_and_the_runtime_agree_on_a_trace_and_a_gear_schedule() {
 
     // The simulator, on what the cluster file says.
     let c = &cluster.file.cluster;
-    let spec = ClusterSpec {
-        servers: cluster.file.servers.len() as u32,
-        replicas: c.replicas,
-        racks: c.racks,
-        groups_per_server: c.groups_per_server,
-        chunk_bytes: c.chunk_size_bytes,
-        logger_capacity_bytes: c.logger_capacity_bytes,
-        server_profile: builtin_profile(&c.server_profile).unwrap(),
-        ..ClusterSpec::small()
-    };
+    let spec = simulated_cluster(&cluster);
     let set = TraceSet::open(std::slice::from_ref(&trace), &ReadOptions::default()).unwrap();
     let workload = Arc::new(TraceWorkload::read(&set, Some(seconds)).unwrap());
     let sim = replay_trace(&spec, c.seed, workload.clone(), &gears);
@@ -953,17 +961,7 @@ async fn the_cluster_sleeps_in_the_trough_and_wakes_before_the_peak_by_itself() 
     // The same load in the simulator, on the cluster file's layout, seed, profile and
     // scheduler: the same servers awake at the middle of every interval.
     let c = &cluster.file.cluster;
-    let spec = ClusterSpec {
-        servers: cluster.file.servers.len() as u32,
-        replicas: c.replicas,
-        racks: c.racks,
-        groups_per_server: c.groups_per_server,
-        chunk_bytes: c.chunk_size_bytes,
-        gear_min: cluster.file.config().gear_min,
-        logger_capacity_bytes: c.logger_capacity_bytes,
-        server_profile: builtin_profile(&c.server_profile).unwrap(),
-        ..ClusterSpec::small()
-    };
+    let spec = simulated_cluster(&cluster);
     let mut ops = Vec::new();
     let mut turn = 0u64;
     let mut at = 0.0;
