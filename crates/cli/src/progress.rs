@@ -17,12 +17,21 @@ impl ProgressLine {
         ProgressLine { quiet, last: now() }
     }
 
-    /// Reports a simulation's progress if enough wall time has passed.
-    pub(crate) fn simulation(&mut self, progress: Progress) {
+    /// Whether a line is due (not quiet, and enough wall time passed); if so, the
+    /// next one waits from now.
+    fn due(&mut self) -> bool {
         if self.quiet || self.last.elapsed() < INTERVAL {
-            return;
+            return false;
         }
         self.last = now();
+        true
+    }
+
+    /// Reports a simulation's progress if enough wall time has passed.
+    pub(crate) fn simulation(&mut self, progress: Progress) {
+        if !self.due() {
+            return;
+        }
         let span = progress.span.as_secs_f64().max(f64::MIN_POSITIVE);
         let share = 100.0 * (progress.virtual_now.as_secs_f64() / span).min(1.0);
         noteln!(
@@ -32,16 +41,13 @@ impl ProgressLine {
             somnus_trace::stats::thousands(progress.requests_done)
         );
     }
-}
 
-impl ProgressLine {
     /// Reports how far a trace replay through the cluster (`name`) is, if enough
     /// wall time has passed.
     pub(crate) fn replay(&mut self, name: &str, progress: ReplayProgress) {
-        if self.quiet || self.last.elapsed() < INTERVAL {
+        if !self.due() {
             return;
         }
-        self.last = now();
         let share = 100.0 * progress.done as f64 / progress.total.max(1) as f64;
         noteln!(
             "  {name}: {share:.0}% of the requests answered ({} of {})",

@@ -499,7 +499,7 @@ impl ClusterSim<'_> {
 
 /// The first whole second of the clock at or after `at`.
 fn whole_second_from(at: VirtualInstant) -> VirtualInstant {
-    const SECOND: u64 = 1_000_000_000;
-    let nanos = at.as_nanos().div_ceil(SECOND).saturating_mul(SECOND);
+    let second = VirtualDuration::from_secs(1).as_nanos();
+    let nanos = at.as_nanos().div_ceil(second).saturating_mul(second);
     VirtualInstant::ZERO.saturating_add(VirtualDuration::from_nanos(nanos))
 }
