@@ -95,6 +95,7 @@ fn replay(workload: &Arc<TraceWorkload>, servers: u32, checked: bool) -> Result<
         sweep_s: Vec::new(),
         sample_s: 60,
         logger_capacity_bytes: 16 << 30,
+        compute: None,
     };
     let (start, cpu_start) = (now(), thread_cpu_time());
     let mut line = crate::progress::ProgressLine::new(false);

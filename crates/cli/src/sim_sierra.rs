@@ -7,11 +7,12 @@ use std::sync::Arc;
 
 use anyhow::{Context, Result, bail};
 use clap::{Args, ValueEnum};
-use somnus_core::gear::{Gearing, Policy};
+use somnus_core::gear::{Gearing, IoServerConfig, Policy};
 use somnus_core::power::builtin_profile;
-use somnus_sim::cluster::TraceWorkload;
+use somnus_sim::cluster::{ComputeLoad, TraceWorkload};
 use somnus_sim::sierra::{SierraConfig, SierraResult, SierraRun, run_sierra};
 use somnus_trace::TraceSet;
+use somnus_types::VirtualDuration;
 
 use crate::output::note;
 
@@ -56,6 +57,21 @@ pub(crate) struct SierraArgs {
     /// logger full waits (and wakes the replicas, P4).
     #[arg(long, default_value_t = 16, value_parser = clap::value_parser!(u64).range(1..=1024))]
     logger_gib: u64,
+    /// The cluster's compute, for the io-server controller (001): a number of max-perf
+    /// servers needed throughout, or a CSV file of `second,servers` rows (from that
+    /// trace second on; `#` starts a comment). The servers on are never fewer; those
+    /// the compute does not need run in the profile's io-server state in the geared
+    /// runs, and the all-on run keeps every server in max-perf. Needs a profile with an
+    /// io-server state (`--server-profile obelix|asterix-i|asterix-ii`).
+    #[arg(long, value_name = "N|FILE")]
+    compute: Option<String>,
+    /// How long the compute must stay lower before a server leaves max-perf.
+    #[arg(long, value_name = "SECONDS", default_value_t = 60,
+          value_parser = clap::value_parser!(u64).range(1..=86_400))]
+    compute_dwell: u64,
+    /// Max-perf servers provisioned above the measured compute, as a share (0 to 1).
+    #[arg(long, default_value_t = 0.0)]
+    compute_headroom: f64,
     /// Seed of the cluster's layout and random choices.
     #[arg(long, default_value_t = 1)]
     seed: u64,
@@ -116,6 +132,7 @@ pub(crate) fn run(args: &SierraArgs) -> Result<()> {
         sweep_s: args.sweep.clone(),
         sample_s: 60,
         logger_capacity_bytes: args.logger_gib << 30,
+        compute: args.compute.as_deref().map(|spec| compute_load(spec, args)).transpose()?,
     };
     config.validate().map_err(anyhow::Error::msg)?;
     let set = TraceSet::open(&args.traces, &args.input.options())?;
@@ -151,6 +168,45 @@ pub(crate) fn run(args: &SierraArgs) -> Result<()> {
         bail!("{violations} checker violation(s): see `violations` above");
     }
     Ok(())
+}
+
+/// `--compute`: a number of servers throughout, or a file of `second,servers` steps.
+fn compute_load(spec: &str, args: &SierraArgs) -> Result<ComputeLoad> {
+    let config = IoServerConfig {
+        io_server: true,
+        headroom: args.compute_headroom,
+        dwell: VirtualDuration::from_secs(args.compute_dwell),
+    };
+    if let Ok(servers) = spec.parse::<f64>() {
+        return Ok(ComputeLoad { config, steps: vec![(0, servers)] });
+    }
+    let path = std::path::Path::new(spec);
+    let text = std::fs::read_to_string(path).with_context(|| {
+        format!("--compute {spec}: neither a number of servers nor a readable file")
+    })?;
+    let mut steps = Vec::new();
+    for (index, line) in text.lines().enumerate() {
+        let line = line.split('#').next().unwrap_or("").trim();
+        if line.is_empty() {
+            continue;
+        }
+        let at = || format!("{}:{}", path.display(), index + 1);
+        let (second, servers) = line
+            .split_once(',')
+            .with_context(|| format!("{}: expected `second,servers`, got {line:?}", at()))?;
+        let second = second.trim().parse::<u64>().with_context(|| {
+            format!("{}: second {:?} is not a whole number of seconds", at(), second.trim())
+        })?;
+        let servers = servers
+            .trim()
+            .parse::<f64>()
+            .with_context(|| format!("{}: servers {:?} is not a number", at(), servers.trim()))?;
+        steps.push((second, servers));
+    }
+    if steps.is_empty() {
+        bail!("{}: no `second,servers` row", path.display());
+    }
+    Ok(ComputeLoad { config, steps })
 }
 
 fn json(result: &SierraResult) -> Result<String> {
@@ -249,6 +305,24 @@ fn tables(r: &SierraResult) -> String {
             run.wakes,
             run.servers_failed
         );
+    }
+    let runs = || std::iter::once(&r.all_on).chain(&r.sweep);
+    if runs().any(|run| run.max_perf_hours + run.io_server_hours > 0.0) {
+        let _ = writeln!(
+            out,
+            "\n{:<24} {:>12} {:>12} {:>12}",
+            "io-server (001)", "max-perf h", "io-server h", "median W"
+        );
+        for run in runs() {
+            let _ = writeln!(
+                out,
+                "{:<24} {:>12.1} {:>12.1} {:>12.1}",
+                label(run),
+                run.max_perf_hours,
+                run.io_server_hours,
+                run.median_watts
+            );
+        }
     }
     let _ = writeln!(out, "\nchecker violations: {}", r.violations().count());
     for v in r.violations().take(10) {

@@ -530,6 +530,9 @@ fn a_user_error_prints_one_line_and_no_backtrace() {
     let dir = scratch("user-error");
     let topology = dir.join("bad.toml");
     std::fs::write(&topology, "[defaults]\nstripe_unit_kib = \"x\"\n").unwrap();
+    let compute = dir.join("compute.csv");
+    std::fs::write(&compute, "# second,servers\n0,2\n60;1\n").unwrap();
+    let compute = compute.to_str().unwrap();
     let run = |args: &[&str]| {
         Command::new(env!("CARGO_BIN_EXE_somnus"))
             .args(args)
@@ -557,6 +560,15 @@ fn a_user_error_prints_one_line_and_no_backtrace() {
         (&["sim", "sierra", "--trace", "missing.bin"], "missing.bin"),
         (&["sim", "sierra", "--trace", "missing.bin", "--timescale", "7"], "must divide a day"),
         (&["sim", "sierra", "--trace", "missing.bin", "--quiet-intervals", "1"], "at least 2"),
+        (
+            &["sim", "sierra", "--trace", "missing.bin", "--compute", "2"],
+            "ecs2-storage-node has none",
+        ),
+        (
+            &["sim", "sierra", "--trace", "x", "--compute", compute, "--server-profile", "obelix"],
+            "compute.csv:3: expected `second,servers`",
+        ),
+        (&["sim", "sierra", "--trace", "x", "--compute", "nowhere.csv"], "nowhere.csv: neither"),
         (&["bench", "cluster", "--trace", "missing.bin"], "missing.bin"),
         (
             &["bench", "cluster", "--trace", "missing.bin", "--trace-secs", "0"],

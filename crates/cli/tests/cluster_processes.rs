@@ -983,7 +983,8 @@ async fn the_cluster_sleeps_in_the_trough_and_wakes_before_the_peak_by_itself() 
     let simulated = |spec: &ClusterSpec, scheduler: SchedulerConfig| {
         let second = VirtualDuration::from_secs(1);
         let gearing = SimGearing::Scheduler(scheduler);
-        let sim = replay_trace_with(spec, c.seed, workload.clone(), &gearing, second, &mut |_| {});
+        let sim =
+            replay_trace_with(spec, c.seed, workload.clone(), &gearing, None, second, &mut |_| {});
         assert_eq!(sim.end.violations, Vec::<String>::new());
         assert_eq!((sim.errors, sim.unfinished), (0, 0));
         awake_at_middles(&sim.samples, intervals, INTERVAL_S)

@@ -178,6 +178,9 @@ fn carry_out(
             }
             MdsAction::Send { to, message } => outbox.send(to, message),
             MdsAction::WakeServer(server) => wake(server),
+            // Never enabled here (docs/gear-scheduler.md, "io-server"): no compute
+            // load reaches the runtime's MDS, and no node has an io-server actuator.
+            MdsAction::ComputeRole { .. } => {}
         }
     }
     Ok(persisted)

@@ -160,6 +160,7 @@ pub fn interval_loads(windows: &[LoadWindow], config: &StudyConfig) -> Vec<Load>
         write_iops: w.write_request_count as f64 / seconds,
         read_mib_s: w.read_bytes.unwrap_or(0) as f64 / seconds / MIB,
         write_mib_s: w.write_bytes.unwrap_or(0) as f64 / seconds / MIB,
+        compute_servers: 0.0,
     };
     windows
         .chunks(config.windows_per_interval.max(1) as usize)

@@ -12,14 +12,15 @@
 
 use std::sync::Arc;
 
+use somnus_core::gear::IoServerConfig;
 use somnus_core::gear::servers_needed;
 use somnus_core::gear::{Capability, Gearing as PlanGearing, Load, Policy, SchedulerConfig};
-use somnus_core::power::PowerProfile;
+use somnus_core::power::{PowerProfile, PowerState};
 use somnus_types::{IoKind, VirtualDuration, VirtualInstant};
 
 use crate::cluster::{
-    ClusterSpec, FaultSet, Gearing, LoggerBackend, ReplayProgress, Sample, TraceReplayReport,
-    TraceWorkload, replay_trace_with,
+    ClusterSpec, ComputeLoad, FaultSet, Gearing, LoggerBackend, ReplayProgress, Sample,
+    TraceReplayReport, TraceWorkload, replay_trace_with,
 };
 use crate::disk::{DiskModel, DiskOp};
 
@@ -51,6 +52,11 @@ pub struct SierraConfig {
     /// Room of each server's logger for the others' DVLs: writes logged for a sleeping
     /// replica stay until it wakes.
     pub logger_capacity_bytes: u64,
+    /// The cluster's compute for the io-server controller (001), if any: the all-on run
+    /// keeps every server on in max-perf; the geared runs put the servers on that the
+    /// compute does not need in the io-server state. Its `io_server` flag is set by
+    /// the run.
+    pub compute: Option<ComputeLoad>,
 }
 
 impl SierraConfig {
@@ -70,7 +76,39 @@ impl SierraConfig {
             let group_sizes = vec![1; self.replicas as usize];
             SchedulerConfig { group_sizes, ..scheduler }.validate()?;
         }
+        if let Some(compute) = &self.compute {
+            compute.config.validate()?;
+            if !self.profile.has_state(PowerState::IoServer) {
+                return Err(format!(
+                    "a compute load needs a server profile with an io_server state \
+                     (obelix, asterix-i, asterix-ii); {} has none",
+                    self.profile.name
+                ));
+            }
+            let steps = &compute.steps;
+            if let Some((second, servers)) =
+                steps.iter().find(|(_, servers)| !(servers.is_finite() && *servers >= 0.0))
+            {
+                return Err(format!(
+                    "compute at second {second}: {servers} is not a number of servers >= 0"
+                ));
+            }
+            if let Some(pair) = steps.windows(2).find(|pair| pair[0].0 >= pair[1].0) {
+                return Err(format!(
+                    "compute: second {} comes after second {}; seconds must rise",
+                    pair[1].0, pair[0].0
+                ));
+            }
+        }
         Ok(())
+    }
+
+    /// The compute load of a run: with the io-server state (geared) or without it.
+    fn compute_for(&self, io_server: bool) -> Option<ComputeLoad> {
+        self.compute.clone().map(|compute| ComputeLoad {
+            config: IoServerConfig { io_server, ..compute.config },
+            ..compute
+        })
     }
 }
 
@@ -137,6 +175,11 @@ pub struct SierraRun {
     pub client_retries: u64,
     pub servers_failed: u64,
     pub wakes: u64,
+    /// With a compute load (001): server-hours in max-perf and in the io-server state,
+    /// and the median of the cluster's watts over the samples.
+    pub max_perf_hours: f64,
+    pub io_server_hours: f64,
+    pub median_watts: f64,
     pub violations: Vec<String>,
     #[serde(skip)]
     pub samples: Vec<Sample>,
@@ -223,6 +266,14 @@ pub fn load_per_second(workload: &TraceWorkload) -> Vec<Load> {
     loads
 }
 
+fn median(mut values: Vec<f64>) -> f64 {
+    if values.is_empty() {
+        return 0.0;
+    }
+    values.sort_by(f64::total_cmp);
+    values[values.len() / 2]
+}
+
 /// N for a peak demand: whole gear groups, at least 3 servers each.
 pub fn provision(peak_demand: f64, replicas: u32) -> u32 {
     let needed = servers_needed(peak_demand).max(3 * replicas);
@@ -259,7 +310,12 @@ pub fn run_sierra(
         return Err("the trace has no request".into());
     }
     let capability = measured_capability(&DiskModel::new(&crate::cluster::disk_mechanics()));
-    let loads = load_per_second(&workload);
+    let mut loads = load_per_second(&workload);
+    if let Some(compute) = &config.compute {
+        for (second, load) in loads.iter_mut().enumerate() {
+            load.compute_servers = compute.servers_at(second as u64);
+        }
+    }
     let peak_demand =
         loads.iter().map(|l| capability.demand(l, config.replicas)).fold(0.0, f64::max);
     let servers = config.servers.unwrap_or_else(|| provision(peak_demand, config.replicas));
@@ -269,7 +325,18 @@ pub fn run_sierra(
     let mut run = |name: &str, gearing: &Gearing| {
         progress(name, ReplayProgress { done: 0, total });
         let mut told = |done: ReplayProgress| progress(name, done);
-        replay_trace_with(&spec, config.seed, workload.clone(), gearing, sample, &mut told)
+        let geared = !matches!(gearing, Gearing::AllOn);
+        let compute = config.compute_for(geared);
+        let workload = workload.clone();
+        replay_trace_with(
+            &spec,
+            config.seed,
+            workload,
+            gearing,
+            compute.as_ref(),
+            sample,
+            &mut told,
+        )
     };
     let all_on = run("all on", &Gearing::AllOn);
     let baseline = all_on.energy_joules;
@@ -338,7 +405,16 @@ pub fn replay_geared(
     let scheduler = scheduler_config(config, capability, config.timescale_s);
     let sample = VirtualDuration::from_secs(config.sample_s.max(1));
     let gearing = Gearing::Scheduler(scheduler);
-    Ok(replay_trace_with(&spec, config.seed, workload, &gearing, sample, progress))
+    let compute = config.compute_for(true);
+    Ok(replay_trace_with(
+        &spec,
+        config.seed,
+        workload,
+        &gearing,
+        compute.as_ref(),
+        sample,
+        progress,
+    ))
 }
 
 fn scheduler_config(
@@ -425,6 +501,9 @@ fn summarize(
         client_retries: report.end.client_retries,
         servers_failed: report.mds.servers_failed,
         wakes: report.mds.wakes,
+        max_perf_hours: report.role_seconds[0] / 3600.0,
+        io_server_hours: report.role_seconds[1] / 3600.0,
+        median_watts: median(report.samples.iter().map(|s| s.watts).collect()),
         violations: report.end.violations.clone(),
         samples: report.samples,
         read_ms: report.read_ms,

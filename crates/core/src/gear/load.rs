@@ -11,11 +11,20 @@ pub struct Load {
     pub write_iops: f64,
     pub read_mib_s: f64,
     pub write_mib_s: f64,
+    /// The cluster's compute, in max-perf servers (001; reported by the shell that
+    /// knows it, not by primaries): the servers on are never fewer.
+    #[serde(default)]
+    pub compute_servers: f64,
 }
 
 impl Load {
-    pub const ZERO: Load =
-        Load { read_iops: 0.0, write_iops: 0.0, read_mib_s: 0.0, write_mib_s: 0.0 };
+    pub const ZERO: Load = Load {
+        read_iops: 0.0,
+        write_iops: 0.0,
+        read_mib_s: 0.0,
+        write_mib_s: 0.0,
+        compute_servers: 0.0,
+    };
 
     /// Two primaries' loads of the same second, summed.
     pub fn plus(self, other: Load) -> Load {
@@ -24,6 +33,7 @@ impl Load {
             write_iops: self.write_iops + other.write_iops,
             read_mib_s: self.read_mib_s + other.read_mib_s,
             write_mib_s: self.write_mib_s + other.write_mib_s,
+            compute_servers: self.compute_servers + other.compute_servers,
         }
     }
 
@@ -34,12 +44,13 @@ impl Load {
             write_iops: self.write_iops.max(other.write_iops),
             read_mib_s: self.read_mib_s.max(other.read_mib_s),
             write_mib_s: self.write_mib_s.max(other.write_mib_s),
+            compute_servers: self.compute_servers.max(other.compute_servers),
         }
     }
 
     /// Whether every metric is a finite number >= 0 (reports from peers are checked).
     pub fn is_valid(&self) -> bool {
-        [self.read_iops, self.write_iops, self.read_mib_s, self.write_mib_s]
+        [self.read_iops, self.write_iops, self.read_mib_s, self.write_mib_s, self.compute_servers]
             .iter()
             .all(|v| v.is_finite() && *v >= 0.0)
     }
@@ -87,12 +98,12 @@ impl Capability {
     }
 
     /// The servers `load` keeps busy, before rounding: max(N_nonseq, N_seq) of Sierra
-    /// 3.5, writes counted `replicas` times.
+    /// 3.5, writes counted `replicas` times, and at least its compute's servers.
     pub fn demand(&self, load: &Load, replicas: u32) -> f64 {
         let r = f64::from(replicas);
         let nonseq = load.read_iops / self.read_iops + r * load.write_iops / self.write_iops;
         let seq = load.read_mib_s / self.read_mib_s + r * load.write_mib_s / self.write_mib_s;
-        nonseq.max(seq)
+        nonseq.max(seq).max(load.compute_servers)
     }
 }
 
@@ -127,6 +138,7 @@ impl LoadSample {
             write_iops: f64::from(self.writes),
             read_mib_s: self.read_bytes as f64 / MIB,
             write_mib_s: self.write_bytes as f64 / MIB,
+            compute_servers: 0.0,
         }
     }
 }
@@ -194,14 +206,21 @@ mod tests {
         // Goal: N_nonseq = R/C_r + r W/C_w and N_seq alike; N_load the larger, rounded up.
         let cap =
             Capability { read_iops: 100.0, write_iops: 200.0, read_mib_s: 50.0, write_mib_s: 25.0 };
-        let load =
-            Load { read_iops: 300.0, write_iops: 100.0, read_mib_s: 10.0, write_mib_s: 10.0 };
+        let load = Load {
+            read_iops: 300.0,
+            write_iops: 100.0,
+            read_mib_s: 10.0,
+            write_mib_s: 10.0,
+            ..Load::ZERO
+        };
         // nonseq = 3 + 3 * 0.5 = 4.5; seq = 0.2 + 3 * 0.4 = 1.4.
         assert_eq!(cap.demand(&load, 3), 4.5);
         assert_eq!(servers_needed(cap.demand(&load, 3)), 5);
         let streaming = Load { read_mib_s: 100.0, write_mib_s: 50.0, ..Load::ZERO };
         assert_eq!(cap.demand(&streaming, 3), 2.0 + 6.0);
         assert_eq!(servers_needed(8.0 + 1e-12), 8);
+        let compute = Load { compute_servers: 6.5, ..load };
+        assert_eq!(cap.demand(&compute, 3), 6.5, "the compute's servers are on too");
         assert_eq!(servers_needed(0.0), 0);
         assert_eq!(servers_needed(f64::NAN), 0);
         assert!(Capability { read_iops: 0.0, ..cap }.validate().unwrap_err().contains("read_iops"));

@@ -155,7 +155,8 @@ pub enum Reason {
     Reactive,
     /// The operator.
     Override,
-    /// A new day's order of gear groups, while every group is on.
+    /// A new day's order of gear groups, taken while every group is on; or, on a day
+    /// that had none by its midpoint, the next leader woken and then the order turned.
     Rotation,
 }
 
@@ -188,6 +189,9 @@ pub struct GearScheduler {
     /// How many times the order rotated, and the day it last did.
     rotation: u64,
     rotated_day: u64,
+    /// A day's overdue rotation has the next leader on; the order turns at the next
+    /// fall.
+    next_leader_woken: bool,
     /// Seconds reported and not final: second to summed load.
     seconds: BTreeMap<u64, Load>,
     /// Seconds before this one are final.
@@ -227,6 +231,7 @@ impl GearScheduler {
             plan: PowerPlan::all(&config.group_sizes),
             rotation: 0,
             rotated_day: 0,
+            next_leader_woken: false,
             seconds: BTreeMap::new(),
             final_before: 0,
             peaks: BTreeMap::new(),
@@ -297,6 +302,7 @@ impl GearScheduler {
         self.handle_timeout(now);
         self.mode = mode;
         self.pending = None;
+        self.next_leader_woken = false;
         match mode {
             GearMode::Hold => {}
             GearMode::Set(gear) => {
@@ -457,11 +463,14 @@ impl GearScheduler {
         }
     }
 
-    /// The next interval starts: a new day rotates the order if every group is on.
+    /// The next interval starts: a new day rotates the order if every group is on;
+    /// at its midpoint, a day that has not rotated yet wakes the group to lead next.
     fn enter_interval(&mut self, at: VirtualInstant) {
         self.current += 1;
         if self.rotate_if_all_on() {
             self.push(at, self.plan, Reason::Rotation);
+        } else {
+            self.wake_next_leader(at);
         }
     }
 
@@ -473,9 +482,19 @@ impl GearScheduler {
 
     fn fall(&mut self, at: VirtualInstant) {
         let Some(target) = self.pending.take() else { return };
-        if self.mode == GearMode::Auto && target < self.plan {
-            self.apply(at, target, Reason::Forecast);
+        if self.mode != GearMode::Auto || target >= self.plan {
+            return;
         }
+        if self.next_leader_woken {
+            // The group woken to lead had an interval to take back its logged writes:
+            // the order turns, and the old first group sleeps with the fall.
+            self.next_leader_woken = false;
+            let day = self.current / self.predictor.slots();
+            self.rotate(day);
+            self.apply(at, target, Reason::Rotation);
+            return;
+        }
+        self.apply(at, target, Reason::Forecast);
     }
 
     /// The plan for interval `index` by the policy. Where the predictor has no
@@ -565,10 +584,52 @@ impl GearScheduler {
         if day <= self.rotated_day || self.plan != PowerPlan::all(&self.config.group_sizes) {
             return false;
         }
+        self.rotate(day);
+        true
+    }
+
+    /// A day half over without its rotation (it never had every group on), and not
+    /// forecast to have every group on in the rest of it, rotates in two steps: now the group to lead next wakes (one more whole group on), and at
+    /// the next fall the order turns, so the old first group drains to a group that
+    /// had an interval to take back the writes logged while it slept, rather than to
+    /// one that would serve its reads from the loggers. Without the rotation, a load
+    /// that never reaches the top gear keeps the same groups asleep for the whole run:
+    /// their idle time never evens out, and the writes logged for them are reclaimed
+    /// only when the loggers fill (two days of msr-fast08 on 30 servers). An
+    /// operator's hold or set gear is left alone.
+    fn wake_next_leader(&mut self, at: VirtualInstant) {
+        let slots = self.predictor.slots();
+        let (day, slot) = (self.current / slots, self.current % slots);
+        let overdue = day > self.rotated_day && slot >= slots / 2;
+        if self.mode != GearMode::Auto
+            || !overdue
+            || self.next_leader_woken
+            || self.config.replicas < 2
+        {
+            return;
+        }
+        // A rest of the day forecast to reach the top gear rotates then, for free (a
+        // slot without a forecast might too).
+        let all = PowerPlan::all(&self.config.group_sizes);
+        let margin = 1.0 + self.config.forecast_margin;
+        let top_ahead = (slot..slots).any(|s| {
+            let forecast = self.predictor.predict(day * slots + s);
+            forecast.is_none_or(|f| self.plan_of(servers_needed(f * margin)) == all)
+        });
+        if top_ahead {
+            return;
+        }
+        self.next_leader_woken = true;
+        if self.plan.full_groups < 2 {
+            self.apply(at, PowerPlan { full_groups: 2, partial: 0 }, Reason::Rotation);
+        }
+    }
+
+    fn rotate(&mut self, day: u64) {
+        self.next_leader_woken = false;
         self.rotated_day = day;
         self.rotation += 1;
         self.counters.rotations += 1;
-        true
     }
 
     fn push(&mut self, at: VirtualInstant, plan: PowerPlan, reason: Reason) {

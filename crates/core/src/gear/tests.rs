@@ -178,8 +178,8 @@ fn an_operator_holds_sets_and_gives_back_control() {
 #[test]
 fn the_group_that_never_sleeps_rotates_on_days_that_reach_the_top_gear() {
     // Goal: each day's peak (25) puts every group on under full gearing; the first
-    // group of the order changes once a day, so every group sleeps on some day. A
-    // day that never reaches the top gear keeps its order.
+    // group of the order changes once a day, so every group sleeps on some day. An
+    // operator's set gear keeps the order.
     let mut s = GearScheduler::new(config(Policy::Predictor, Gearing::Full), at(0.0));
     let mut firsts = Vec::new();
     for day in 0..4 {
@@ -189,8 +189,45 @@ fn the_group_that_never_sleeps_rotates_on_days_that_reach_the_top_gear() {
     assert_eq!(firsts, vec![0, 1, 2, 0]);
     s.set_mode(at(4.0 * DAY_S as f64), GearMode::Set(2));
     drive(&mut s, 4 * DAY_S..6 * DAY_S, diurnal);
-    assert_eq!(s.order()[0], 0, "days below the top gear keep the order");
+    assert_eq!(s.order()[0], 0, "days under an operator's gear keep the order");
     assert_eq!(s.counters().rotations, 3);
+}
+
+#[test]
+fn a_day_that_never_reaches_the_top_gear_rotates_at_its_midpoint() {
+    // Goal: a load one group serves keeps the hybrid at gear 1 from the second day on;
+    // the order still turns once a day: at the day's midpoint (interval 2 of 4) the
+    // group to lead next wakes (gear 2), and at the next interval the order turns as
+    // the gear falls back to 1, so each group leads in turn and none sleeps for the
+    // whole run.
+    let mut s = GearScheduler::new(config(Policy::Hybrid, Gearing::Full), at(0.0));
+    let mut decisions = Vec::new();
+    let mut firsts = Vec::new();
+    for second in 0..5 * DAY_S {
+        let now = at(second as f64 + 0.5);
+        s.handle_timeout(now);
+        s.report(now, second, reads(3.0));
+        s.handle_timeout(at(second as f64 + 0.999));
+        while let Some(d) = s.poll_decision() {
+            decisions.push((d.at, d.reason, d.order[0], d.plan.full_groups));
+        }
+        if second % DAY_S == DAY_S - 1 {
+            firsts.push(s.order()[0]);
+        }
+    }
+    let rotations: Vec<_> =
+        decisions.iter().filter(|d| d.1 == Reason::Rotation).map(|d| (d.0, d.2, d.3)).collect();
+    let midday = |day: u64| at((day * DAY_S + DAY_S / 2) as f64);
+    let next = |day: u64| at((day * DAY_S + DAY_S / 2 + INTERVAL_S) as f64);
+    let expected: Vec<_> = (1..5)
+        .flat_map(|day| {
+            let (old, new) = (((day - 1) % 3) as u32, (day % 3) as u32);
+            [(midday(day), old, 2), (next(day), new, 1)]
+        })
+        .collect();
+    assert_eq!(rotations, expected, "{decisions:?}");
+    assert_eq!(firsts, vec![0, 1, 2, 0, 1]);
+    assert_eq!(s.plan().full_groups, 1);
 }
 
 #[test]

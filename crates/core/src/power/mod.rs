@@ -13,4 +13,4 @@ pub use profile::{
     DiskMechanics, PowerProfile, PowerState, ProfileError, Transition, UnitKind, builtin_profile,
     builtin_profile_names, io_server_cluster_watts,
 };
-pub use server_meter::{ServerMeter, ServerReading};
+pub use server_meter::{ComputeRole, ServerMeter, ServerReading};

@@ -20,8 +20,8 @@ mod trace_replay;
 
 pub use scenario::{Injection, OpKind, OpRecord};
 pub use trace_replay::{
-    GearAt, Gearing, REPLAY_BLOCK_BYTES, ReplayProgress, Sample, TraceOp, TraceReplayReport,
-    TraceWorkload, replay_trace, replay_trace_with,
+    ComputeLoad, GearAt, Gearing, REPLAY_BLOCK_BYTES, ReplayProgress, Sample, TraceOp,
+    TraceReplayReport, TraceWorkload, replay_trace, replay_trace_with,
 };
 
 use std::collections::BTreeMap;
@@ -240,6 +240,8 @@ enum Event {
     ReplayGear(u32),
     /// The replay samples the cluster's power and plan.
     ReplaySample,
+    /// The replay tells the MDS the compute of the second just ended.
+    ReplayCompute,
     Lose,
     DeclareLost(u32),
     Heal,
@@ -595,6 +597,7 @@ impl<'t> ClusterSim<'t> {
             Event::ReplayNext => self.replay_arrivals(),
             Event::ReplayGear(gear) => self.replay_gear(gear),
             Event::ReplaySample => self.replay_sample(),
+            Event::ReplayCompute => self.replay_compute(),
             Event::Lose => self.lose(),
             Event::DeclareLost(s) => {
                 self.trace(|| format!("s{s} declared lost"));
@@ -751,6 +754,10 @@ impl<'t> ClusterSim<'t> {
                         MdsAction::WakeServer(s) => {
                             let now = self.now();
                             self.events.schedule(now, Event::Wake(s.0));
+                        }
+                        MdsAction::ComputeRole { server, role } => {
+                            let now = self.now();
+                            self.servers[server.index()].meter.set_role(now, Some(role));
                         }
                     }
                 }

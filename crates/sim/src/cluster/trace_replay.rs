@@ -12,7 +12,7 @@ use std::sync::Arc;
 use somnus_core::cluster::client::{ClientEvent, ClientOp, ClientOutcome};
 use somnus_core::cluster::mds::MdsCounters;
 use somnus_core::cluster::{Payload, Stamp};
-use somnus_core::gear::{SchedulerConfig, SchedulerCounters};
+use somnus_core::gear::{IoServerConfig, SchedulerConfig, SchedulerCounters};
 use somnus_trace::{TraceError, TraceSet};
 use somnus_types::{ByteRange, ChunkGroupId, IoKind, ServerId, VirtualDuration, VirtualInstant};
 
@@ -146,12 +146,35 @@ pub struct TraceReplayReport {
     pub scheduler: Option<SchedulerCounters>,
     pub mds: MdsCounters,
     pub end: SeedReport,
+    /// Server-seconds in max-perf and in the io-server state (001), with a compute
+    /// load; zero without.
+    pub role_seconds: [f64; 2],
 }
 
 impl TraceReplayReport {
     /// The energy the sleeps saved: always on minus used.
     pub fn energy_saved_joules(&self) -> f64 {
         self.energy_if_always_on_joules - self.energy_joules
+    }
+}
+
+/// The cluster's compute over a replay, for the MDS's io-server controller (001): the
+/// block traces carry none, so it is given.
+#[derive(Clone, Debug, PartialEq)]
+pub struct ComputeLoad {
+    pub config: IoServerConfig,
+    /// From each step's trace second on, the max-perf servers the compute needs;
+    /// sorted by second. Before the first step, none.
+    pub steps: Vec<(u64, f64)>,
+}
+
+impl ComputeLoad {
+    /// The max-perf servers the compute needs in trace second `second`.
+    pub fn servers_at(&self, second: u64) -> f64 {
+        match self.steps.partition_point(|(s, _)| *s <= second) {
+            0 => 0.0,
+            i => self.steps[i - 1].1,
+        }
     }
 }
 
@@ -162,6 +185,7 @@ pub(super) struct Replay {
     workload: Arc<TraceWorkload>,
     gears: Vec<GearAt>,
     scheduler: Option<SchedulerConfig>,
+    compute: Option<ComputeLoad>,
     sample_every: VirtualDuration,
     samples: Vec<Sample>,
     /// Joules used at the last sample.
@@ -189,6 +213,8 @@ const SETTLE_MAX: VirtualDuration = VirtualDuration::from_secs(120);
 /// of writes logged while replicas slept is read back at the loggers' random-read
 /// rate (a day of the diurnal trace left 150,000 records, about 6 minutes' worth).
 const RECLAIM_MAX: VirtualDuration = VirtualDuration::from_secs(3600);
+const NANOS_PER_SECOND: u64 = 1_000_000_000;
+const ONE_SECOND: VirtualDuration = VirtualDuration::from_secs(1);
 /// Primaries unchanged this long, with every server on or asleep: settled.
 const SETTLED_FOR: VirtualDuration = VirtualDuration::from_secs(2);
 
@@ -202,7 +228,8 @@ pub fn replay_trace(
 ) -> TraceReplayReport {
     let gearing = Gearing::Schedule(gears.to_vec());
     let spec = ClusterSpec { check_history: false, ..spec.clone() };
-    replay_trace_with(&spec, seed, workload, &gearing, VirtualDuration::from_secs(60), &mut |_| {})
+    let sample = VirtualDuration::from_secs(60);
+    replay_trace_with(&spec, seed, workload, &gearing, None, sample, &mut |_| {})
 }
 
 /// How far a replay is: requests answered of the trace's.
@@ -212,14 +239,16 @@ pub struct ReplayProgress {
     pub total: u64,
 }
 
-/// [`replay_trace`] with the gears chosen by `gearing`, sampling the cluster every
-/// `sample_every` of trace time, the history checked as `spec.check_history` says.
+/// [`replay_trace`] with the gears chosen by `gearing`, the io-server controller fed
+/// `compute` if given, sampling the cluster every `sample_every` of trace time, the
+/// history checked as `spec.check_history` says.
 /// `progress` hears of every thousandth of the requests answered (a shell shows it).
 pub fn replay_trace_with(
     spec: &ClusterSpec,
     seed: u64,
     workload: Arc<TraceWorkload>,
     gearing: &Gearing,
+    compute: Option<&ComputeLoad>,
     sample_every: VirtualDuration,
     progress: &mut dyn FnMut(ReplayProgress),
 ) -> TraceReplayReport {
@@ -244,6 +273,7 @@ pub fn replay_trace_with(
         workload,
         gears,
         scheduler,
+        compute: compute.cloned(),
         sample_every: sample_every.max(VirtualDuration::from_secs(1)),
         samples: Vec::new(),
         sampled_joules: 0.0,
@@ -285,6 +315,12 @@ pub fn replay_trace_with(
         sim.now().duration_since(unsettled_at) >= SETTLED_FOR
     });
     let (energy_joules, energy_if_always_on_joules) = sim.energy_joules();
+    let now = sim.now();
+    let role_seconds = sim
+        .servers
+        .iter_mut()
+        .map(|slot| slot.meter.role_seconds(now))
+        .fold([0.0; 2], |[max_perf, io_server], [m, i]| [max_perf + m, io_server + i]);
     let final_map = sim.primaries();
     let groups = sim.mds.group_count();
     let replicas = (0..groups).map(|g| sim.mds.replicas(ChunkGroupId(g as u32)).to_vec()).collect();
@@ -320,6 +356,7 @@ pub fn replay_trace_with(
         scheduler,
         mds,
         end,
+        role_seconds,
     }
 }
 
@@ -383,6 +420,23 @@ impl ClusterSim<'_> {
             }
         };
         self.feed_client(0, ClientEvent::Submit { tag, op });
+    }
+
+    /// The second just ended's compute, to the MDS; the next is scheduled while the
+    /// trace runs.
+    pub(super) fn replay_compute(&mut self) {
+        let now = self.now();
+        let Some(replay) = self.replay.as_ref() else { return };
+        let (Some(start), Some(compute)) = (replay.start, replay.compute.as_ref()) else {
+            return;
+        };
+        let trace_second = (now.duration_since(start).as_nanos() / NANOS_PER_SECOND).max(1) - 1;
+        let servers = compute.servers_at(trace_second);
+        let second = start.as_nanos() / NANOS_PER_SECOND + trace_second;
+        if replay.done < replay.workload.ops.len() {
+            self.events.schedule(now + ONE_SECOND, Event::ReplayCompute);
+        }
+        self.feed_mds(super::MdsEvent::Compute { second, servers });
     }
 
     /// Samples the cluster's power and plan; the next sample is scheduled while the
@@ -462,6 +516,13 @@ impl ClusterSim<'_> {
             }
             // The first sample, at the start, only takes the energy so far.
             self.events.schedule(start, Event::ReplaySample);
+            if let Some(compute) = &replay.compute {
+                if let Err(error) = self.mds.enable_io_server(compute.config) {
+                    self.checker.violate(format!("the io-server controller's config: {error}"));
+                }
+                self.events.schedule(start + ONE_SECOND, Event::ReplayCompute);
+                self.drain(super::Node::Mds);
+            }
             if let Some(config) = scheduler {
                 let config = SchedulerConfig { origin: start, ..config };
                 if let Err(error) = self.mds.enable_scheduler(config) {
@@ -499,7 +560,6 @@ impl ClusterSim<'_> {
 
 /// The first whole second of the clock at or after `at`.
 fn whole_second_from(at: VirtualInstant) -> VirtualInstant {
-    let second = VirtualDuration::from_secs(1).as_nanos();
-    let nanos = at.as_nanos().div_ceil(second).saturating_mul(second);
+    let nanos = at.as_nanos().div_ceil(NANOS_PER_SECOND).saturating_mul(NANOS_PER_SECOND);
     VirtualInstant::ZERO.saturating_add(VirtualDuration::from_nanos(nanos))
 }

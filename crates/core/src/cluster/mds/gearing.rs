@@ -87,7 +87,7 @@ impl Mds {
 
     /// The scheduler's newest decision becomes the plan (the ones before it are
     /// already overtaken).
-    fn take_decisions(&mut self) {
+    pub(super) fn take_decisions(&mut self) {
         let mut last = None;
         while let Some(decision) = self.scheduler.as_mut().and_then(|s| s.poll_decision()) {
             last = Some(decision);

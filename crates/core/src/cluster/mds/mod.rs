@@ -13,6 +13,7 @@
 //! that follow it), then arm a timer for [`Mds::poll_timeout`] and call
 //! `handle(now, MdsEvent::TimerFired)` when it expires. Times never decrease.
 
+mod compute;
 mod deadlines;
 mod gearing;
 mod namespace;
@@ -28,14 +29,15 @@ use super::{
     ClientId, ClusterConfig, DvlHandoff, Epoch, GroupView, LeaseGrant, LeaseRenewal, Message, Peer,
     ServerPower, WAKE_RESEND,
 };
-use crate::gear::{GearMode, GearScheduler, PowerPlan};
+use crate::gear::{GearMode, GearScheduler, IoServerController, PowerPlan};
 use crate::layout::Layout;
+use crate::power::ComputeRole;
 use deadlines::{Deadlines, Due};
 
 pub use namespace::{NAME_BYTES_MAX, OBJECT_CHUNKS_MAX, OBJECTS_MAX};
 
 /// Inputs, as facts.
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq)]
 pub enum MdsEvent {
     MessageReceived {
         from: Peer,
@@ -56,6 +58,12 @@ pub enum MdsEvent {
     DeclareLost {
         server: ServerId,
     },
+    /// The cluster's compute in `second`, in max-perf servers (001), for the io-server
+    /// controller; ignored without one.
+    Compute {
+        second: u64,
+        servers: f64,
+    },
 }
 
 /// Outputs, as commands to the shell, in order.
@@ -69,6 +77,11 @@ pub enum MdsAction {
     },
     /// Wake a sleeping server (Wake-on-LAN, a timed wake, the emulator).
     WakeServer(ServerId),
+    /// The io-server controller's role for a server on, from now (001).
+    ComputeRole {
+        server: ServerId,
+        role: ComputeRole,
+    },
 }
 
 /// A change of the MDS's durable state.
@@ -223,6 +236,10 @@ pub struct Mds {
     rank: Vec<u32>,
     /// Decides the plan from the primaries' load reports, when the shell enabled it.
     scheduler: Option<Box<GearScheduler>>,
+    /// Sizes the max-perf set to the compute load, when the shell enabled it; each
+    /// server's role (none while off).
+    io_server: Option<Box<IoServerController>>,
+    roles: Vec<Option<ComputeRole>>,
     actions: VecDeque<MdsAction>,
     counters: MdsCounters,
     now: VirtualInstant,
@@ -267,6 +284,8 @@ impl Mds {
             order: (0..config.replicas).collect(),
             rank: Vec::new(),
             scheduler: None,
+            io_server: None,
+            roles: Vec::new(),
             actions: VecDeque::new(),
             counters: MdsCounters::default(),
             now,
@@ -353,7 +372,9 @@ impl Mds {
             MdsEvent::GearSet { gear } => self.gear_mode(GearMode::Set(gear)),
             MdsEvent::GearMode { mode } => self.gear_mode(mode),
             MdsEvent::DeclareLost { server } => self.declare_lost(server),
+            MdsEvent::Compute { second, servers } => self.report_compute(second, servers),
         }
+        self.assign_roles();
     }
 
     pub fn poll_action(&mut self) -> Option<MdsAction> {

@@ -122,6 +122,7 @@ impl Harness {
                     self.client_replies.push(message)
                 }
                 MdsAction::Send { to: Peer::Mds, .. } => panic!("the MDS sent itself a message"),
+                MdsAction::ComputeRole { .. } => panic!("no io-server controller was enabled"),
             }
         }
     }
