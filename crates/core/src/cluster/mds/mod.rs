@@ -183,9 +183,11 @@ struct GroupEntry {
     primary: Option<ServerId>,
     /// The primary has been sent its grant for `epoch`.
     granted: bool,
-    /// When the grant was last sent (soft state): a heartbeat a whole interval later
-    /// that does not list the group means the grant was lost, and it is sent again.
+    /// When the grant was last sent (soft state), and the lease start it carried, on
+    /// the server's clock (none for grants from before an MDS restart): a heartbeat
+    /// that does not list the group shows the grant lost (`regrant_lost`).
     granted_at: VirtualInstant,
+    granted_from: Option<VirtualInstant>,
     /// Until when the primary may lead, as the MDS counts it (soft state).
     lease_expires: Option<VirtualInstant>,
     /// The DVL state to hand to the next primary (a migration), or none (recover).
@@ -311,6 +313,7 @@ impl Mds {
                 primary,
                 granted: false,
                 granted_at: now,
+                granted_from: None,
                 lease_expires: None,
                 // A new group has an empty DVL: nothing to recover.
                 handoff: Some(DvlHandoff::default()),
@@ -349,6 +352,7 @@ impl Mds {
             entry.migrating_to = None;
             entry.granted = entry.primary.is_some();
             entry.granted_at = now;
+            entry.granted_from = None;
             entry.lease_expires = entry.primary.map(|_| lease_end);
             mds.index_lease(ChunkGroupId(index as u32));
         }
@@ -709,7 +713,7 @@ impl Mds {
             draining,
         }));
         self.send(Peer::Server(server), reply);
-        self.regrant_lost(server, leads);
+        self.regrant_lost(server, sent_at, leads);
         self.send_pending_grants(server);
         if self.servers[server.index()].power == ServerPower::Draining {
             self.drain(server);
@@ -723,19 +727,34 @@ impl Mds {
         }
     }
 
-    /// A server that should have led a group for a heartbeat interval but does not
-    /// list it lost the grant, or restarted and lost the lease with its memory: it
-    /// leads the group again in a new epoch (never the same epoch twice: a restarted
-    /// primary would hand out its versions again, C1), recovering its state.
-    fn regrant_lost(&mut self, server: ServerId, leads: &[(ChunkGroupId, Epoch)]) {
-        let (now, interval) = (self.now, self.config.heartbeat_interval);
+    /// A server whose heartbeat (sent at `sent_at`, its clock) does not list a group
+    /// it was granted lost the grant, or restarted and lost the lease with its memory:
+    /// it leads the group again in a new epoch (never the same epoch twice: a restarted
+    /// primary would hand out its versions again, C1), recovering its state. Only a
+    /// heartbeat sent once the grant's lease had run out shows it: a grant arriving
+    /// after that is refused as stale (`grant_is_new`). One sent earlier may have
+    /// crossed a grant still on its way (a rebalance's DVL handoffs held the MDS's
+    /// link for a second: re-granting then threw 32 groups' handoffs away and left
+    /// their logged writes unreclaimed, two days of msr-fast08). A grant from before an
+    /// MDS restart counts a heartbeat interval after the restart.
+    fn regrant_lost(
+        &mut self,
+        server: ServerId,
+        sent_at: VirtualInstant,
+        leads: &[(ChunkGroupId, Epoch)],
+    ) {
+        let (now, interval, lease) = (self.now, self.config.heartbeat_interval, self.config.lease);
         let lost: Vec<usize> = (0..self.groups.len())
             .filter(|index| {
                 let entry = &self.groups[*index];
+                let ran_out = match entry.granted_from {
+                    Some(from) => from.saturating_add(lease) <= sent_at,
+                    None => entry.granted_at.saturating_add(interval) <= now,
+                };
                 entry.primary == Some(server)
                     && entry.granted
                     && entry.migrating_to.is_none()
-                    && entry.granted_at.saturating_add(interval) <= now
+                    && ran_out
                     && !leads.iter().any(|(g, e)| g.index() == *index && *e == entry.epoch)
             })
             .collect();
@@ -764,6 +783,7 @@ impl Mds {
             let entry = &mut self.groups[index];
             entry.granted = true;
             entry.granted_at = self.now;
+            entry.granted_from = Some(lease_from);
             entry.lease_expires = Some(lease_end);
             self.index_lease(group);
             let entry = &self.groups[index];

@@ -282,6 +282,41 @@ fn a_silent_primarys_groups_move_after_its_lease_and_margin_never_before() {
 }
 
 #[test]
+fn a_heartbeat_that_crossed_a_grant_on_its_way_does_not_regrant_it() {
+    // Goal: a grant queued behind other traffic (a rebalance's DVL handoffs) reaches its
+    // server late; a heartbeat the server sent before it arrived does not list the
+    // group. Received more than an interval after the grant, it must not be taken for
+    // a lost grant (a re-grant throws the handoff away); one sent once the grant's
+    // lease ran out is. The harness delivers at once: the grant is taken back from
+    // the fake server to stand for one still on its way.
+    let mut h = Harness::new();
+    h.second();
+    let granted_at = h.now;
+    let group = ChunkGroupId(0);
+    let server = h.mds.view(group).primary.unwrap();
+    assert!(h.servers[server.index()].leases.remove(&group).is_some());
+    let heartbeat = |h: &mut Harness, sent_at: VirtualInstant, received: VirtualInstant| {
+        h.now = received;
+        let leads = h.servers[server.index()].leases.iter().map(|(g, l)| (*g, l.0)).collect();
+        let message = Message::Heartbeat {
+            sent_at,
+            power: ServerPower::On,
+            leads,
+            full: false,
+            load: vec![],
+        };
+        h.event(MdsEvent::MessageReceived { from: Peer::Server(server), message });
+    };
+    let ms = |ms: u64| VirtualDuration::from_millis(ms);
+    heartbeat(&mut h, granted_at + ms(900), granted_at + ms(1_700));
+    assert_eq!(h.mds.view(group).epoch, Epoch(1), "a heartbeat that crossed the grant");
+    let ran_out = granted_at.saturating_add(h.config.lease);
+    heartbeat(&mut h, ran_out, ran_out + ms(10));
+    let view = h.mds.view(group);
+    assert_eq!((view.epoch, view.primary), (Epoch(2), Some(server)), "the grant was lost");
+}
+
+#[test]
 fn a_gear_down_moves_every_primary_before_its_server_sleeps_and_sleep_is_not_failure() {
     let mut h = Harness::started();
     let led_by_sleepers: usize =
