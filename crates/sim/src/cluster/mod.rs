@@ -771,8 +771,8 @@ impl<'t> ClusterSim<'t> {
                     let Some(action) = server.poll_action() else { break };
                     match action {
                         ServerAction::Send { to, message } => self.send(from, to, message),
-                        ServerAction::Disk { io, write, position, bytes } => {
-                            self.disk_io(s, io, write, position, bytes)
+                        ServerAction::Disk { io, write, position, bytes, background } => {
+                            self.disk_io(s, io, write, position, bytes, !background)
                         }
                         ServerAction::Sleep => {
                             let now = self.now();
@@ -800,13 +800,13 @@ impl<'t> ClusterSim<'t> {
         }
     }
 
-    fn disk_io(&mut self, s: u32, io: IoId, write: bool, position: u64, bytes: u64) {
+    fn disk_io(&mut self, s: u32, io: IoId, write: bool, position: u64, bytes: u64, fore: bool) {
         self.report.disk_ios += 1;
         let now = self.now();
         let slot = &mut self.servers[s as usize];
         let model = if slot.slow { &self.slow_model } else { &self.disk_model };
         let op = DiskOp { disk: 0, position, size_bytes: bytes, write, rewrite: false };
-        let queued = slot.disk.queue(model, &op, now, true);
+        let queued = slot.disk.queue(model, &op, now, fore);
         let incarnation = slot.incarnation;
         self.events.schedule(queued.end, Event::DiskDone { server: s, incarnation, io: io.0 });
     }

@@ -152,11 +152,16 @@ impl Server {
             // Not durable: unanswered, the primary sends the markers again (D5).
             return;
         }
-        // Background collection: its copies are written at the head.
+        // Background collection: its copies are written at the head, a piece at a
+        // time, so foreground I/O waits for no more than a piece (one I/O of a
+        // collection's hundreds of MiB held a logger's disk for seconds).
         let copied = self.log.collect();
         if copied > 0 {
             let position = self.next_log_position(copied);
-            self.disk(Io::LogCollect, true, position, copied);
+            for offset in (0..copied).step_by(COLLECT_PIECE_BYTES as usize) {
+                let bytes = COLLECT_PIECE_BYTES.min(copied - offset);
+                self.disk_with(Io::LogCollect, true, position + offset, bytes, true);
+            }
         }
         self.answer_primary(primary, Message::LogInvalidated { group, epoch, records });
     }
@@ -166,3 +171,6 @@ impl Server {
         &self.log
     }
 }
+
+/// The largest write of a collection's copies.
+const COLLECT_PIECE_BYTES: u64 = 1 << 20;

@@ -81,6 +81,10 @@ pub enum ServerAction {
         write: bool,
         position: u64,
         bytes: u64,
+        /// Maintenance nothing waits for (the logger's collection): a shell serves
+        /// foreground I/O before it where it can (Sierra: garbage collection has
+        /// background I/O priority).
+        background: bool,
     },
     /// The server announced standby: power it down until the MDS wakes it.
     Sleep,
@@ -458,10 +462,15 @@ impl Server {
     }
 
     fn disk(&mut self, io: Io, write: bool, position: u64, bytes: u64) {
+        self.disk_with(io, write, position, bytes, false);
+    }
+
+    fn disk_with(&mut self, io: Io, write: bool, position: u64, bytes: u64, background: bool) {
         let Some(key) = self.ios.insert(io) else {
             unreachable!("more than {IOS_MAX} disk I/Os in flight");
         };
-        self.actions.push_back(ServerAction::Disk { io: IoId(key.0), write, position, bytes });
+        let io = IoId(key.0);
+        self.actions.push_back(ServerAction::Disk { io, write, position, bytes, background });
     }
 
     /// The replica change the disk I/O `io` (in flight) makes durable, which
