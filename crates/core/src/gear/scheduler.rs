@@ -488,7 +488,6 @@ impl GearScheduler {
         if self.next_leader_woken {
             // The group woken to lead had an interval to take back its logged writes:
             // the order turns, and the old first group sleeps with the fall.
-            self.next_leader_woken = false;
             let day = self.current / self.predictor.slots();
             self.rotate(day);
             self.apply(at, target, Reason::Rotation);
@@ -589,8 +588,9 @@ impl GearScheduler {
     }
 
     /// A day half over without its rotation (it never had every group on), and not
-    /// forecast to have every group on in the rest of it, rotates in two steps: now the group to lead next wakes (one more whole group on), and at
-    /// the next fall the order turns, so the old first group drains to a group that
+    /// forecast to have every group on in the rest of it, rotates in two steps: now
+    /// the group to lead next wakes (gear 2, if below), and at the next fall the order
+    /// turns, so the old first group drains to a group that
     /// had an interval to take back the writes logged while it slept, rather than to
     /// one that would serve its reads from the loggers. Without the rotation, a load
     /// that never reaches the top gear keeps the same groups asleep for the whole run:
