@@ -20,6 +20,7 @@ mod provenance;
 mod replay_cmd;
 mod report;
 mod reproduce;
+mod s3_cmd;
 mod sim_cluster;
 mod sim_cmd;
 mod sim_gear;
@@ -94,6 +95,10 @@ enum Command {
     /// Run one storage server alone, from its cluster file (`--id N`), or remove one
     /// for good (`somnus server remove ID`).
     Server(cluster_cmd::ServerArgs),
+    /// Serve the S3 API of the running cluster (buckets, objects, listings, signed
+    /// requests) on 127.0.0.1:9000, for the AWS CLI, boto3, rclone and other S3 tools;
+    /// prints the access keys. Ctrl-C stops it.
+    S3(s3_cmd::S3Args),
     /// Store a file as an object.
     Put(cluster_cmd::PutArgs),
     /// Read an object back into a file.
@@ -158,6 +163,7 @@ fn run(command: Command) -> Result<()> {
         Command::Up(args) => up_cmd::run(args),
         Command::Mds(args) => cluster_cmd::run_mds(args),
         Command::Server(args) => cluster_cmd::run_server(args),
+        Command::S3(args) => s3_cmd::run(args),
         Command::Put(args) => cluster_cmd::put(args),
         Command::Get(args) => cluster_cmd::get(args),
         Command::Rm(args) => cluster_cmd::rm(args),

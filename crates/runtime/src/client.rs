@@ -26,7 +26,7 @@ use crate::transport::{Identity, Inbound, WireCounters};
 /// Bytes of one request at most (a frame carries one).
 pub const REQUEST_BYTES: u64 = 1 << 20;
 /// Requests of one call in flight at once.
-pub(crate) const IN_FLIGHT: usize = 8;
+pub const IN_FLIGHT: usize = 8;
 /// Names per page of a listing (the most the MDS sends).
 const LIST_PAGE: u32 = 1000;
 /// A block: ranges are whole blocks.

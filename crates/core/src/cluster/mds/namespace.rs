@@ -7,8 +7,9 @@ use somnus_types::{ChunkGroupId, ObjectId};
 use super::{Command, Mds, ObjectEntry, mix};
 use crate::cluster::{ClientId, GroupView, ListedObject, Message, MetadataError, ObjectInfo, Peer};
 
-/// The longest object name, in bytes (S3's limit).
-pub const NAME_BYTES_MAX: usize = 1024;
+/// The longest object name, in bytes: an S3 key (1,024 bytes) under the S3 gateway's
+/// prefix and its bucket (63).
+pub const NAME_BYTES_MAX: usize = 1152;
 /// The most chunks one object has (64 TiB of 64 MiB chunks).
 pub const OBJECT_CHUNKS_MAX: u64 = 1 << 20;
 /// The most names one page of a listing holds (S3's `max-keys` limit).

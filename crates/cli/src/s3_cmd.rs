@@ -1,0 +1,85 @@
+//! `somnus s3`: the S3-compatible gateway of a running cluster (docs/s3-compat.md).
+
+use std::net::SocketAddr;
+use std::path::Path;
+use std::sync::Arc;
+
+use anyhow::{Context, Result};
+use clap::Args;
+use somnus_runtime::client::ClusterClient;
+use somnus_s3::{Credentials, Store};
+
+use crate::cluster_cmd::{ClusterArg, load, runtime};
+
+#[derive(Args)]
+pub(crate) struct S3Args {
+    /// The address to serve S3 on.
+    #[arg(long, default_value = "127.0.0.1:9000")]
+    listen: SocketAddr,
+    /// The access key clients sign with (with --secret-key). Default:
+    /// $SOMNUS_S3_ACCESS_KEY and $SOMNUS_S3_SECRET_KEY if set, else the keys in
+    /// `s3-credentials` beside the cluster file, made at random the first time.
+    #[arg(long, requires = "secret_key")]
+    access_key: Option<String>,
+    /// The secret key of --access-key.
+    #[arg(long, requires = "access_key")]
+    secret_key: Option<String>,
+    /// Abort multipart uploads left unfinished this many hours (checked hourly).
+    #[arg(long, default_value_t = 24.0, value_name = "HOURS")]
+    abandoned_after: f64,
+    #[command(flatten)]
+    cluster: ClusterArg,
+}
+
+/// The keys the gateway accepts: the flags', the environment's, or the file's.
+pub(crate) fn credentials(
+    access_key: Option<String>,
+    secret_key: Option<String>,
+    cluster_file: &Path,
+) -> Result<Credentials> {
+    let env = |name| std::env::var(name).ok().filter(|v: &String| !v.is_empty());
+    let given = access_key
+        .zip(secret_key)
+        .or_else(|| env("SOMNUS_S3_ACCESS_KEY").zip(env("SOMNUS_S3_SECRET_KEY")));
+    if let Some((access_key, secret_key)) = given {
+        return Ok(Credentials { access_key, secret_key });
+    }
+    let path = cluster_file.with_file_name("s3-credentials");
+    Ok(somnus_s3::keys::load_or_create(&path)?)
+}
+
+pub(crate) fn run(args: S3Args) -> Result<()> {
+    let path = args.cluster.path();
+    let (file, secret) = load(&args.cluster)?;
+    let credentials = credentials(args.access_key, args.secret_key, &path)?;
+    if !(args.abandoned_after.is_finite() && args.abandoned_after > 0.0) {
+        anyhow::bail!(
+            "--abandoned-after {}: must be a positive number of hours",
+            args.abandoned_after
+        );
+    }
+    let abandoned_after = std::time::Duration::from_secs_f64(args.abandoned_after * 3600.0);
+    runtime()?.block_on(async move {
+        let listener = tokio::net::TcpListener::bind(args.listen)
+            .await
+            .with_context(|| format!("cannot serve S3 on {}", args.listen))?;
+        let client = ClusterClient::start(Arc::new(file), secret)?;
+        let store = Store::new(client);
+        let sweeper = std::time::Duration::from_secs(3600);
+        somnus_s3::sweep_abandoned_uploads(store.clone(), abandoned_after, sweeper);
+        let service = somnus_s3::service(store, std::slice::from_ref(&credentials));
+        let address = listener.local_addr()?;
+        outln!("S3 gateway of {} on http://{address} (region us-east-1)", path.display())?;
+        outln!("  access key {}", credentials.access_key)?;
+        outln!("  secret key {}", credentials.secret_key)?;
+        outln!(
+            "  try: AWS_ACCESS_KEY_ID={} AWS_SECRET_ACCESS_KEY={} aws --endpoint-url http://{address} s3 ls",
+            credentials.access_key, credentials.secret_key
+        )?;
+        let stop = async {
+            let _ = tokio::signal::ctrl_c().await;
+        };
+        somnus_s3::serve(listener, service, stop).await?;
+        Ok(())
+    })
+}

@@ -1,0 +1,898 @@
+//! The S3 operations ([`s3s::S3`]) over the [`Store`]: what each request means, its
+//! conditions and its errors. s3s parses the requests, checks their signatures and
+//! writes the XML.
+
+use std::collections::BTreeMap;
+use std::time::{Duration, UNIX_EPOCH};
+
+use futures::StreamExt;
+use s3s::dto::*;
+use s3s::{S3, S3Error, S3ErrorCode, S3Request, S3Response, S3Result, s3_error};
+use somnus_core::cluster::MetadataError;
+use somnus_core::cluster::client::ClientError as CoreError;
+use somnus_runtime::client::ClientError;
+
+use crate::multipart::PART_BYTES_MAX;
+use crate::record::{Headers, ObjectRecord};
+use crate::store::{Listing, Store, StoreError};
+
+/// The largest object one PUT stores (S3's limit).
+pub const PUT_BYTES_MAX: u64 = 5 << 30;
+/// The region buckets report.
+pub const REGION: &str = "us-east-1";
+
+pub struct Gateway {
+    store: Store,
+}
+
+impl Gateway {
+    pub fn new(store: Store) -> Gateway {
+        Gateway { store }
+    }
+}
+
+/// The S3 error a store error is.
+fn s3(error: StoreError) -> S3Error {
+    use S3ErrorCode as C;
+    let message = error.to_string();
+    let code = match &error {
+        StoreError::NoSuchBucket(_) => C::NoSuchBucket,
+        StoreError::NoSuchKey { .. } => C::NoSuchKey,
+        StoreError::BucketExists(_) => C::BucketAlreadyOwnedByYou,
+        StoreError::BucketNotEmpty(_) => C::BucketNotEmpty,
+        StoreError::BadDigest => C::BadDigest,
+        StoreError::IncompleteBody { .. } | StoreError::Body(_) => C::IncompleteBody,
+        StoreError::MetadataTooLarge(_) => C::MetadataTooLarge,
+        StoreError::NoSuchUpload(_) => C::NoSuchUpload,
+        StoreError::InvalidPart(_) => C::InvalidPart,
+        StoreError::InvalidPartOrder => C::InvalidPartOrder,
+        StoreError::EntityTooSmall { .. } => C::EntityTooSmall,
+        StoreError::Cluster(ClientError::Refused(CoreError::Metadata(m))) => match m {
+            MetadataError::BadName(_) => C::KeyTooLongError,
+            MetadataError::TooLarge { .. } => C::EntityTooLarge,
+            MetadataError::Full(_) => C::ServiceUnavailable,
+            _ => C::InternalError,
+        },
+        StoreError::Cluster(ClientError::Refused(CoreError::NoSpace { .. }))
+        | StoreError::Cluster(ClientError::TimedOut(_)) => C::ServiceUnavailable,
+        StoreError::Record { .. } | StoreError::Cluster(_) | StoreError::Entropy(_) => {
+            C::InternalError
+        }
+    };
+    S3Error::with_message(code, message)
+}
+
+fn timestamp(ms: i64) -> Timestamp {
+    Timestamp::from(UNIX_EPOCH + Duration::from_millis(ms.max(0) as u64))
+}
+
+/// Seconds since the epoch of `t` (HTTP dates have whole seconds).
+fn seconds(t: &Timestamp) -> i64 {
+    time::OffsetDateTime::from(t.clone()).unix_timestamp()
+}
+
+fn etag(record: &ObjectRecord) -> ETag {
+    ETag::Strong(record.etag.clone())
+}
+
+fn matches(condition: &ETagCondition, record: &ObjectRecord) -> bool {
+    match condition {
+        ETagCondition::Any => true,
+        ETagCondition::ETag(tag) => tag.value() == record.etag,
+    }
+}
+
+/// RFC 7232's order, as S3 applies it: a failed If-Match or If-Unmodified-Since is
+/// 412, a matching If-None-Match or an unmodified If-Modified-Since is 304.
+fn check_conditions(
+    record: &ObjectRecord,
+    if_match: Option<&ETagCondition>,
+    if_none_match: Option<&ETagCondition>,
+    if_modified_since: Option<&Timestamp>,
+    if_unmodified_since: Option<&Timestamp>,
+) -> S3Result<()> {
+    let modified = record.modified_ms.div_euclid(1000);
+    match (if_match, if_unmodified_since) {
+        (Some(condition), _) if !matches(condition, record) => {
+            return Err(s3_error!(PreconditionFailed, "If-Match: the ETag is {:?}", record.etag));
+        }
+        (None, Some(since)) if modified > seconds(since) => {
+            return Err(s3_error!(PreconditionFailed, "modified since If-Unmodified-Since"));
+        }
+        _ => {}
+    }
+    match (if_none_match, if_modified_since) {
+        (Some(condition), _) if matches(condition, record) => Err(s3_error!(NotModified)),
+        (None, Some(since)) if modified <= seconds(since) => Err(s3_error!(NotModified)),
+        _ => Ok(()),
+    }
+}
+
+/// The headers a PUT (or a copy that replaces them) gives the object.
+fn headers(
+    content_type: Option<String>,
+    content_encoding: Option<String>,
+    content_disposition: Option<String>,
+    content_language: Option<String>,
+    cache_control: Option<String>,
+    metadata: Option<Metadata>,
+) -> Headers {
+    Headers {
+        content_type,
+        content_encoding,
+        content_disposition,
+        content_language,
+        cache_control,
+        metadata: metadata.unwrap_or_default().into_iter().collect::<BTreeMap<_, _>>(),
+    }
+}
+
+fn metadata(headers: &Headers) -> Option<Metadata> {
+    (!headers.metadata.is_empty()).then(|| headers.metadata.clone().into_iter().collect())
+}
+
+/// The MD5 a Content-MD5 header holds (base64 of 16 bytes).
+fn content_md5(header: Option<&str>) -> S3Result<Option<[u8; 16]>> {
+    let Some(header) = header else { return Ok(None) };
+    let bytes = base64_simd::STANDARD
+        .decode_to_vec(header.trim())
+        .map_err(|_| s3_error!(InvalidDigest, "Content-MD5 is not base64"))?;
+    let digest: [u8; 16] =
+        bytes.try_into().map_err(|_| s3_error!(InvalidDigest, "Content-MD5 is not 16 bytes"))?;
+    Ok(Some(digest))
+}
+
+/// The inclusive bounds of an `x-amz-copy-source-range` (`bytes=first-last`).
+fn parse_copy_range(text: &str) -> S3Result<(u64, u64)> {
+    let bad = || {
+        s3_error!(InvalidArgument, "x-amz-copy-source-range {text:?}: expected bytes=first-last")
+    };
+    let (first, last) =
+        text.strip_prefix("bytes=").and_then(|r| r.split_once('-')).ok_or_else(bad)?;
+    Ok((first.parse().map_err(|_| bad())?, last.parse().map_err(|_| bad())?))
+}
+
+fn content_range(start: u64, end: u64, size: u64) -> String {
+    format!("bytes {start}-{}/{size}", end - 1)
+}
+
+/// The byte range a Range header asks of an object of `size` bytes; `None` if it
+/// cannot be satisfied.
+fn byte_range(range: Option<&Range>, size: u64) -> Option<(u64, u64)> {
+    match range {
+        None => Some((0, size)),
+        Some(range) => range.check(size).ok().map(|r| (r.start, r.end)),
+    }
+}
+
+/// S3's answer to a listing page's objects.
+fn contents(listing: &Listing) -> Vec<Object> {
+    listing
+        .keys
+        .iter()
+        .map(|(key, record)| Object {
+            key: Some(key.clone()),
+            size: Some(record.size as i64),
+            e_tag: Some(etag(record)),
+            last_modified: Some(timestamp(record.modified_ms)),
+            storage_class: Some(ObjectStorageClass::from_static(ObjectStorageClass::STANDARD)),
+            ..Object::default()
+        })
+        .collect()
+}
+
+fn common_prefixes(listing: &Listing) -> Option<Vec<CommonPrefix>> {
+    let prefixes: Vec<CommonPrefix> =
+        listing.common_prefixes.iter().map(|p| CommonPrefix { prefix: Some(p.clone()) }).collect();
+    (!prefixes.is_empty()).then_some(prefixes)
+}
+
+/// A continuation token: the listing's last name, hex, so that it reads as opaque.
+fn token(after: &str) -> String {
+    crate::store::hex(after.as_bytes())
+}
+
+fn untoken(token: &str) -> S3Result<String> {
+    let bad = || s3_error!(InvalidArgument, "the continuation token is not one this gateway gave");
+    if !token.len().is_multiple_of(2) {
+        return Err(bad());
+    }
+    let bytes: Result<Vec<u8>, _> =
+        (0..token.len()).step_by(2).map(|i| u8::from_str_radix(&token[i..i + 2], 16)).collect();
+    String::from_utf8(bytes.map_err(|_| bad())?).map_err(|_| bad())
+}
+
+fn max_keys(max: Option<i32>) -> S3Result<usize> {
+    match max {
+        None => Ok(1000),
+        Some(n) if n < 0 => Err(s3_error!(InvalidArgument, "max-keys must not be negative")),
+        Some(n) => Ok((n as usize).min(1000)),
+    }
+}
+
+#[async_trait::async_trait]
+impl S3 for Gateway {
+    async fn create_bucket(
+        &self,
+        req: S3Request<CreateBucketInput>,
+    ) -> S3Result<S3Response<CreateBucketOutput>> {
+        let bucket = &req.input.bucket;
+        self.store.create_bucket(bucket).await.map_err(s3)?;
+        let output = CreateBucketOutput { location: Some(format!("/{bucket}")) };
+        Ok(S3Response::new(output))
+    }
+
+    async fn delete_bucket(
+        &self,
+        req: S3Request<DeleteBucketInput>,
+    ) -> S3Result<S3Response<DeleteBucketOutput>> {
+        self.store.delete_bucket(&req.input.bucket).await.map_err(s3)?;
+        Ok(S3Response::new(DeleteBucketOutput {}))
+    }
+
+    async fn head_bucket(
+        &self,
+        req: S3Request<HeadBucketInput>,
+    ) -> S3Result<S3Response<HeadBucketOutput>> {
+        self.store.bucket(&req.input.bucket).await.map_err(s3)?;
+        let output = HeadBucketOutput { bucket_region: Some(REGION.into()), ..Default::default() };
+        Ok(S3Response::new(output))
+    }
+
+    async fn get_bucket_location(
+        &self,
+        req: S3Request<GetBucketLocationInput>,
+    ) -> S3Result<S3Response<GetBucketLocationOutput>> {
+        self.store.bucket(&req.input.bucket).await.map_err(s3)?;
+        // us-east-1 is reported as no constraint, as S3 does.
+        Ok(S3Response::new(GetBucketLocationOutput { location_constraint: None }))
+    }
+
+    async fn list_buckets(
+        &self,
+        _req: S3Request<ListBucketsInput>,
+    ) -> S3Result<S3Response<ListBucketsOutput>> {
+        let buckets = self.store.buckets().await.map_err(s3)?;
+        let buckets = buckets
+            .into_iter()
+            .map(|(name, record)| Bucket {
+                name: Some(name),
+                creation_date: Some(timestamp(record.created_ms)),
+                bucket_region: Some(REGION.into()),
+            })
+            .collect();
+        let owner = Owner { display_name: Some("somnus".into()), id: Some("somnus".into()) };
+        let output =
+            ListBucketsOutput { buckets: Some(buckets), owner: Some(owner), ..Default::default() };
+        Ok(S3Response::new(output))
+    }
+
+    async fn put_object(
+        &self,
+        req: S3Request<PutObjectInput>,
+    ) -> S3Result<S3Response<PutObjectOutput>> {
+        let input = req.input;
+        let Some(length) = input.content_length else {
+            return Err(s3_error!(MissingContentLength));
+        };
+        let length =
+            u64::try_from(length).map_err(|_| s3_error!(InvalidArgument, "negative length"))?;
+        if length > PUT_BYTES_MAX {
+            return Err(s3_error!(EntityTooLarge, "a PUT stores 5 GiB at most: use multipart"));
+        }
+        let md5 = content_md5(input.content_md5.as_deref())?;
+        if input.if_none_match.is_some() || input.if_match.is_some() {
+            let existing = match self.store.head(&input.bucket, &input.key).await {
+                Ok(record) => Some(record),
+                Err(StoreError::NoSuchKey { .. }) => None,
+                Err(error) => return Err(s3(error)),
+            };
+            if let Some(condition) = &input.if_none_match
+                && existing.as_ref().is_some_and(|r| matches(condition, r))
+            {
+                return Err(s3_error!(PreconditionFailed, "If-None-Match: the object exists"));
+            }
+            if let Some(condition) = &input.if_match
+                && !existing.as_ref().is_some_and(|r| matches(condition, r))
+            {
+                return Err(s3_error!(PreconditionFailed, "If-Match: the ETag differs"));
+            }
+        }
+        let headers = headers(
+            input.content_type.map(|t| t.to_string()),
+            input.content_encoding,
+            input.content_disposition,
+            input.content_language,
+            input.cache_control,
+            input.metadata,
+        );
+        let body = match input.body {
+            Some(body) => body.boxed(),
+            None => futures::stream::empty().boxed(),
+        };
+        let record = self
+            .store
+            .put(&input.bucket, &input.key, length, body, headers, md5)
+            .await
+            .map_err(s3)?;
+        let output = PutObjectOutput { e_tag: Some(etag(&record)), ..Default::default() };
+        Ok(S3Response::new(output))
+    }
+
+    async fn get_object(
+        &self,
+        req: S3Request<GetObjectInput>,
+    ) -> S3Result<S3Response<GetObjectOutput>> {
+        let input = req.input;
+        let range = input.range;
+        let conditions = |record: &ObjectRecord| {
+            check_conditions(
+                record,
+                input.if_match.as_ref(),
+                input.if_none_match.as_ref(),
+                input.if_modified_since.as_ref(),
+                input.if_unmodified_since.as_ref(),
+            )
+        };
+        // Conditions and the range are checked on the record the bytes are read by.
+        let mut refused: Option<S3Error> = None;
+        let found = self
+            .store
+            .get(&input.bucket, &input.key, |record| {
+                if let Err(error) = conditions(record) {
+                    refused = Some(error);
+                    return Err(StoreError::Body("refused".into()));
+                }
+                byte_range(range.as_ref(), record.size).ok_or_else(|| {
+                    refused = Some(s3_error!(InvalidRange, "the object has {} bytes", record.size));
+                    StoreError::Body("refused".into())
+                })
+            })
+            .await;
+        let (record, (start, end), stream) = match found {
+            Ok(found) => found,
+            Err(error) => return Err(refused.take().unwrap_or_else(|| s3(error))),
+        };
+        let output = GetObjectOutput {
+            body: Some(StreamingBlob::wrap(stream)),
+            content_length: Some((end - start) as i64),
+            content_range: range.is_some().then(|| content_range(start, end, record.size)),
+            accept_ranges: Some("bytes".into()),
+            last_modified: Some(timestamp(record.modified_ms)),
+            e_tag: Some(etag(&record)),
+            metadata: metadata(&record.headers),
+            content_type: record.headers.content_type.as_deref().and_then(|t| t.parse().ok()),
+            content_encoding: record.headers.content_encoding.clone(),
+            content_disposition: record.headers.content_disposition.clone(),
+            content_language: record.headers.content_language.clone(),
+            cache_control: record.headers.cache_control.clone(),
+            ..Default::default()
+        };
+        Ok(S3Response::new(output))
+    }
+
+    async fn head_object(
+        &self,
+        req: S3Request<HeadObjectInput>,
+    ) -> S3Result<S3Response<HeadObjectOutput>> {
+        let input = req.input;
+        let record = self.store.head(&input.bucket, &input.key).await.map_err(s3)?;
+        check_conditions(
+            &record,
+            input.if_match.as_ref(),
+            input.if_none_match.as_ref(),
+            input.if_modified_since.as_ref(),
+            input.if_unmodified_since.as_ref(),
+        )?;
+        let (start, end) = byte_range(input.range.as_ref(), record.size)
+            .ok_or_else(|| s3_error!(InvalidRange, "the object has {} bytes", record.size))?;
+        let output = HeadObjectOutput {
+            content_length: Some((end - start) as i64),
+            content_range: input.range.is_some().then(|| content_range(start, end, record.size)),
+            accept_ranges: Some("bytes".into()),
+            last_modified: Some(timestamp(record.modified_ms)),
+            e_tag: Some(etag(&record)),
+            metadata: metadata(&record.headers),
+            content_type: record.headers.content_type.as_deref().and_then(|t| t.parse().ok()),
+            content_encoding: record.headers.content_encoding.clone(),
+            content_disposition: record.headers.content_disposition.clone(),
+            content_language: record.headers.content_language.clone(),
+            cache_control: record.headers.cache_control.clone(),
+            ..Default::default()
+        };
+        Ok(S3Response::new(output))
+    }
+
+    async fn delete_object(
+        &self,
+        req: S3Request<DeleteObjectInput>,
+    ) -> S3Result<S3Response<DeleteObjectOutput>> {
+        self.store.delete(&req.input.bucket, &req.input.key).await.map_err(s3)?;
+        Ok(S3Response::new(DeleteObjectOutput::default()))
+    }
+
+    async fn delete_objects(
+        &self,
+        req: S3Request<DeleteObjectsInput>,
+    ) -> S3Result<S3Response<DeleteObjectsOutput>> {
+        let input = req.input;
+        self.store.bucket(&input.bucket).await.map_err(s3)?;
+        if input.delete.objects.len() > 1000 {
+            return Err(s3_error!(MalformedXML, "a multi-object delete names 1000 keys at most"));
+        }
+        let quiet = input.delete.quiet.unwrap_or(false);
+        let (mut deleted, mut errors) = (Vec::new(), Vec::new());
+        for object in input.delete.objects {
+            match self.store.delete(&input.bucket, &object.key).await {
+                Ok(()) if !quiet => {
+                    deleted.push(DeletedObject { key: Some(object.key), ..Default::default() })
+                }
+                Ok(()) => {}
+                Err(error) => {
+                    let error = s3(error);
+                    errors.push(Error {
+                        code: Some(error.code().as_str().to_owned()),
+                        key: Some(object.key),
+                        message: error.message().map(str::to_owned),
+                        version_id: None,
+                    });
+                }
+            }
+        }
+        let output = DeleteObjectsOutput {
+            deleted: Some(deleted),
+            errors: (!errors.is_empty()).then_some(errors),
+            ..Default::default()
+        };
+        Ok(S3Response::new(output))
+    }
+
+    async fn list_objects_v2(
+        &self,
+        req: S3Request<ListObjectsV2Input>,
+    ) -> S3Result<S3Response<ListObjectsV2Output>> {
+        let input = req.input;
+        let max = max_keys(input.max_keys)?;
+        let prefix = input.prefix.clone().unwrap_or_default();
+        let after = match &input.continuation_token {
+            Some(token) => Some(untoken(token)?),
+            None => input.start_after.clone(),
+        };
+        let listing =
+            self.list(&input.bucket, &prefix, input.delimiter.as_deref(), after, max).await?;
+        let output = ListObjectsV2Output {
+            name: Some(input.bucket),
+            prefix: Some(prefix),
+            max_keys: Some(max as i32),
+            key_count: Some((listing.keys.len() + listing.common_prefixes.len()) as i32),
+            continuation_token: input.continuation_token,
+            is_truncated: Some(listing.truncated),
+            next_continuation_token: listing.next_after.as_deref().map(token),
+            contents: Some(contents(&listing)),
+            common_prefixes: common_prefixes(&listing),
+            delimiter: input.delimiter,
+            encoding_type: input.encoding_type,
+            start_after: input.start_after,
+            ..Default::default()
+        };
+        Ok(S3Response::new(output))
+    }
+
+    async fn list_objects(
+        &self,
+        req: S3Request<ListObjectsInput>,
+    ) -> S3Result<S3Response<ListObjectsOutput>> {
+        let input = req.input;
+        let max = max_keys(input.max_keys)?;
+        let prefix = input.prefix.clone().unwrap_or_default();
+        let listing = self
+            .list(&input.bucket, &prefix, input.delimiter.as_deref(), input.marker.clone(), max)
+            .await?;
+        // NextMarker only with a delimiter, as S3: without one the last key is the marker.
+        let next_marker = if input.delimiter.is_some() {
+            listing.next_after.clone().map(|n| n.trim_end_matches(char::MAX).to_owned())
+        } else {
+            None
+        };
+        let output = ListObjectsOutput {
+            name: Some(input.bucket),
+            prefix: Some(prefix),
+            marker: input.marker,
+            max_keys: Some(max as i32),
+            is_truncated: Some(listing.truncated),
+            contents: Some(contents(&listing)),
+            common_prefixes: common_prefixes(&listing),
+            delimiter: input.delimiter,
+            next_marker,
+            encoding_type: input.encoding_type,
+            ..Default::default()
+        };
+        Ok(S3Response::new(output))
+    }
+
+    async fn copy_object(
+        &self,
+        req: S3Request<CopyObjectInput>,
+    ) -> S3Result<S3Response<CopyObjectOutput>> {
+        let input = req.input;
+        let CopySource::Bucket { bucket: from_bucket, key: from_key, .. } = &input.copy_source
+        else {
+            return Err(s3_error!(NotImplemented, "copies from access points are not supported"));
+        };
+        let (source, _, stream) = self
+            .store
+            .get(from_bucket, from_key, |record| Ok((0, record.size)))
+            .await
+            .map_err(s3)?;
+        check_conditions(
+            &source,
+            input.copy_source_if_match.as_ref(),
+            input.copy_source_if_none_match.as_ref(),
+            input.copy_source_if_modified_since.as_ref(),
+            input.copy_source_if_unmodified_since.as_ref(),
+        )
+        .map_err(|e| match e.code() {
+            S3ErrorCode::NotModified => s3_error!(PreconditionFailed),
+            _ => e,
+        })?;
+        let replace = input
+            .metadata_directive
+            .as_ref()
+            .is_some_and(|d| d.as_str() == MetadataDirective::REPLACE);
+        let same = from_bucket.as_ref() == input.bucket && from_key.as_ref() == input.key;
+        if same && !replace {
+            return Err(s3_error!(
+                InvalidRequest,
+                "copying an object to itself needs a change: use the REPLACE metadata directive"
+            ));
+        }
+        let headers = if replace {
+            headers(
+                input.content_type.map(|t| t.to_string()),
+                input.content_encoding,
+                input.content_disposition,
+                input.content_language,
+                input.cache_control,
+                input.metadata,
+            )
+        } else {
+            source.headers.clone()
+        };
+        let record = self
+            .store
+            .put(&input.bucket, &input.key, source.size, stream, headers, None)
+            .await
+            .map_err(s3)?;
+        let result = CopyObjectResult {
+            e_tag: Some(etag(&record)),
+            last_modified: Some(timestamp(record.modified_ms)),
+            ..Default::default()
+        };
+        let output = CopyObjectOutput { copy_object_result: Some(result), ..Default::default() };
+        Ok(S3Response::new(output))
+    }
+
+    async fn create_multipart_upload(
+        &self,
+        req: S3Request<CreateMultipartUploadInput>,
+    ) -> S3Result<S3Response<CreateMultipartUploadOutput>> {
+        let input = req.input;
+        let headers = headers(
+            input.content_type.map(|t| t.to_string()),
+            input.content_encoding,
+            input.content_disposition,
+            input.content_language,
+            input.cache_control,
+            input.metadata,
+        );
+        let upload =
+            self.store.create_upload(&input.bucket, &input.key, headers).await.map_err(s3)?;
+        let output = CreateMultipartUploadOutput {
+            bucket: Some(input.bucket),
+            key: Some(input.key),
+            upload_id: Some(upload),
+            ..Default::default()
+        };
+        Ok(S3Response::new(output))
+    }
+
+    async fn upload_part(
+        &self,
+        req: S3Request<UploadPartInput>,
+    ) -> S3Result<S3Response<UploadPartOutput>> {
+        let input = req.input;
+        let Some(length) = input.content_length else {
+            return Err(s3_error!(MissingContentLength));
+        };
+        let length =
+            u64::try_from(length).map_err(|_| s3_error!(InvalidArgument, "negative length"))?;
+        if length > PART_BYTES_MAX {
+            return Err(s3_error!(EntityTooLarge, "a part is 5 GiB at most"));
+        }
+        let md5 = content_md5(input.content_md5.as_deref())?;
+        let number = u32::try_from(input.part_number).unwrap_or(0);
+        let body = match input.body {
+            Some(body) => body.boxed(),
+            None => futures::stream::empty().boxed(),
+        };
+        let record = self
+            .store
+            .put_part(&input.bucket, &input.key, &input.upload_id, number, length, body, md5)
+            .await
+            .map_err(s3)?;
+        Ok(S3Response::new(UploadPartOutput { e_tag: Some(etag(&record)), ..Default::default() }))
+    }
+
+    async fn upload_part_copy(
+        &self,
+        req: S3Request<UploadPartCopyInput>,
+    ) -> S3Result<S3Response<UploadPartCopyOutput>> {
+        let input = req.input;
+        let CopySource::Bucket { bucket: from_bucket, key: from_key, .. } = &input.copy_source
+        else {
+            return Err(s3_error!(NotImplemented, "copies from access points are not supported"));
+        };
+        let wanted = input.copy_source_range.as_deref().map(parse_copy_range).transpose()?;
+        let mut refused = None;
+        let (source, (start, end), stream) = self
+            .store
+            .get(from_bucket, from_key, |record| match wanted {
+                None => Ok((0, record.size)),
+                Some((first, last)) if first <= last && last < record.size => Ok((first, last + 1)),
+                Some(_) => {
+                    refused = Some(s3_error!(InvalidRange, "the source has {} bytes", record.size));
+                    Err(StoreError::Body("refused".into()))
+                }
+            })
+            .await
+            .map_err(|e| refused.take().unwrap_or_else(|| s3(e)))?;
+        check_conditions(
+            &source,
+            input.copy_source_if_match.as_ref(),
+            input.copy_source_if_none_match.as_ref(),
+            input.copy_source_if_modified_since.as_ref(),
+            input.copy_source_if_unmodified_since.as_ref(),
+        )
+        .map_err(|e| match e.code() {
+            S3ErrorCode::NotModified => s3_error!(PreconditionFailed),
+            _ => e,
+        })?;
+        let number = u32::try_from(input.part_number).unwrap_or(0);
+        let record = self
+            .store
+            .put_part(
+                &input.bucket,
+                &input.key,
+                &input.upload_id,
+                number,
+                end - start,
+                stream,
+                None,
+            )
+            .await
+            .map_err(s3)?;
+        let result = CopyPartResult {
+            e_tag: Some(etag(&record)),
+            last_modified: Some(timestamp(record.modified_ms)),
+            ..Default::default()
+        };
+        Ok(S3Response::new(UploadPartCopyOutput {
+            copy_part_result: Some(result),
+            ..Default::default()
+        }))
+    }
+
+    async fn complete_multipart_upload(
+        &self,
+        req: S3Request<CompleteMultipartUploadInput>,
+    ) -> S3Result<S3Response<CompleteMultipartUploadOutput>> {
+        let input = req.input;
+        let parts = input.multipart_upload.and_then(|m| m.parts).unwrap_or_default();
+        let mut listed = Vec::with_capacity(parts.len());
+        for part in parts {
+            let (Some(number), Some(tag)) = (part.part_number, part.e_tag) else {
+                return Err(s3_error!(MalformedXML, "a part needs its number and ETag"));
+            };
+            listed.push((u32::try_from(number).unwrap_or(0), tag.value().to_owned()));
+        }
+        let record = self
+            .store
+            .complete_upload(&input.bucket, &input.key, &input.upload_id, &listed)
+            .await
+            .map_err(s3)?;
+        let output = CompleteMultipartUploadOutput {
+            location: Some(format!("/{}/{}", input.bucket, input.key)),
+            bucket: Some(input.bucket),
+            key: Some(input.key),
+            e_tag: Some(etag(&record)),
+            ..Default::default()
+        };
+        Ok(S3Response::new(output))
+    }
+
+    async fn abort_multipart_upload(
+        &self,
+        req: S3Request<AbortMultipartUploadInput>,
+    ) -> S3Result<S3Response<AbortMultipartUploadOutput>> {
+        let input = req.input;
+        self.store.abort_upload(&input.bucket, &input.key, &input.upload_id).await.map_err(s3)?;
+        Ok(S3Response::new(AbortMultipartUploadOutput::default()))
+    }
+
+    async fn list_parts(
+        &self,
+        req: S3Request<ListPartsInput>,
+    ) -> S3Result<S3Response<ListPartsOutput>> {
+        let input = req.input;
+        self.store.upload(&input.bucket, &input.key, &input.upload_id).await.map_err(s3)?;
+        let max = max_keys(input.max_parts)?;
+        let after = input.part_number_marker.map_or(0, |m| u32::try_from(m).unwrap_or(0));
+        let (parts, truncated) =
+            self.store.parts(&input.bucket, &input.upload_id, after, max).await.map_err(s3)?;
+        let next = parts.last().map(|p| p.number as i32);
+        let parts = parts
+            .into_iter()
+            .map(|p| Part {
+                part_number: Some(p.number as i32),
+                size: Some(p.record.size as i64),
+                e_tag: Some(etag(&p.record)),
+                last_modified: Some(timestamp(p.record.modified_ms)),
+                ..Default::default()
+            })
+            .collect();
+        let output = ListPartsOutput {
+            bucket: Some(input.bucket),
+            key: Some(input.key),
+            upload_id: Some(input.upload_id),
+            max_parts: Some(max as i32),
+            part_number_marker: input.part_number_marker,
+            next_part_number_marker: next,
+            is_truncated: Some(truncated),
+            parts: Some(parts),
+            ..Default::default()
+        };
+        Ok(S3Response::new(output))
+    }
+
+    async fn list_multipart_uploads(
+        &self,
+        req: S3Request<ListMultipartUploadsInput>,
+    ) -> S3Result<S3Response<ListMultipartUploadsOutput>> {
+        let input = req.input;
+        let max = max_keys(input.max_uploads)?;
+        let prefix = input.prefix.clone().unwrap_or_default();
+        let all = self.store.uploads(&input.bucket).await.map_err(s3)?;
+        let after = (input.key_marker.clone().unwrap_or_default(), input.upload_id_marker.clone());
+        let mut selected: Vec<(String, crate::record::UploadRecord)> = all
+            .into_iter()
+            .filter(|(id, u)| {
+                u.key.starts_with(&prefix)
+                    && match &after.1 {
+                        _ if after.0.is_empty() => true,
+                        Some(marker) => {
+                            (u.key.as_str(), id.as_str()) > (after.0.as_str(), marker.as_str())
+                        }
+                        None => u.key > after.0,
+                    }
+            })
+            .collect();
+        let truncated = selected.len() > max;
+        selected.truncate(max);
+        let (next_key, next_id) = match selected.last() {
+            Some((id, u)) if truncated => (Some(u.key.clone()), Some(id.clone())),
+            _ => (None, None),
+        };
+        let uploads = selected
+            .into_iter()
+            .map(|(id, u)| MultipartUpload {
+                key: Some(u.key),
+                upload_id: Some(id),
+                initiated: Some(timestamp(u.created_ms)),
+                ..Default::default()
+            })
+            .collect();
+        let output = ListMultipartUploadsOutput {
+            bucket: Some(input.bucket),
+            prefix: input.prefix,
+            key_marker: input.key_marker,
+            upload_id_marker: input.upload_id_marker,
+            max_uploads: Some(max as i32),
+            is_truncated: Some(truncated),
+            next_key_marker: next_key,
+            next_upload_id_marker: next_id,
+            uploads: Some(uploads),
+            ..Default::default()
+        };
+        Ok(S3Response::new(output))
+    }
+}
+
+impl Gateway {
+    async fn list(
+        &self,
+        bucket: &str,
+        prefix: &str,
+        delimiter: Option<&str>,
+        after: Option<String>,
+        max: usize,
+    ) -> S3Result<Listing> {
+        if max == 0 {
+            self.store.bucket(bucket).await.map_err(s3)?;
+            return Ok(Listing::default());
+        }
+        self.store.list(bucket, prefix, delimiter, after.as_deref(), max).await.map_err(s3)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn record(etag: &str, modified_s: i64) -> ObjectRecord {
+        ObjectRecord {
+            etag: etag.into(),
+            modified_ms: modified_s * 1000 + 500,
+            ..Default::default()
+        }
+    }
+
+    fn at(s: i64) -> Timestamp {
+        timestamp(s * 1000)
+    }
+
+    fn tag(t: &str) -> ETagCondition {
+        ETagCondition::ETag(ETag::Strong(t.into()))
+    }
+
+    #[test]
+    fn conditions_follow_rfc_7232() {
+        let r = record("abc", 100);
+        let code = |result: S3Result<()>| result.err().map(|e| e.code().as_str().to_owned());
+        assert_eq!(code(check_conditions(&r, Some(&tag("abc")), None, None, None)), None);
+        assert_eq!(
+            code(check_conditions(&r, Some(&tag("x")), None, None, None)).as_deref(),
+            Some("PreconditionFailed")
+        );
+        assert_eq!(
+            code(check_conditions(&r, None, Some(&tag("abc")), None, None)).as_deref(),
+            Some("NotModified")
+        );
+        assert_eq!(
+            code(check_conditions(&r, None, Some(&ETagCondition::Any), None, None)).as_deref(),
+            Some("NotModified")
+        );
+        // Whole seconds: modified at 100.5 s is not modified since 100 s.
+        assert_eq!(
+            code(check_conditions(&r, None, None, Some(&at(100)), None)).as_deref(),
+            Some("NotModified")
+        );
+        assert_eq!(code(check_conditions(&r, None, None, Some(&at(99)), None)), None);
+        assert_eq!(
+            code(check_conditions(&r, None, None, None, Some(&at(99)))).as_deref(),
+            Some("PreconditionFailed")
+        );
+        // If-Match wins over If-Unmodified-Since, If-None-Match over If-Modified-Since.
+        assert_eq!(code(check_conditions(&r, Some(&tag("abc")), None, None, Some(&at(99)))), None);
+        assert_eq!(code(check_conditions(&r, None, Some(&tag("x")), Some(&at(100)), None)), None);
+    }
+
+    #[test]
+    fn tokens_round_trip_and_foreign_ones_are_refused() -> S3Result<()> {
+        for name in ["", "a/b", "ключ", "x\u{10FFFF}"] {
+            assert_eq!(untoken(&token(name))?, name);
+        }
+        assert!(untoken("zz").is_err());
+        assert!(untoken("abc").is_err());
+        assert!(untoken("ff").is_err(), "not UTF-8");
+        Ok(())
+    }
+
+    #[test]
+    fn content_md5_is_base64_of_16_bytes() -> S3Result<()> {
+        assert_eq!(content_md5(Some("XUFAKrxLKna5cZ2REBfFkg=="))?.map(|d| d[0]), Some(0x5d));
+        assert!(content_md5(Some("not base64!")).is_err());
+        assert!(content_md5(Some("AAAA")).is_err());
+        assert_eq!(content_md5(None)?, None);
+        Ok(())
+    }
+}

@@ -1,0 +1,100 @@
+//! Where the gateway keeps S3's buckets and objects among the cluster's objects
+//! (docs/s3-compat.md, "How objects are stored").
+//!
+//! - a bucket is a one-block marker object `s3/b/<bucket>` holding its creation time;
+//! - an S3 object is a record object `s3/k/<bucket>/<key>` (what the key lists as, its
+//!   size, ETag, time and headers) naming a data object `s3/d/<bucket>/<id>` that holds
+//!   the bytes, padded to whole blocks. A PUT writes a new data object and then the
+//!   record, in one request, so a reader sees the old object or the new one whole;
+//! - a multipart upload is a record `s3/u/<bucket>/<upload id>` (its key and headers)
+//!   and per part a record `s3/p/<bucket>/<upload id>/<part number>` naming the part's
+//!   data object; completing it writes a key record that names the parts' data
+//!   objects in order (no byte is copied).
+//!
+//! Keys are cluster object names, never paths: nothing of a key reaches a filesystem.
+
+use std::fmt::Write as _;
+
+/// The cluster's block: record objects are whole blocks.
+pub(crate) const BLOCK: u64 = somnus_runtime::client::BLOCK_BYTES;
+
+pub(crate) fn bucket_marker(bucket: &str) -> String {
+    format!("s3/b/{bucket}")
+}
+
+pub(crate) const BUCKET_MARKERS: &str = "s3/b/";
+
+pub(crate) fn key_record(bucket: &str, key: &str) -> String {
+    format!("{}{key}", key_prefix(bucket))
+}
+
+/// The prefix of every key record of `bucket`: listing it in name order lists the
+/// keys in S3's order (UTF-8 bytes).
+pub(crate) fn key_prefix(bucket: &str) -> String {
+    format!("s3/k/{bucket}/")
+}
+
+pub(crate) fn data_object(bucket: &str, id: &str) -> String {
+    format!("s3/d/{bucket}/{id}")
+}
+
+pub(crate) fn upload_record(bucket: &str, upload: &str) -> String {
+    format!("{}{upload}", upload_prefix(bucket))
+}
+
+pub(crate) fn upload_prefix(bucket: &str) -> String {
+    format!("s3/u/{bucket}/")
+}
+
+pub(crate) fn part_record(bucket: &str, upload: &str, part: u32) -> String {
+    // Zero-padded, so a listing of an upload's parts is in part order.
+    format!("{}{part:05}", part_prefix(bucket, upload))
+}
+
+pub(crate) fn part_prefix(bucket: &str, upload: &str) -> String {
+    format!("s3/p/{bucket}/{upload}/")
+}
+
+/// A fresh identifier: 128 random bits in hex.
+pub(crate) fn fresh_id() -> Result<String, getrandom::Error> {
+    let mut bytes = [0u8; 16];
+    getrandom::fill(&mut bytes)?;
+    let mut id = String::with_capacity(32);
+    for byte in bytes {
+        let _ = write!(id, "{byte:02x}");
+    }
+    Ok(id)
+}
+
+/// `length` rounded up to whole blocks.
+pub(crate) fn padded(length: u64) -> u64 {
+    length.div_ceil(BLOCK) * BLOCK
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn keys_list_in_byte_order_under_their_bucket() {
+        let a = key_record("b", "a/x");
+        let b = key_record("b", "a0");
+        assert!(a < b, "'/' sorts before '0', as S3 orders keys");
+        assert!(a.starts_with(&key_prefix("b")));
+        assert!(!key_record("bb", "k").starts_with(&key_prefix("b")));
+    }
+
+    #[test]
+    fn part_names_sort_in_part_order() {
+        assert!(part_record("b", "u", 9) < part_record("b", "u", 10));
+        assert!(part_record("b", "u", 10) < part_record("b", "u", 10000));
+    }
+
+    #[test]
+    fn fresh_ids_differ() -> Result<(), getrandom::Error> {
+        let (a, b) = (fresh_id()?, fresh_id()?);
+        assert_eq!(a.len(), 32);
+        assert_ne!(a, b);
+        Ok(())
+    }
+}

@@ -1,0 +1,187 @@
+//! The records the gateway keeps in record objects: an object's size, ETag, time,
+//! headers and where its bytes are; a bucket's creation time; an upload's key.
+//!
+//! On the cluster a record is `magic "SOMNUSR1" | length u32 | crc32c u32 | JSON`,
+//! zeros to the end of its blocks. A record is written by one request, so a reader
+//! sees it whole; the checksum still catches a torn or foreign one.
+
+use std::collections::BTreeMap;
+
+use bytes::{Bytes, BytesMut};
+use serde::{Deserialize, Serialize};
+
+use crate::layout::{BLOCK, padded};
+
+const MAGIC: &[u8; 8] = b"SOMNUSR1";
+const HEADER: usize = 16;
+/// The bytes a record takes at least, and what a reader fetches first: room for S3's
+/// 2 KiB of user metadata and the headers. A multipart object's record names its parts
+/// and may take more, in whole blocks, up to `RECORD_MAX`.
+pub(crate) const RECORD_BYTES: u64 = 3 * BLOCK;
+/// The size of a record object (sparse: only the blocks written take space), so that
+/// a record of 10,000 parts fits, written by one request.
+pub(crate) const RECORD_MAX: u64 = 1 << 20;
+
+/// Where an object's bytes are: data objects in order, each holding `size` bytes.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Extent {
+    pub object: String,
+    pub size: u64,
+}
+
+/// An S3 object.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ObjectRecord {
+    pub size: u64,
+    /// The ETag without quotes: the MD5 in hex, or for a multipart object the MD5 of
+    /// the parts' MD5s and `-N`.
+    pub etag: String,
+    /// Milliseconds since the Unix epoch.
+    pub modified_ms: i64,
+    pub extents: Vec<Extent>,
+    #[serde(default, skip_serializing_if = "Headers::is_empty")]
+    pub headers: Headers,
+}
+
+/// The headers an object keeps from its PUT and returns with every GET and HEAD.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Headers {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub content_type: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub content_encoding: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub content_disposition: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub content_language: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cache_control: Option<String>,
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub metadata: BTreeMap<String, String>,
+}
+
+impl Headers {
+    fn is_empty(&self) -> bool {
+        *self == Headers::default()
+    }
+
+    /// The bytes S3 counts against its 2 KiB limit of user metadata.
+    pub(crate) fn metadata_bytes(&self) -> usize {
+        self.metadata.iter().map(|(k, v)| k.len() + v.len()).sum()
+    }
+}
+
+/// A bucket.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct BucketRecord {
+    pub created_ms: i64,
+}
+
+/// A multipart upload in progress.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct UploadRecord {
+    pub key: String,
+    pub created_ms: i64,
+    #[serde(default)]
+    pub headers: Headers,
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum RecordError {
+    #[error("not a record (no magic)")]
+    NoMagic,
+    #[error("a record of {0} bytes does not fit its object")]
+    Truncated(usize),
+    #[error("the record's checksum does not match its bytes")]
+    Checksum,
+    #[error("the record does not parse: {0}")]
+    Parse(#[from] serde_json::Error),
+}
+
+/// `record` as the blocks of a record object: at least `RECORD_BYTES`.
+pub(crate) fn encode<T: Serialize>(record: &T) -> Result<Bytes, serde_json::Error> {
+    let json = serde_json::to_vec(record)?;
+    let size = padded((HEADER + json.len()) as u64).max(RECORD_BYTES) as usize;
+    let mut out = BytesMut::zeroed(size);
+    out[..8].copy_from_slice(MAGIC);
+    out[8..12].copy_from_slice(&(json.len() as u32).to_le_bytes());
+    out[12..16].copy_from_slice(&crc32c::crc32c(&json).to_le_bytes());
+    out[HEADER..HEADER + json.len()].copy_from_slice(&json);
+    Ok(out.freeze())
+}
+
+/// The bytes of the record whose first blocks are `head`: `None` if they are all
+/// there, else the whole record's length in bytes (whole blocks).
+pub(crate) fn needs(head: &[u8]) -> Option<u64> {
+    let length = head.get(8..12).and_then(|b| b.try_into().ok()).map(u32::from_le_bytes)?;
+    let whole = padded(HEADER as u64 + u64::from(length));
+    (whole > head.len() as u64 && whole <= RECORD_MAX).then_some(whole)
+}
+
+/// The record `bytes` hold.
+pub(crate) fn decode<T: for<'a> Deserialize<'a>>(bytes: &[u8]) -> Result<T, RecordError> {
+    if bytes.get(..8) != Some(&MAGIC[..]) {
+        return Err(RecordError::NoMagic);
+    }
+    let word =
+        |at: usize| bytes.get(at..at + 4).and_then(|b| b.try_into().ok()).map(u32::from_le_bytes);
+    let (Some(length), Some(crc)) = (word(8), word(12)) else {
+        return Err(RecordError::Truncated(bytes.len()));
+    };
+    let json = bytes
+        .get(HEADER..HEADER + length as usize)
+        .ok_or(RecordError::Truncated(length as usize))?;
+    if crc32c::crc32c(json) != crc {
+        return Err(RecordError::Checksum);
+    }
+    Ok(serde_json::from_slice(json)?)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn object() -> ObjectRecord {
+        let mut headers = Headers { content_type: Some("text/plain".into()), ..Headers::default() };
+        headers.metadata.insert("colour".into(), "blue".into());
+        ObjectRecord {
+            size: 5,
+            etag: "5d41402abc4b2a76b9719d911017c592".into(),
+            modified_ms: 1_700_000_000_000,
+            extents: vec![Extent { object: "s3/d/b/0".into(), size: 5 }],
+            headers,
+        }
+    }
+
+    #[test]
+    fn a_record_round_trips_in_whole_blocks() -> Result<(), RecordError> {
+        let bytes = encode(&object())?;
+        assert_eq!(bytes.len() as u64, RECORD_BYTES);
+        assert_eq!(decode::<ObjectRecord>(&bytes)?, object());
+        Ok(())
+    }
+
+    #[test]
+    fn a_large_record_takes_more_blocks() -> Result<(), RecordError> {
+        let mut record = object();
+        record.extents = (0..1000)
+            .map(|n| Extent { object: format!("s3/p/b/{n:032}/{n:05}"), size: 5 << 20 })
+            .collect();
+        let bytes = encode(&record)?;
+        assert!(bytes.len() as u64 > RECORD_BYTES && (bytes.len() as u64).is_multiple_of(BLOCK));
+        assert_eq!(decode::<ObjectRecord>(&bytes)?, record);
+        Ok(())
+    }
+
+    #[test]
+    fn damage_and_foreign_bytes_are_refused() -> Result<(), RecordError> {
+        let mut bytes = encode(&object())?.to_vec();
+        bytes[20] ^= 1;
+        assert!(matches!(decode::<ObjectRecord>(&bytes), Err(RecordError::Checksum)));
+        assert!(matches!(decode::<ObjectRecord>(&[0; 4096]), Err(RecordError::NoMagic)));
+        let mut long = encode(&object())?.to_vec();
+        long[8..12].copy_from_slice(&u32::MAX.to_le_bytes());
+        assert!(matches!(decode::<ObjectRecord>(&long), Err(RecordError::Truncated(_))));
+        Ok(())
+    }
+}

@@ -1,0 +1,688 @@
+//! S3's buckets and objects over the cluster's client library ([`crate::layout`]):
+//! what the gateway does, apart from speaking HTTP.
+//!
+//! Bytes go in and out a request (1 MiB) at a time with a few in flight, so a 5 GiB
+//! object is stored and read in bounded memory. A PUT is answered only once the
+//! cluster acknowledged every byte and then the record: the cluster's durability is
+//! the object's.
+
+use std::collections::VecDeque;
+use std::time::{SystemTime, UNIX_EPOCH};
+
+use bytes::{Bytes, BytesMut};
+use futures::{Stream, StreamExt, TryStreamExt};
+use md5::{Digest, Md5};
+use somnus_core::cluster::MetadataError;
+use somnus_core::cluster::client::ClientError as CoreError;
+use somnus_runtime::client::{ClientError, ClusterClient, IN_FLIGHT, REQUEST_BYTES};
+use somnus_types::ByteRange;
+use tokio::task::JoinHandle;
+
+use crate::layout::{self, BLOCK, padded};
+use crate::record::{
+    self, BucketRecord, Extent, Headers, ObjectRecord, RECORD_BYTES, RECORD_MAX, RecordError,
+};
+
+/// Records read at once by a listing.
+const LISTING_READS: usize = 16;
+/// Requests a GET reads ahead of its client.
+const READ_AHEAD: usize = 4;
+/// Times an operation starts again when a concurrent one changed what it read.
+const RACE_RETRIES: usize = 4;
+
+#[derive(Debug, thiserror::Error)]
+pub enum StoreError {
+    #[error("no bucket {0:?}")]
+    NoSuchBucket(String),
+    #[error("no key {key:?} in bucket {bucket:?}")]
+    NoSuchKey { bucket: String, key: String },
+    #[error("bucket {0:?} exists already")]
+    BucketExists(String),
+    #[error("bucket {0:?} is not empty")]
+    BucketNotEmpty(String),
+    #[error("the body's MD5 is not the Content-MD5 sent")]
+    BadDigest,
+    #[error("the body was {got} bytes, not the {expected} its length said")]
+    IncompleteBody { expected: u64, got: u64 },
+    #[error("reading the request's body: {0}")]
+    Body(String),
+    #[error("no upload {0:?}")]
+    NoSuchUpload(String),
+    #[error("{0}")]
+    InvalidPart(String),
+    #[error("parts must be listed in ascending order of their numbers")]
+    InvalidPartOrder,
+    #[error("part {part} is {size} bytes: every part but the last must be 5 MiB or more")]
+    EntityTooSmall { part: u32, size: u64 },
+    #[error("user metadata of {0} bytes: S3 allows 2 KiB")]
+    MetadataTooLarge(usize),
+    #[error("object {name:?}: {error}")]
+    Record { name: String, error: RecordError },
+    #[error(transparent)]
+    Cluster(#[from] ClientError),
+    #[error("no randomness for an identifier: {0}")]
+    Entropy(String),
+}
+
+type Result<T> = std::result::Result<T, StoreError>;
+
+/// Whether the cluster answered that the object does not exist.
+fn is_missing(error: &ClientError) -> bool {
+    matches!(error, ClientError::Refused(CoreError::Metadata(MetadataError::NoSuchObject(_))))
+}
+
+fn is_existing(error: &ClientError) -> bool {
+    matches!(error, ClientError::Refused(CoreError::Metadata(MetadataError::AlreadyExists(_))))
+}
+
+/// The wall clock, for S3's Last-Modified: the gateway is a shell, and S3's times are
+/// the real time of day.
+#[allow(clippy::disallowed_methods, reason = "S3's timestamps are wall-clock times")]
+pub(crate) fn now_ms() -> i64 {
+    SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| d.as_millis() as i64)
+}
+
+/// The gateway's view of the cluster.
+#[derive(Clone)]
+pub struct Store {
+    client: ClusterClient,
+}
+
+impl Store {
+    pub fn new(client: ClusterClient) -> Store {
+        Store { client }
+    }
+
+    pub(crate) fn client(&self) -> &ClusterClient {
+        &self.client
+    }
+
+    // ---- records -------------------------------------------------------------------
+
+    /// The record `name` holds; `None` if there is no such object, or it was created
+    /// and its record not written yet (a PUT under way).
+    pub(crate) async fn read_record<T: for<'a> serde::Deserialize<'a>>(
+        &self,
+        name: &str,
+    ) -> Result<Option<T>> {
+        let head = match self.client.read(name, ByteRange::new(0, RECORD_BYTES)).await {
+            Ok(head) => head,
+            Err(error) if is_missing(&error) => return Ok(None),
+            Err(error) => return Err(error.into()),
+        };
+        let whole = match record::needs(&head) {
+            None => head,
+            Some(length) => match self.client.read(name, ByteRange::new(0, length)).await {
+                Ok(whole) => whole,
+                Err(error) if is_missing(&error) => return Ok(None),
+                Err(error) => return Err(error.into()),
+            },
+        };
+        match record::decode(&whole) {
+            Ok(record) => Ok(Some(record)),
+            Err(RecordError::NoMagic) if whole.iter().all(|&b| b == 0) => Ok(None),
+            Err(error) => Err(StoreError::Record { name: name.to_owned(), error }),
+        }
+    }
+
+    /// Writes `record` as the object `name`, creating it if needed, in one request.
+    pub(crate) async fn write_record<T: serde::Serialize>(
+        &self,
+        name: &str,
+        record: &T,
+    ) -> Result<()> {
+        let bytes = record::encode(record).map_err(|e| StoreError::Record {
+            name: name.to_owned(),
+            error: RecordError::Parse(e),
+        })?;
+        let mut attempt = 0;
+        loop {
+            attempt += 1;
+            match self.client.create(name, RECORD_MAX).await {
+                Ok(_) => {}
+                Err(error) if is_existing(&error) => {}
+                Err(error) => return Err(error.into()),
+            }
+            match self.client.write(name, 0, bytes.clone()).await {
+                Ok(()) => return Ok(()),
+                // Deleted between the create and the write: create it again.
+                Err(error) if is_missing(&error) && attempt < RACE_RETRIES => continue,
+                Err(error) => return Err(error.into()),
+            }
+        }
+    }
+
+    /// Deletes `name`; an object already gone is no error.
+    pub(crate) async fn remove(&self, name: &str) -> Result<()> {
+        match self.client.delete(name).await {
+            Ok(()) => Ok(()),
+            Err(error) if is_missing(&error) => Ok(()),
+            Err(error) => Err(error.into()),
+        }
+    }
+
+    // ---- buckets -------------------------------------------------------------------
+
+    pub async fn create_bucket(&self, bucket: &str) -> Result<()> {
+        let name = layout::bucket_marker(bucket);
+        match self.client.create(&name, BLOCK * 3).await {
+            Ok(_) => {}
+            Err(error) if is_existing(&error) => {
+                return Err(StoreError::BucketExists(bucket.to_owned()));
+            }
+            Err(error) => return Err(error.into()),
+        }
+        self.write_record(&name, &BucketRecord { created_ms: now_ms() }).await
+    }
+
+    /// The bucket's record, or `NoSuchBucket`.
+    pub async fn bucket(&self, bucket: &str) -> Result<BucketRecord> {
+        match self.client.stat(&layout::bucket_marker(bucket)).await {
+            Ok(_) => {}
+            Err(error) if is_missing(&error) => {
+                return Err(StoreError::NoSuchBucket(bucket.to_owned()));
+            }
+            Err(error) => return Err(error.into()),
+        }
+        let record = self.read_record(&layout::bucket_marker(bucket)).await?;
+        // A bucket whose record is not written yet was created just now.
+        Ok(record.unwrap_or(BucketRecord { created_ms: now_ms() }))
+    }
+
+    pub async fn delete_bucket(&self, bucket: &str) -> Result<()> {
+        self.bucket(bucket).await?;
+        for prefix in [layout::key_prefix(bucket), layout::upload_prefix(bucket)] {
+            let (page, _) = self.client.list_page(&prefix, None, 1).await?;
+            if !page.is_empty() {
+                return Err(StoreError::BucketNotEmpty(bucket.to_owned()));
+            }
+        }
+        self.remove(&layout::bucket_marker(bucket)).await
+    }
+
+    /// Every bucket, in name order, with its record.
+    pub async fn buckets(&self) -> Result<Vec<(String, BucketRecord)>> {
+        let markers = self.client.list(layout::BUCKET_MARKERS).await?;
+        let names: Vec<String> = markers
+            .into_iter()
+            .filter_map(|o| o.name.strip_prefix(layout::BUCKET_MARKERS).map(str::to_owned))
+            .collect();
+        futures::stream::iter(names)
+            .map(|bucket| async move {
+                let record = self.read_record(&layout::bucket_marker(&bucket)).await?;
+                Ok((bucket, record.unwrap_or(BucketRecord { created_ms: now_ms() })))
+            })
+            .buffered(LISTING_READS)
+            .try_collect()
+            .await
+    }
+
+    // ---- objects -------------------------------------------------------------------
+
+    /// The object's record, or `NoSuchKey` (`NoSuchBucket` if the bucket is missing).
+    pub async fn head(&self, bucket: &str, key: &str) -> Result<ObjectRecord> {
+        match self.read_record(&layout::key_record(bucket, key)).await? {
+            Some(record) => Ok(record),
+            None => {
+                self.bucket(bucket).await?;
+                Err(StoreError::NoSuchKey { bucket: bucket.to_owned(), key: key.to_owned() })
+            }
+        }
+    }
+
+    /// Stores the `length` bytes of `body` in a new data object of `bucket`; the
+    /// extent and the body's MD5. Nothing of it remains if it fails.
+    pub(crate) async fn put_data<S, E>(
+        &self,
+        name_of: impl FnOnce(&str) -> String,
+        length: u64,
+        body: S,
+    ) -> Result<(Option<Extent>, [u8; 16])>
+    where
+        S: Stream<Item = std::result::Result<Bytes, E>> + Unpin,
+        E: std::fmt::Display,
+    {
+        if length == 0 {
+            // An empty object has no data object; its body must be empty too.
+            let got = drain(body).await?;
+            if got != 0 {
+                return Err(StoreError::IncompleteBody { expected: 0, got });
+            }
+            return Ok((None, Md5::digest([]).into()));
+        }
+        let id = layout::fresh_id().map_err(|e| StoreError::Entropy(e.to_string()))?;
+        let name = name_of(&id);
+        self.client.create(&name, padded(length)).await?;
+        match self.send_body(&name, length, body).await {
+            Ok(md5) => Ok((Some(Extent { object: name, size: length }), md5)),
+            Err(error) => {
+                let _ = self.remove(&name).await;
+                Err(error)
+            }
+        }
+    }
+
+    /// Writes the body to `name` a request at a time, `IN_FLIGHT` in flight; its MD5.
+    async fn send_body<S, E>(&self, name: &str, length: u64, mut body: S) -> Result<[u8; 16]>
+    where
+        S: Stream<Item = std::result::Result<Bytes, E>> + Unpin,
+        E: std::fmt::Display,
+    {
+        let mut md5 = Md5::new();
+        let mut writing: VecDeque<JoinHandle<std::result::Result<(), ClientError>>> =
+            VecDeque::new();
+        let mut piece = BytesMut::with_capacity(REQUEST_BYTES as usize);
+        let (mut offset, mut got) = (0u64, 0u64);
+        let mut outcome = Ok(());
+        while outcome.is_ok() {
+            let next = body.next().await;
+            let end = next.is_none();
+            match next {
+                Some(Ok(mut bytes)) => {
+                    got += bytes.len() as u64;
+                    if got > length {
+                        outcome = Err(StoreError::IncompleteBody { expected: length, got });
+                        break;
+                    }
+                    md5.update(&bytes);
+                    while !bytes.is_empty() {
+                        let take = bytes.len().min(REQUEST_BYTES as usize - piece.len());
+                        piece.extend_from_slice(&bytes.split_to(take));
+                        if piece.len() as u64 == REQUEST_BYTES {
+                            let full = std::mem::replace(
+                                &mut piece,
+                                BytesMut::with_capacity(REQUEST_BYTES as usize),
+                            );
+                            outcome = self.send_piece(name, offset, full, &mut writing).await;
+                            offset += REQUEST_BYTES;
+                        }
+                    }
+                }
+                Some(Err(error)) => outcome = Err(StoreError::Body(error.to_string())),
+                None => {}
+            }
+            if end {
+                break;
+            }
+        }
+        if outcome.is_ok() && got != length {
+            outcome = Err(StoreError::IncompleteBody { expected: length, got });
+        }
+        if outcome.is_ok() && !piece.is_empty() {
+            piece.resize(padded(piece.len() as u64) as usize, 0);
+            outcome = self.send_piece(name, offset, piece, &mut writing).await;
+        }
+        // Every write waited for, also after an error: none is left in flight.
+        while let Some(write) = writing.pop_front() {
+            let result = finished(write).await;
+            if outcome.is_ok() {
+                outcome = result;
+            }
+        }
+        outcome.map(|()| md5.finalize().into())
+    }
+
+    async fn send_piece(
+        &self,
+        name: &str,
+        offset: u64,
+        piece: BytesMut,
+        writing: &mut VecDeque<JoinHandle<std::result::Result<(), ClientError>>>,
+    ) -> Result<()> {
+        if writing.len() >= IN_FLIGHT
+            && let Some(oldest) = writing.pop_front()
+        {
+            finished(oldest).await?;
+        }
+        let (client, name, piece) = (self.client.clone(), name.to_owned(), piece.freeze());
+        writing.push_back(tokio::spawn(async move { client.write(&name, offset, piece).await }));
+        Ok(())
+    }
+
+    /// Makes `record` the object `key` of `bucket`, and deletes the data of the object
+    /// it replaced.
+    pub(crate) async fn commit(
+        &self,
+        bucket: &str,
+        key: &str,
+        record: &ObjectRecord,
+    ) -> Result<()> {
+        self.replace(&layout::key_record(bucket, key), record).await
+    }
+
+    /// Writes `record` at `name` (a key's or a part's), and deletes the data of the
+    /// record it replaced.
+    pub(crate) async fn replace(&self, name: &str, record: &ObjectRecord) -> Result<()> {
+        let old: Option<ObjectRecord> = self.read_record(name).await.unwrap_or(None);
+        self.write_record(name, record).await?;
+        if let Some(old) = old {
+            for extent in old.extents.iter().filter(|e| !record.extents.contains(e)) {
+                self.remove(&extent.object).await?;
+            }
+        }
+        Ok(())
+    }
+
+    /// Stores an object: its bytes, then its record. `content_md5`, if sent, must be
+    /// the body's.
+    pub async fn put(
+        &self,
+        bucket: &str,
+        key: &str,
+        length: u64,
+        body: impl Stream<Item = std::result::Result<Bytes, impl std::fmt::Display>> + Unpin,
+        headers: Headers,
+        content_md5: Option<[u8; 16]>,
+    ) -> Result<ObjectRecord> {
+        if headers.metadata_bytes() > 2048 {
+            return Err(StoreError::MetadataTooLarge(headers.metadata_bytes()));
+        }
+        self.bucket(bucket).await?;
+        let data_name = |id: &str| layout::data_object(bucket, id);
+        let (extent, md5) = self.put_data(data_name, length, body).await?;
+        if content_md5.is_some_and(|sent| sent != md5) {
+            if let Some(extent) = &extent {
+                self.remove(&extent.object).await?;
+            }
+            return Err(StoreError::BadDigest);
+        }
+        let record = ObjectRecord {
+            size: length,
+            etag: hex(&md5),
+            modified_ms: now_ms(),
+            extents: extent.into_iter().collect(),
+            headers,
+        };
+        self.commit(bucket, key, &record).await?;
+        Ok(record)
+    }
+
+    /// Deletes an object; a key that does not exist is no error (as S3).
+    pub async fn delete(&self, bucket: &str, key: &str) -> Result<()> {
+        let name = layout::key_record(bucket, key);
+        let Some(record) = self.read_record::<ObjectRecord>(&name).await? else {
+            self.bucket(bucket).await?;
+            return Ok(());
+        };
+        self.remove(&name).await?;
+        for extent in &record.extents {
+            self.remove(&extent.object).await?;
+        }
+        Ok(())
+    }
+
+    /// The bytes `range` of the object (`start..end`, within its size) as a stream,
+    /// read a request at a time, a few ahead; with the record they were read by. A
+    /// read that finds the data replaced by a concurrent PUT starts again from the
+    /// new record.
+    pub async fn get(
+        &self,
+        bucket: &str,
+        key: &str,
+        mut range: impl FnMut(&ObjectRecord) -> std::result::Result<(u64, u64), StoreError>,
+    ) -> Result<(ObjectRecord, (u64, u64), ByteStream)> {
+        let mut attempt = 0;
+        loop {
+            attempt += 1;
+            let record = self.head(bucket, key).await?;
+            let (start, end) = range(&record)?;
+            let mut pieces = pieces(&record.extents, start, end).into_iter();
+            // The first piece read here: a data object already gone means the object
+            // was replaced meanwhile.
+            let first = match pieces.next() {
+                None => Bytes::new(),
+                Some(piece) => match read_piece(self.client.clone(), piece).await {
+                    Ok(bytes) => bytes,
+                    Err(error) if is_missing(&error) && attempt < RACE_RETRIES => continue,
+                    Err(error) => return Err(error.into()),
+                },
+            };
+            // The rest is read by a task of its own, a few requests ahead of the
+            // client, and handed over through a small channel: memory stays bounded
+            // and the task ends when the client goes away.
+            let (sender, receiver) = tokio::sync::mpsc::channel(2);
+            let client = self.client.clone();
+            let pieces: Vec<Piece> = pieces.collect();
+            tokio::spawn(async move {
+                if sender.send(Ok(first)).await.is_err() {
+                    return;
+                }
+                let mut rest = futures::stream::iter(pieces)
+                    .map(move |piece| read_piece(client.clone(), piece))
+                    .buffered(READ_AHEAD);
+                while let Some(bytes) = rest.next().await {
+                    let failed = bytes.is_err();
+                    if sender.send(bytes).await.is_err() || failed {
+                        return;
+                    }
+                }
+            });
+            return Ok((record, (start, end), ByteStream { receiver }));
+        }
+    }
+
+    /// Keys of `bucket` starting with `prefix`, after `after`, in S3's order, with
+    /// `delimiter` folding keys into common prefixes; at most `max` entries (keys and
+    /// prefixes), and whether more follow.
+    pub async fn list(
+        &self,
+        bucket: &str,
+        prefix: &str,
+        delimiter: Option<&str>,
+        after: Option<&str>,
+        max: usize,
+    ) -> Result<Listing> {
+        self.bucket(bucket).await?;
+        let base = layout::key_prefix(bucket);
+        let full_prefix = format!("{base}{prefix}");
+        let mut from = after.map(|a| format!("{base}{a}"));
+        let mut listing = Listing::default();
+        let mut keys: Vec<String> = Vec::new();
+        'pages: loop {
+            let want = (max - listing.common_prefixes.len() - keys.len()).clamp(1, 1000) as u32;
+            let (page, more) = self.client.list_page(&full_prefix, from.as_deref(), want).await?;
+            if page.is_empty() {
+                break;
+            }
+            for object in &page {
+                let Some(key) = object.name.strip_prefix(&base) else { continue };
+                from = Some(object.name.clone());
+                let folded = delimiter.filter(|d| !d.is_empty()).and_then(|d| {
+                    key[prefix.len()..]
+                        .find(d)
+                        .map(|at| key[..prefix.len() + at + d.len()].to_owned())
+                });
+                if listing.common_prefixes.len() + keys.len() == max {
+                    listing.truncated = true;
+                    break 'pages;
+                }
+                match folded {
+                    Some(common) => {
+                        // Every key under the common prefix is skipped: list on
+                        // after the greatest name it could have.
+                        from = Some(format!("{base}{common}{}", char::MAX));
+                        listing.common_prefixes.push(common);
+                        continue 'pages;
+                    }
+                    None => keys.push(key.to_owned()),
+                }
+            }
+            if !more {
+                break;
+            }
+        }
+        listing.next_after =
+            listing.truncated.then(|| listing_last(&keys, &listing.common_prefixes)).flatten();
+        listing.keys = futures::stream::iter(keys)
+            .map(|key| async move {
+                let record =
+                    self.read_record::<ObjectRecord>(&layout::key_record(bucket, &key)).await?;
+                Ok::<_, StoreError>(record.map(|r| (key, r)))
+            })
+            .buffered(LISTING_READS)
+            .try_filter_map(|entry| async move { Ok(entry) })
+            .try_collect()
+            .await?;
+        Ok(listing)
+    }
+}
+
+/// The last entry of a listing page in S3's order: where the next page starts.
+fn listing_last(keys: &[String], prefixes: &[String]) -> Option<String> {
+    let key = keys.last();
+    let prefix = prefixes.last().map(|p| format!("{p}{}", char::MAX));
+    match (key, prefix) {
+        (Some(k), Some(p)) => Some(if *k > p { k.clone() } else { p }),
+        (Some(k), None) => Some(k.clone()),
+        (None, p) => p,
+    }
+}
+
+/// A page of keys.
+#[derive(Debug, Default)]
+pub struct Listing {
+    pub(crate) keys: Vec<(String, ObjectRecord)>,
+    pub(crate) common_prefixes: Vec<String>,
+    pub(crate) truncated: bool,
+    /// Where the next page starts (after this), if truncated.
+    pub(crate) next_after: Option<String>,
+}
+
+/// An object's bytes as a GET sends them.
+pub struct ByteStream {
+    receiver: tokio::sync::mpsc::Receiver<std::result::Result<Bytes, ClientError>>,
+}
+
+impl Stream for ByteStream {
+    type Item = std::result::Result<Bytes, ClientError>;
+
+    fn poll_next(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Option<Self::Item>> {
+        self.receiver.poll_recv(cx)
+    }
+}
+
+/// One read of a GET: a request's aligned range of a data object, and the part of it
+/// the client asked for.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct Piece {
+    object: String,
+    aligned: ByteRange,
+    keep: std::ops::Range<usize>,
+}
+
+/// The reads that give bytes `start..end` of an object made of `extents`.
+pub(crate) fn pieces(extents: &[Extent], start: u64, end: u64) -> Vec<Piece> {
+    let mut out = Vec::new();
+    let mut base = 0u64;
+    for extent in extents {
+        let (from, to) = (start.max(base), end.min(base + extent.size));
+        let mut at = from.saturating_sub(base);
+        let stop = to.saturating_sub(base);
+        while from < to && at < stop {
+            let piece_end = stop.min((at / REQUEST_BYTES + 1) * REQUEST_BYTES);
+            let aligned = ByteRange::from_bounds(at / BLOCK * BLOCK, padded(piece_end));
+            let skip = (at - aligned.start) as usize;
+            out.push(Piece {
+                object: extent.object.clone(),
+                aligned,
+                keep: skip..skip + (piece_end - at) as usize,
+            });
+            at = piece_end;
+        }
+        base += extent.size;
+    }
+    out
+}
+
+async fn read_piece(
+    client: ClusterClient,
+    piece: Piece,
+) -> std::result::Result<Bytes, ClientError> {
+    let bytes = client.read(&piece.object, piece.aligned).await?;
+    Ok(bytes.slice(piece.keep))
+}
+
+async fn finished(
+    write: JoinHandle<std::result::Result<(), ClientError>>,
+) -> std::result::Result<(), StoreError> {
+    match write.await {
+        Ok(result) => Ok(result?),
+        Err(_) => Err(StoreError::Cluster(ClientError::Stopped)),
+    }
+}
+
+/// Reads a body to its end; its length.
+async fn drain<S, E>(mut body: S) -> Result<u64>
+where
+    S: Stream<Item = std::result::Result<Bytes, E>> + Unpin,
+    E: std::fmt::Display,
+{
+    let mut got = 0;
+    while let Some(bytes) = body.next().await {
+        got += bytes.map_err(|e| StoreError::Body(e.to_string()))?.len() as u64;
+    }
+    Ok(got)
+}
+
+pub(crate) fn hex(bytes: &[u8]) -> String {
+    bytes.iter().map(|b| format!("{b:02x}")).collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn extent(name: &str, size: u64) -> Extent {
+        Extent { object: name.into(), size }
+    }
+
+    /// The bytes the pieces give, as (object, offset in object) per byte.
+    fn bytes_of(pieces: &[Piece]) -> Vec<(String, u64)> {
+        pieces
+            .iter()
+            .flat_map(|p| p.keep.clone().map(|i| (p.object.clone(), p.aligned.start + i as u64)))
+            .collect()
+    }
+
+    #[test]
+    fn pieces_cover_a_range_across_requests_and_extents() {
+        let mb = REQUEST_BYTES;
+        let extents = [extent("a", 2 * mb + 10), extent("b", 5)];
+        for (start, end) in [(0, 2 * mb + 15), (1, 2), (mb - 3, mb + 3), (2 * mb + 8, 2 * mb + 12)]
+        {
+            let pieces = pieces(&extents, start, end);
+            let want: Vec<(String, u64)> = (start..end)
+                .map(|at| {
+                    if at < 2 * mb + 10 {
+                        ("a".into(), at)
+                    } else {
+                        ("b".into(), at - (2 * mb + 10))
+                    }
+                })
+                .collect();
+            assert_eq!(bytes_of(&pieces), want, "{start}..{end}");
+            for piece in &pieces {
+                assert_eq!(piece.aligned.start % BLOCK, 0);
+                assert_eq!(piece.aligned.end % BLOCK, 0);
+                assert!(piece.aligned.size_bytes() <= REQUEST_BYTES);
+                assert_eq!(
+                    piece.aligned.start / REQUEST_BYTES,
+                    (piece.aligned.end - 1) / REQUEST_BYTES
+                );
+            }
+        }
+        assert!(pieces(&extents, 7, 7).is_empty());
+    }
+
+    #[test]
+    fn the_next_page_starts_after_the_greatest_entry() {
+        let keys = ["a".to_string(), "c".to_string()];
+        let prefixes = ["b/".to_string()];
+        assert_eq!(listing_last(&keys, &prefixes).as_deref(), Some("c"));
+        assert_eq!(listing_last(&keys[..1], &prefixes), Some(format!("b/{}", char::MAX)));
+        assert_eq!(listing_last(&[], &[]), None);
+    }
+}
