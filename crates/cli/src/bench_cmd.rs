@@ -35,6 +35,10 @@ pub(crate) enum BenchCommand {
     /// same run, the time to gear down from 3 to 1, and the rebuild rate of a removed
     /// server. Takes about a minute and a half; needs 1 GiB free.
     Runtime(crate::bench_runtime::BenchRuntimeArgs),
+    /// An S3 endpoint (somnus's gateway by default, or any other store): PUT and GET
+    /// of 4 KiB and 1 MiB objects by 8 clients for 10 s each, with ops/s, MiB/s, p50
+    /// and p99.
+    S3(crate::bench_s3::BenchS3Args),
 }
 
 #[derive(Args)]
@@ -62,6 +66,7 @@ pub(crate) fn run(command: BenchCommand) -> Result<()> {
         BenchCommand::Ec(args) => crate::bench_ec::run(&args),
         BenchCommand::Cluster(args) => crate::bench_cluster::run(&args),
         BenchCommand::Runtime(args) => crate::bench_runtime::run(&args),
+        BenchCommand::S3(args) => crate::bench_s3::run(&args),
     }
 }
 

@@ -9,6 +9,7 @@ mod bench_cluster;
 mod bench_cmd;
 mod bench_ec;
 mod bench_runtime;
+mod bench_s3;
 mod bench_trace;
 mod cluster_cmd;
 mod demo;

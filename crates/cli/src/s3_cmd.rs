@@ -49,6 +49,7 @@ pub(crate) fn credentials(
 }
 
 pub(crate) fn run(args: S3Args) -> Result<()> {
+    crate::up_cmd::stop_with_parent()?;
     let path = args.cluster.path();
     let (file, secret) = load(&args.cluster)?;
     let credentials = credentials(args.access_key, args.secret_key, &path)?;

@@ -46,6 +46,13 @@ pub(crate) struct UpArgs {
     /// minute and a day 24 minutes.
     #[arg(long, default_value_t = 3600)]
     gear_interval_s: u64,
+    /// The address of the S3 gateway `up` starts beside the cluster (`somnus s3`),
+    /// with the keys of `s3-credentials` in the data directory, printed at start.
+    #[arg(long, default_value = "127.0.0.1:9000", value_name = "ADDR")]
+    s3: std::net::SocketAddr,
+    /// Start no S3 gateway.
+    #[arg(long)]
+    no_s3: bool,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
@@ -80,7 +87,8 @@ pub(crate) fn run(args: UpArgs) -> Result<()> {
     let path = args.dir.join("cluster.toml");
     let file = if path.exists() { ClusterFile::load(&path)? } else { first_run(&args, &path)? };
     let exe = std::env::current_exe().context("cannot find the somnus binary to start")?;
-    runtime()?.block_on(supervise(&exe, &path, &file))
+    let s3 = (!args.no_s3).then_some(args.s3);
+    runtime()?.block_on(supervise(&exe, &path, &file, s3))
 }
 
 /// Writes a new cluster's file and secret into the data directory.
@@ -123,9 +131,20 @@ pub(crate) struct Running {
     child: Child,
 }
 
-async fn supervise(exe: &Path, path: &Path, file: &ClusterFile) -> Result<()> {
+async fn supervise(
+    exe: &Path,
+    path: &Path,
+    file: &ClusterFile,
+    s3: Option<std::net::SocketAddr>,
+) -> Result<()> {
     let dir = path.parent().unwrap_or(Path::new("."));
     let mut children = start_all(exe, path, file, &dir.join("logs"))?;
+    let gateway = match s3 {
+        Some(address) => start_s3(exe, path, address, &dir.join("logs"))?,
+        None => None,
+    };
+    let gateway_started = gateway.is_some();
+    children.extend(gateway.map(|(running, _)| running));
     noteln!(
         "somnus: a cluster of {} servers in {} racks (r = {}) is up; MDS at {}",
         file.servers.len(),
@@ -136,6 +155,16 @@ async fn supervise(exe: &Path, path: &Path, file: &ClusterFile) -> Result<()> {
     noteln!("  state and logs in {}", dir.display());
     noteln!("  try: somnus put FILE KEY; somnus get KEY FILE  (they find this cluster themselves");
     noteln!("       from ./{DEFAULT_DIR}; elsewhere pass --cluster {})", path.display());
+    if gateway_started && let Some(address) = s3 {
+        let keys = crate::s3_cmd::credentials(None, None, path)?;
+        noteln!("  S3 at http://{address} (region us-east-1), path-style:");
+        noteln!("       access key {}  secret key {}", keys.access_key, keys.secret_key);
+        noteln!(
+            "       try: AWS_ACCESS_KEY_ID={} AWS_SECRET_ACCESS_KEY={} aws --endpoint-url http://{address} s3 ls",
+            keys.access_key,
+            keys.secret_key
+        );
+    }
     noteln!("  Ctrl-C stops it; its state is kept for the next `somnus up`.");
     wait_for_stop(&mut children).await?;
     stop_all(&mut children).await;
@@ -181,6 +210,36 @@ pub(crate) fn start_all(
         children.push(Running { name, child });
     }
     Ok(children)
+}
+
+/// Starts the S3 gateway (`somnus s3`) on `address` as a child, logging to
+/// `logs/s3.log`; `None`, said, if the address is taken: the cluster runs without it.
+fn start_s3(
+    exe: &Path,
+    path: &Path,
+    address: std::net::SocketAddr,
+    logs: &Path,
+) -> Result<Option<(Running, std::net::SocketAddr)>> {
+    // The keys are made here, before the gateway starts, so that they can be printed.
+    crate::s3_cmd::credentials(None, None, path)?;
+    if let Err(error) = std::net::TcpListener::bind(address) {
+        noteln!(
+            "somnus: no S3 gateway: cannot listen on {address} ({error}); pass --s3 ADDR, or --no-s3"
+        );
+        return Ok(None);
+    }
+    let log = std::fs::File::create(logs.join("s3.log")).context("cannot create the log of s3")?;
+    let mut command = Command::new(exe);
+    command
+        .args(["s3", "--listen", &address.to_string(), "--cluster"])
+        .arg(path)
+        .stdin(Stdio::null())
+        .stdout(log.try_clone()?)
+        .stderr(log)
+        .kill_on_drop(true)
+        .env(STOP_WITH_PARENT, std::process::id().to_string());
+    let child = command.spawn().context("cannot start the S3 gateway")?;
+    Ok(Some((Running { name: "s3".into(), child }, address)))
 }
 
 /// Returns on SIGINT or SIGTERM; a child that ends meanwhile is reported.

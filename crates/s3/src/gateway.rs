@@ -43,6 +43,7 @@ fn s3(error: StoreError) -> S3Error {
         StoreError::BadDigest => C::BadDigest,
         StoreError::IncompleteBody { .. } | StoreError::Body(_) => C::IncompleteBody,
         StoreError::MetadataTooLarge(_) => C::MetadataTooLarge,
+        StoreError::KeyTooLong(_) => C::KeyTooLongError,
         StoreError::NoSuchUpload(_) => C::NoSuchUpload,
         StoreError::InvalidPart(_) => C::InvalidPart,
         StoreError::InvalidPartOrder => C::InvalidPartOrder,

@@ -5,12 +5,14 @@
 //! cluster objects ([`layout`]); [`gateway`] gives each S3 operation its meaning.
 //! docs/s3-compat.md lists what is supported.
 
+pub mod bench;
 pub mod gateway;
 pub mod keys;
 mod layout;
 pub mod multipart;
 pub mod record;
 pub mod serve;
+pub mod sigv4;
 pub mod store;
 
 pub use serve::{Credentials, serve, service, sweep_abandoned_uploads};

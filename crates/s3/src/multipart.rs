@@ -28,6 +28,7 @@ pub struct PartInfo {
 
 impl Store {
     pub async fn create_upload(&self, bucket: &str, key: &str, headers: Headers) -> Result<String> {
+        crate::store::check_key(key)?;
         if headers.metadata_bytes() > 2048 {
             return Err(StoreError::MetadataTooLarge(headers.metadata_bytes()));
         }

@@ -54,6 +54,8 @@ pub enum StoreError {
     InvalidPartOrder,
     #[error("part {part} is {size} bytes: every part but the last must be 5 MiB or more")]
     EntityTooSmall { part: u32, size: u64 },
+    #[error("a key of {0} bytes: S3 allows 1,024")]
+    KeyTooLong(usize),
     #[error("user metadata of {0} bytes: S3 allows 2 KiB")]
     MetadataTooLarge(usize),
     #[error("object {name:?}: {error}")]
@@ -374,6 +376,7 @@ impl Store {
         headers: Headers,
         content_md5: Option<[u8; 16]>,
     ) -> Result<ObjectRecord> {
+        check_key(key)?;
         if headers.metadata_bytes() > 2048 {
             return Err(StoreError::MetadataTooLarge(headers.metadata_bytes()));
         }
@@ -525,6 +528,16 @@ impl Store {
             .await?;
         Ok(listing)
     }
+}
+
+/// The longest key (S3's limit, in UTF-8 bytes).
+pub const KEY_BYTES_MAX: usize = 1024;
+
+pub(crate) fn check_key(key: &str) -> Result<()> {
+    if key.is_empty() || key.len() > KEY_BYTES_MAX {
+        return Err(StoreError::KeyTooLong(key.len()));
+    }
+    Ok(())
 }
 
 /// The last entry of a listing page in S3's order: where the next page starts.

@@ -1,0 +1,122 @@
+//! The S3 gateway driven by real S3 clients: `somnus s3` in front of a cluster of
+//! real processes on loopback, and `crates/s3/tests/s3_clients.py` (boto3 and the AWS
+//! CLI) run against it, once with every server on and once more (a quicker suite)
+//! with two of the three gear groups asleep.
+//!
+//! The clients come from PyPI (`python3 -m pip install boto3 awscli`, as `.ci/run`
+//! does). Without them the test says so and passes, except under CI (`CI` set),
+//! where it fails.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+// Processes are waited for in real time.
+#![allow(clippy::disallowed_methods)]
+
+use std::net::{SocketAddr, TcpStream};
+use std::path::PathBuf;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+mod common;
+
+use common::{Cluster, free_ports};
+use somnus_core::cluster::ServerPower;
+
+const ACCESS_KEY: &str = "somnus-test";
+const SECRET_KEY: &str = "somnus-test-secret";
+
+/// The gateway process, stopped when the test ends however it ends.
+struct Gateway {
+    child: Child,
+    address: SocketAddr,
+}
+
+impl Drop for Gateway {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn start_gateway(cluster: &Cluster) -> Gateway {
+    let address = free_ports(1)[0];
+    let child = cluster.spawn(&[
+        "s3",
+        "--listen",
+        &address.to_string(),
+        "--access-key",
+        ACCESS_KEY,
+        "--secret-key",
+        SECRET_KEY,
+    ]);
+    let gateway = Gateway { child, address };
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while TcpStream::connect(address).is_err() {
+        assert!(Instant::now() < deadline, "the gateway does not listen on {address}");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    gateway
+}
+
+fn script() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../s3/tests/s3_clients.py")
+}
+
+/// Whether boto3 and the AWS CLI are here; under CI they must be.
+fn clients_installed() -> bool {
+    let boto3 = Command::new("python3").args(["-c", "import boto3"]).status();
+    let aws = Command::new("aws").arg("--version").stdout(Stdio::null()).status();
+    let installed = boto3.is_ok_and(|s| s.success()) && aws.is_ok_and(|s| s.success());
+    if !installed {
+        assert!(
+            std::env::var_os("CI").is_none(),
+            "boto3 and the AWS CLI are needed: python3 -m pip install boto3 awscli"
+        );
+        eprintln!("skipped: boto3 or the AWS CLI is missing (python3 -m pip install boto3 awscli)");
+    }
+    installed
+}
+
+/// Runs the client suite (`full` or `quick`) against `gateway`; its output.
+fn run_suite(gateway: &Gateway, suite: &str) -> String {
+    let output = Command::new("python3")
+        .arg(script())
+        .env("S3_ENDPOINT", format!("http://{}", gateway.address))
+        .env("S3_ACCESS_KEY", ACCESS_KEY)
+        .env("S3_SECRET_KEY", SECRET_KEY)
+        .env("S3_SUITE", suite)
+        .stdin(Stdio::null())
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&output.stdout).into_owned();
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(output.status.success(), "the {suite} suite failed:\n{stdout}\n{stderr}");
+    stdout
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn real_s3_clients_store_and_read_objects_also_while_gear_groups_sleep() {
+    if !clients_installed() {
+        return;
+    }
+    // The clock runs 10x, so that servers drain, sleep and wake in seconds.
+    let cluster = Cluster::start_scaled(10.0);
+    let gateway = start_gateway(&cluster);
+
+    let full = tokio::task::block_in_place(|| run_suite(&gateway, "full"));
+    eprintln!("{full}");
+
+    cluster.operator("/gear/1").await.unwrap();
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(60);
+    loop {
+        let mds = cluster.mds_status().await;
+        if mds.servers.iter().filter(|s| s.power == ServerPower::Asleep).count() == 6 {
+            break;
+        }
+        assert!(tokio::time::Instant::now() < deadline, "six servers not asleep in 60 s");
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    let quick = tokio::task::block_in_place(|| run_suite(&gateway, "quick"));
+    eprintln!("with gear groups 2 and 3 asleep:\n{quick}");
+    let mds = cluster.mds_status().await;
+    let asleep = mds.servers.iter().filter(|s| s.power == ServerPower::Asleep).count();
+    assert_eq!((mds.gear, asleep), (1, 6), "the suite ran with two gear groups asleep");
+}
