@@ -92,6 +92,51 @@ fn run_suite(gateway: &Gateway, suite: &str) -> String {
     stdout
 }
 
+/// The gateway's resident-set peak so far (its `VmHWM`).
+fn peak_bytes(gateway: &Gateway) -> u64 {
+    let status = std::fs::read_to_string(format!("/proc/{}/status", gateway.child.id())).unwrap();
+    let kib = status.lines().find_map(|l| l.strip_prefix("VmHWM:")).unwrap();
+    kib.trim().trim_end_matches("kB").trim().parse::<u64>().unwrap() << 10
+}
+
+/// `aws s3api` against the gateway; its standard output.
+fn aws(gateway: &Gateway, args: &[&str]) -> String {
+    let output = Command::new("aws")
+        .args(["--endpoint-url", &format!("http://{}", gateway.address), "s3api"])
+        .args(args)
+        .env("AWS_ACCESS_KEY_ID", ACCESS_KEY)
+        .env("AWS_SECRET_ACCESS_KEY", SECRET_KEY)
+        .env("AWS_DEFAULT_REGION", "us-east-1")
+        .env("AWS_CONFIG_FILE", "/dev/null")
+        .env("AWS_SHARED_CREDENTIALS_FILE", "/dev/null")
+        .stdin(Stdio::null())
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(output.status.success(), "aws s3api {args:?}: {stderr}");
+    String::from_utf8_lossy(&output.stdout).into_owned()
+}
+
+/// An object of 300 MiB in one PUT and one GET (no multipart): the gateway streams
+/// it a request at a time, so its memory stays far below the object's size.
+fn a_large_object_streams_in_bounded_memory(gateway: &Gateway, dir: &std::path::Path) {
+    const SIZE: usize = 300 << 20;
+    let data = common::pattern(91, SIZE);
+    let file = dir.join("large.bin");
+    std::fs::write(&file, &data).unwrap();
+    let file = file.to_str().unwrap();
+    aws(gateway, &["create-bucket", "--bucket", "large"]);
+    aws(gateway, &["put-object", "--bucket", "large", "--key", "l", "--body", file]);
+    let back = dir.join("large.back");
+    aws(gateway, &["get-object", "--bucket", "large", "--key", "l", back.to_str().unwrap()]);
+    assert!(std::fs::read(&back).unwrap() == data, "the large object read back differs");
+    aws(gateway, &["delete-object", "--bucket", "large", "--key", "l"]);
+    aws(gateway, &["delete-bucket", "--bucket", "large"]);
+    let peak = peak_bytes(gateway);
+    eprintln!("300 MiB PUT and GET: the gateway peaked at {} MiB", peak >> 20);
+    assert!(peak < 160 << 20, "the gateway peaked at {} MiB", peak >> 20);
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn real_s3_clients_store_and_read_objects_also_while_gear_groups_sleep() {
     if !clients_installed() {
@@ -103,6 +148,8 @@ async fn real_s3_clients_store_and_read_objects_also_while_gear_groups_sleep() {
 
     let full = tokio::task::block_in_place(|| run_suite(&gateway, "full"));
     eprintln!("{full}");
+    let dir = cluster.path.parent().unwrap().to_owned();
+    tokio::task::block_in_place(|| a_large_object_streams_in_bounded_memory(&gateway, &dir));
 
     cluster.operator("/gear/1").await.unwrap();
     let deadline = tokio::time::Instant::now() + Duration::from_secs(60);

@@ -166,13 +166,31 @@ fn byte_range(range: Option<&Range>, size: u64) -> Option<(u64, u64)> {
     }
 }
 
+/// Names in a listing's answer as `encoding-type` asks: `url` percent-encodes them
+/// (clients such as boto3 ask for it, and decode `+` as a space).
+struct Names(bool);
+
+impl Names {
+    fn of(encoding: Option<&EncodingType>) -> Names {
+        Names(encoding.is_some_and(|e| e.as_str() == EncodingType::URL))
+    }
+
+    fn name(&self, text: &str) -> String {
+        if self.0 { crate::sigv4::encode_path(text) } else { text.to_owned() }
+    }
+
+    fn maybe(&self, text: Option<String>) -> Option<String> {
+        text.map(|t| self.name(&t))
+    }
+}
+
 /// S3's answer to a listing page's objects.
-fn contents(listing: &Listing) -> Vec<Object> {
+fn contents(listing: &Listing, names: &Names) -> Vec<Object> {
     listing
         .keys
         .iter()
         .map(|(key, record)| Object {
-            key: Some(key.clone()),
+            key: Some(names.name(key)),
             size: Some(record.size as i64),
             e_tag: Some(etag(record)),
             last_modified: Some(timestamp(record.modified_ms)),
@@ -182,9 +200,12 @@ fn contents(listing: &Listing) -> Vec<Object> {
         .collect()
 }
 
-fn common_prefixes(listing: &Listing) -> Option<Vec<CommonPrefix>> {
-    let prefixes: Vec<CommonPrefix> =
-        listing.common_prefixes.iter().map(|p| CommonPrefix { prefix: Some(p.clone()) }).collect();
+fn common_prefixes(listing: &Listing, names: &Names) -> Option<Vec<CommonPrefix>> {
+    let prefixes: Vec<CommonPrefix> = listing
+        .common_prefixes
+        .iter()
+        .map(|p| CommonPrefix { prefix: Some(names.name(p)) })
+        .collect();
     (!prefixes.is_empty()).then_some(prefixes)
 }
 
@@ -461,19 +482,20 @@ impl S3 for Gateway {
         };
         let listing =
             self.list(&input.bucket, &prefix, input.delimiter.as_deref(), after, max).await?;
+        let names = Names::of(input.encoding_type.as_ref());
         let output = ListObjectsV2Output {
             name: Some(input.bucket),
-            prefix: Some(prefix),
+            prefix: Some(names.name(&prefix)),
             max_keys: Some(max as i32),
             key_count: Some((listing.keys.len() + listing.common_prefixes.len()) as i32),
             continuation_token: input.continuation_token,
             is_truncated: Some(listing.truncated),
             next_continuation_token: listing.next_after.as_deref().map(token),
-            contents: Some(contents(&listing)),
-            common_prefixes: common_prefixes(&listing),
-            delimiter: input.delimiter,
+            contents: Some(contents(&listing, &names)),
+            common_prefixes: common_prefixes(&listing, &names),
+            delimiter: names.maybe(input.delimiter),
             encoding_type: input.encoding_type,
-            start_after: input.start_after,
+            start_after: names.maybe(input.start_after),
             ..Default::default()
         };
         Ok(S3Response::new(output))
@@ -495,16 +517,17 @@ impl S3 for Gateway {
         } else {
             None
         };
+        let names = Names::of(input.encoding_type.as_ref());
         let output = ListObjectsOutput {
             name: Some(input.bucket),
-            prefix: Some(prefix),
-            marker: input.marker,
+            prefix: Some(names.name(&prefix)),
+            marker: names.maybe(input.marker),
             max_keys: Some(max as i32),
             is_truncated: Some(listing.truncated),
-            contents: Some(contents(&listing)),
-            common_prefixes: common_prefixes(&listing),
-            delimiter: input.delimiter,
-            next_marker,
+            contents: Some(contents(&listing, &names)),
+            common_prefixes: common_prefixes(&listing, &names),
+            delimiter: names.maybe(input.delimiter),
+            next_marker: names.maybe(next_marker),
             encoding_type: input.encoding_type,
             ..Default::default()
         };

@@ -7,8 +7,9 @@ use std::future::Future;
 use std::sync::Arc;
 
 use hyper_util::rt::TokioIo;
-use s3s::auth::SimpleAuth;
+use s3s::auth::{S3Auth, SecretKey, SimpleAuth};
 use s3s::service::{S3Service, S3ServiceBuilder};
+use s3s::{S3Result, s3_error};
 use tokio::net::TcpListener;
 
 use crate::gateway::Gateway;
@@ -21,6 +22,23 @@ pub struct Credentials {
     pub secret_key: String,
 }
 
+/// The keys the gateway knows; an unknown one is `InvalidAccessKeyId`, as S3 answers
+/// (s3s's own answer is `NotSignedUp`).
+struct Keys(SimpleAuth);
+
+#[async_trait::async_trait]
+impl S3Auth for Keys {
+    async fn get_secret_key(&self, access_key: &str) -> S3Result<SecretKey> {
+        match self.0.lookup(access_key) {
+            Some(secret) => Ok(secret.clone()),
+            None => Err(s3_error!(
+                InvalidAccessKeyId,
+                "the access key {access_key:?} is not one of this gateway's"
+            )),
+        }
+    }
+}
+
 /// The S3 service over `store`, accepting requests signed with `credentials`.
 pub fn service(store: Store, credentials: &[Credentials]) -> S3Service {
     let mut builder = S3ServiceBuilder::new(Gateway::new(store));
@@ -28,7 +46,7 @@ pub fn service(store: Store, credentials: &[Credentials]) -> S3Service {
     for c in credentials {
         auth.register(c.access_key.clone(), c.secret_key.clone().into());
     }
-    builder.set_auth(auth);
+    builder.set_auth(Keys(auth));
     builder.build()
 }
 
