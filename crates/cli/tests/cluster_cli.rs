@@ -128,10 +128,12 @@ fn wait_for_processes(cluster: &Path, count: usize) {
     }
 }
 
-/// Starts `somnus up` in `dir` and waits for its banner; what it printed.
+/// Starts `somnus up` in `dir` (its S3 gateway on a free port) and waits for its
+/// banner; what it printed.
 fn up(dir: &Path) -> (Child, String) {
+    let s3 = common::free_ports(1)[0].to_string();
     let mut up = Command::new(SOMNUS)
-        .args(["up", "--dir"])
+        .args(["up", "--s3", &s3, "--dir"])
         .arg(dir)
         .stdin(Stdio::null())
         .stdout(Stdio::null())
@@ -183,7 +185,8 @@ fn until_it_succeeds(args: &[&str], cluster: &Path) -> std::process::Output {
     }
 }
 
-/// `somnus up` starts ten processes and says how to reach them; SIGTERM stops them
+/// `somnus up` starts eleven processes (an MDS, nine servers and the S3 gateway) and
+/// says how to reach them; SIGTERM stops them
 /// all (exit 0); a second `up` on the same directory serves what the first stored;
 /// Ctrl-C (SIGINT) stops that one too; and a third, SIGKILLed, leaves none behind
 /// (its children stop with it).
@@ -197,7 +200,11 @@ fn up_starts_a_cluster_keeps_its_state_and_stops_everything_on_a_signal() {
     let (mut first, banner) = up(&data_dir);
     assert!(banner.contains("9 servers in 3 racks (r = 3) is up; MDS at 127.0.0.1:"), "{banner}");
     assert!(banner.contains(&cluster.display().to_string()), "{banner}");
-    wait_for_processes(&cluster, 10);
+    assert!(
+        banner.contains("S3 at http://127.0.0.1:") && banner.contains("access key"),
+        "{banner}"
+    );
+    wait_for_processes(&cluster, 11);
     let input = dir.path().join("in.bin");
     std::fs::write(&input, pattern(5, 300_000)).unwrap();
     let put = until_it_succeeds(&["put", input.to_str().unwrap(), "kept"], &cluster);
@@ -220,7 +227,7 @@ fn up_starts_a_cluster_keeps_its_state_and_stops_everything_on_a_signal() {
     wait_for_processes(&cluster, 0);
 
     let (mut third, _) = up(&data_dir);
-    assert_eq!(processes_of(&cluster).len(), 10);
+    wait_for_processes(&cluster, 11);
     third.kill().unwrap();
     third.wait().unwrap();
     let deadline = Instant::now() + Duration::from_secs(20);
