@@ -31,6 +31,28 @@ impl Gateway {
     }
 }
 
+/// A GET's or a HEAD's answer: `fields`, then what the object's record says (its
+/// time, ETag, metadata and headers), alike for both.
+macro_rules! described {
+    ($output:ident, $record:expr, { $($field:ident: $value:expr),* $(,)? }) => {{
+        let record: &ObjectRecord = $record;
+        let headers = &record.headers;
+        $output {
+            $($field: $value,)*
+            accept_ranges: Some("bytes".into()),
+            last_modified: Some(timestamp(record.modified_ms)),
+            e_tag: Some(etag(record)),
+            metadata: metadata(headers),
+            content_type: headers.content_type.as_deref().and_then(|t| t.parse().ok()),
+            content_encoding: headers.content_encoding.clone(),
+            content_disposition: headers.content_disposition.clone(),
+            content_language: headers.content_language.clone(),
+            cache_control: headers.cache_control.clone(),
+            ..Default::default()
+        }
+    }};
+}
+
 /// The S3 error a store error is.
 fn s3(error: StoreError) -> S3Error {
     use S3ErrorCode as C;
@@ -375,21 +397,11 @@ impl S3 for Gateway {
             Ok(found) => found,
             Err(error) => return Err(refused.take().unwrap_or_else(|| s3(error))),
         };
-        let output = GetObjectOutput {
+        let output = described!(GetObjectOutput, &record, {
             body: Some(StreamingBlob::wrap(stream)),
             content_length: Some((end - start) as i64),
             content_range: range.is_some().then(|| content_range(start, end, record.size)),
-            accept_ranges: Some("bytes".into()),
-            last_modified: Some(timestamp(record.modified_ms)),
-            e_tag: Some(etag(&record)),
-            metadata: metadata(&record.headers),
-            content_type: record.headers.content_type.as_deref().and_then(|t| t.parse().ok()),
-            content_encoding: record.headers.content_encoding.clone(),
-            content_disposition: record.headers.content_disposition.clone(),
-            content_language: record.headers.content_language.clone(),
-            cache_control: record.headers.cache_control.clone(),
-            ..Default::default()
-        };
+        });
         Ok(S3Response::new(output))
     }
 
@@ -408,20 +420,10 @@ impl S3 for Gateway {
         )?;
         let (start, end) = byte_range(input.range.as_ref(), record.size)
             .ok_or_else(|| s3_error!(InvalidRange, "the object has {} bytes", record.size))?;
-        let output = HeadObjectOutput {
+        let output = described!(HeadObjectOutput, &record, {
             content_length: Some((end - start) as i64),
             content_range: input.range.is_some().then(|| content_range(start, end, record.size)),
-            accept_ranges: Some("bytes".into()),
-            last_modified: Some(timestamp(record.modified_ms)),
-            e_tag: Some(etag(&record)),
-            metadata: metadata(&record.headers),
-            content_type: record.headers.content_type.as_deref().and_then(|t| t.parse().ok()),
-            content_encoding: record.headers.content_encoding.clone(),
-            content_disposition: record.headers.content_disposition.clone(),
-            content_language: record.headers.content_language.clone(),
-            cache_control: record.headers.cache_control.clone(),
-            ..Default::default()
-        };
+        });
         Ok(S3Response::new(output))
     }
 

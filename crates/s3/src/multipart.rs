@@ -73,21 +73,7 @@ impl Store {
             )));
         }
         self.upload(bucket, key, upload).await?;
-        let data_name = |id: &str| layout::data_object(bucket, id);
-        let (extent, md5) = self.put_data(data_name, length, body).await?;
-        if content_md5.is_some_and(|sent| sent != md5) {
-            if let Some(extent) = &extent {
-                self.remove(&extent.object).await?;
-            }
-            return Err(StoreError::BadDigest);
-        }
-        let record = ObjectRecord {
-            size: length,
-            etag: hex(&md5),
-            modified_ms: now_ms(),
-            extents: extent.into_iter().collect(),
-            headers: Headers::default(),
-        };
+        let record = self.store_body(bucket, length, body, content_md5, Headers::default()).await?;
         self.replace(&layout::part_record(bucket, upload, number), &record).await?;
         Ok(record)
     }

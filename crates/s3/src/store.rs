@@ -341,6 +341,34 @@ impl Store {
         Ok(())
     }
 
+    /// Stores a body (an object's or a part's) in a new data object of `bucket`; the
+    /// record that names it, not yet written. `content_md5`, if sent, must be the
+    /// body's: else nothing of it remains.
+    pub(crate) async fn store_body(
+        &self,
+        bucket: &str,
+        length: u64,
+        body: impl Stream<Item = std::result::Result<Bytes, impl std::fmt::Display>> + Unpin,
+        content_md5: Option<[u8; 16]>,
+        headers: Headers,
+    ) -> Result<ObjectRecord> {
+        let data_name = |id: &str| layout::data_object(bucket, id);
+        let (extent, md5) = self.put_data(data_name, length, body).await?;
+        if content_md5.is_some_and(|sent| sent != md5) {
+            if let Some(extent) = &extent {
+                self.remove(&extent.object).await?;
+            }
+            return Err(StoreError::BadDigest);
+        }
+        Ok(ObjectRecord {
+            size: length,
+            etag: hex(&md5),
+            modified_ms: now_ms(),
+            extents: extent.into_iter().collect(),
+            headers,
+        })
+    }
+
     /// Makes `record` the object `key` of `bucket`, and deletes the data of the object
     /// it replaced.
     pub(crate) async fn commit(
@@ -381,21 +409,7 @@ impl Store {
             return Err(StoreError::MetadataTooLarge(headers.metadata_bytes()));
         }
         self.bucket(bucket).await?;
-        let data_name = |id: &str| layout::data_object(bucket, id);
-        let (extent, md5) = self.put_data(data_name, length, body).await?;
-        if content_md5.is_some_and(|sent| sent != md5) {
-            if let Some(extent) = &extent {
-                self.remove(&extent.object).await?;
-            }
-            return Err(StoreError::BadDigest);
-        }
-        let record = ObjectRecord {
-            size: length,
-            etag: hex(&md5),
-            modified_ms: now_ms(),
-            extents: extent.into_iter().collect(),
-            headers,
-        };
+        let record = self.store_body(bucket, length, body, content_md5, headers).await?;
         self.commit(bucket, key, &record).await?;
         Ok(record)
     }
