@@ -63,6 +63,7 @@ fn s3(error: StoreError) -> S3Error {
         StoreError::BucketExists(_) => C::BucketAlreadyOwnedByYou,
         StoreError::BucketNotEmpty(_) => C::BucketNotEmpty,
         StoreError::BadDigest => C::BadDigest,
+        StoreError::ChunkSignature => C::SignatureDoesNotMatch,
         StoreError::IncompleteBody { .. } | StoreError::Body(_) => C::IncompleteBody,
         StoreError::MetadataTooLarge(_) => C::MetadataTooLarge,
         StoreError::KeyTooLong(_) => C::KeyTooLongError,

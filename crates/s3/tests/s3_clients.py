@@ -9,6 +9,8 @@ Prints one line per check and `N checks, M failed`; exits 0 only if every check 
 
 import base64
 import hashlib
+import hmac
+from http.client import HTTPConnection
 import os
 import secrets
 import subprocess
@@ -17,6 +19,7 @@ import tempfile
 import time
 import traceback
 import urllib.error
+import urllib.parse
 import urllib.request
 from datetime import datetime, timedelta, timezone
 
@@ -467,6 +470,69 @@ def _():
     time.sleep(2.5)
     status, body = http("GET", expired)
     assert status == 403 and b"AccessDenied" in body, (status, body[:200])
+    empty_and_delete(name)
+
+
+def sign(key, text):
+    return hmac.new(key, text.encode(), hashlib.sha256).digest()
+
+
+def chunked_put(bucket_name, key, body, chunk=64 * 1024, tamper=False):
+    """A PUT with an `aws-chunked` body signed chunk by chunk
+    (STREAMING-AWS4-HMAC-SHA256-PAYLOAD), as SDKs send large uploads."""
+    url = urllib.parse.urlsplit(ENDPOINT)
+    now = datetime.now(timezone.utc)
+    amz_date, day = now.strftime("%Y%m%dT%H%M%SZ"), now.strftime("%Y%m%d")
+    scope = f"{day}/us-east-1/s3/aws4_request"
+    pieces = [body[i:i + chunk] for i in range(0, len(body), chunk)] + [b""]
+    lengths = sum(len(f"{len(p):x};chunk-signature={'0' * 64}\r\n") + len(p) + 2 for p in pieces)
+    path = "/" + urllib.parse.quote(f"{bucket_name}/{key}", safe="/~")
+    headers = {
+        "host": url.netloc,
+        "content-encoding": "aws-chunked",
+        "content-length": str(lengths),
+        "x-amz-content-sha256": "STREAMING-AWS4-HMAC-SHA256-PAYLOAD",
+        "x-amz-date": amz_date,
+        "x-amz-decoded-content-length": str(len(body)),
+    }
+    names = sorted(headers)
+    canonical = "\n".join(["PUT", path, ""] + [f"{n}:{headers[n]}" for n in names] +
+                          ["", ";".join(names), headers["x-amz-content-sha256"]])
+    to_sign = "\n".join(["AWS4-HMAC-SHA256", amz_date, scope,
+                         hashlib.sha256(canonical.encode()).hexdigest()])
+    signing = f"AWS4{SECRET}".encode()
+    for part in [day, "us-east-1", "s3", "aws4_request"]:
+        signing = sign(signing, part)
+    previous = hmac.new(signing, to_sign.encode(), hashlib.sha256).hexdigest()
+    headers["authorization"] = (
+        f"AWS4-HMAC-SHA256 Credential={ACCESS}/{scope}, SignedHeaders={';'.join(names)}, "
+        f"Signature={previous}")
+    encoded = b""
+    empty = hashlib.sha256(b"").hexdigest()
+    for piece in pieces:
+        text = "\n".join(["AWS4-HMAC-SHA256-PAYLOAD", amz_date, scope, previous, empty,
+                          hashlib.sha256(piece).hexdigest()])
+        previous = hmac.new(signing, text.encode(), hashlib.sha256).hexdigest()
+        if tamper and piece:
+            piece, tamper = bytes([piece[0] ^ 1]) + piece[1:], False  # after signing
+        encoded += f"{len(piece):x};chunk-signature={previous}\r\n".encode() + piece + b"\r\n"
+    connection = HTTPConnection(url.hostname, url.port, timeout=60)
+    connection.request("PUT", path, body=encoded, headers=headers)
+    answer = connection.getresponse()
+    return answer.status, answer.read()
+
+
+@check("aws-chunked streaming upload, signed chunk by chunk", quick=True)
+def _():
+    name = bucket("chunk")
+    body = data(300_000, 5)
+    status, answer = chunked_put(name, "streamed", body)
+    assert status == 200, (status, answer[:300])
+    got = S3.get_object(Bucket=name, Key="streamed")
+    assert got["Body"].read() == body and got["ETag"] == f'"{md5_hex(body)}"'
+    status, answer = chunked_put(name, "tampered", body, tamper=True)
+    assert status == 403 and b"SignatureDoesNotMatch" in answer, (status, answer[:300])
+    expect_error(None, 404, S3.head_object, Bucket=name, Key="tampered")
     empty_and_delete(name)
 
 
