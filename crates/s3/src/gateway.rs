@@ -425,6 +425,8 @@ impl S3 for Gateway {
             content_length: Some((end - start) as i64),
             content_range: input.range.is_some().then(|| content_range(start, end, record.size)),
         });
+        // A ranged HEAD is answered 206 by the server ([`crate::serve`]): s3s takes no
+        // status from a HEAD's answer.
         Ok(S3Response::new(output))
     }
 

@@ -74,11 +74,35 @@ pub async fn serve(
         tokio::spawn(async move {
             let connection = hyper::server::conn::http1::Builder::new()
                 .keep_alive(true)
-                .serve_connection(TokioIo::new(socket), service);
+                .serve_connection(TokioIo::new(socket), ranged_head_is_partial(service));
             // A client that goes away mid-request ends only its connection.
             let _ = connection.await;
         });
     }
+}
+
+/// `service`, with a HEAD that asked for a range answered 206 as S3 does (s3s answers
+/// it 200, with the range's length and Content-Range right).
+fn ranged_head_is_partial(
+    service: S3Service,
+) -> impl hyper::service::Service<
+    http::Request<hyper::body::Incoming>,
+    Response = s3s::HttpResponse,
+    Error = s3s::HttpError,
+    Future = impl Future<Output = Result<s3s::HttpResponse, s3s::HttpError>> + Send,
+> + Clone {
+    hyper::service::service_fn(move |request: http::Request<hyper::body::Incoming>| {
+        let ranged_head = request.method() == http::Method::HEAD
+            && request.headers().contains_key(http::header::RANGE);
+        let call = hyper::service::Service::call(&service, request);
+        async move {
+            let mut response = call.await?;
+            if ranged_head && response.status() == http::StatusCode::OK {
+                *response.status_mut() = http::StatusCode::PARTIAL_CONTENT;
+            }
+            Ok(response)
+        }
+    })
 }
 
 /// Aborts the uploads left unfinished for longer than `older_than`, every `every`,

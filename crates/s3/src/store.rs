@@ -511,6 +511,15 @@ impl Store {
                         .find(d)
                         .map(|at| key[..prefix.len() + at + d.len()].to_owned())
                 });
+                // A common prefix at or before where the listing starts was given by
+                // an earlier page (a marker may be one, as V1's NextMarker is): its keys
+                // are skipped, as S3 does.
+                if let Some(common) = &folded
+                    && after.is_some_and(|a| common.as_str() <= a)
+                {
+                    from = Some(format!("{base}{common}{}", char::MAX));
+                    continue 'pages;
+                }
                 if listing.common_prefixes.len() + keys.len() == max {
                     listing.truncated = true;
                     break 'pages;
