@@ -67,12 +67,15 @@ impl Store {
         body: impl Stream<Item = std::result::Result<Bytes, impl std::fmt::Display>> + Unpin,
         content_md5: Option<[u8; 16]>,
     ) -> Result<ObjectRecord> {
-        if !(1..=PART_NUMBER_MAX).contains(&number) {
-            return Err(StoreError::InvalidPart(format!(
-                "part number {number}: parts are numbered 1 to {PART_NUMBER_MAX}"
-            )));
-        }
-        self.upload(bucket, key, upload).await?;
+        let checked = async {
+            if !(1..=PART_NUMBER_MAX).contains(&number) {
+                return Err(StoreError::InvalidPart(format!(
+                    "part number {number}: parts are numbered 1 to {PART_NUMBER_MAX}"
+                )));
+            }
+            self.upload(bucket, key, upload).await.map(drop)
+        };
+        let body = crate::store::refuse_after_body(checked.await, body).await?;
         let record = self.store_body(bucket, length, body, content_md5, Headers::default()).await?;
         self.replace(&layout::part_record(bucket, upload, number), &record).await?;
         Ok(record)

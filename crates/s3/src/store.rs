@@ -406,11 +406,14 @@ impl Store {
         headers: Headers,
         content_md5: Option<[u8; 16]>,
     ) -> Result<ObjectRecord> {
-        check_key(key)?;
-        if headers.metadata_bytes() > 2048 {
-            return Err(StoreError::MetadataTooLarge(headers.metadata_bytes()));
-        }
-        self.bucket(bucket).await?;
+        let checked = async {
+            check_key(key)?;
+            if headers.metadata_bytes() > 2048 {
+                return Err(StoreError::MetadataTooLarge(headers.metadata_bytes()));
+            }
+            self.bucket(bucket).await.map(drop)
+        };
+        let body = refuse_after_body(checked.await, body).await?;
         let record = self.store_body(bucket, length, body, content_md5, headers).await?;
         self.commit(bucket, key, &record).await?;
         Ok(record)
@@ -650,6 +653,27 @@ async fn finished(
         Ok(result) => Ok(result?),
         Err(_) => Err(StoreError::Cluster(ClientError::Stopped)),
     }
+}
+
+/// Bytes of a refused request's body read and thrown away before the answer.
+const DISCARD_BYTES_MAX: u64 = 16 << 20;
+
+/// `body` back if `checked` passed; else the refusal, once the body (up to 16 MiB)
+/// was read: an HTTP/1.1 client still sending it would otherwise meet a closed
+/// connection instead of the S3 error.
+pub(crate) async fn refuse_after_body<S, E>(checked: Result<()>, mut body: S) -> Result<S>
+where
+    S: Stream<Item = std::result::Result<Bytes, E>> + Unpin,
+{
+    let Err(refusal) = checked else { return Ok(body) };
+    let mut discarded = 0u64;
+    while discarded < DISCARD_BYTES_MAX {
+        match body.next().await {
+            Some(Ok(bytes)) => discarded += bytes.len() as u64,
+            Some(Err(_)) | None => break,
+        }
+    }
+    Err(refusal)
 }
 
 /// Reads a body to its end; its length.
