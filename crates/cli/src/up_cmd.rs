@@ -228,7 +228,19 @@ fn start_s3(
         );
         return Ok(None);
     }
-    let log = std::fs::File::create(logs.join("s3.log")).context("cannot create the log of s3")?;
+    // The gateway prints its secret key: its log is its owner's only.
+    let log = {
+        use std::os::unix::fs::OpenOptionsExt;
+        std::fs::OpenOptions::new()
+            .write(true)
+            .create(true)
+            .truncate(true)
+            .mode(0o600)
+            .open(logs.join("s3.log"))
+            .context("cannot create the log of s3")?
+    };
+    // A log made by an earlier version keeps its mode when opened: set it.
+    log.set_permissions(std::os::unix::fs::PermissionsExt::from_mode(0o600))?;
     let mut command = Command::new(exe);
     command
         .args(["s3", "--listen", &address.to_string(), "--cluster"])

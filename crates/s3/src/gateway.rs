@@ -185,7 +185,8 @@ fn content_range(start: u64, end: u64, size: u64) -> String {
 fn byte_range(range: Option<&Range>, size: u64) -> Option<(u64, u64)> {
     match range {
         None => Some((0, size)),
-        Some(range) => range.check(size).ok().map(|r| (r.start, r.end)),
+        // An empty range (any range of an empty object) cannot be satisfied either.
+        Some(range) => range.check(size).ok().filter(|r| r.start < r.end).map(|r| (r.start, r.end)),
     }
 }
 
@@ -239,7 +240,8 @@ fn token(after: &str) -> String {
 
 fn untoken(token: &str) -> S3Result<String> {
     let bad = || s3_error!(InvalidArgument, "the continuation token is not one this gateway gave");
-    if !token.len().is_multiple_of(2) {
+    // Hex is ASCII: anything else is not a token of ours (and would not slice by byte).
+    if !token.is_ascii() || !token.len().is_multiple_of(2) {
         return Err(bad());
     }
     let bytes: Result<Vec<u8>, _> =
@@ -913,7 +915,19 @@ mod tests {
         assert!(untoken("zz").is_err());
         assert!(untoken("abc").is_err());
         assert!(untoken("ff").is_err(), "not UTF-8");
+        assert!(untoken("aéb").is_err(), "not ASCII: refused, not sliced inside a character");
         Ok(())
+    }
+
+    #[test]
+    fn no_range_of_an_empty_object_is_satisfiable() {
+        for header in ["bytes=-5", "bytes=0-", "bytes=0-0"] {
+            let range = Range::parse(header).ok();
+            assert_eq!(byte_range(range.as_ref(), 0), None, "{header}");
+        }
+        let suffix = Range::parse("bytes=-5").ok();
+        assert_eq!(byte_range(suffix.as_ref(), 3), Some((0, 3)));
+        assert_eq!(byte_range(None, 0), Some((0, 0)));
     }
 
     #[test]
