@@ -166,6 +166,17 @@ fn content_md5(header: Option<&str>) -> S3Result<Option<[u8; 16]>> {
     Ok(Some(digest))
 }
 
+/// A body's length from its Content-Length, at most `max` bytes for `what`.
+fn body_length(content_length: Option<i64>, max: u64, what: &str) -> S3Result<u64> {
+    let Some(length) = content_length else { return Err(s3_error!(MissingContentLength)) };
+    let length =
+        u64::try_from(length).map_err(|_| s3_error!(InvalidArgument, "negative length"))?;
+    if length > max {
+        return Err(s3_error!(EntityTooLarge, "{what} stores 5 GiB at most"));
+    }
+    Ok(length)
+}
+
 /// The inclusive bounds of an `x-amz-copy-source-range` (`bytes=first-last`).
 fn parse_copy_range(text: &str) -> S3Result<(u64, u64)> {
     let bad = || {
@@ -319,14 +330,7 @@ impl S3 for Gateway {
         req: S3Request<PutObjectInput>,
     ) -> S3Result<S3Response<PutObjectOutput>> {
         let input = req.input;
-        let Some(length) = input.content_length else {
-            return Err(s3_error!(MissingContentLength));
-        };
-        let length =
-            u64::try_from(length).map_err(|_| s3_error!(InvalidArgument, "negative length"))?;
-        if length > PUT_BYTES_MAX {
-            return Err(s3_error!(EntityTooLarge, "a PUT stores 5 GiB at most: use multipart"));
-        }
+        let length = body_length(input.content_length, PUT_BYTES_MAX, "a PUT")?;
         let md5 = content_md5(input.content_md5.as_deref())?;
         if input.if_none_match.is_some() || input.if_match.is_some() {
             let existing = match self.store.head(&input.bucket, &input.key).await {
@@ -632,14 +636,7 @@ impl S3 for Gateway {
         req: S3Request<UploadPartInput>,
     ) -> S3Result<S3Response<UploadPartOutput>> {
         let input = req.input;
-        let Some(length) = input.content_length else {
-            return Err(s3_error!(MissingContentLength));
-        };
-        let length =
-            u64::try_from(length).map_err(|_| s3_error!(InvalidArgument, "negative length"))?;
-        if length > PART_BYTES_MAX {
-            return Err(s3_error!(EntityTooLarge, "a part is 5 GiB at most"));
-        }
+        let length = body_length(input.content_length, PART_BYTES_MAX, "a part")?;
         let md5 = content_md5(input.content_md5.as_deref())?;
         let number = u32::try_from(input.part_number).unwrap_or(0);
         let body = match input.body {
