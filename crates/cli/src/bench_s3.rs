@@ -67,6 +67,8 @@ pub(crate) fn run(args: &BenchS3Args) -> Result<()> {
     if args.sizes.is_empty() || args.sizes.iter().any(|&s| s == 0 || s > 5 << 30) {
         bail!("--sizes: each must be 1 byte to 5 GiB");
     }
+    // The endpoint first: a bad one is named before keys are looked for (or made).
+    let address = address(&args.endpoint)?;
     let env = |name| std::env::var(name).ok().filter(|v: &String| !v.is_empty());
     let (access_key, secret_key) = match args.access_key.clone().zip(args.secret_key.clone()) {
         Some(keys) => keys,
@@ -80,7 +82,7 @@ pub(crate) fn run(args: &BenchS3Args) -> Result<()> {
         },
     };
     let config = BenchConfig {
-        address: address(&args.endpoint)?,
+        address,
         signer: Signer { access_key, secret_key, region: args.region.clone() },
         bucket: args.bucket.clone(),
         concurrency: args.concurrency,
