@@ -24,6 +24,7 @@ mod reproduce;
 mod s3_cmd;
 mod sim_cluster;
 mod sim_cmd;
+mod sim_demo;
 mod sim_gear;
 mod sim_ioserver;
 mod sim_scenarios;
@@ -58,9 +59,11 @@ struct Cli {
 
 #[derive(Subcommand)]
 enum Command {
-    /// Simulate a seeded synthetic day of twelve volumes on three racks under the four
-    /// configurations of Write Off-Loading (baseline, vanilla, machine, rack) and print
-    /// the summary table. Needs no files; takes well under a minute.
+    /// somnus's main job in about two minutes: start a local cluster (an MDS, nine
+    /// storage servers in three racks, an S3 gateway), drive a day of S3 traffic
+    /// compressed into 72 s, print each interval's gear, servers asleep, DVL bytes and
+    /// energy saved against every server on, then read every object back and compare
+    /// it. Needs no files. The simulator's demo is `somnus sim demo`.
     Demo(demo::DemoArgs),
     /// Work with block I/O trace files: statistics, conversion, synthetic traces.
     Trace {
@@ -153,7 +156,7 @@ fn main() -> ExitCode {
 
 fn run(command: Command) -> Result<()> {
     match command {
-        Command::Demo(args) => demo::run(&args),
+        Command::Demo(args) => demo::run(args),
         Command::Trace { command } => trace_cmd::run(command),
         Command::Sim { command } => sim_cmd::run(command),
         Command::Bench { command } => bench_cmd::run(command),

@@ -66,7 +66,8 @@ pub(crate) fn run(args: S3Args) -> Result<()> {
             .with_context(|| format!("cannot serve S3 on {}", args.listen))?;
         let client = ClusterClient::start(Arc::new(file), secret)?;
         let store = Store::new(client);
-        let sweeper = std::time::Duration::from_secs(3600);
+        // Retired data waits 15 minutes; the sweep looks every five.
+        let sweeper = std::time::Duration::from_secs(300);
         somnus_s3::sweep_abandoned_uploads(store.clone(), abandoned_after, sweeper);
         let service = somnus_s3::service(store, std::slice::from_ref(&credentials));
         let address = listener.local_addr()?;

@@ -36,6 +36,10 @@ pub(crate) enum SimCommand {
     /// Table 4; see `somnus show topology`): a volume named `host_disk` belongs to
     /// server `host`; servers no rack lists form a rack of their own.
     Offload(OffloadArgs),
+    /// The simulator's demo: a seeded synthetic day of twelve volumes on three racks
+    /// under the four configurations of Write Off-Loading (baseline, vanilla, machine,
+    /// rack), and the summary table. Needs no files; takes a few seconds.
+    Demo(crate::sim_demo::DemoArgs),
     /// Run the cluster protocol (metadata service, storage servers, clients) in a
     /// deterministic simulation with injected faults, one run per seed, and check
     /// every read (linearizable per block), every acknowledged write (r copies in r
@@ -147,6 +151,7 @@ pub(crate) struct OffloadArgs {
 pub(crate) fn run(command: SimCommand) -> Result<()> {
     match command {
         SimCommand::Offload(args) => offload(&args),
+        SimCommand::Demo(args) => crate::sim_demo::run(&args),
         SimCommand::Cluster(args) => crate::sim_cluster::run(&args),
         SimCommand::Scenarios(args) => crate::sim_scenarios::run(&args),
         SimCommand::Gear(args) => crate::sim_gear::run(&args),

@@ -93,30 +93,42 @@ pub(crate) fn run(args: UpArgs) -> Result<()> {
 
 /// Writes a new cluster's file and secret into the data directory.
 fn first_run(args: &UpArgs, path: &Path) -> Result<ClusterFile> {
-    std::fs::create_dir_all(&args.dir)
-        .with_context(|| format!("cannot create {}", args.dir.display()))?;
-    // Each process: one port for its peers (and its wake packet), one for HTTP.
-    let roles = args.servers as usize + 1;
-    let ports = loopback_ports(2 * roles, ports::DEFAULT_BASE)?;
-    let (peers, http) = ports.split_at(roles);
     let cluster = ClusterSection {
         replicas: args.replicas,
         racks: args.racks,
         time_scale: args.time_scale,
         ..ClusterSection::default()
     };
-    let mut file = ClusterFile::on(cluster, peers[0], peers[1..].iter().copied())
-        .with_http(http[0], http[1..].iter().copied());
     let policy = match args.gear_scheduler {
         SchedulerChoice::Hybrid => Some(Policy::Hybrid),
         SchedulerChoice::Predictor => Some(Policy::Predictor),
         SchedulerChoice::None => None,
     };
-    file.gear = policy.map(|policy| GearSection {
+    let gear = policy.map(|policy| GearSection {
         policy,
         interval_s: args.gear_interval_s,
         ..GearSection::default()
     });
+    create_cluster(path, args.servers, cluster, gear)
+}
+
+/// Writes the file (at `path`) and secret of a new cluster of `servers` on loopback
+/// ports from [`ports::DEFAULT_BASE`], checked whole before anything is written.
+pub(crate) fn create_cluster(
+    path: &Path,
+    servers: u32,
+    cluster: ClusterSection,
+    gear: Option<GearSection>,
+) -> Result<ClusterFile> {
+    let dir = path.parent().unwrap_or(Path::new("."));
+    std::fs::create_dir_all(dir).with_context(|| format!("cannot create {}", dir.display()))?;
+    // Each process: one port for its peers (and its wake packet), one for HTTP.
+    let roles = servers as usize + 1;
+    let ports = loopback_ports(2 * roles, ports::DEFAULT_BASE)?;
+    let (peers, http) = ports.split_at(roles);
+    let mut file = ClusterFile::on(cluster, peers[0], peers[1..].iter().copied())
+        .with_http(http[0], http[1..].iter().copied());
+    file.gear = gear;
     file.scheduler_config().map_err(anyhow::Error::msg)?;
     // Checked before anything is written: a bad shape is refused whole.
     file.layout().context("these servers, racks and replicas make no layout")?;
@@ -127,8 +139,8 @@ fn first_run(args: &UpArgs, path: &Path) -> Result<ClusterFile> {
 }
 
 pub(crate) struct Running {
-    name: String,
-    child: Child,
+    pub(crate) name: String,
+    pub(crate) child: Child,
 }
 
 async fn supervise(
@@ -214,7 +226,7 @@ pub(crate) fn start_all(
 
 /// Starts the S3 gateway (`somnus s3`) on `address` as a child, logging to
 /// `logs/s3.log`; `None`, said, if the address is taken: the cluster runs without it.
-fn start_s3(
+pub(crate) fn start_s3(
     exe: &Path,
     path: &Path,
     address: std::net::SocketAddr,

@@ -39,12 +39,13 @@ fn files(dir: &Path) -> Vec<(String, Vec<u8>)> {
 
 #[test]
 fn the_same_seed_gives_a_byte_identical_report() {
-    // Goal: `somnus demo --seed N --report DIR` writes the same bytes every time (CSV,
+    // Goal: `somnus sim demo --seed N --report DIR` writes the same bytes every time (CSV,
     // JSON, text and SVG), and a different seed writes a different report.
     let dir = scratch("determinism");
     let (first, second, other) = (dir.join("a"), dir.join("b"), dir.join("c"));
     for (seed, out) in [("7", &first), ("7", &second), ("8", &other)] {
         ok(&somnus(&[
+            "sim",
             "demo",
             "--seed",
             seed,
@@ -229,7 +230,8 @@ fn bad_input_gets_an_error_that_names_it() {
 ",
     )
     .unwrap();
-    let output = somnus(&["demo", "--generator", generator.to_str().unwrap(), "--hours", "1"]);
+    let output =
+        somnus(&["sim", "demo", "--generator", generator.to_str().unwrap(), "--hours", "1"]);
     let stderr = String::from_utf8_lossy(&output.stderr);
     assert_eq!(output.status.code(), Some(1));
     assert!(stderr.contains("absolute.toml: start_unix_s is set"), "{stderr}");
@@ -263,7 +265,7 @@ fn bad_input_gets_an_error_that_names_it() {
 
 #[test]
 fn the_demo_prints_all_four_configurations() {
-    let stdout = ok(&somnus(&["demo", "--hours", "1", "--quiet"]));
+    let stdout = ok(&somnus(&["sim", "demo", "--hours", "1", "--quiet"]));
     for name in ["baseline", "vanilla", "machine", "rack"] {
         assert!(stdout.lines().any(|line| line.starts_with(name)), "no {name} row in:\n{stdout}");
     }
@@ -495,7 +497,7 @@ fn a_closed_stdout_ends_a_command_quietly() {
     ok(&somnus(&["trace", "generate-load", "-o", load.to_str().unwrap()]));
     let load = load.to_str().unwrap();
     for args in [
-        &["demo", "--quiet", "--hours", "2"][..],
+        &["sim", "demo", "--quiet", "--hours", "2"][..],
         &["sim", "offload", "--quiet", "--trace", trace],
         &["trace", "stats", trace],
         &["trace", "stats", "--json", trace],
@@ -645,7 +647,7 @@ fn an_unwritable_report_directory_fails_before_the_replay() {
     let trace = dir.join("t.csv");
     ok(&somnus(&["trace", "generate", "--format", "msr", "-o", trace.to_str().unwrap()]));
     for args in [
-        &["demo", "--report", report.to_str().unwrap()][..],
+        &["sim", "demo", "--report", report.to_str().unwrap()][..],
         &[
             "sim",
             "offload",

@@ -17,7 +17,7 @@ use std::time::{Duration, Instant};
 
 mod common;
 
-use common::{Cluster, free_ports};
+use common::{Cluster, free_ports, pattern};
 use somnus_core::cluster::ServerPower;
 
 const ACCESS_KEY: &str = "somnus-test";
@@ -137,6 +137,65 @@ fn a_large_object_streams_in_bounded_memory(gateway: &Gateway, dir: &std::path::
     assert!(peak < 160 << 20, "the gateway peaked at {} MiB", peak >> 20);
 }
 
+fn body(bytes: Vec<u8>) -> impl futures::Stream<Item = Result<bytes::Bytes, String>> + Unpin {
+    futures::stream::iter(vec![Ok(bytes::Bytes::from(bytes))])
+}
+
+/// The store under the gateway, where requests race: a GET begun before an overwrite
+/// and a delete reads the old object whole (its data is retired, deleted a grace period
+/// later); a multipart completion takes the upload, so that a part, an abort or the
+/// sweep after it touches nothing of the object, a retried completion answers as the
+/// first, and an empty one is refused. Run before the real clients, on their cluster.
+async fn races_leave_every_object_whole(cluster: &Cluster) {
+    use futures::StreamExt;
+    use somnus_s3::StoreError;
+    let store = somnus_s3::Store::new(cluster.client());
+    store.create_bucket("races").await.unwrap();
+    let (old, new) = (pattern(1, 3 << 20).to_vec(), pattern(2, 3 << 20).to_vec());
+    let len = old.len() as u64;
+    store.put("races", "big", len, body(old.clone()), Default::default(), None).await.unwrap();
+    let (_, _, mut stream) = store.get("races", "big", |r| Ok((0, r.size))).await.unwrap();
+    let mut read = stream.next().await.unwrap().unwrap().to_vec();
+    assert!(read.len() < old.len(), "the GET is still under way");
+    store.put("races", "big", len, body(new), Default::default(), None).await.unwrap();
+    store.delete("races", "big").await.unwrap();
+    while let Some(piece) = stream.next().await {
+        read.extend_from_slice(&piece.unwrap());
+    }
+    assert!(read == old, "a GET begun before an overwrite and a delete was not read whole");
+    assert!(store.sweep_retired(60_000).await.unwrap() == 0, "retired data deleted too soon");
+    assert_eq!(store.sweep_retired(0).await.unwrap(), 2, "both data objects, once");
+    assert_eq!(store.sweep_retired(0).await.unwrap(), 0);
+
+    let upload = store.create_upload("races", "mp", Default::default()).await.unwrap();
+    let (one, two) = (pattern(3, 5 << 20).to_vec(), pattern(4, 1000).to_vec());
+    let mut listed = Vec::new();
+    for (number, part) in [(1, &one), (2, &two)] {
+        let length = part.len() as u64;
+        let put = store.put_part("races", "mp", &upload, number, length, body(part.clone()), None);
+        listed.push((number, put.await.unwrap().etag));
+    }
+    let empty = store.complete_upload("races", "mp", &upload, &[]).await;
+    assert!(matches!(empty, Err(StoreError::NoPartsListed)), "{empty:?}");
+    let done = store.complete_upload("races", "mp", &upload, &listed).await.unwrap();
+    let again = store.complete_upload("races", "mp", &upload, &listed).await.unwrap();
+    assert_eq!((again.etag.clone(), again.extents), (done.etag.clone(), done.extents.clone()));
+    let other = store.complete_upload("races", "mp", &upload, &listed[..1]).await;
+    assert!(matches!(other, Err(StoreError::NoSuchUpload(_))), "{other:?}");
+    let late = store.put_part("races", "mp", &upload, 3, 1, body(vec![7]), None).await;
+    assert!(matches!(late, Err(StoreError::NoSuchUpload(_))), "{late:?}");
+    let abort = store.abort_upload("races", "mp", &upload).await;
+    assert!(matches!(abort, Err(StoreError::NoSuchUpload(_))), "{abort:?}");
+    assert_eq!(store.sweep_uploads(0).await.unwrap(), 0);
+    let (record, _, stream) = store.get("races", "mp", |r| Ok((0, r.size))).await.unwrap();
+    let whole: Vec<u8> = stream.map(|p| p.unwrap().to_vec()).concat().await;
+    assert_eq!(record.etag, done.etag);
+    assert!(whole == [one, two].concat(), "the completed object changed");
+    // The claim kept for a retry is swept with the upload gone: a retry is refused.
+    let retry = store.complete_upload("races", "mp", &upload, &listed).await;
+    assert!(matches!(retry, Err(StoreError::NoSuchUpload(_))), "{retry:?}");
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn real_s3_clients_store_and_read_objects_also_while_gear_groups_sleep() {
     if !clients_installed() {
@@ -146,6 +205,7 @@ async fn real_s3_clients_store_and_read_objects_also_while_gear_groups_sleep() {
     // on a loaded machine (CI) a late heartbeat of a server on had the MDS wake every
     // sleeper to find its groups a primary, in the middle of the suite.
     let cluster = Cluster::start();
+    races_leave_every_object_whole(&cluster).await;
     let gateway = start_gateway(&cluster);
 
     let full = tokio::task::block_in_place(|| run_suite(&gateway, "full"));
@@ -169,4 +229,54 @@ async fn real_s3_clients_store_and_read_objects_also_while_gear_groups_sleep() {
     let asleep = mds.servers.iter().filter(|s| s.power == ServerPower::Asleep).count();
     let states: Vec<_> = mds.servers.iter().map(|s| s.power).collect();
     assert_eq!((mds.gear, asleep), (1, 6), "the suite ran with two gear groups asleep: {states:?}");
+}
+
+/// `somnus demo` (README's first command), on a slower clock than its default for a
+/// debug build beside the other test: it starts a cluster and its gateway, drives a
+/// day of S3 traffic through them, prints twelve intervals in which servers sleep in
+/// the night and save energy, reads every object back, and leaves no process behind.
+#[test]
+fn the_demo_stores_through_s3_sleeps_at_night_and_reads_everything_back() {
+    let scratch = tempfile::tempdir().unwrap();
+    let dir = scratch.path().join("demo");
+    let s3 = free_ports(1)[0].to_string();
+    let child = Command::new(env!("CARGO_BIN_EXE_somnus"))
+        .args(["demo", "--day-seconds", "144", "--peak-rate", "20", "--s3", &s3, "--dir"])
+        .arg(&dir)
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let started = Instant::now();
+    let output = child.wait_with_output().unwrap();
+    let (stdout, stderr) =
+        (String::from_utf8_lossy(&output.stdout), String::from_utf8_lossy(&output.stderr));
+    assert!(output.status.success(), "{stdout}\n{stderr}");
+    assert!(started.elapsed() < Duration::from_secs(400), "{:?}", started.elapsed());
+    let rows: Vec<&str> = stdout.lines().filter(|l| l.contains(":00-")).collect();
+    assert_eq!(rows.len(), 12, "{stdout}");
+    let figure = |after: &str| -> f64 {
+        let line = stdout.lines().find(|l| l.contains(after)).unwrap_or_else(|| panic!("{stdout}"));
+        let rest = &line[line.find(after).unwrap() + after.len()..];
+        rest.split_whitespace().next().unwrap().trim_end_matches(',').parse().unwrap()
+    };
+    assert!(figure("up to ") >= 3.0, "no night's sleep: {stdout}");
+    assert!(figure("with every server on: ") > 0.0, "no energy saved: {stdout}");
+    assert!(stdout.contains("), 0 failed;"), "{stdout}");
+    let read_back = stdout.lines().find(|l| l.starts_with("read back: ")).unwrap();
+    let words: Vec<&str> = read_back.split_whitespace().collect();
+    let (good, stored): (u64, u64) = (words[2].parse().unwrap(), words[4].parse().unwrap());
+    assert!(good > 100 && good == stored, "{stdout}");
+    // Its cluster is stopped, its directory kept (`--dir`) with the processes' logs.
+    let cluster = dir.join("cluster.toml");
+    let needle = cluster.to_string_lossy().into_owned();
+    let left: Vec<_> = std::fs::read_dir("/proc")
+        .unwrap()
+        .flatten()
+        .filter_map(|e| std::fs::read(e.path().join("cmdline")).ok())
+        .filter(|c| String::from_utf8_lossy(c).contains(&needle))
+        .collect();
+    assert!(left.is_empty(), "{} processes of the demo left", left.len());
+    assert!(dir.join("logs/mds.log").exists());
 }

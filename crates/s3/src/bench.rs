@@ -4,14 +4,12 @@
 //! MiB/s and latency percentiles per phase.
 
 use std::net::SocketAddr;
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::Duration;
 
 use bytes::Bytes;
-use http_body_util::{BodyExt, Full};
-use hyper::client::conn::http1::SendRequest;
-use hyper_util::rt::TokioIo;
 
-use crate::sigv4::{self, Signer, UNSIGNED_PAYLOAD};
+pub use crate::client::{BenchError, Connection};
+use crate::sigv4::Signer;
 
 /// What to measure.
 pub struct BenchConfig {
@@ -38,77 +36,6 @@ pub struct Phase {
     pub mib_per_s: f64,
     pub p50_ms: f64,
     pub p99_ms: f64,
-}
-
-#[derive(Debug, thiserror::Error)]
-pub enum BenchError {
-    #[error("cannot connect to {0}: {1}")]
-    Connect(SocketAddr, std::io::Error),
-    #[error("HTTP: {0}")]
-    Http(#[from] hyper::Error),
-    #[error("{request}: HTTP {status}: {body}")]
-    Refused { request: String, status: u16, body: String },
-}
-
-/// A connection to the endpoint, signing every request.
-struct Connection {
-    sender: SendRequest<Full<Bytes>>,
-    host: String,
-}
-
-#[allow(clippy::disallowed_methods, reason = "a request is signed with the time of day")]
-fn unix_now() -> i64 {
-    SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| d.as_secs() as i64)
-}
-
-impl Connection {
-    async fn open(address: SocketAddr) -> Result<Connection, BenchError> {
-        let stream = tokio::net::TcpStream::connect(address)
-            .await
-            .map_err(|e| BenchError::Connect(address, e))?;
-        let _ = stream.set_nodelay(true);
-        let (sender, connection) =
-            hyper::client::conn::http1::handshake(TokioIo::new(stream)).await?;
-        tokio::spawn(connection);
-        Ok(Connection { sender, host: address.to_string() })
-    }
-
-    /// Sends one signed request; the status and the body.
-    async fn send(
-        &mut self,
-        signer: &Signer,
-        method: &str,
-        path: &str,
-        body: Bytes,
-    ) -> Result<(u16, Bytes), BenchError> {
-        let path = sigv4::encode_path(path);
-        let date = sigv4::amz_date(unix_now());
-        let headers = [
-            ("host", self.host.as_str()),
-            ("x-amz-content-sha256", UNSIGNED_PAYLOAD),
-            ("x-amz-date", date.as_str()),
-        ];
-        let authorization =
-            signer.authorization(method, &path, "", &headers, UNSIGNED_PAYLOAD, &date);
-        let mut request = hyper::Request::builder().method(method).uri(&path);
-        for (name, value) in headers {
-            request = request.header(name, value);
-        }
-        let request = request
-            .header("authorization", authorization)
-            .header("content-length", body.len())
-            .body(Full::new(body))
-            .map_err(|e| BenchError::Refused {
-                request: path.clone(),
-                status: 0,
-                body: e.to_string(),
-            })?;
-        self.sender.ready().await?;
-        let response = self.sender.send_request(request).await?;
-        let status = response.status().as_u16();
-        let body = response.into_body().collect().await?.to_bytes();
-        Ok((status, body))
-    }
 }
 
 fn refused(request: String, status: u16, body: &Bytes) -> BenchError {

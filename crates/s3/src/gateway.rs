@@ -68,6 +68,8 @@ fn s3(error: StoreError) -> S3Error {
         StoreError::MetadataTooLarge(_) => C::MetadataTooLarge,
         StoreError::KeyTooLong(_) => C::KeyTooLongError,
         StoreError::NoSuchUpload(_) => C::NoSuchUpload,
+        StoreError::UploadFinishing(_) => C::OperationAborted,
+        StoreError::NoPartsListed => C::MalformedXML,
         StoreError::InvalidPart(_) => C::InvalidPart,
         StoreError::InvalidPartOrder => C::InvalidPartOrder,
         StoreError::EntityTooSmall { .. } => C::EntityTooSmall,
@@ -790,27 +792,25 @@ impl S3 for Gateway {
         let max = max_keys(input.max_uploads)?;
         let prefix = input.prefix.clone().unwrap_or_default();
         let all = self.store.uploads(&input.bucket).await.map_err(s3)?;
-        let after = (input.key_marker.clone().unwrap_or_default(), input.upload_id_marker.clone());
-        let mut selected: Vec<(String, crate::record::UploadRecord)> = all
-            .into_iter()
-            .filter(|(id, u)| {
-                u.key.starts_with(&prefix)
-                    && match &after.1 {
-                        _ if after.0.is_empty() => true,
-                        Some(marker) => {
-                            (u.key.as_str(), id.as_str()) > (after.0.as_str(), marker.as_str())
-                        }
-                        None => u.key > after.0,
-                    }
-            })
-            .collect();
-        let truncated = selected.len() > max;
-        selected.truncate(max);
-        let (next_key, next_id) = match selected.last() {
-            Some((id, u)) if truncated => (Some(u.key.clone()), Some(id.clone())),
-            _ => (None, None),
+        let page = crate::multipart::page_uploads(
+            all,
+            &prefix,
+            input.delimiter.as_deref(),
+            input.key_marker.as_deref().unwrap_or(""),
+            input.upload_id_marker.as_deref(),
+            max,
+        );
+        let (next_key, next_id) = match page.next {
+            Some((key, id)) => (Some(key), id),
+            None => (None, None),
         };
-        let uploads = selected
+        let common_prefixes = page
+            .common_prefixes
+            .into_iter()
+            .map(|prefix| CommonPrefix { prefix: Some(prefix) })
+            .collect();
+        let uploads = page
+            .uploads
             .into_iter()
             .map(|(id, u)| MultipartUpload {
                 key: Some(u.key),
@@ -824,10 +824,12 @@ impl S3 for Gateway {
             prefix: input.prefix,
             key_marker: input.key_marker,
             upload_id_marker: input.upload_id_marker,
+            delimiter: input.delimiter,
             max_uploads: Some(max as i32),
-            is_truncated: Some(truncated),
+            is_truncated: Some(page.truncated),
             next_key_marker: next_key,
             next_upload_id_marker: next_id,
+            common_prefixes: Some(common_prefixes),
             uploads: Some(uploads),
             ..Default::default()
         };

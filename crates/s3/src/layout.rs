@@ -11,6 +11,11 @@
 //!   data object; completing it writes a key record that names the parts' data
 //!   objects in order (no byte is copied).
 //!
+//! - the completion or abort that finishes an upload first takes its claim
+//!   `s3/c/<bucket>/<upload id>` by an exclusive create;
+//! - data objects a PUT, a completion or a DELETE left unnamed are listed in a record
+//!   `s3/t/<time>-<id>` and deleted by the sweep a grace period later.
+//!
 //! Keys are cluster object names, never paths: nothing of a key reaches a filesystem.
 
 use std::fmt::Write as _;
@@ -55,6 +60,27 @@ pub(crate) fn part_prefix(bucket: &str, upload: &str) -> String {
     format!("s3/p/{bucket}/{upload}/")
 }
 
+/// The claim of the completion or abort that finishes an upload.
+pub(crate) fn upload_claim(bucket: &str, upload: &str) -> String {
+    format!("{}{upload}", claim_prefix(bucket))
+}
+
+pub(crate) fn claim_prefix(bucket: &str) -> String {
+    format!("s3/c/{bucket}/")
+}
+
+/// Data objects retired at `ms` (zero-padded: a listing is in time order).
+pub(crate) fn retired(ms: i64, id: &str) -> String {
+    format!("{RETIRED}{:013}-{id}", ms.max(0))
+}
+
+pub(crate) const RETIRED: &str = "s3/t/";
+
+/// The time a retired record's name holds.
+pub(crate) fn retired_ms(name: &str) -> Option<i64> {
+    name.strip_prefix(RETIRED)?.split('-').next()?.parse().ok()
+}
+
 /// A fresh identifier: 128 random bits in hex.
 pub(crate) fn fresh_id() -> Result<String, getrandom::Error> {
     let mut bytes = [0u8; 16];
@@ -88,6 +114,14 @@ mod tests {
     fn part_names_sort_in_part_order() {
         assert!(part_record("b", "u", 9) < part_record("b", "u", 10));
         assert!(part_record("b", "u", 10) < part_record("b", "u", 10000));
+    }
+
+    #[test]
+    fn retired_names_sort_in_time_order_and_tell_their_time() {
+        let (a, b) = (retired(9_999, "x"), retired(10_000, "a"));
+        assert!(a < b);
+        assert_eq!(retired_ms(&b), Some(10_000));
+        assert_eq!(retired_ms("s3/t/garbage"), None);
     }
 
     #[test]

@@ -6,6 +6,7 @@
 //! docs/s3-compat.md lists what is supported.
 
 pub mod bench;
+pub mod client;
 pub mod gateway;
 pub mod keys;
 mod layout;

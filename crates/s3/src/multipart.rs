@@ -7,8 +7,8 @@ use futures::{Stream, StreamExt, TryStreamExt};
 use md5::{Digest, Md5};
 
 use crate::layout;
-use crate::record::{Headers, ObjectRecord, UploadRecord};
-use crate::store::{Store, StoreError, hex, now_ms};
+use crate::record::{Headers, ObjectRecord, UploadClaim, UploadRecord};
+use crate::store::{Store, StoreError, hex, is_existing, now_ms};
 
 /// The smallest part but the last (S3's limit).
 pub const PART_BYTES_MIN: u64 = 5 << 20;
@@ -24,6 +24,14 @@ type Result<T> = std::result::Result<T, StoreError>;
 pub struct PartInfo {
     pub number: u32,
     pub record: ObjectRecord,
+}
+
+/// Whose an upload's claim is.
+enum Claim {
+    /// Taken by this call.
+    Ours,
+    /// Taken before: its record (none while its taker has not written it yet).
+    Theirs(Option<UploadClaim>),
 }
 
 impl Store {
@@ -73,12 +81,49 @@ impl Store {
                     "part number {number}: parts are numbered 1 to {PART_NUMBER_MAX}"
                 )));
             }
-            self.upload(bucket, key, upload).await.map(drop)
+            self.upload(bucket, key, upload).await?;
+            self.refuse_if_claimed(upload, self.claim_of(bucket, upload).await?)
         };
         let body = crate::store::refuse_after_body(checked.await, body).await?;
         let record = self.store_body(bucket, length, body, content_md5, Headers::default()).await?;
-        self.replace(&layout::part_record(bucket, upload, number), &record).await?;
+        let name = layout::part_record(bucket, upload, number);
+        let replaced = self.replace_keeping(&name, &record).await?;
+        // A completion or an abort that took the upload meanwhile may have read the
+        // part replaced or this one: neither's data is touched, and the part refused.
+        self.refuse_if_claimed(upload, self.claim_of(bucket, upload).await?)?;
+        self.retire(replaced).await?;
         Ok(record)
+    }
+
+    /// `NoSuchUpload` if a completion or an abort has taken the upload.
+    fn refuse_if_claimed(&self, upload: &str, claim: Option<Claim>) -> Result<()> {
+        match claim {
+            None => Ok(()),
+            Some(_) => Err(StoreError::NoSuchUpload(upload.to_owned())),
+        }
+    }
+
+    /// The upload's claim, if taken.
+    async fn claim_of(&self, bucket: &str, upload: &str) -> Result<Option<Claim>> {
+        let name = layout::upload_claim(bucket, upload);
+        match self.client().stat(&name).await {
+            Ok(_) => Ok(Some(Claim::Theirs(self.read_record(&name).await?))),
+            Err(error) if crate::store::is_missing(&error) => Ok(None),
+            Err(error) => Err(error.into()),
+        }
+    }
+
+    /// Takes the upload's claim for `claim` by an exclusive create, or finds whose it is.
+    async fn take_claim(&self, bucket: &str, upload: &str, claim: &UploadClaim) -> Result<Claim> {
+        let name = layout::upload_claim(bucket, upload);
+        match self.client().create(&name, crate::record::RECORD_MAX).await {
+            Ok(_) => {
+                self.write_record(&name, claim).await?;
+                Ok(Claim::Ours)
+            }
+            Err(error) if is_existing(&error) => Ok(Claim::Theirs(self.read_record(&name).await?)),
+            Err(error) => Err(error.into()),
+        }
     }
 
     /// The upload's parts in number order, after part `after`, at most `max`; and
@@ -90,6 +135,10 @@ impl Store {
         after: u32,
         max: usize,
     ) -> Result<(Vec<PartInfo>, bool)> {
+        if max == 0 {
+            // Nothing asked for: an empty page, not one truncated with no marker.
+            return Ok((Vec::new(), false));
+        }
         let prefix = layout::part_prefix(bucket, upload);
         let from = (after > 0).then(|| layout::part_record(bucket, upload, after));
         let want = max.clamp(1, 1000) as u32;
@@ -128,7 +177,11 @@ impl Store {
     }
 
     /// Makes the parts listed (number and ETag, in ascending order) the object `key`;
-    /// the parts not listed are deleted with the upload.
+    /// the parts not listed are deleted with the upload. The completion first takes
+    /// the upload's claim, so that no part is replaced and no abort or sweep deletes
+    /// anything of it meanwhile; a completion retried with the same parts (after a
+    /// lost answer, or a gateway that stopped half way) finishes it, or answers as the
+    /// first did.
     pub async fn complete_upload(
         &self,
         bucket: &str,
@@ -136,43 +189,50 @@ impl Store {
         upload: &str,
         listed: &[(u32, String)],
     ) -> Result<ObjectRecord> {
-        let upload_record = self.upload(bucket, key, upload).await?;
+        let listed: Vec<(u32, String)> =
+            listed.iter().map(|(n, e)| (*n, e.trim_matches('"').to_owned())).collect();
+        let upload_record = match self.upload(bucket, key, upload).await {
+            Ok(record) => record,
+            Err(StoreError::NoSuchUpload(_)) => {
+                return self.completed_before(bucket, key, upload, &listed).await;
+            }
+            Err(error) => return Err(error),
+        };
         if listed.is_empty() {
-            return Err(StoreError::InvalidPart("a completion lists one part at least".into()));
+            return Err(StoreError::NoPartsListed);
         }
         if listed.windows(2).any(|w| w[0].0 >= w[1].0) {
             return Err(StoreError::InvalidPartOrder);
         }
+        let claim = UploadClaim { completion: Some(listed.clone()), claimed_ms: now_ms() };
+        match self.take_claim(bucket, upload, &claim).await? {
+            Claim::Ours => {}
+            Claim::Theirs(Some(theirs)) if theirs.completion == claim.completion => {}
+            Claim::Theirs(_) => return Err(StoreError::UploadFinishing(upload.to_owned())),
+        }
         let parts = self.all_parts(bucket, upload).await?;
-        let mut chosen = Vec::with_capacity(listed.len());
-        for (index, (number, etag)) in listed.iter().enumerate() {
-            let part = parts
-                .iter()
-                .find(|p| p.number == *number && p.record.etag == etag.trim_matches('"'))
-                .ok_or_else(|| {
-                    StoreError::InvalidPart(format!(
-                        "part {number} with ETag {etag} was not uploaded to this upload"
-                    ))
-                })?;
-            if index + 1 < listed.len() && part.record.size < PART_BYTES_MIN {
-                return Err(StoreError::EntityTooSmall { part: *number, size: part.record.size });
+        let chosen = match choose(&parts, &listed) {
+            Ok(chosen) => chosen,
+            Err(error) => {
+                // Nothing was written: the upload is free again for a corrected list.
+                self.remove(&layout::upload_claim(bucket, upload)).await?;
+                return Err(error);
             }
-            chosen.push(part);
-        }
-        let mut md5s = Md5::new();
-        for part in &chosen {
-            md5s.update(decode_hex(&part.record.etag));
-        }
+        };
         let record = ObjectRecord {
             size: chosen.iter().map(|p| p.record.size).sum(),
-            etag: format!("{}-{}", hex(&md5s.finalize()), chosen.len()),
+            etag: multipart_etag(&listed),
             modified_ms: now_ms(),
             extents: chosen.iter().flat_map(|p| p.record.extents.clone()).collect(),
             headers: upload_record.headers,
         };
-        self.commit(bucket, key, &record).await?;
+        let current: Option<ObjectRecord> =
+            self.read_record(&layout::key_record(bucket, key)).await.unwrap_or(None);
+        if current.as_ref().is_none_or(|c| c.extents != record.extents) {
+            self.commit(bucket, key, &record).await?;
+        }
         // The parts' records go, and the data of parts not chosen; the chosen data is
-        // the object's now.
+        // the object's now. The claim stays, for a retry, until the sweep.
         for part in &parts {
             self.remove(&layout::part_record(bucket, upload, part.number)).await?;
             if !chosen.iter().any(|c| c.number == part.number) {
@@ -182,36 +242,68 @@ impl Store {
             }
         }
         self.remove(&layout::upload_record(bucket, upload)).await?;
-        Ok(record)
+        Ok(current.filter(|c| c.extents == record.extents).unwrap_or(record))
+    }
+
+    /// A completion of an upload no longer in progress: the same completion retried
+    /// answers as the first did, if its object is still the key's; else `NoSuchUpload`.
+    async fn completed_before(
+        &self,
+        bucket: &str,
+        key: &str,
+        upload: &str,
+        listed: &[(u32, String)],
+    ) -> Result<ObjectRecord> {
+        let missing = || StoreError::NoSuchUpload(upload.to_owned());
+        if upload.is_empty() || !upload.bytes().all(|b| b.is_ascii_hexdigit()) {
+            return Err(missing());
+        }
+        let claim: Option<UploadClaim> =
+            self.read_record(&layout::upload_claim(bucket, upload)).await?;
+        if claim.and_then(|c| c.completion).as_deref() != Some(listed) {
+            return Err(missing());
+        }
+        let current: Option<ObjectRecord> =
+            self.read_record(&layout::key_record(bucket, key)).await?;
+        current.filter(|c| c.etag == multipart_etag(listed)).ok_or_else(missing)
     }
 
     /// Deletes the upload and every part of it.
     pub async fn abort_upload(&self, bucket: &str, key: &str, upload: &str) -> Result<()> {
         self.upload(bucket, key, upload).await?;
-        self.discard_upload(bucket, upload).await
+        if !self.discard_upload(bucket, upload).await? {
+            return Err(StoreError::UploadFinishing(upload.to_owned()));
+        }
+        Ok(())
     }
 
-    async fn discard_upload(&self, bucket: &str, upload: &str) -> Result<()> {
+    /// Takes the upload's claim for an abort and deletes the upload with its parts;
+    /// `false`, with nothing done, if a completion has taken it.
+    async fn discard_upload(&self, bucket: &str, upload: &str) -> Result<bool> {
+        let abort = UploadClaim { completion: None, claimed_ms: now_ms() };
+        match self.take_claim(bucket, upload, &abort).await? {
+            Claim::Ours | Claim::Theirs(Some(UploadClaim { completion: None, .. })) => {}
+            Claim::Theirs(_) => return Ok(false),
+        }
         for part in self.all_parts(bucket, upload).await? {
             self.remove(&layout::part_record(bucket, upload, part.number)).await?;
             for extent in &part.record.extents {
                 self.remove(&extent.object).await?;
             }
         }
-        self.remove(&layout::upload_record(bucket, upload)).await
+        self.remove(&layout::upload_record(bucket, upload)).await?;
+        self.remove(&layout::upload_claim(bucket, upload)).await?;
+        Ok(true)
     }
 
     /// The bucket's uploads in progress (upload id and record), in key order, then
-    /// by creation; at most 10,000.
+    /// by upload id (the order ListMultipartUploads pages in).
     pub async fn uploads(&self, bucket: &str) -> Result<Vec<(String, UploadRecord)>> {
         self.bucket(bucket).await?;
         let prefix = layout::upload_prefix(bucket);
         let names = self.client().list(&prefix).await?;
-        let ids: Vec<String> = names
-            .iter()
-            .filter_map(|o| o.name.strip_prefix(&prefix).map(str::to_owned))
-            .take(10_000)
-            .collect();
+        let ids: Vec<String> =
+            names.iter().filter_map(|o| o.name.strip_prefix(&prefix).map(str::to_owned)).collect();
         let mut uploads: Vec<(String, UploadRecord)> = futures::stream::iter(ids)
             .map(|id| async move {
                 let record =
@@ -222,9 +314,7 @@ impl Store {
             .try_filter_map(|u| async move { Ok(u) })
             .try_collect()
             .await?;
-        uploads.sort_by(|a, b| {
-            (&a.1.key, a.1.created_ms, &a.0).cmp(&(&b.1.key, b.1.created_ms, &b.0))
-        });
+        uploads.sort_by(|a, b| (&a.1.key, &a.0).cmp(&(&b.1.key, &b.0)));
         Ok(uploads)
     }
 
@@ -235,14 +325,135 @@ impl Store {
         let now = now_ms();
         for (bucket, _) in self.buckets().await? {
             for (upload, record) in self.uploads(&bucket).await? {
-                if now - record.created_ms > older_than_ms {
-                    self.discard_upload(&bucket, &upload).await?;
+                // An upload a completion has taken is left to it (or its retry).
+                if now - record.created_ms > older_than_ms
+                    && self.discard_upload(&bucket, &upload).await?
+                {
                     swept += 1;
                 }
             }
+            self.sweep_claims(&bucket, now - older_than_ms).await?;
         }
         Ok(swept)
     }
+
+    /// Deletes the claims of finished uploads taken before `cutoff_ms` (kept until
+    /// then for a retried completion).
+    async fn sweep_claims(&self, bucket: &str, cutoff_ms: i64) -> Result<()> {
+        let prefix = layout::claim_prefix(bucket);
+        for entry in self.client().list(&prefix).await? {
+            let Some(upload) = entry.name.strip_prefix(&prefix) else { continue };
+            let claim: Option<UploadClaim> = self.read_record(&entry.name).await?;
+            let old = claim.is_none_or(|c| c.claimed_ms < cutoff_ms);
+            let upload_record = layout::upload_record(bucket, upload);
+            if old && self.read_record::<UploadRecord>(&upload_record).await?.is_none() {
+                self.remove(&entry.name).await?;
+            }
+        }
+        Ok(())
+    }
+}
+
+/// A page of ListMultipartUploads.
+#[derive(Debug, Default, PartialEq)]
+pub struct UploadPage {
+    /// Upload id and record.
+    pub uploads: Vec<(String, UploadRecord)>,
+    pub common_prefixes: Vec<String>,
+    pub truncated: bool,
+    /// The key and upload id markers of the next page, when truncated (no id when the
+    /// page ended with a common prefix).
+    pub next: Option<(String, Option<String>)>,
+}
+
+/// The page of `all` (sorted by key, then id) after the markers: uploads under
+/// `prefix`, those whose key holds `delimiter` after it rolled into one common prefix
+/// each, `max` entries (uploads and prefixes) at most.
+pub fn page_uploads(
+    all: Vec<(String, UploadRecord)>,
+    prefix: &str,
+    delimiter: Option<&str>,
+    key_marker: &str,
+    id_marker: Option<&str>,
+    max: usize,
+) -> UploadPage {
+    let mut page = UploadPage::default();
+    if max == 0 {
+        return page;
+    }
+    // A marker that is a common prefix (a page ended with it) skips its keys.
+    let rolled_marker = delimiter.is_some_and(|d| !d.is_empty() && key_marker.ends_with(d));
+    let after = |id: &str, key: &str| match id_marker {
+        _ if key_marker.is_empty() => true,
+        _ if rolled_marker && key.starts_with(key_marker) => false,
+        Some(marker) => (key, id) > (key_marker, marker),
+        None => key > key_marker,
+    };
+    let mut entries = 0;
+    for (id, upload) in all {
+        if !upload.key.starts_with(prefix) || !after(&id, &upload.key) {
+            continue;
+        }
+        let rolled = delimiter.filter(|d| !d.is_empty()).and_then(|d| {
+            let rest = &upload.key[prefix.len()..];
+            rest.find(d).map(|at| upload.key[..prefix.len() + at + d.len()].to_owned())
+        });
+        if let Some(common) = &rolled
+            && page.common_prefixes.last() == Some(common)
+        {
+            continue;
+        }
+        if entries == max {
+            page.truncated = true;
+            break;
+        }
+        entries += 1;
+        match rolled {
+            Some(common) => {
+                page.next = Some((common.clone(), None));
+                page.common_prefixes.push(common);
+            }
+            None => {
+                page.next = Some((upload.key.clone(), Some(id.clone())));
+                page.uploads.push((id, upload));
+            }
+        }
+    }
+    if !page.truncated {
+        page.next = None;
+    }
+    page
+}
+
+/// The parts a completion lists, as uploaded: each must be there with its ETag, and
+/// every one but the last 5 MiB or more.
+fn choose<'a>(parts: &'a [PartInfo], listed: &[(u32, String)]) -> Result<Vec<&'a PartInfo>> {
+    let mut chosen = Vec::with_capacity(listed.len());
+    for (index, (number, etag)) in listed.iter().enumerate() {
+        let part = parts
+            .iter()
+            .find(|p| p.number == *number && p.record.etag == *etag)
+            .ok_or_else(|| {
+                StoreError::InvalidPart(format!(
+                    "part {number} with ETag {etag} was not uploaded to this upload"
+                ))
+            })?;
+        if index + 1 < listed.len() && part.record.size < PART_BYTES_MIN {
+            return Err(StoreError::EntityTooSmall { part: *number, size: part.record.size });
+        }
+        chosen.push(part);
+    }
+    Ok(chosen)
+}
+
+/// S3's ETag of a multipart object: the MD5 of the parts' MD5s, then `-` and their
+/// number.
+fn multipart_etag(listed: &[(u32, String)]) -> String {
+    let mut md5s = Md5::new();
+    for (_, etag) in listed {
+        md5s.update(decode_hex(etag));
+    }
+    format!("{}-{}", hex(&md5s.finalize()), listed.len())
 }
 
 /// The bytes of a hex ETag (an MD5); a malformed one gives what parses.
@@ -255,6 +466,52 @@ fn decode_hex(text: &str) -> Vec<u8> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn uploads(keys: &[(&str, &str)]) -> Vec<(String, UploadRecord)> {
+        let record = |key: &str| UploadRecord {
+            key: key.to_owned(),
+            created_ms: 0,
+            headers: Headers::default(),
+        };
+        keys.iter().map(|(key, id)| (id.to_string(), record(key))).collect()
+    }
+
+    /// A page's uploads (`key#id`) and common prefixes, in key order (S3's answer
+    /// holds them in two lists).
+    fn listed(page: &UploadPage) -> Vec<String> {
+        let uploads = page.uploads.iter().map(|(id, u)| format!("{}#{id}", u.key));
+        let mut all: Vec<String> = uploads.chain(page.common_prefixes.iter().cloned()).collect();
+        all.sort();
+        all
+    }
+
+    /// Paging through uploads, one or two at a time, with and without a delimiter,
+    /// lists each upload or common prefix once, in order.
+    #[test]
+    fn upload_pages_list_every_upload_once_in_order() {
+        let all = uploads(&[("a", "1"), ("a", "2"), ("d/x", "3"), ("d/y", "4"), ("e", "5")]);
+        for (delimiter, want) in [
+            (None, vec!["a#1", "a#2", "d/x#3", "d/y#4", "e#5"]),
+            (Some("/"), vec!["a#1", "a#2", "d/", "e#5"]),
+        ] {
+            for max in [1, 2, 1000] {
+                let (mut key, mut id, mut seen) = (String::new(), None::<String>, Vec::new());
+                loop {
+                    let page = page_uploads(all.clone(), "", delimiter, &key, id.as_deref(), max);
+                    seen.extend(listed(&page));
+                    let Some((next_key, next_id)) = page.next else {
+                        assert!(!page.truncated);
+                        break;
+                    };
+                    (key, id) = (next_key, next_id);
+                }
+                assert_eq!(seen, want, "delimiter {delimiter:?}, max {max}");
+            }
+        }
+        let page = page_uploads(all.clone(), "d/", Some("/"), "", None, 10);
+        assert_eq!(listed(&page), vec!["d/x#3", "d/y#4"]);
+        assert_eq!(page_uploads(all, "", None, "", None, 0), UploadPage::default());
+    }
 
     #[test]
     fn a_multipart_etag_is_the_md5_of_the_parts_md5s() {

@@ -21,6 +21,7 @@ use tokio::task::JoinHandle;
 use crate::layout::{self, BLOCK, padded};
 use crate::record::{
     self, BucketRecord, Extent, Headers, ObjectRecord, RECORD_BYTES, RECORD_MAX, RecordError,
+    RetiredRecord,
 };
 
 /// Records read at once by a listing.
@@ -29,6 +30,8 @@ const LISTING_READS: usize = 16;
 const READ_AHEAD: usize = 4;
 /// Times an operation starts again when a concurrent one changed what it read.
 const RACE_RETRIES: usize = 4;
+/// How long data no record names any more is kept for the reads begun on it.
+pub const RETIRE_GRACE_MS: i64 = 15 * 60 * 1000;
 
 #[derive(Debug, thiserror::Error)]
 pub enum StoreError {
@@ -50,6 +53,10 @@ pub enum StoreError {
     ChunkSignature,
     #[error("no upload {0:?}")]
     NoSuchUpload(String),
+    #[error("upload {0:?} is being finished by another completion or an abort")]
+    UploadFinishing(String),
+    #[error("a completion lists one part at least")]
+    NoPartsListed,
     #[error("{0}")]
     InvalidPart(String),
     #[error("parts must be listed in ascending order of their numbers")]
@@ -71,11 +78,11 @@ pub enum StoreError {
 type Result<T> = std::result::Result<T, StoreError>;
 
 /// Whether the cluster answered that the object does not exist.
-fn is_missing(error: &ClientError) -> bool {
+pub(crate) fn is_missing(error: &ClientError) -> bool {
     matches!(error, ClientError::Refused(CoreError::Metadata(MetadataError::NoSuchObject(_))))
 }
 
-fn is_existing(error: &ClientError) -> bool {
+pub(crate) fn is_existing(error: &ClientError) -> bool {
     matches!(error, ClientError::Refused(CoreError::Metadata(MetadataError::AlreadyExists(_))))
 }
 
@@ -382,17 +389,58 @@ impl Store {
         self.replace(&layout::key_record(bucket, key), record).await
     }
 
-    /// Writes `record` at `name` (a key's or a part's), and deletes the data of the
+    /// Writes `record` at `name` (a key's or a part's), and retires the data of the
     /// record it replaced.
     pub(crate) async fn replace(&self, name: &str, record: &ObjectRecord) -> Result<()> {
+        let old = self.replace_keeping(name, record).await?;
+        self.retire(old).await
+    }
+
+    /// Writes `record` at `name`; the data objects of the record it replaced that
+    /// `record` does not name, left in place.
+    pub(crate) async fn replace_keeping(
+        &self,
+        name: &str,
+        record: &ObjectRecord,
+    ) -> Result<Vec<String>> {
         let old: Option<ObjectRecord> = self.read_record(name).await.unwrap_or(None);
         self.write_record(name, record).await?;
-        if let Some(old) = old {
-            for extent in old.extents.iter().filter(|e| !record.extents.contains(e)) {
-                self.remove(&extent.object).await?;
-            }
+        let old = old.map(|old| old.extents).unwrap_or_default();
+        let unnamed = old.into_iter().filter(|e| !record.extents.contains(e));
+        Ok(unnamed.map(|e| e.object).collect())
+    }
+
+    /// Data objects no record names any more: deleted by [`Store::sweep_retired`] after
+    /// [`RETIRE_GRACE_MS`], so that a GET or a copy begun on them (and reading them a
+    /// request at a time) reads them whole.
+    pub(crate) async fn retire(&self, objects: Vec<String>) -> Result<()> {
+        if objects.is_empty() {
+            return Ok(());
         }
-        Ok(())
+        let id = layout::fresh_id().map_err(|e| StoreError::Entropy(e.to_string()))?;
+        self.write_record(&layout::retired(now_ms(), &id), &RetiredRecord { objects }).await
+    }
+
+    /// Deletes the data objects retired more than `grace_ms` ago; how many.
+    pub async fn sweep_retired(&self, grace_ms: i64) -> Result<usize> {
+        let cutoff = now_ms() - grace_ms;
+        let mut deleted = 0;
+        for entry in self.client.list(layout::RETIRED).await? {
+            // In time order: the first too young ends the sweep.
+            match layout::retired_ms(&entry.name) {
+                Some(ms) if ms > cutoff => break,
+                Some(_) => {}
+                None => continue,
+            }
+            if let Some(retired) = self.read_record::<RetiredRecord>(&entry.name).await? {
+                for object in &retired.objects {
+                    self.remove(object).await?;
+                }
+                deleted += retired.objects.len();
+            }
+            self.remove(&entry.name).await?;
+        }
+        Ok(deleted)
     }
 
     /// Stores an object: its bytes, then its record. `content_md5`, if sent, must be
@@ -427,10 +475,7 @@ impl Store {
             return Ok(());
         };
         self.remove(&name).await?;
-        for extent in &record.extents {
-            self.remove(&extent.object).await?;
-        }
-        Ok(())
+        self.retire(record.extents.into_iter().map(|e| e.object).collect()).await
     }
 
     /// The bytes `range` of the object (`start..end`, within its size) as a stream,
@@ -515,13 +560,16 @@ impl Store {
                         .map(|at| key[..prefix.len() + at + d.len()].to_owned())
                 });
                 // A common prefix at or before where the listing starts was given by
-                // an earlier page (a marker may be one, as V1's NextMarker is): its keys
-                // are skipped, as S3 does.
+                // an earlier page (a marker may be one, as V1's NextMarker is), or by
+                // this one: its keys are skipped, as S3 does.
                 if let Some(common) = &folded
-                    && after.is_some_and(|a| common.as_str() <= a)
+                    && (after.is_some_and(|a| common.as_str() <= a)
+                        || listing.common_prefixes.last() == Some(common))
                 {
-                    from = Some(format!("{base}{common}{}", char::MAX));
-                    continue 'pages;
+                    if skip_past(&mut from, &base, common, &object.name) {
+                        continue 'pages;
+                    }
+                    continue;
                 }
                 if listing.common_prefixes.len() + keys.len() == max {
                     listing.truncated = true;
@@ -529,11 +577,11 @@ impl Store {
                 }
                 match folded {
                     Some(common) => {
-                        // Every key under the common prefix is skipped: list on
-                        // after the greatest name it could have.
-                        from = Some(format!("{base}{common}{}", char::MAX));
+                        let jump = skip_past(&mut from, &base, &common, &object.name);
                         listing.common_prefixes.push(common);
-                        continue 'pages;
+                        if jump {
+                            continue 'pages;
+                        }
                     }
                     None => keys.push(key.to_owned()),
                 }
@@ -566,6 +614,18 @@ pub(crate) fn check_key(key: &str) -> Result<()> {
         return Err(StoreError::KeyTooLong(key.len()));
     }
     Ok(())
+}
+
+/// Moves a listing past the keys under `common` (a common prefix): to after the
+/// greatest name they could have (`true`: list again from there), unless `current`
+/// (a key under it holding U+10FFFF) is there already (`false`: read on).
+fn skip_past(from: &mut Option<String>, base: &str, common: &str, current: &str) -> bool {
+    let jump = format!("{base}{common}{}", char::MAX);
+    if current >= jump.as_str() {
+        return false;
+    }
+    *from = Some(jump);
+    true
 }
 
 /// The last entry of a listing page in S3's order: where the next page starts.

@@ -770,6 +770,42 @@ def _():
     expect_eq((keys_of(under), prefixes_of(under)), (["a/b"], ["a/c/"]), "under a/")
 
 
+@check("list v2 and v1: a key with U+10FFFF after a common prefix folds into it once")
+def _():
+    name = new_bucket("maxchar")
+    for key in ["p/\U0010ffffa", "p/b", "q"]:
+        S3.put_object(Bucket=name, Key=key, Body=b"x")
+    failures = []
+    whole = S3.list_objects_v2(Bucket=name, Delimiter="/")
+    soft(failures, lambda: expect_eq((prefixes_of(whole), keys_of(whole)), (["p/"], ["q"]),
+                                     "one page"))
+    pages = walk_v2(name, Delimiter="/", MaxKeys=1)
+    seen = [x for p in pages for x in prefixes_of(p) + keys_of(p)]
+    soft(failures, lambda: expect_eq(seen, ["p/", "q"], "pages of one"))
+    v1 = S3.list_objects(Bucket=name, Delimiter="/", MaxKeys=1)
+    v1_next = S3.list_objects(Bucket=name, Delimiter="/", MaxKeys=1, Marker=v1["NextMarker"])
+    soft(failures, lambda: expect_eq(prefixes_of(v1) + keys_of(v1_next), ["p/", "q"], "v1 pages"))
+    all_passed(failures)
+
+
+@check("multipart: list_multipart_uploads pages by key and id, folds by delimiter")
+def _():
+    name = new_bucket("uploads")
+    for key in ["a", "a", "d/x", "e"]:
+        S3.create_multipart_upload(Bucket=name, Key=key)
+    seen, markers = [], {}
+    for _ in range(10):
+        page = S3.list_multipart_uploads(Bucket=name, MaxUploads=1, Delimiter="/", **markers)
+        seen += [u["Key"] for u in page.get("Uploads", [])]
+        seen += [p["Prefix"] for p in page.get("CommonPrefixes", [])]
+        if not page["IsTruncated"]:
+            break
+        markers = {"KeyMarker": page["NextKeyMarker"]}
+        if page.get("NextUploadIdMarker"):
+            markers["UploadIdMarker"] = page["NextUploadIdMarker"]
+    expect_eq(seen, ["a", "a", "d/", "e"], "uploads and prefixes over pages of one")
+
+
 @check("list v2: MaxKeys paging by ContinuationToken returns every key once, in order",
        quick=True)
 def _():

@@ -11,7 +11,7 @@ use somnus_types::{RackId, ServerId, VirtualDuration};
 
 /// The built-in topology, the MSR Cambridge data center of 004.
 const MSR_CAMBRIDGE: &str = include_str!("../topologies/msr-cambridge.toml");
-/// The topology of `somnus demo`: six synthetic servers in three racks.
+/// The topology of `somnus sim demo`: six synthetic servers in three racks.
 const DEMO: &str = include_str!("../topologies/demo.toml");
 
 /// Bounds on a topology, so that a typo cannot ask for a billion disks.
@@ -225,7 +225,7 @@ impl Topology {
         MSR_CAMBRIDGE
     }
 
-    /// The topology of `somnus demo`.
+    /// The topology of `somnus sim demo`.
     pub fn demo() -> Topology {
         // The built-in file is tested; failing to parse it is a build defect.
         match Topology::from_toml(DEMO, "built-in demo") {

@@ -23,7 +23,7 @@ use somnus_trace::stats::{StatsOptions, StatsReport, compute_set};
 use somnus_trace::{DaySpec, ReadOptions, SyntheticConfig, TraceSet};
 
 use crate::sim_cmd::{ReplayOutcome, ReplayRequest, replay};
-use crate::{demo, report};
+use crate::{report, sim_demo as demo};
 
 /// The files of the MSR set, under the trace directory.
 const MSR_FILES: [&str; 3] =

@@ -1,4 +1,4 @@
-//! `somnus demo`: the whole write off-loading experiment on a seeded synthetic day,
+//! `somnus sim demo`: the whole write off-loading experiment on a seeded synthetic day,
 //! with no files needed.
 
 use std::path::PathBuf;

@@ -1,0 +1,84 @@
+//! A small S3 client over one HTTP/1.1 connection, each request signed with SigV4
+//! (unsigned payload): what `somnus bench s3` and `somnus demo` drive an endpoint with.
+
+use std::net::SocketAddr;
+use std::time::{SystemTime, UNIX_EPOCH};
+
+use bytes::Bytes;
+use http_body_util::{BodyExt, Full};
+use hyper::client::conn::http1::SendRequest;
+use hyper_util::rt::TokioIo;
+
+use crate::sigv4::{self, Signer, UNSIGNED_PAYLOAD};
+
+#[derive(Debug, thiserror::Error)]
+pub enum BenchError {
+    #[error("cannot connect to {0}: {1}")]
+    Connect(SocketAddr, std::io::Error),
+    #[error("HTTP: {0}")]
+    Http(#[from] hyper::Error),
+    #[error("{request}: HTTP {status}: {body}")]
+    Refused { request: String, status: u16, body: String },
+}
+
+/// A connection to the endpoint, signing every request.
+pub struct Connection {
+    sender: SendRequest<Full<Bytes>>,
+    host: String,
+}
+
+#[allow(clippy::disallowed_methods, reason = "a request is signed with the time of day")]
+fn unix_now() -> i64 {
+    SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| d.as_secs() as i64)
+}
+
+impl Connection {
+    pub async fn open(address: SocketAddr) -> Result<Connection, BenchError> {
+        let stream = tokio::net::TcpStream::connect(address)
+            .await
+            .map_err(|e| BenchError::Connect(address, e))?;
+        let _ = stream.set_nodelay(true);
+        let (sender, connection) =
+            hyper::client::conn::http1::handshake(TokioIo::new(stream)).await?;
+        tokio::spawn(connection);
+        Ok(Connection { sender, host: address.to_string() })
+    }
+
+    /// Sends one signed request (`path` is `/bucket/key`, not yet percent-encoded);
+    /// the status and the body.
+    pub async fn send(
+        &mut self,
+        signer: &Signer,
+        method: &str,
+        path: &str,
+        body: Bytes,
+    ) -> Result<(u16, Bytes), BenchError> {
+        let path = sigv4::encode_path(path);
+        let date = sigv4::amz_date(unix_now());
+        let headers = [
+            ("host", self.host.as_str()),
+            ("x-amz-content-sha256", UNSIGNED_PAYLOAD),
+            ("x-amz-date", date.as_str()),
+        ];
+        let authorization =
+            signer.authorization(method, &path, "", &headers, UNSIGNED_PAYLOAD, &date);
+        let mut request = hyper::Request::builder().method(method).uri(&path);
+        for (name, value) in headers {
+            request = request.header(name, value);
+        }
+        let request = request
+            .header("authorization", authorization)
+            .header("content-length", body.len())
+            .body(Full::new(body))
+            .map_err(|e| BenchError::Refused {
+                request: path.clone(),
+                status: 0,
+                body: e.to_string(),
+            })?;
+        self.sender.ready().await?;
+        let response = self.sender.send_request(request).await?;
+        let status = response.status().as_u16();
+        let body = response.into_body().collect().await?.to_bytes();
+        Ok((status, body))
+    }
+}
