@@ -331,26 +331,19 @@ impl S3 for Gateway {
         &self,
         req: S3Request<PutObjectInput>,
     ) -> S3Result<S3Response<PutObjectOutput>> {
-        let input = req.input;
-        let length = body_length(input.content_length, PUT_BYTES_MAX, "a PUT")?;
-        let md5 = content_md5(input.content_md5.as_deref())?;
-        if input.if_none_match.is_some() || input.if_match.is_some() {
-            let existing = match self.store.head(&input.bucket, &input.key).await {
-                Ok(record) => Some(record),
-                Err(StoreError::NoSuchKey { .. }) => None,
-                Err(error) => return Err(s3(error)),
-            };
-            if let Some(condition) = &input.if_none_match
-                && existing.as_ref().is_some_and(|r| matches(condition, r))
-            {
-                return Err(s3_error!(PreconditionFailed, "If-None-Match: the object exists"));
+        let mut input = req.input;
+        let mut body = match input.body.take() {
+            Some(body) => body.boxed(),
+            None => futures::stream::empty().boxed(),
+        };
+        // A refusal reads the body first, so that a client still sending it hears it.
+        let (length, md5) = match self.put_checks(&input).await {
+            Ok(checked) => checked,
+            Err(refusal) => {
+                crate::store::discard_body(&mut body).await;
+                return Err(refusal);
             }
-            if let Some(condition) = &input.if_match
-                && !existing.as_ref().is_some_and(|r| matches(condition, r))
-            {
-                return Err(s3_error!(PreconditionFailed, "If-Match: the ETag differs"));
-            }
-        }
+        };
         let headers = headers(
             input.content_type.map(|t| t.to_string()),
             input.content_encoding,
@@ -359,10 +352,6 @@ impl S3 for Gateway {
             input.cache_control,
             input.metadata,
         );
-        let body = match input.body {
-            Some(body) => body.boxed(),
-            None => futures::stream::empty().boxed(),
-        };
         let record = self
             .store
             .put(&input.bucket, &input.key, length, body, headers, md5)
@@ -637,14 +626,21 @@ impl S3 for Gateway {
         &self,
         req: S3Request<UploadPartInput>,
     ) -> S3Result<S3Response<UploadPartOutput>> {
-        let input = req.input;
-        let length = body_length(input.content_length, PART_BYTES_MAX, "a part")?;
-        let md5 = content_md5(input.content_md5.as_deref())?;
-        let number = u32::try_from(input.part_number).unwrap_or(0);
-        let body = match input.body {
+        let mut input = req.input;
+        let mut body = match input.body.take() {
             Some(body) => body.boxed(),
             None => futures::stream::empty().boxed(),
         };
+        let checked = body_length(input.content_length, PART_BYTES_MAX, "a part")
+            .and_then(|length| Ok((length, content_md5(input.content_md5.as_deref())?)));
+        let (length, md5) = match checked {
+            Ok(checked) => checked,
+            Err(refusal) => {
+                crate::store::discard_body(&mut body).await;
+                return Err(refusal);
+            }
+        };
+        let number = u32::try_from(input.part_number).unwrap_or(0);
         let record = self
             .store
             .put_part(&input.bucket, &input.key, &input.upload_id, number, length, body, md5)
@@ -838,6 +834,31 @@ impl S3 for Gateway {
 }
 
 impl Gateway {
+    /// A PUT's length and Content-MD5, and its conditions (If-None-Match, If-Match)
+    /// checked against the object stored.
+    async fn put_checks(&self, input: &PutObjectInput) -> S3Result<(u64, Option<[u8; 16]>)> {
+        let length = body_length(input.content_length, PUT_BYTES_MAX, "a PUT")?;
+        let md5 = content_md5(input.content_md5.as_deref())?;
+        if input.if_none_match.is_some() || input.if_match.is_some() {
+            let existing = match self.store.head(&input.bucket, &input.key).await {
+                Ok(record) => Some(record),
+                Err(StoreError::NoSuchKey { .. }) => None,
+                Err(error) => return Err(s3(error)),
+            };
+            if let Some(condition) = &input.if_none_match
+                && existing.as_ref().is_some_and(|r| matches(condition, r))
+            {
+                return Err(s3_error!(PreconditionFailed, "If-None-Match: the object exists"));
+            }
+            if let Some(condition) = &input.if_match
+                && !existing.as_ref().is_some_and(|r| matches(condition, r))
+            {
+                return Err(s3_error!(PreconditionFailed, "If-Match: the ETag differs"));
+            }
+        }
+        Ok((length, md5))
+    }
+
     async fn list(
         &self,
         bucket: &str,

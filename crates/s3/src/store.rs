@@ -116,6 +116,25 @@ impl Store {
         &self,
         name: &str,
     ) -> Result<Option<T>> {
+        let mut attempt = 0;
+        loop {
+            attempt += 1;
+            match self.read_record_once(name).await {
+                // A record longer than its first read, rewritten between that read and
+                // the next, reads torn: read it again.
+                Err(StoreError::Record {
+                    error: RecordError::Checksum | RecordError::Truncated(_),
+                    ..
+                }) if attempt < RACE_RETRIES => continue,
+                outcome => return outcome,
+            }
+        }
+    }
+
+    async fn read_record_once<T: for<'a> serde::Deserialize<'a>>(
+        &self,
+        name: &str,
+    ) -> Result<Option<T>> {
         let head = match self.client.read(name, ByteRange::new(0, RECORD_BYTES)).await {
             Ok(head) => head,
             Err(error) if is_missing(&error) => return Ok(None),
@@ -136,7 +155,6 @@ impl Store {
         }
     }
 
-    /// Writes `record` as the object `name`, creating it if needed, in one request.
     pub(crate) async fn write_record<T: serde::Serialize>(
         &self,
         name: &str,
@@ -721,11 +739,23 @@ const DISCARD_BYTES_MAX: u64 = 16 << 20;
 /// `body` back if `checked` passed; else the refusal, once the body (up to 16 MiB)
 /// was read: an HTTP/1.1 client still sending it would otherwise meet a closed
 /// connection instead of the S3 error.
-pub(crate) async fn refuse_after_body<S, E>(checked: Result<()>, mut body: S) -> Result<S>
+pub(crate) async fn refuse_after_body<S, E, R>(
+    checked: std::result::Result<(), R>,
+    mut body: S,
+) -> std::result::Result<S, R>
 where
     S: Stream<Item = std::result::Result<Bytes, E>> + Unpin,
 {
     let Err(refusal) = checked else { return Ok(body) };
+    discard_body(&mut body).await;
+    Err(refusal)
+}
+
+/// Reads a refused request's body (up to 16 MiB) and throws it away.
+pub(crate) async fn discard_body<S, E>(body: &mut S)
+where
+    S: Stream<Item = std::result::Result<Bytes, E>> + Unpin,
+{
     let mut discarded = 0u64;
     while discarded < DISCARD_BYTES_MAX {
         match body.next().await {
@@ -733,7 +763,6 @@ where
             Some(Err(_)) | None => break,
         }
     }
-    Err(refusal)
 }
 
 /// Reads a body to its end; its length.
