@@ -55,6 +55,18 @@ pub(crate) struct DemoArgs {
     s3: Option<SocketAddr>,
 }
 
+/// Ctrl-C.
+#[derive(Debug)]
+struct Interrupted;
+
+impl std::fmt::Display for Interrupted {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("interrupted")
+    }
+}
+
+impl std::error::Error for Interrupted {}
+
 /// The scheduler's day: twelve intervals of 60 s on the cluster's clock.
 const INTERVALS: usize = 12;
 const INTERVAL_S: u64 = 60;
@@ -91,8 +103,16 @@ pub(crate) fn run(args: DemoArgs) -> Result<()> {
         }
     };
     let outcome = runtime()?.block_on(demo(&args, &dir));
+    // Stopped by its user (Ctrl-C, or a reader gone: `somnus demo | head`) is no
+    // failure to look into.
+    let stopped = outcome.as_ref().is_err_and(|e| {
+        e.is::<Interrupted>() || e.chain().any(|c| c.is::<crate::output::StdoutClosed>())
+    });
     match (&outcome, temporary) {
         (Ok(()), Some(temporary)) => temporary.close().context("cannot remove the demo's data")?,
+        (Err(_), Some(temporary)) if stopped => {
+            let _ = temporary.close();
+        }
         (Err(_), Some(temporary)) => {
             // Kept for a look at the processes' logs.
             let kept = temporary.keep();
@@ -145,7 +165,7 @@ async fn demo(args: &DemoArgs, dir: &Path) -> Result<()> {
     children.push(gateway);
     let outcome = tokio::select! {
         outcome = drive(args, &file, &path, address, spawned, iops, &mut children) => outcome,
-        _ = tokio::signal::ctrl_c() => Err(anyhow::anyhow!("interrupted")),
+        _ = tokio::signal::ctrl_c() => Err(Interrupted.into()),
     };
     stop_all(&mut children).await;
     outcome
