@@ -50,7 +50,7 @@ impl Store {
     /// The upload's record, if it is an upload of `key`.
     pub async fn upload(&self, bucket: &str, key: &str, upload: &str) -> Result<UploadRecord> {
         let missing = || StoreError::NoSuchUpload(upload.to_owned());
-        if upload.is_empty() || !upload.bytes().all(|b| b.is_ascii_hexdigit()) {
+        if !is_upload_id(upload) {
             return Err(missing());
         }
         match self.read_record::<UploadRecord>(&layout::upload_record(bucket, upload)).await? {
@@ -255,7 +255,7 @@ impl Store {
         listed: &[(u32, String)],
     ) -> Result<ObjectRecord> {
         let missing = || StoreError::NoSuchUpload(upload.to_owned());
-        if upload.is_empty() || !upload.bytes().all(|b| b.is_ascii_hexdigit()) {
+        if !is_upload_id(upload) {
             return Err(missing());
         }
         let claim: Option<UploadClaim> =
@@ -352,6 +352,11 @@ impl Store {
         }
         Ok(())
     }
+}
+
+/// Whether `upload` could be an upload id (hex): anything else names no upload.
+fn is_upload_id(upload: &str) -> bool {
+    !upload.is_empty() && upload.bytes().all(|b| b.is_ascii_hexdigit())
 }
 
 /// A page of ListMultipartUploads.
