@@ -43,7 +43,13 @@ macro_rules! described {
             last_modified: Some(timestamp(record.modified_ms)),
             e_tag: Some(etag(record)),
             metadata: metadata(headers),
-            content_type: headers.content_type.as_deref().and_then(|t| t.parse().ok()),
+            // What S3 answers for an object stored without one.
+            content_type: headers
+                .content_type
+                .as_deref()
+                .unwrap_or("binary/octet-stream")
+                .parse()
+                .ok(),
             content_encoding: headers.content_encoding.clone(),
             content_disposition: headers.content_disposition.clone(),
             content_language: headers.content_language.clone(),
@@ -128,10 +134,28 @@ fn check_conditions(
         _ => {}
     }
     match (if_none_match, if_modified_since) {
-        (Some(condition), _) if matches(condition, record) => Err(s3_error!(NotModified)),
-        (None, Some(since)) if modified <= seconds(since) => Err(s3_error!(NotModified)),
+        (Some(condition), _) if matches(condition, record) => Err(not_modified(record)),
+        (None, Some(since)) if modified <= seconds(since) => Err(not_modified(record)),
         _ => Ok(()),
     }
+}
+
+/// 304, with the ETag and Last-Modified a cache needs (RFC 7232 4.1).
+fn not_modified(record: &ObjectRecord) -> S3Error {
+    let mut error = s3_error!(NotModified);
+    let mut headers = hyper::HeaderMap::new();
+    if let Ok(value) = format!("\"{}\"", record.etag).parse() {
+        headers.insert(hyper::header::ETAG, value);
+    }
+    let modified = time::OffsetDateTime::from(timestamp(record.modified_ms));
+    let http_date = time::format_description::well_known::Rfc2822;
+    if let Ok(text) = modified.format(&http_date)
+        && let Ok(value) = text.replace("+0000", "GMT").parse()
+    {
+        headers.insert(hyper::header::LAST_MODIFIED, value);
+    }
+    error.set_headers(headers);
+    error
 }
 
 /// The headers a PUT (or a copy that replaces them) gives the object.
@@ -143,6 +167,15 @@ fn headers(
     cache_control: Option<String>,
     metadata: Option<Metadata>,
 ) -> Headers {
+    // `aws-chunked` says how the request's body was framed, not what the object is.
+    let content_encoding = content_encoding.and_then(|encoding| {
+        let kept: Vec<&str> = encoding
+            .split(',')
+            .map(str::trim)
+            .filter(|token| !token.is_empty() && !token.eq_ignore_ascii_case("aws-chunked"))
+            .collect();
+        (!kept.is_empty()).then(|| kept.join(", "))
+    });
     Headers {
         content_type,
         content_encoding,
@@ -155,6 +188,17 @@ fn headers(
 
 fn metadata(headers: &Headers) -> Option<Metadata> {
     (!headers.metadata.is_empty()).then(|| headers.metadata.clone().into_iter().collect())
+}
+
+/// `InvalidDigest` for a Content-MD5 header sent empty (the protocol crate reads it as
+/// none sent).
+fn empty_content_md5(headers: &hyper::HeaderMap) -> S3Result<()> {
+    match headers.get("content-md5") {
+        Some(value) if value.as_bytes().trim_ascii().is_empty() => {
+            Err(s3_error!(InvalidDigest, "Content-MD5 is empty"))
+        }
+        _ => Ok(()),
+    }
 }
 
 /// The MD5 a Content-MD5 header holds (base64 of 16 bytes).
@@ -222,12 +266,19 @@ impl Names {
 }
 
 /// S3's answer to a listing page's objects.
-fn contents(listing: &Listing, names: &Names) -> Vec<Object> {
+/// The owner of every bucket and object: the gateway has one user.
+fn owner() -> Owner {
+    Owner { display_name: Some("somnus".into()), id: Some("somnus".into()) }
+}
+
+/// A listing's objects; with their owner where asked (V2's `fetch-owner`; V1 always).
+fn contents(listing: &Listing, names: &Names, with_owner: bool) -> Vec<Object> {
     listing
         .keys
         .iter()
         .map(|(key, record)| Object {
             key: Some(names.name(key)),
+            owner: with_owner.then(owner),
             size: Some(record.size as i64),
             e_tag: Some(etag(record)),
             last_modified: Some(timestamp(record.modified_ms)),
@@ -277,7 +328,19 @@ impl S3 for Gateway {
         req: S3Request<CreateBucketInput>,
     ) -> S3Result<S3Response<CreateBucketOutput>> {
         let bucket = &req.input.bucket;
-        self.store.create_bucket(bucket).await.map_err(s3)?;
+        let constraint = req.input.create_bucket_configuration.as_ref();
+        if let Some(region) = constraint.and_then(|c| c.location_constraint.as_ref()) {
+            return Err(s3_error!(
+                InvalidLocationConstraint,
+                "this gateway serves us-east-1 only, named by no constraint, not {:?}",
+                region.as_str()
+            ));
+        }
+        match self.store.create_bucket(bucket).await {
+            // us-east-1 answers 200 to its owner creating a bucket again.
+            Ok(()) | Err(StoreError::BucketExists(_)) => {}
+            Err(error) => return Err(s3(error)),
+        }
         let output = CreateBucketOutput { location: Some(format!("/{bucket}")) };
         Ok(S3Response::new(output))
     }
@@ -321,9 +384,11 @@ impl S3 for Gateway {
                 bucket_region: Some(REGION.into()),
             })
             .collect();
-        let owner = Owner { display_name: Some("somnus".into()), id: Some("somnus".into()) };
-        let output =
-            ListBucketsOutput { buckets: Some(buckets), owner: Some(owner), ..Default::default() };
+        let output = ListBucketsOutput {
+            buckets: Some(buckets),
+            owner: Some(owner()),
+            ..Default::default()
+        };
         Ok(S3Response::new(output))
     }
 
@@ -331,13 +396,14 @@ impl S3 for Gateway {
         &self,
         req: S3Request<PutObjectInput>,
     ) -> S3Result<S3Response<PutObjectOutput>> {
+        let empty_md5 = empty_content_md5(&req.headers);
         let mut input = req.input;
         let mut body = match input.body.take() {
             Some(body) => body.boxed(),
             None => futures::stream::empty().boxed(),
         };
         // A refusal reads the body first, so that a client still sending it hears it.
-        let (length, md5) = match self.put_checks(&input).await {
+        let (length, md5) = match empty_md5.and(self.put_checks(&input).await) {
             Ok(checked) => checked,
             Err(refusal) => {
                 crate::store::discard_body(&mut body).await;
@@ -493,9 +559,9 @@ impl S3 for Gateway {
             continuation_token: input.continuation_token,
             is_truncated: Some(listing.truncated),
             next_continuation_token: listing.next_after.as_deref().map(token),
-            contents: Some(contents(&listing, &names)),
+            contents: Some(contents(&listing, &names, input.fetch_owner == Some(true))),
             common_prefixes: common_prefixes(&listing, &names),
-            delimiter: names.maybe(input.delimiter),
+            delimiter: names.maybe(input.delimiter.filter(|d| !d.is_empty())),
             encoding_type: input.encoding_type,
             start_after: names.maybe(input.start_after),
             ..Default::default()
@@ -522,13 +588,15 @@ impl S3 for Gateway {
         let names = Names::of(input.encoding_type.as_ref());
         let output = ListObjectsOutput {
             name: Some(input.bucket),
-            prefix: Some(names.name(&prefix)),
-            marker: names.maybe(input.marker),
+            // V1's Prefix is never encoded (clients decode only the others), and its
+            // Marker is always there, empty when none was given.
+            prefix: Some(prefix),
+            marker: Some(names.maybe(input.marker).unwrap_or_default()),
             max_keys: Some(max as i32),
             is_truncated: Some(listing.truncated),
-            contents: Some(contents(&listing, &names)),
+            contents: Some(contents(&listing, &names, true)),
             common_prefixes: common_prefixes(&listing, &names),
-            delimiter: names.maybe(input.delimiter),
+            delimiter: names.maybe(input.delimiter.filter(|d| !d.is_empty())),
             next_marker: names.maybe(next_marker),
             encoding_type: input.encoding_type,
             ..Default::default()
@@ -626,12 +694,14 @@ impl S3 for Gateway {
         &self,
         req: S3Request<UploadPartInput>,
     ) -> S3Result<S3Response<UploadPartOutput>> {
+        let empty_md5 = empty_content_md5(&req.headers);
         let mut input = req.input;
         let mut body = match input.body.take() {
             Some(body) => body.boxed(),
             None => futures::stream::empty().boxed(),
         };
-        let checked = body_length(input.content_length, PART_BYTES_MAX, "a part")
+        let checked = empty_md5
+            .and(body_length(input.content_length, PART_BYTES_MAX, "a part"))
             .and_then(|length| Ok((length, content_md5(input.content_md5.as_deref())?)));
         let (length, md5) = match checked {
             Ok(checked) => checked,
@@ -850,10 +920,16 @@ impl Gateway {
             {
                 return Err(s3_error!(PreconditionFailed, "If-None-Match: the object exists"));
             }
-            if let Some(condition) = &input.if_match
-                && !existing.as_ref().is_some_and(|r| matches(condition, r))
-            {
-                return Err(s3_error!(PreconditionFailed, "If-Match: the ETag differs"));
+            if let Some(condition) = &input.if_match {
+                let Some(existing) = &existing else {
+                    return Err(s3(StoreError::NoSuchKey {
+                        bucket: input.bucket.clone(),
+                        key: input.key.clone(),
+                    }));
+                };
+                if !matches(condition, existing) {
+                    return Err(s3_error!(PreconditionFailed, "If-Match: the ETag differs"));
+                }
             }
         }
         Ok((length, md5))

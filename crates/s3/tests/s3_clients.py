@@ -269,10 +269,15 @@ def _():
     expect_eq(status_of(S3.head_bucket(Bucket=name)), 200, "HeadBucket status")
 
 
-@check("bucket: create again -> BucketAlreadyOwnedByYou 409")
+@check("bucket: its owner creating it again -> 200 (us-east-1), its objects kept; "
+       "a LocationConstraint -> InvalidLocationConstraint")
 def _():
     name = plain_bucket()
-    expect_error("BucketAlreadyOwnedByYou", 409, S3.create_bucket, Bucket=name)
+    S3.put_object(Bucket=name, Key="kept", Body=b"k")
+    expect_eq(status_of(S3.create_bucket(Bucket=name)), 200, "CreateBucket again")
+    expect_eq(read(name, "kept"), b"k", "the object after")
+    expect_error("InvalidLocationConstraint", 400, S3.create_bucket, Bucket=f"{RUN}-eu",
+                 CreateBucketConfiguration={"LocationConstraint": "eu-west-1"})
 
 
 @check("bucket: head a missing bucket -> 404")
@@ -617,6 +622,30 @@ def _():
 @check("conditional: If-None-Match with another ETag -> 200")
 def _():
     conditional([S3.get_object, S3.head_object], 200, IfNoneMatch=OTHER_ETAG)
+
+
+@check("conditional: a 304 carries the ETag and Last-Modified; PUT If-Match on no "
+       "object -> NoSuchKey 404")
+def _():
+    name = plain_bucket()
+    etag = S3.put_object(Bucket=name, Key="c304", Body=b"x")["ETag"]
+    status, headers, _ = http("GET", S3.generate_presigned_url(
+        "get_object", Params={"Bucket": name, "Key": "c304"}), headers={"If-None-Match": etag})
+    expect_eq((status, headers.get("ETag")), (304, etag), "304 and its ETag")
+    expect(headers.get("Last-Modified", "").endswith("GMT"), "Last-Modified on the 304")
+    expect_error("NoSuchKey", 404, S3.put_object, Bucket=name, Key="none", Body=b"x",
+                 IfMatch=etag)
+
+
+@check("object: stored without a Content-Type it is binary/octet-stream; an empty "
+       "Delimiter is not echoed")
+def _():
+    name = plain_bucket()
+    S3.put_object(Bucket=name, Key="untyped", Body=b"x")
+    expect_eq(S3.head_object(Bucket=name, Key="untyped")["ContentType"],
+              "binary/octet-stream", "ContentType")
+    expect("Delimiter" not in S3.list_objects_v2(Bucket=name, Delimiter=""),
+           "an empty Delimiter echoed")
 
 
 @check("conditional: If-Modified-Since in the future -> 304 (GET, HEAD)")
