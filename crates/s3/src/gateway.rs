@@ -373,9 +373,24 @@ impl S3 for Gateway {
 
     async fn list_buckets(
         &self,
-        _req: S3Request<ListBucketsInput>,
+        req: S3Request<ListBucketsInput>,
     ) -> S3Result<S3Response<ListBucketsOutput>> {
-        let buckets = self.store.buckets().await.map_err(s3)?;
+        let input = req.input;
+        let max = match input.max_buckets {
+            None => usize::MAX,
+            Some(n) if (1..=10_000).contains(&n) => n as usize,
+            Some(n) => return Err(s3_error!(InvalidArgument, "max-buckets {n}: 1 to 10,000")),
+        };
+        let after = input.continuation_token.as_deref().map(untoken).transpose()?;
+        let prefix = input.prefix.clone().unwrap_or_default();
+        // In name order, as the cluster lists them.
+        let mut buckets: Vec<_> = self.store.buckets().await.map_err(s3)?;
+        buckets.retain(|(name, _)| {
+            name.starts_with(&prefix) && after.as_ref().is_none_or(|a| name > a)
+        });
+        let truncated = buckets.len() > max;
+        buckets.truncate(max);
+        let next = truncated.then(|| buckets.last().map(|(name, _)| token(name))).flatten();
         let buckets = buckets
             .into_iter()
             .map(|(name, record)| Bucket {
@@ -387,7 +402,8 @@ impl S3 for Gateway {
         let output = ListBucketsOutput {
             buckets: Some(buckets),
             owner: Some(owner()),
-            ..Default::default()
+            continuation_token: next,
+            prefix: input.prefix,
         };
         Ok(S3Response::new(output))
     }

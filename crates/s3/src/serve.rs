@@ -81,8 +81,23 @@ pub async fn serve(
     }
 }
 
+/// A presigned URL's `X-Amz-Expires` S3 refuses: not a whole number of seconds from
+/// 1 to 604,800 (seven days). The protocol crate takes any, and calls a negative one
+/// a request that is not presigned.
+fn presign_expiry_refused(query: &str) -> Option<s3s::S3Error> {
+    let value = query.split('&').find_map(|pair| pair.strip_prefix("X-Amz-Expires="))?;
+    match value.parse::<i64>() {
+        Ok(seconds) if (1..=604_800).contains(&seconds) => None,
+        _ => Some(s3_error!(
+            AccessDenied,
+            "X-Amz-Expires {value:?}: a presigned URL lasts 1 to 604,800 seconds"
+        )),
+    }
+}
+
 /// `service`, with a HEAD that asked for a range answered 206 as S3 does (s3s answers
-/// it 200, with the range's length and Content-Range right).
+/// it 200, with the range's length and Content-Range right), and a presigned URL's
+/// expiry checked against S3's limits before it.
 fn ranged_head_is_partial(
     service: S3Service,
 ) -> impl hyper::service::Service<
@@ -94,8 +109,13 @@ fn ranged_head_is_partial(
     hyper::service::service_fn(move |request: http::Request<hyper::body::Incoming>| {
         let ranged_head = request.method() == http::Method::HEAD
             && request.headers().contains_key(http::header::RANGE);
-        let call = hyper::service::Service::call(&service, request);
+        let refused = presign_expiry_refused(request.uri().query().unwrap_or(""));
+        let call = (refused.is_none()).then(|| hyper::service::Service::call(&service, request));
         async move {
+            let Some(call) = call else {
+                let error = refused.unwrap_or_else(|| s3_error!(AccessDenied));
+                return error.to_http_response().map_err(|e| s3s::HttpError::new(Box::new(e)));
+            };
             let mut response = call.await?;
             if ranged_head && response.status() == http::StatusCode::OK {
                 *response.status_mut() = http::StatusCode::PARTIAL_CONTENT;
@@ -131,4 +151,21 @@ pub fn sweep_abandoned_uploads(
             }
         }
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_presigned_url_lasts_one_second_to_seven_days() {
+        for query in ["", "X-Amz-Expires=1", "a=b&X-Amz-Expires=604800&c=d"] {
+            assert!(presign_expiry_refused(query).is_none(), "{query}");
+        }
+        for query in
+            ["X-Amz-Expires=0", "X-Amz-Expires=604801", "X-Amz-Expires=-1", "X-Amz-Expires=x"]
+        {
+            assert!(presign_expiry_refused(query).is_some(), "{query}");
+        }
+    }
 }

@@ -280,6 +280,21 @@ def _():
                  CreateBucketConfiguration={"LocationConstraint": "eu-west-1"})
 
 
+@check("bucket: list buckets by pages of one (MaxBuckets, ContinuationToken, Prefix)")
+def _():
+    first, second = new_bucket("page-a"), new_bucket("page-b")
+    seen, token = [], None
+    for _ in range(10):
+        page = S3.list_buckets(MaxBuckets=1, Prefix=f"{RUN}-page-",
+                               **({"ContinuationToken": token} if token else {}))
+        expect(len(page["Buckets"]) <= 1, "more than MaxBuckets")
+        seen += [b["Name"] for b in page["Buckets"]]
+        token = page.get("ContinuationToken")
+        if not token:
+            break
+    expect_eq(seen, [first, second], "buckets over pages")
+
+
 @check("bucket: head a missing bucket -> 404")
 def _():
     expect_error(None, 404, S3.head_bucket, Bucket=f"{RUN}-missing")
