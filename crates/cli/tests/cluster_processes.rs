@@ -4,6 +4,8 @@
 //! operator over HTTP, and bad connections sent to a running server. Every process a
 //! test starts is stopped when its harness is dropped, also when the test fails.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
+// A test holds the machine's lock (`MACHINE`) for all of its awaits, on its own runtime.
+#![allow(clippy::await_holding_lock)]
 
 use std::path::PathBuf;
 use std::process::{Command, Stdio};
@@ -31,6 +33,9 @@ mod common;
 /// cluster beside them, or the kernel flushing gigabytes another test wrote, delays
 /// fsyncs and heartbeats enough to move their counts (one failed so in CI, its writes
 /// 7 % over the simulator's by clients' retries). The others share the machine.
+///
+/// Each test holds its guard across its awaits by design: the lock is for the whole
+/// test, and each test's runtime is its own (`clippy::await_holding_lock` allowed).
 static MACHINE: std::sync::RwLock<()> = std::sync::RwLock::new(());
 
 fn alone() -> std::sync::RwLockWriteGuard<'static, ()> {
