@@ -82,7 +82,9 @@ async fn client_phase(
     Ok((latencies, errors, n))
 }
 
-fn percentile(sorted: &[u64], p: f64) -> f64 {
+/// The `p`th percentile (nearest rank) of microsecond latencies sorted ascending, in
+/// milliseconds; 0 for none.
+pub fn percentile(sorted: &[u64], p: f64) -> f64 {
     if sorted.is_empty() {
         return 0.0;
     }

@@ -377,13 +377,7 @@ fn size_text(bytes: u64) -> String {
 fn percentiles(stats: &IntervalStats) -> (f64, f64) {
     let mut sorted = stats.latencies_us.clone();
     sorted.sort_unstable();
-    let at = |p: f64| {
-        if sorted.is_empty() {
-            return 0.0;
-        }
-        let rank = ((p / 100.0) * sorted.len() as f64).ceil() as usize;
-        sorted[rank.clamp(1, sorted.len()) - 1] as f64 / 1000.0
-    };
+    let at = |p| somnus_s3::bench::percentile(&sorted, p);
     (at(50.0), at(99.0))
 }
 
