@@ -2,7 +2,6 @@
 //! conditions and its errors. s3s parses the requests, checks their signatures and
 //! writes the XML.
 
-use std::collections::BTreeMap;
 use std::time::{Duration, UNIX_EPOCH};
 
 use futures::StreamExt;
@@ -32,10 +31,12 @@ impl Gateway {
 }
 
 /// A GET's or a HEAD's answer: `fields`, then what the object's record says (its
-/// time, ETag, metadata and headers), alike for both.
+/// time, ETag, metadata and headers), alike for both; a header the request names in a
+/// `response-*` parameter (`response-content-type`, ...) is answered as named.
 macro_rules! described {
-    ($output:ident, $record:expr, { $($field:ident: $value:expr),* $(,)? }) => {{
+    ($output:ident, $record:expr, $input:expr, { $($field:ident: $value:expr),* $(,)? }) => {{
         let record: &ObjectRecord = $record;
+        let input = $input;
         let headers = &record.headers;
         $output {
             $($field: $value,)*
@@ -44,19 +45,48 @@ macro_rules! described {
             e_tag: Some(etag(record)),
             metadata: metadata(headers),
             // What S3 answers for an object stored without one.
-            content_type: headers
-                .content_type
-                .as_deref()
-                .unwrap_or("binary/octet-stream")
-                .parse()
-                .ok(),
-            content_encoding: headers.content_encoding.clone(),
-            content_disposition: headers.content_disposition.clone(),
-            content_language: headers.content_language.clone(),
-            cache_control: headers.cache_control.clone(),
+            content_type: match &input.response_content_type {
+                Some(named) => named.parse().ok(),
+                None => headers.content_type.as_deref().unwrap_or("binary/octet-stream").parse().ok(),
+            },
+            content_encoding: input
+                .response_content_encoding
+                .clone()
+                .or_else(|| headers.content_encoding.clone()),
+            content_disposition: input
+                .response_content_disposition
+                .clone()
+                .or_else(|| headers.content_disposition.clone()),
+            content_language: input
+                .response_content_language
+                .clone()
+                .or_else(|| headers.content_language.clone()),
+            cache_control: input
+                .response_cache_control
+                .clone()
+                .or_else(|| headers.cache_control.clone()),
+            expires: input
+                .response_expires
+                .clone()
+                .or_else(|| headers.expires_s.map(|s| timestamp(s.saturating_mul(1000)))),
             ..Default::default()
         }
     }};
+}
+
+/// The headers a PUT, a copy that replaces them, or an upload gives the object.
+macro_rules! stored_headers {
+    ($input:ident) => {
+        headers(Headers {
+            content_type: $input.content_type.map(|t| t.to_string()),
+            content_encoding: $input.content_encoding,
+            content_disposition: $input.content_disposition,
+            content_language: $input.content_language,
+            cache_control: $input.cache_control,
+            expires_s: $input.expires.as_ref().map(seconds),
+            metadata: $input.metadata.unwrap_or_default().into_iter().collect(),
+        })
+    };
 }
 
 /// The S3 error a store error is.
@@ -158,17 +188,10 @@ fn not_modified(record: &ObjectRecord) -> S3Error {
     error
 }
 
-/// The headers a PUT (or a copy that replaces them) gives the object.
-fn headers(
-    content_type: Option<String>,
-    content_encoding: Option<String>,
-    content_disposition: Option<String>,
-    content_language: Option<String>,
-    cache_control: Option<String>,
-    metadata: Option<Metadata>,
-) -> Headers {
-    // `aws-chunked` says how the request's body was framed, not what the object is.
-    let content_encoding = content_encoding.and_then(|encoding| {
+/// `given`, with the `aws-chunked` of a streamed upload taken out of its
+/// Content-Encoding: it says how the request's body was framed, not what the object is.
+fn headers(given: Headers) -> Headers {
+    let content_encoding = given.content_encoding.and_then(|encoding| {
         let kept: Vec<&str> = encoding
             .split(',')
             .map(str::trim)
@@ -176,14 +199,7 @@ fn headers(
             .collect();
         (!kept.is_empty()).then(|| kept.join(", "))
     });
-    Headers {
-        content_type,
-        content_encoding,
-        content_disposition,
-        content_language,
-        cache_control,
-        metadata: metadata.unwrap_or_default().into_iter().collect::<BTreeMap<_, _>>(),
-    }
+    Headers { content_encoding, ..given }
 }
 
 fn metadata(headers: &Headers) -> Option<Metadata> {
@@ -336,6 +352,15 @@ impl S3 for Gateway {
                 region.as_str()
             ));
         }
+        // A DNS label neither starts nor ends with a hyphen (the protocol crate
+        // checks S3's other rules).
+        if bucket.contains(".-") || bucket.contains("-.") {
+            return Err(s3_error!(
+                InvalidBucketName,
+                "{:?}: a hyphen next to a dot is not a DNS name",
+                bucket.as_str()
+            ));
+        }
         match self.store.create_bucket(bucket).await {
             // us-east-1 answers 200 to its owner creating a bucket again.
             Ok(()) | Err(StoreError::BucketExists(_)) => {}
@@ -426,14 +451,7 @@ impl S3 for Gateway {
                 return Err(refusal);
             }
         };
-        let headers = headers(
-            input.content_type.map(|t| t.to_string()),
-            input.content_encoding,
-            input.content_disposition,
-            input.content_language,
-            input.cache_control,
-            input.metadata,
-        );
+        let headers = stored_headers!(input);
         let record = self
             .store
             .put(&input.bucket, &input.key, length, body, headers, md5)
@@ -477,7 +495,7 @@ impl S3 for Gateway {
             Ok(found) => found,
             Err(error) => return Err(refused.take().unwrap_or_else(|| s3(error))),
         };
-        let output = described!(GetObjectOutput, &record, {
+        let output = described!(GetObjectOutput, &record, &input, {
             body: Some(StreamingBlob::wrap(stream)),
             content_length: Some((end - start) as i64),
             content_range: range.is_some().then(|| content_range(start, end, record.size)),
@@ -500,7 +518,7 @@ impl S3 for Gateway {
         )?;
         let (start, end) = byte_range(input.range.as_ref(), record.size)
             .ok_or_else(|| s3_error!(InvalidRange, "the object has {} bytes", record.size))?;
-        let output = described!(HeadObjectOutput, &record, {
+        let output = described!(HeadObjectOutput, &record, &input, {
             content_length: Some((end - start) as i64),
             content_range: input.range.is_some().then(|| content_range(start, end, record.size)),
         });
@@ -656,18 +674,7 @@ impl S3 for Gateway {
                 "copying an object to itself needs a change: use the REPLACE metadata directive"
             ));
         }
-        let headers = if replace {
-            headers(
-                input.content_type.map(|t| t.to_string()),
-                input.content_encoding,
-                input.content_disposition,
-                input.content_language,
-                input.cache_control,
-                input.metadata,
-            )
-        } else {
-            source.headers.clone()
-        };
+        let headers = if replace { stored_headers!(input) } else { source.headers.clone() };
         let record = self
             .store
             .put(&input.bucket, &input.key, source.size, stream, headers, None)
@@ -687,14 +694,7 @@ impl S3 for Gateway {
         req: S3Request<CreateMultipartUploadInput>,
     ) -> S3Result<S3Response<CreateMultipartUploadOutput>> {
         let input = req.input;
-        let headers = headers(
-            input.content_type.map(|t| t.to_string()),
-            input.content_encoding,
-            input.content_disposition,
-            input.content_language,
-            input.cache_control,
-            input.metadata,
-        );
+        let headers = stored_headers!(input);
         let upload =
             self.store.create_upload(&input.bucket, &input.key, headers).await.map_err(s3)?;
         let output = CreateMultipartUploadOutput {
@@ -807,6 +807,8 @@ impl S3 for Gateway {
             };
             listed.push((u32::try_from(number).unwrap_or(0), tag.value().to_owned()));
         }
+        let (if_match, if_none_match) = (input.if_match.as_ref(), input.if_none_match.as_ref());
+        self.write_conditions(&input.bucket, &input.key, if_match, if_none_match).await?;
         let record = self
             .store
             .complete_upload(&input.bucket, &input.key, &input.upload_id, &listed)
@@ -925,30 +927,49 @@ impl Gateway {
     async fn put_checks(&self, input: &PutObjectInput) -> S3Result<(u64, Option<[u8; 16]>)> {
         let length = body_length(input.content_length, PUT_BYTES_MAX, "a PUT")?;
         let md5 = content_md5(input.content_md5.as_deref())?;
-        if input.if_none_match.is_some() || input.if_match.is_some() {
-            let existing = match self.store.head(&input.bucket, &input.key).await {
-                Ok(record) => Some(record),
-                Err(StoreError::NoSuchKey { .. }) => None,
-                Err(error) => return Err(s3(error)),
+        self.write_conditions(
+            &input.bucket,
+            &input.key,
+            input.if_match.as_ref(),
+            input.if_none_match.as_ref(),
+        )
+        .await?;
+        Ok((length, md5))
+    }
+
+    /// A conditional write's conditions (a PUT's or a multipart completion's), on
+    /// the key's object now: `If-None-Match` matching it, or `If-Match` not matching,
+    /// is 412; `If-Match` on no object is `NoSuchKey`.
+    async fn write_conditions(
+        &self,
+        bucket: &str,
+        key: &str,
+        if_match: Option<&ETagCondition>,
+        if_none_match: Option<&ETagCondition>,
+    ) -> S3Result<()> {
+        if if_match.is_none() && if_none_match.is_none() {
+            return Ok(());
+        }
+        let existing = match self.store.head(bucket, key).await {
+            Ok(record) => Some(record),
+            Err(StoreError::NoSuchKey { .. }) => None,
+            Err(error) => return Err(s3(error)),
+        };
+        if let Some(condition) = if_none_match
+            && existing.as_ref().is_some_and(|r| matches(condition, r))
+        {
+            return Err(s3_error!(PreconditionFailed, "If-None-Match: the object exists"));
+        }
+        if let Some(condition) = if_match {
+            let Some(existing) = &existing else {
+                let (bucket, key) = (bucket.to_owned(), key.to_owned());
+                return Err(s3(StoreError::NoSuchKey { bucket, key }));
             };
-            if let Some(condition) = &input.if_none_match
-                && existing.as_ref().is_some_and(|r| matches(condition, r))
-            {
-                return Err(s3_error!(PreconditionFailed, "If-None-Match: the object exists"));
-            }
-            if let Some(condition) = &input.if_match {
-                let Some(existing) = &existing else {
-                    return Err(s3(StoreError::NoSuchKey {
-                        bucket: input.bucket.clone(),
-                        key: input.key.clone(),
-                    }));
-                };
-                if !matches(condition, existing) {
-                    return Err(s3_error!(PreconditionFailed, "If-Match: the ETag differs"));
-                }
+            if !matches(condition, existing) {
+                return Err(s3_error!(PreconditionFailed, "If-Match: the ETag differs"));
             }
         }
-        Ok((length, md5))
+        Ok(())
     }
 
     async fn list(

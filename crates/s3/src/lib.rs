@@ -7,6 +7,7 @@
 
 pub mod bench;
 pub mod client;
+mod compat;
 pub mod gateway;
 pub mod keys;
 mod layout;

@@ -194,6 +194,7 @@ impl Store {
         let upload_record = match self.upload(bucket, key, upload).await {
             Ok(record) => record,
             Err(StoreError::NoSuchUpload(_)) => {
+                let listed = last_of_each_number(listed);
                 return self.completed_before(bucket, key, upload, &listed).await;
             }
             Err(error) => return Err(error),
@@ -201,9 +202,10 @@ impl Store {
         if listed.is_empty() {
             return Err(StoreError::NoPartsListed);
         }
-        if listed.windows(2).any(|w| w[0].0 >= w[1].0) {
+        if listed.windows(2).any(|w| w[0].0 > w[1].0) {
             return Err(StoreError::InvalidPartOrder);
         }
+        let listed = last_of_each_number(listed);
         let claim = UploadClaim { completion: Some(listed.clone()), claimed_ms: now_ms() };
         match self.take_claim(bucket, upload, &claim).await? {
             Claim::Ours => {}
@@ -451,6 +453,17 @@ fn choose<'a>(parts: &'a [PartInfo], listed: &[(u32, String)]) -> Result<Vec<&'a
     Ok(chosen)
 }
 
+/// The list with only the last entry of each run of one part number. A part number
+/// listed twice is a part uploaded twice, the second upload racing the first (as
+/// ceph's s3-tests and RGW have it): the last entry names the upload that finished
+/// last, which is the part's data now; the object holds it once.
+fn last_of_each_number(mut listed: Vec<(u32, String)>) -> Vec<(u32, String)> {
+    listed.reverse();
+    listed.dedup_by_key(|(number, _)| *number);
+    listed.reverse();
+    listed
+}
+
 /// S3's ETag of a multipart object: the MD5 of the parts' MD5s, then `-` and their
 /// number.
 fn multipart_etag(listed: &[(u32, String)]) -> String {
@@ -516,6 +529,18 @@ mod tests {
         let page = page_uploads(all.clone(), "d/", Some("/"), "", None, 10);
         assert_eq!(listed(&page), vec!["d/x#3", "d/y#4"]);
         assert_eq!(page_uploads(all, "", None, "", None, 0), UploadPage::default());
+    }
+
+    #[test]
+    fn a_part_listed_twice_counts_once_by_its_last_entry() {
+        let list = |entries: &[(u32, &str)]| -> Vec<(u32, String)> {
+            entries.iter().map(|(n, e)| (*n, e.to_string())).collect()
+        };
+        assert_eq!(
+            last_of_each_number(list(&[(1, "b"), (1, "a"), (2, "c"), (3, "d"), (3, "e")])),
+            list(&[(1, "a"), (2, "c"), (3, "e")])
+        );
+        assert_eq!(last_of_each_number(list(&[])), list(&[]));
     }
 
     #[test]

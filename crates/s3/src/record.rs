@@ -102,6 +102,9 @@ pub struct Headers {
     pub content_language: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub cache_control: Option<String>,
+    /// `Expires`, in seconds since the epoch (HTTP dates have whole seconds).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub expires_s: Option<i64>,
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub metadata: BTreeMap<String, String>,
 }

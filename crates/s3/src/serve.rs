@@ -12,6 +12,7 @@ use s3s::service::{S3Service, S3ServiceBuilder};
 use s3s::{S3Result, s3_error};
 use tokio::net::TcpListener;
 
+use crate::compat::{self, RequestIds};
 use crate::gateway::Gateway;
 use crate::store::{RETIRE_GRACE_MS, Store};
 
@@ -58,6 +59,7 @@ pub async fn serve(
     shutdown: impl Future<Output = ()>,
 ) -> std::io::Result<()> {
     let service = Arc::new(service);
+    let ids = Arc::new(RequestIds::new());
     let mut shutdown = std::pin::pin!(shutdown);
     loop {
         let (socket, _) = tokio::select! {
@@ -70,56 +72,49 @@ pub async fn serve(
             () = &mut shutdown => return Ok(()),
         };
         let _ = socket.set_nodelay(true);
-        let service = (*service).clone();
+        let service = as_s3_answers((*service).clone(), ids.clone());
         tokio::spawn(async move {
             let connection = hyper::server::conn::http1::Builder::new()
                 .keep_alive(true)
-                .serve_connection(TokioIo::new(socket), ranged_head_is_partial(service));
+                .serve_connection(TokioIo::new(socket), service);
             // A client that goes away mid-request ends only its connection.
             let _ = connection.await;
         });
     }
 }
 
-/// A presigned URL's `X-Amz-Expires` S3 refuses: not a whole number of seconds from
-/// 1 to 604,800 (seven days). The protocol crate takes any, and calls a negative one
-/// a request that is not presigned.
-fn presign_expiry_refused(query: &str) -> Option<s3s::S3Error> {
-    let value = query.split('&').find_map(|pair| pair.strip_prefix("X-Amz-Expires="))?;
-    match value.parse::<i64>() {
-        Ok(seconds) if (1..=604_800).contains(&seconds) => None,
-        _ => Some(s3_error!(
-            AccessDenied,
-            "X-Amz-Expires {value:?}: a presigned URL lasts 1 to 604,800 seconds"
-        )),
-    }
-}
-
-/// `service`, with a HEAD that asked for a range answered 206 as S3 does (s3s answers
-/// it 200, with the range's length and Content-Range right), and a presigned URL's
-/// expiry checked against S3's limits before it.
-fn ranged_head_is_partial(
+/// `service`, as S3 answers: a presigned URL's expiry checked against S3's limits
+/// and a request signed with `Date` given its `X-Amz-Date` before it; a HEAD that asked
+/// for a range answered 206 (s3s answers it 200, with the range's length and
+/// Content-Range right), and a request id on every answer, after it.
+fn as_s3_answers(
     service: S3Service,
+    ids: Arc<RequestIds>,
 ) -> impl hyper::service::Service<
     http::Request<hyper::body::Incoming>,
     Response = s3s::HttpResponse,
     Error = s3s::HttpError,
     Future = impl Future<Output = Result<s3s::HttpResponse, s3s::HttpError>> + Send,
 > + Clone {
-    hyper::service::service_fn(move |request: http::Request<hyper::body::Incoming>| {
+    hyper::service::service_fn(move |mut request: http::Request<hyper::body::Incoming>| {
+        let id = ids.next();
         let ranged_head = request.method() == http::Method::HEAD
             && request.headers().contains_key(http::header::RANGE);
-        let refused = presign_expiry_refused(request.uri().query().unwrap_or(""));
+        compat::date_as_amz_date(request.headers_mut());
+        let refused = compat::presign_expiry_refused(request.uri().query().unwrap_or(""));
         let call = (refused.is_none()).then(|| hyper::service::Service::call(&service, request));
         async move {
-            let Some(call) = call else {
-                let error = refused.unwrap_or_else(|| s3_error!(AccessDenied));
-                return error.to_http_response().map_err(|e| s3s::HttpError::new(Box::new(e)));
+            let mut response = match call {
+                Some(call) => call.await?,
+                None => {
+                    let error = refused.unwrap_or_else(|| s3_error!(AccessDenied));
+                    error.to_http_response().map_err(|e| s3s::HttpError::new(Box::new(e)))?
+                }
             };
-            let mut response = call.await?;
             if ranged_head && response.status() == http::StatusCode::OK {
                 *response.status_mut() = http::StatusCode::PARTIAL_CONTENT;
             }
+            compat::with_request_id(&mut response, &id);
             Ok(response)
         }
     })
@@ -151,21 +146,4 @@ pub fn sweep_abandoned_uploads(
             }
         }
     })
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn a_presigned_url_lasts_one_second_to_seven_days() {
-        for query in ["", "X-Amz-Expires=1", "a=b&X-Amz-Expires=604800&c=d"] {
-            assert!(presign_expiry_refused(query).is_none(), "{query}");
-        }
-        for query in
-            ["X-Amz-Expires=0", "X-Amz-Expires=604801", "X-Amz-Expires=-1", "X-Amz-Expires=x"]
-        {
-            assert!(presign_expiry_refused(query).is_some(), "{query}");
-        }
-    }
 }

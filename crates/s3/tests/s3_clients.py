@@ -338,10 +338,11 @@ def _():
     expect_error("NoSuchBucket", 404, S3.delete_bucket, Bucket=f"{RUN}-missing")
 
 
-@check("bucket: invalid names (Bad_Name, too short, IP form) -> InvalidBucketName 400")
+@check("bucket: invalid names (Bad_Name, too short, IP form, a dash by a dot) -> "
+       "InvalidBucketName 400")
 def _():
     failures = []
-    for name in ["Bad_Name", "ab", "192.168.5.4", "-leading-dash"]:
+    for name in ["Bad_Name", "ab", "192.168.5.4", "-leading-dash", f"{RUN}-.x", f"{RUN}.-x"]:
         soft(failures, expect_error, "InvalidBucketName", 400, S3.create_bucket, Bucket=name)
     all_passed(failures)
 
@@ -386,6 +387,29 @@ def _():
         answer = op(Bucket=name, Key="meta")
         expect_eq(answer["ContentType"], "text/plain; charset=utf-8", f"{op.__name__} ContentType")
         expect_eq(answer["Metadata"], meta, f"{op.__name__} Metadata")
+
+
+@check("object: Cache-Control, Content-Disposition, -Language and Expires round-trip; "
+       "response-* parameters override them on GET and HEAD")
+def _():
+    name = plain_bucket()
+    expires = datetime(2031, 1, 2, 3, 4, 5, tzinfo=timezone.utc)
+    S3.put_object(Bucket=name, Key="headers", Body=b"h", CacheControl="max-age=60",
+                  ContentDisposition="attachment", ContentLanguage="cy", Expires=expires)
+    for op in (S3.get_object, S3.head_object):
+        answer = op(Bucket=name, Key="headers")
+        for field, want in [("CacheControl", "max-age=60"), ("ContentDisposition", "attachment"),
+                            ("ContentLanguage", "cy"), ("Expires", expires)]:
+            expect_eq(answer.get(field), want, f"{op.__name__} {field}")
+        answer = op(Bucket=name, Key="headers", ResponseContentType="text/x-named",
+                    ResponseCacheControl="no-cache", ResponseContentDisposition="inline",
+                    ResponseContentLanguage="en", ResponseContentEncoding="identity",
+                    ResponseExpires=datetime(2032, 1, 1, tzinfo=timezone.utc))
+        for field, want in [("ContentType", "text/x-named"), ("CacheControl", "no-cache"),
+                            ("ContentDisposition", "inline"), ("ContentLanguage", "en"),
+                            ("ContentEncoding", "identity"),
+                            ("Expires", datetime(2032, 1, 1, tzinfo=timezone.utc))]:
+            expect_eq(answer.get(field), want, f"{op.__name__} with response-* {field}")
 
 
 @check("object: a correct Content-MD5 is accepted")
@@ -650,6 +674,25 @@ def _():
     expect(headers.get("Last-Modified", "").endswith("GMT"), "Last-Modified on the 304")
     expect_error("NoSuchKey", 404, S3.put_object, Bucket=name, Key="none", Body=b"x",
                  IfMatch=etag)
+
+
+@check("conditional: CompleteMultipartUpload with If-None-Match and If-Match")
+def _():
+    name = plain_bucket()
+
+    def upload(**conditions):
+        upload = S3.create_multipart_upload(Bucket=name, Key="cmp")["UploadId"]
+        etag = S3.upload_part(Bucket=name, Key="cmp", UploadId=upload, PartNumber=1,
+                              Body=b"p")["ETag"]
+        return S3.complete_multipart_upload(
+            Bucket=name, Key="cmp", UploadId=upload,
+            MultipartUpload={"Parts": [{"PartNumber": 1, "ETag": etag}]}, **conditions)
+    expect_error("NoSuchKey", 404, upload, IfMatch="*")
+    etag = upload(IfNoneMatch="*")["ETag"]
+    expect_error("PreconditionFailed", 412, upload, IfNoneMatch="*")
+    expect_error("PreconditionFailed", 412, upload, IfMatch='"0123456789abcdef0123456789abcdef"')
+    expect_eq(upload(IfMatch=etag)["ETag"], etag, "the ETag of the same part again")
+    expect_eq(read(name, "cmp"), b"p", "the object")
 
 
 @check("object: stored without a Content-Type it is binary/octet-stream; an empty "
@@ -1051,6 +1094,20 @@ def _():
                  parts=[(2, last), (1, small)])
 
 
+@check("multipart: a part uploaded twice and listed twice counts once, by its last entry")
+def _():
+    name = plain_bucket()
+    upload = S3.create_multipart_upload(Bucket=name, Key="mp-twice")["UploadId"]
+    put = lambda body: S3.upload_part(Bucket=name, Key="mp-twice", UploadId=upload,
+                                      PartNumber=1, Body=body)["ETag"]
+    old, new = put(b"old part"), put(b"new part")
+    expect_error("InvalidPart", 400, complete, name=name, key="mp-twice", upload=upload,
+                 parts=[(1, new), (1, old)])
+    got = complete(name, "mp-twice", upload, [(1, old), (1, new)])
+    expect_eq(got["ETag"], multipart_etag([b"new part"]), "ETag")
+    expect_eq(read(name, "mp-twice"), b"new part", "the object")
+
+
 @check("multipart: after abort, upload_part and list_parts -> NoSuchUpload 404", quick=True)
 def _():
     name = plain_bucket()
@@ -1099,6 +1156,40 @@ def _():
     name, key = private_object()
     expect_error("SignatureDoesNotMatch", 403, client(secret=SECRET + "x").get_object,
                  Bucket=name, Key=key)
+
+
+@check("auth: a request signed with Date instead of X-Amz-Date is accepted, a stale one refused")
+def _():
+    name = plain_bucket()
+    signer = client()
+    # botocore signs with a Date header, and sends no X-Amz-Date, when one is present.
+    signer.meta.events.register("before-call.s3.PutObject",
+                                lambda params, **_: params["headers"].update({"Date": ""}))
+    signer.put_object(Bucket=name, Key="date-signed", Body=b"d")
+    expect_eq(read(name, "date-signed"), b"d", "the object")
+    stale = client()
+    stale.meta.events.register("before-call.s3.PutObject",
+                               lambda params, **_: params["headers"].update({"Date": ""}))
+
+    def restamp(request, **_):
+        request.headers["Date"] = "Sat, 01 Jan 2000 00:00:00 GMT"
+    stale.meta.events.register("before-send.s3.PutObject", restamp)
+    expect_error(None, 403, stale.put_object, Bucket=name, Key="date-stale", Body=b"s")
+    expect_error(None, 404, S3.head_object, Bucket=name, Key="date-stale")
+
+
+@check("errors: every answer has an x-amz-request-id; an error's body names the same", quick=True)
+def _():
+    name = plain_bucket()
+    url = S3.generate_presigned_url("get_object", Params={"Bucket": name, "Key": "absent"},
+                                    ExpiresIn=300)
+    status, headers, body = http("GET", url)
+    expect_eq((status, error_code(body)), (404, "NoSuchKey"), "GET of no key")
+    expect(headers.get("x-amz-request-id"), "no x-amz-request-id on an error")
+    expect_eq(ET.fromstring(body).findtext("RequestId"), headers.get("x-amz-request-id"),
+              "the error's RequestId")
+    ids = [S3.head_bucket(Bucket=name)["ResponseMetadata"].get("RequestId") for _ in range(2)]
+    expect(None not in ids and ids[0] != ids[1], f"request ids of two HEADs: {ids}")
 
 
 @check("auth: an unknown access key -> InvalidAccessKeyId 403", quick=True)

@@ -1,0 +1,187 @@
+//! Where S3 clients expect an answer the protocol crate gives otherwise, mended at the
+//! HTTP layer, before and after it: a presigned URL's expiry limits, a request signed
+//! with `Date` rather than `X-Amz-Date`, and a request id on every answer.
+
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use bytes::Bytes;
+use http::{HeaderMap, HeaderValue};
+use s3s::s3_error;
+use time::format_description::well_known::Rfc2822;
+use time::{OffsetDateTime, UtcOffset};
+
+/// A presigned URL's `X-Amz-Expires` S3 refuses: not a whole number of seconds from
+/// 1 to 604,800 (seven days). The protocol crate takes any, and calls a negative one
+/// a request that is not presigned.
+pub(crate) fn presign_expiry_refused(query: &str) -> Option<s3s::S3Error> {
+    let value = query.split('&').find_map(|pair| pair.strip_prefix("X-Amz-Expires="))?;
+    match value.parse::<i64>() {
+        Ok(seconds) if (1..=604_800).contains(&seconds) => None,
+        _ => Some(s3_error!(
+            AccessDenied,
+            "X-Amz-Expires {value:?}: a presigned URL lasts 1 to 604,800 seconds"
+        )),
+    }
+}
+
+/// Gives a Signature V4 request signed with a `Date` header the `X-Amz-Date` the
+/// protocol crate wants. SigV4 takes its time from either: botocore, given a `Date`,
+/// signs with it and sends no `X-Amz-Date`. The time in the string to sign is the same
+/// instant in ISO 8601 basic form, which is what is added. The header added is not
+/// one of the signed headers, so the signature is still checked over what was signed;
+/// a wrong time still fails it.
+pub(crate) fn date_as_amz_date(headers: &mut HeaderMap) {
+    const AMZ_DATE: &str = "x-amz-date";
+    let sigv4 = headers
+        .get(http::header::AUTHORIZATION)
+        .is_some_and(|a| a.as_bytes().starts_with(b"AWS4-HMAC-SHA256 "));
+    if !sigv4 || headers.contains_key(AMZ_DATE) {
+        return;
+    }
+    let Some(date) = headers.get(http::header::DATE).and_then(|d| d.to_str().ok()) else {
+        return;
+    };
+    // A date that does not parse is left for the protocol crate to refuse.
+    let Ok(time) = OffsetDateTime::parse(date.trim(), &Rfc2822) else { return };
+    let t = time.to_offset(UtcOffset::UTC);
+    let basic = format!(
+        "{:04}{:02}{:02}T{:02}{:02}{:02}Z",
+        t.year(),
+        u8::from(t.month()),
+        t.day(),
+        t.hour(),
+        t.minute(),
+        t.second()
+    );
+    if let Ok(value) = HeaderValue::from_str(&basic) {
+        headers.insert(AMZ_DATE, value);
+    }
+}
+
+/// Request ids, unique within a gateway's life and unlikely to repeat across
+/// gateways: a random start, counted up.
+pub(crate) struct RequestIds {
+    start: u64,
+    issued: AtomicU64,
+}
+
+impl RequestIds {
+    pub(crate) fn new() -> Self {
+        let mut seed = [0u8; 8];
+        // Without entropy the ids are still unique within this gateway.
+        let _ = getrandom::fill(&mut seed);
+        RequestIds { start: u64::from_le_bytes(seed), issued: AtomicU64::new(0) }
+    }
+
+    pub(crate) fn next(&self) -> String {
+        let n = self.issued.fetch_add(1, Ordering::Relaxed);
+        format!("{:016X}", self.start.wrapping_add(n))
+    }
+}
+
+/// Gives `response` the request id S3 gives: in `x-amz-request-id`, and in an error's
+/// XML body as `<RequestId>` (a client matches the two).
+pub(crate) fn with_request_id(response: &mut s3s::HttpResponse, id: &str) {
+    let Ok(value) = HeaderValue::from_str(id) else { return };
+    response.headers_mut().insert("x-amz-request-id", value);
+    if !response.status().is_client_error() && !response.status().is_server_error() {
+        return;
+    }
+    let Some(body) = response.body_mut().take_bytes() else { return };
+    *response.body_mut() = s3s::Body::from(error_with_request_id(body, id));
+    response.headers_mut().remove(http::header::CONTENT_LENGTH);
+}
+
+/// An S3 error document with `<RequestId>` as its last element; any other body as it
+/// was.
+fn error_with_request_id(body: Bytes, id: &str) -> Bytes {
+    const END: &[u8] = b"</Error>";
+    let Some(end) = body.windows(END.len()).rposition(|w| w == END) else { return body };
+    if body.windows(b"<RequestId>".len()).any(|w| w == b"<RequestId>") {
+        return body;
+    }
+    let mut with = Vec::with_capacity(body.len() + 2 * id.len() + 24);
+    with.extend_from_slice(&body[..end]);
+    with.extend_from_slice(format!("<RequestId>{id}</RequestId>").as_bytes());
+    with.extend_from_slice(&body[end..]);
+    Bytes::from(with)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_presigned_url_lasts_one_second_to_seven_days() {
+        for query in ["", "X-Amz-Expires=1", "a=b&X-Amz-Expires=604800&c=d"] {
+            assert!(presign_expiry_refused(query).is_none(), "{query}");
+        }
+        for query in
+            ["X-Amz-Expires=0", "X-Amz-Expires=604801", "X-Amz-Expires=-1", "X-Amz-Expires=x"]
+        {
+            assert!(presign_expiry_refused(query).is_some(), "{query}");
+        }
+    }
+
+    fn headers(pairs: &[(&'static str, &str)]) -> HeaderMap {
+        let mut map = HeaderMap::new();
+        for (name, value) in pairs {
+            map.insert(*name, HeaderValue::from_str(value).unwrap());
+        }
+        map
+    }
+
+    const SIGV4: &str = "AWS4-HMAC-SHA256 Credential=k/20261128/us-east-1/s3/aws4_request, \
+                         SignedHeaders=date;host, Signature=00";
+
+    #[test]
+    fn a_request_signed_with_date_gets_the_same_instant_as_amz_date() {
+        // Python's formatdate() with and without usegmt, and another zone.
+        for date in [
+            "Sat, 28 Nov 2026 12:09:21 GMT",
+            "Sat, 28 Nov 2026 12:09:21 -0000",
+            "Sat, 28 Nov 2026 13:09:21 +0100",
+        ] {
+            let mut map = headers(&[("authorization", SIGV4), ("date", date)]);
+            date_as_amz_date(&mut map);
+            assert_eq!(map["x-amz-date"], "20261128T120921Z", "{date}");
+        }
+    }
+
+    #[test]
+    fn only_a_sigv4_request_without_amz_date_and_with_a_good_date_is_changed() {
+        let date = "Sat, 28 Nov 2026 12:09:21 GMT";
+        for pairs in [
+            vec![("authorization", SIGV4), ("date", date), ("x-amz-date", "20260101T000000Z")],
+            vec![("authorization", "AWS key:sig"), ("date", date)],
+            vec![("date", date)],
+            vec![("authorization", SIGV4), ("date", "yesterday")],
+            vec![("authorization", SIGV4)],
+        ] {
+            let before = headers(&pairs);
+            let mut after = before.clone();
+            date_as_amz_date(&mut after);
+            assert_eq!(after, before, "{pairs:?}");
+        }
+    }
+
+    #[test]
+    fn an_error_names_its_request_id_in_the_header_and_the_body() {
+        let error = s3_error!(NoSuchKey, "no key").to_http_response().unwrap();
+        let mut response = error;
+        with_request_id(&mut response, "0123456789ABCDEF");
+        assert_eq!(response.headers()["x-amz-request-id"], "0123456789ABCDEF");
+        let body = response.body_mut().take_bytes().unwrap();
+        let text = std::str::from_utf8(&body).unwrap();
+        assert!(text.ends_with("<RequestId>0123456789ABCDEF</RequestId></Error>"), "{text}");
+        assert!(text.contains("<Code>NoSuchKey</Code>"), "{text}");
+    }
+
+    #[test]
+    fn request_ids_differ() {
+        let ids = RequestIds::new();
+        let (a, b) = (ids.next(), ids.next());
+        assert_ne!(a, b);
+        assert_eq!(a.len(), 16);
+    }
+}
