@@ -151,7 +151,8 @@ async fn races_leave_every_object_whole(cluster: &Cluster) {
     use somnus_s3::StoreError;
     let store = somnus_s3::Store::new(cluster.client());
     store.create_bucket("races").await.unwrap();
-    let (old, new) = (pattern(1, 3 << 20).to_vec(), pattern(2, 3 << 20).to_vec());
+    // Twice the gateway's read-ahead (4 requests of 1 MiB): most of the GET is read after.
+    let (old, new) = (pattern(1, 8 << 20).to_vec(), pattern(2, 8 << 20).to_vec());
     let len = old.len() as u64;
     store.put("races", "big", len, body(old.clone()), Default::default(), None).await.unwrap();
     let (_, _, mut stream) = store.get("races", "big", |r| Ok((0, r.size))).await.unwrap();
@@ -160,7 +161,7 @@ async fn races_leave_every_object_whole(cluster: &Cluster) {
     store.put("races", "big", len, body(new), Default::default(), None).await.unwrap();
     store.delete("races", "big").await.unwrap();
     while let Some(piece) = stream.next().await {
-        read.extend_from_slice(&piece.unwrap());
+        read.extend_from_slice(&piece.expect("a GET begun before an overwrite and a delete"));
     }
     assert!(read == old, "a GET begun before an overwrite and a delete was not read whole");
     assert!(store.sweep_retired(60_000).await.unwrap() == 0, "retired data deleted too soon");
