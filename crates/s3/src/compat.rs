@@ -87,7 +87,8 @@ pub(crate) fn with_request_id(response: &mut s3s::HttpResponse, id: &str) {
     if !response.status().is_client_error() && !response.status().is_server_error() {
         return;
     }
-    let Some(body) = response.body_mut().take_bytes() else { return };
+    // An error's XML is whole in memory; a streamed body (none is expected) is left.
+    let Some(body) = response.body().bytes() else { return };
     *response.body_mut() = s3s::Body::from(error_with_request_id(body, id));
     response.headers_mut().remove(http::header::CONTENT_LENGTH);
 }
