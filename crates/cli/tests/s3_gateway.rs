@@ -176,12 +176,19 @@ async fn races_leave_every_object_whole(cluster: &Cluster) {
         let put = store.put_part("races", "mp", &upload, number, length, body(part.clone()), None);
         listed.push((number, put.await.unwrap().etag));
     }
-    let empty = store.complete_upload("races", "mp", &upload, &[]).await;
+    // The first completion makes the key: `If-None-Match: *` holds, and a retry of it,
+    // which finds that object, is not refused for it.
+    let none = somnus_s3::WriteConditions::default();
+    let once = somnus_s3::WriteConditions {
+        if_none_match: Some(somnus_s3::EtagMatch::Any),
+        ..Default::default()
+    };
+    let empty = store.complete_upload("races", "mp", &upload, &[], &none).await;
     assert!(matches!(empty, Err(StoreError::NoPartsListed)), "{empty:?}");
-    let done = store.complete_upload("races", "mp", &upload, &listed).await.unwrap();
-    let again = store.complete_upload("races", "mp", &upload, &listed).await.unwrap();
+    let done = store.complete_upload("races", "mp", &upload, &listed, &once).await.unwrap();
+    let again = store.complete_upload("races", "mp", &upload, &listed, &once).await.unwrap();
     assert_eq!((again.etag.clone(), again.extents), (done.etag.clone(), done.extents.clone()));
-    let other = store.complete_upload("races", "mp", &upload, &listed[..1]).await;
+    let other = store.complete_upload("races", "mp", &upload, &listed[..1], &none).await;
     assert!(matches!(other, Err(StoreError::NoSuchUpload(_))), "{other:?}");
     let late = store.put_part("races", "mp", &upload, 3, 1, body(vec![7]), None).await;
     assert!(matches!(late, Err(StoreError::NoSuchUpload(_))), "{late:?}");
@@ -193,7 +200,7 @@ async fn races_leave_every_object_whole(cluster: &Cluster) {
     assert_eq!(record.etag, done.etag);
     assert!(whole == [one, two].concat(), "the completed object changed");
     // The claim kept for a retry is swept with the upload gone: a retry is refused.
-    let retry = store.complete_upload("races", "mp", &upload, &listed).await;
+    let retry = store.complete_upload("races", "mp", &upload, &listed, &none).await;
     assert!(matches!(retry, Err(StoreError::NoSuchUpload(_))), "{retry:?}");
 }
 

@@ -24,6 +24,26 @@ pub(crate) fn presign_expiry_refused(query: &str) -> Option<s3s::S3Error> {
     }
 }
 
+/// A request signed both ways, by an `Authorization` header and by a presigned URL's
+/// query (`X-Amz-Algorithm`, `-Credential`, `-Signature`): S3 refuses it, and the
+/// protocol crate checks only the header. Refused, so that whoever holds a presigned
+/// URL cannot send its query with its signature as a header, a request that would be
+/// good for the clock skew allowed (15 minutes) rather than for the URL's expiry.
+pub(crate) fn two_signatures_refused(headers: &HeaderMap, query: &str) -> Option<s3s::S3Error> {
+    const PRESIGN: [&str; 3] = ["X-Amz-Algorithm", "X-Amz-Credential", "X-Amz-Signature"];
+    if !headers.contains_key(http::header::AUTHORIZATION) {
+        return None;
+    }
+    let name = |pair: &str| pair.split('=').next().unwrap_or("").to_owned();
+    query.split('&').any(|pair| PRESIGN.contains(&name(pair).as_str())).then(|| {
+        s3_error!(
+            InvalidArgument,
+            "Only one auth mechanism allowed; only the X-Amz-Algorithm query parameter, \
+             Signature query string parameter or the Authorization header should be specified"
+        )
+    })
+}
+
 /// Gives a Signature V4 request signed with a `Date` header the `X-Amz-Date` the
 /// protocol crate wants. SigV4 takes its time from either: botocore, given a `Date`,
 /// signs with it and sends no `X-Amz-Date`. The time in the string to sign is the same
@@ -122,6 +142,18 @@ mod tests {
         {
             assert!(presign_expiry_refused(query).is_some(), "{query}");
         }
+    }
+
+    #[test]
+    fn a_request_signed_by_header_and_by_query_is_refused() {
+        let signed = headers(&[("authorization", SIGV4)]);
+        let presigned = "X-Amz-Algorithm=AWS4-HMAC-SHA256&X-Amz-Credential=k%2F20261128\
+                         %2Fus-east-1%2Fs3%2Faws4_request&X-Amz-Date=20261128T120921Z\
+                         &X-Amz-Expires=1&X-Amz-SignedHeaders=host";
+        assert!(two_signatures_refused(&signed, presigned).is_some());
+        assert!(two_signatures_refused(&signed, "a=b&X-Amz-Signature=00").is_some());
+        assert!(two_signatures_refused(&signed, "list-type=2&prefix=X-Amz-Credential").is_none());
+        assert!(two_signatures_refused(&HeaderMap::new(), presigned).is_none());
     }
 
     fn headers(pairs: &[(&'static str, &str)]) -> HeaderMap {

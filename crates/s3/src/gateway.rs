@@ -13,7 +13,7 @@ use somnus_runtime::client::ClientError;
 
 use crate::multipart::PART_BYTES_MAX;
 use crate::record::{Headers, ObjectRecord};
-use crate::store::{Listing, Store, StoreError};
+use crate::store::{EtagMatch, Listing, Store, StoreError, WriteConditions};
 
 /// The largest object one PUT stores (S3's limit).
 pub const PUT_BYTES_MAX: u64 = 5 << 30;
@@ -109,6 +109,7 @@ fn s3(error: StoreError) -> S3Error {
         StoreError::InvalidPart(_) => C::InvalidPart,
         StoreError::InvalidPartOrder => C::InvalidPartOrder,
         StoreError::EntityTooSmall { .. } => C::EntityTooSmall,
+        StoreError::PreconditionFailed(_) => C::PreconditionFailed,
         StoreError::Cluster(ClientError::Refused(CoreError::Metadata(m))) => match m {
             MetadataError::BadName(_) => C::KeyTooLongError,
             MetadataError::TooLarge { .. } => C::EntityTooLarge,
@@ -168,6 +169,18 @@ fn check_conditions(
         (None, Some(since)) if modified <= seconds(since) => Err(not_modified(record)),
         _ => Ok(()),
     }
+}
+
+/// A conditional write's headers, as the store takes them.
+fn write_conditions(
+    if_match: Option<&ETagCondition>,
+    if_none_match: Option<&ETagCondition>,
+) -> WriteConditions {
+    let named = |condition: &ETagCondition| match condition {
+        ETagCondition::Any => EtagMatch::Any,
+        ETagCondition::ETag(tag) => EtagMatch::Etag(tag.value().to_owned()),
+    };
+    WriteConditions { if_match: if_match.map(named), if_none_match: if_none_match.map(named) }
 }
 
 /// 304, with the ETag and Last-Modified a cache needs (RFC 7232 4.1).
@@ -807,11 +820,12 @@ impl S3 for Gateway {
             };
             listed.push((u32::try_from(number).unwrap_or(0), tag.value().to_owned()));
         }
-        let (if_match, if_none_match) = (input.if_match.as_ref(), input.if_none_match.as_ref());
-        self.write_conditions(&input.bucket, &input.key, if_match, if_none_match).await?;
+        // Checked once the completion holds the upload, so that a retried completion
+        // is not refused by the object its first attempt made.
+        let conditions = write_conditions(input.if_match.as_ref(), input.if_none_match.as_ref());
         let record = self
             .store
-            .complete_upload(&input.bucket, &input.key, &input.upload_id, &listed)
+            .complete_upload(&input.bucket, &input.key, &input.upload_id, &listed, &conditions)
             .await
             .map_err(s3)?;
         let output = CompleteMultipartUploadOutput {
@@ -927,49 +941,9 @@ impl Gateway {
     async fn put_checks(&self, input: &PutObjectInput) -> S3Result<(u64, Option<[u8; 16]>)> {
         let length = body_length(input.content_length, PUT_BYTES_MAX, "a PUT")?;
         let md5 = content_md5(input.content_md5.as_deref())?;
-        self.write_conditions(
-            &input.bucket,
-            &input.key,
-            input.if_match.as_ref(),
-            input.if_none_match.as_ref(),
-        )
-        .await?;
+        let conditions = write_conditions(input.if_match.as_ref(), input.if_none_match.as_ref());
+        self.store.check_write(&input.bucket, &input.key, &conditions).await.map_err(s3)?;
         Ok((length, md5))
-    }
-
-    /// A conditional write's conditions (a PUT's or a multipart completion's), on
-    /// the key's object now: `If-None-Match` matching it, or `If-Match` not matching,
-    /// is 412; `If-Match` on no object is `NoSuchKey`.
-    async fn write_conditions(
-        &self,
-        bucket: &str,
-        key: &str,
-        if_match: Option<&ETagCondition>,
-        if_none_match: Option<&ETagCondition>,
-    ) -> S3Result<()> {
-        if if_match.is_none() && if_none_match.is_none() {
-            return Ok(());
-        }
-        let existing = match self.store.head(bucket, key).await {
-            Ok(record) => Some(record),
-            Err(StoreError::NoSuchKey { .. }) => None,
-            Err(error) => return Err(s3(error)),
-        };
-        if let Some(condition) = if_none_match
-            && existing.as_ref().is_some_and(|r| matches(condition, r))
-        {
-            return Err(s3_error!(PreconditionFailed, "If-None-Match: the object exists"));
-        }
-        if let Some(condition) = if_match {
-            let Some(existing) = &existing else {
-                let (bucket, key) = (bucket.to_owned(), key.to_owned());
-                return Err(s3(StoreError::NoSuchKey { bucket, key }));
-            };
-            if !matches(condition, existing) {
-                return Err(s3_error!(PreconditionFailed, "If-Match: the ETag differs"));
-            }
-        }
-        Ok(())
     }
 
     async fn list(

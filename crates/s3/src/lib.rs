@@ -18,4 +18,4 @@ pub mod sigv4;
 pub mod store;
 
 pub use serve::{Credentials, serve, service, sweep_abandoned_uploads};
-pub use store::{Store, StoreError};
+pub use store::{EtagMatch, Store, StoreError, WriteConditions};

@@ -8,7 +8,7 @@ use md5::{Digest, Md5};
 
 use crate::layout;
 use crate::record::{Headers, ObjectRecord, UploadClaim, UploadRecord};
-use crate::store::{Store, StoreError, hex, is_existing, now_ms};
+use crate::store::{Store, StoreError, WriteConditions, hex, is_existing, now_ms};
 
 /// The smallest part but the last (S3's limit).
 pub const PART_BYTES_MIN: u64 = 5 << 20;
@@ -188,6 +188,7 @@ impl Store {
         key: &str,
         upload: &str,
         listed: &[(u32, String)],
+        conditions: &WriteConditions,
     ) -> Result<ObjectRecord> {
         let listed: Vec<(u32, String)> =
             listed.iter().map(|(n, e)| (*n, e.trim_matches('"').to_owned())).collect();
@@ -208,7 +209,14 @@ impl Store {
         let listed = last_of_each_number(listed);
         let claim = UploadClaim { completion: Some(listed.clone()), claimed_ms: now_ms() };
         match self.take_claim(bucket, upload, &claim).await? {
-            Claim::Ours => {}
+            // The conditions are checked by the first completion only: a retry finds
+            // the object the first made.
+            Claim::Ours => {
+                if let Err(error) = self.check_write(bucket, key, conditions).await {
+                    self.remove(&layout::upload_claim(bucket, upload)).await?;
+                    return Err(error);
+                }
+            }
             Claim::Theirs(Some(theirs)) if theirs.completion == claim.completion => {}
             Claim::Theirs(_) => return Err(StoreError::UploadFinishing(upload.to_owned())),
         }

@@ -83,10 +83,11 @@ pub async fn serve(
     }
 }
 
-/// `service`, as S3 answers: a presigned URL's expiry checked against S3's limits
-/// and a request signed with `Date` given its `X-Amz-Date` before it; a HEAD that asked
-/// for a range answered 206 (s3s answers it 200, with the range's length and
-/// Content-Range right), and a request id on every answer, after it.
+/// `service`, as S3 answers. Before it: a presigned URL's expiry checked against S3's
+/// limits, a request signed both by header and by query refused, and a request signed
+/// with `Date` given its `X-Amz-Date`. After it: a HEAD that asked for a range answered
+/// 206 (s3s answers it 200, with the range's length and Content-Range right), and a
+/// request id on every answer.
 fn as_s3_answers(
     service: S3Service,
     ids: Arc<RequestIds>,
@@ -101,7 +102,9 @@ fn as_s3_answers(
         let ranged_head = request.method() == http::Method::HEAD
             && request.headers().contains_key(http::header::RANGE);
         compat::date_as_amz_date(request.headers_mut());
-        let refused = compat::presign_expiry_refused(request.uri().query().unwrap_or(""));
+        let query = request.uri().query().unwrap_or("");
+        let refused = compat::presign_expiry_refused(query)
+            .or_else(|| compat::two_signatures_refused(request.headers(), query));
         let call = (refused.is_none()).then(|| hyper::service::Service::call(&service, request));
         async move {
             let mut response = match call {

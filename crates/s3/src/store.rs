@@ -63,6 +63,8 @@ pub enum StoreError {
     InvalidPartOrder,
     #[error("part {part} is {size} bytes: every part but the last must be 5 MiB or more")]
     EntityTooSmall { part: u32, size: u64 },
+    #[error("{0}")]
+    PreconditionFailed(&'static str),
     #[error("a key of {0} bytes: S3 allows 1,024")]
     KeyTooLong(usize),
     #[error("user metadata of {0} bytes: S3 allows 2 KiB")]
@@ -76,6 +78,53 @@ pub enum StoreError {
 }
 
 type Result<T> = std::result::Result<T, StoreError>;
+
+/// The object a conditional write's header names: any, or the one with this ETag.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum EtagMatch {
+    Any,
+    Etag(String),
+}
+
+impl EtagMatch {
+    fn matches(&self, record: &ObjectRecord) -> bool {
+        match self {
+            EtagMatch::Any => true,
+            EtagMatch::Etag(etag) => *etag == record.etag,
+        }
+    }
+}
+
+/// A conditional write's `If-Match` and `If-None-Match`, on the key's object when it
+/// is written (a PUT's, or a multipart completion's).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct WriteConditions {
+    pub if_match: Option<EtagMatch>,
+    pub if_none_match: Option<EtagMatch>,
+}
+
+impl WriteConditions {
+    /// Whether a write may replace `existing` (`None`: no object): `If-None-Match`
+    /// matching it, or `If-Match` not matching, is `PreconditionFailed`; `If-Match` on
+    /// no object is `NoSuchKey`, as S3 answers.
+    fn check(&self, bucket: &str, key: &str, existing: Option<&ObjectRecord>) -> Result<()> {
+        if let (Some(condition), Some(existing)) = (&self.if_none_match, existing)
+            && condition.matches(existing)
+        {
+            return Err(StoreError::PreconditionFailed("If-None-Match: the object exists"));
+        }
+        match (&self.if_match, existing) {
+            (None, _) => Ok(()),
+            (Some(_), None) => {
+                Err(StoreError::NoSuchKey { bucket: bucket.to_owned(), key: key.to_owned() })
+            }
+            (Some(condition), Some(existing)) if !condition.matches(existing) => {
+                Err(StoreError::PreconditionFailed("If-Match: the ETag differs"))
+            }
+            (Some(_), Some(_)) => Ok(()),
+        }
+    }
+}
 
 /// Whether the cluster answered that the object does not exist.
 pub(crate) fn is_missing(error: &ClientError) -> bool {
@@ -257,6 +306,25 @@ impl Store {
                 Err(StoreError::NoSuchKey { bucket: bucket.to_owned(), key: key.to_owned() })
             }
         }
+    }
+
+    /// Checks `conditions` on the key's object now. The check and the write that
+    /// follows are two steps: two writes at one moment may both pass it.
+    pub async fn check_write(
+        &self,
+        bucket: &str,
+        key: &str,
+        conditions: &WriteConditions,
+    ) -> Result<()> {
+        if *conditions == WriteConditions::default() {
+            return Ok(());
+        }
+        let existing = match self.head(bucket, key).await {
+            Ok(record) => Some(record),
+            Err(StoreError::NoSuchKey { .. }) => None,
+            Err(error) => return Err(error),
+        };
+        conditions.check(bucket, key, existing.as_ref())
     }
 
     /// Stores the `length` bytes of `body` in a new data object of `bucket`; the
@@ -797,6 +865,40 @@ pub(crate) fn hex(bytes: &[u8]) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn write_conditions_are_s3s() {
+        let record = |etag: &str| ObjectRecord {
+            size: 0,
+            etag: etag.to_owned(),
+            modified_ms: 0,
+            extents: Vec::new(),
+            headers: Default::default(),
+        };
+        let (any, a) = (Some(EtagMatch::Any), Some(EtagMatch::Etag("a".into())));
+        let when = |if_match: &Option<EtagMatch>, if_none_match: &Option<EtagMatch>| {
+            WriteConditions { if_match: if_match.clone(), if_none_match: if_none_match.clone() }
+        };
+        let check = |c: WriteConditions, existing: Option<&ObjectRecord>| match c
+            .check("b", "k", existing)
+        {
+            Ok(()) => "ok",
+            Err(StoreError::PreconditionFailed(_)) => "412",
+            Err(StoreError::NoSuchKey { .. }) => "404",
+            Err(other) => panic!("{other}"),
+        };
+        let (ra, rb) = (record("a"), record("b"));
+        assert_eq!(check(when(&None, &None), None), "ok");
+        assert_eq!(check(when(&None, &any), None), "ok");
+        assert_eq!(check(when(&None, &any), Some(&ra)), "412");
+        assert_eq!(check(when(&None, &a), Some(&rb)), "ok");
+        assert_eq!(check(when(&None, &a), Some(&ra)), "412");
+        assert_eq!(check(when(&any, &None), None), "404");
+        assert_eq!(check(when(&a, &None), None), "404");
+        assert_eq!(check(when(&a, &None), Some(&ra)), "ok");
+        assert_eq!(check(when(&a, &None), Some(&rb)), "412");
+        assert_eq!(check(when(&any, &None), Some(&rb)), "ok");
+    }
 
     fn extent(name: &str, size: u64) -> Extent {
         Extent { object: name.into(), size }
