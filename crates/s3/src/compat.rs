@@ -1,6 +1,7 @@
 //! Where S3 clients expect an answer the protocol crate gives otherwise, mended at the
 //! HTTP layer, before and after it: a presigned URL's expiry limits, a request signed
-//! with `Date` rather than `X-Amz-Date`, and a request id on every answer.
+//! both by header and by query refused, a request signed with `Date` rather than
+//! `X-Amz-Date`, and a request id on every answer.
 
 use std::sync::atomic::{AtomicU64, Ordering};
 
@@ -34,7 +35,7 @@ pub(crate) fn two_signatures_refused(headers: &HeaderMap, query: &str) -> Option
     if !headers.contains_key(http::header::AUTHORIZATION) {
         return None;
     }
-    let name = |pair: &str| pair.split('=').next().unwrap_or("").to_owned();
+    let name = |pair: &str| percent_decoded(pair.split('=').next().unwrap_or(""));
     query.split('&').any(|pair| PRESIGN.contains(&name(pair).as_str())).then(|| {
         s3_error!(
             InvalidArgument,
@@ -42,6 +43,28 @@ pub(crate) fn two_signatures_refused(headers: &HeaderMap, query: &str) -> Option
              Signature query string parameter or the Authorization header should be specified"
         )
     })
+}
+
+/// `text` with its `%XX` escapes decoded (the signature is over the decoded query,
+/// so an escaped name is the same name).
+fn percent_decoded(text: &str) -> String {
+    let bytes = text.as_bytes();
+    let mut decoded = Vec::with_capacity(bytes.len());
+    let mut i = 0;
+    while i < bytes.len() {
+        let hex = bytes.get(i + 1..i + 3).and_then(|h| std::str::from_utf8(h).ok());
+        match (bytes[i], hex.and_then(|h| u8::from_str_radix(h, 16).ok())) {
+            (b'%', Some(byte)) => {
+                decoded.push(byte);
+                i += 3;
+            }
+            (byte, _) => {
+                decoded.push(byte);
+                i += 1;
+            }
+        }
+    }
+    String::from_utf8_lossy(&decoded).into_owned()
 }
 
 /// Gives a Signature V4 request signed with a `Date` header the `X-Amz-Date` the
@@ -152,6 +175,7 @@ mod tests {
                          &X-Amz-Expires=1&X-Amz-SignedHeaders=host";
         assert!(two_signatures_refused(&signed, presigned).is_some());
         assert!(two_signatures_refused(&signed, "a=b&X-Amz-Signature=00").is_some());
+        assert!(two_signatures_refused(&signed, "X%2DAmz-Credential=k").is_some());
         assert!(two_signatures_refused(&signed, "list-type=2&prefix=X-Amz-Credential").is_none());
         assert!(two_signatures_refused(&HeaderMap::new(), presigned).is_none());
     }
