@@ -49,22 +49,13 @@ macro_rules! described {
                 Some(named) => named.parse().ok(),
                 None => headers.content_type.as_deref().unwrap_or("binary/octet-stream").parse().ok(),
             },
-            content_encoding: input
-                .response_content_encoding
-                .clone()
-                .or_else(|| headers.content_encoding.clone()),
-            content_disposition: input
-                .response_content_disposition
-                .clone()
-                .or_else(|| headers.content_disposition.clone()),
-            content_language: input
-                .response_content_language
-                .clone()
-                .or_else(|| headers.content_language.clone()),
-            cache_control: input
-                .response_cache_control
-                .clone()
-                .or_else(|| headers.cache_control.clone()),
+            content_encoding: named_or(&input.response_content_encoding, &headers.content_encoding),
+            content_disposition: named_or(
+                &input.response_content_disposition,
+                &headers.content_disposition,
+            ),
+            content_language: named_or(&input.response_content_language, &headers.content_language),
+            cache_control: named_or(&input.response_cache_control, &headers.cache_control),
             expires: input
                 .response_expires
                 .clone()
@@ -72,6 +63,11 @@ macro_rules! described {
             ..Default::default()
         }
     }};
+}
+
+/// The header a `response-*` parameter names, else the one stored.
+fn named_or(named: &Option<String>, stored: &Option<String>) -> Option<String> {
+    named.as_ref().or(stored.as_ref()).cloned()
 }
 
 /// The headers a PUT, a copy that replaces them, or an upload gives the object.
@@ -190,10 +186,9 @@ fn not_modified(record: &ObjectRecord) -> S3Error {
     if let Ok(value) = format!("\"{}\"", record.etag).parse() {
         headers.insert(hyper::header::ETAG, value);
     }
-    let modified = time::OffsetDateTime::from(timestamp(record.modified_ms));
-    let http_date = time::format_description::well_known::Rfc2822;
-    if let Ok(text) = modified.format(&http_date)
-        && let Ok(value) = text.replace("+0000", "GMT").parse()
+    let mut http_date = Vec::new();
+    if timestamp(record.modified_ms).format(TimestampFormat::HttpDate, &mut http_date).is_ok()
+        && let Ok(value) = hyper::header::HeaderValue::from_bytes(&http_date)
     {
         headers.insert(hyper::header::LAST_MODIFIED, value);
     }

@@ -105,12 +105,14 @@ fn as_s3_answers(
         let query = request.uri().query().unwrap_or("");
         let refused = compat::presign_expiry_refused(query)
             .or_else(|| compat::two_signatures_refused(request.headers(), query));
-        let call = (refused.is_none()).then(|| hyper::service::Service::call(&service, request));
+        let call = match refused {
+            None => Ok(hyper::service::Service::call(&service, request)),
+            Some(error) => Err(error),
+        };
         async move {
             let mut response = match call {
-                Some(call) => call.await?,
-                None => {
-                    let error = refused.unwrap_or_else(|| s3_error!(AccessDenied));
+                Ok(call) => call.await?,
+                Err(error) => {
                     error.to_http_response().map_err(|e| s3s::HttpError::new(Box::new(e)))?
                 }
             };
