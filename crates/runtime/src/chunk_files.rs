@@ -242,8 +242,8 @@ impl ChunkFiles {
             match change {
                 StoreOp::Apply { group, write, .. } => self.file(*group, write.chunk)?,
                 StoreOp::Copy { group, chunk, .. } => self.file(*group, *chunk)?,
-                // A repair mends blocks of a file it read; a fence writes none.
-                StoreOp::Repair { .. } | StoreOp::Fence { .. } => continue,
+                // A repair mends blocks of a file it read; a fence and a free write none.
+                StoreOp::Repair { .. } | StoreOp::Fence { .. } | StoreOp::Free { .. } => continue,
             };
         }
         Ok(())
@@ -373,6 +373,17 @@ impl ChunkData for SharedChunkFiles {
                 .map_err(|error| format!("syncing the chunk files in {dir}: {error}"))?;
         }
         Ok(())
+    }
+
+    fn free_chunk(&mut self, chunk: ChunkId) {
+        let mut files = self.files();
+        files.dirty.remove(&chunk);
+        if files.files.remove(&chunk).is_some() {
+            let path = files.path(chunk);
+            if let Err(error) = std::fs::remove_file(&path) {
+                files.error(format!("removing {}: {error}", path.display()));
+            }
+        }
     }
 
     fn read_blocks(

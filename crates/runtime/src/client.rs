@@ -127,6 +127,7 @@ impl ClusterClient {
             prefix: prefix.to_owned(),
             start_after: start_after.map(str::to_owned),
             limit,
+            attrs: false,
         };
         match self.call(op).await? {
             ClientOutcome::Listed { objects, truncated } => Ok((objects, truncated)),

@@ -317,7 +317,7 @@ impl Node {
     /// heartbeats at once if it crossed the reserve.
     fn measure_space(&mut self, server: &mut Server, outbox: &Outbox, clock: &Clock, dir: &Path) {
         if let Ok(free_bytes) = durable::free_bytes(dir) {
-            server.handle(clock.now(), ServerEvent::DiskSpace { free_bytes });
+            server.handle(clock.now(), ServerEvent::DiskSpace { free_bytes, used_bytes: None });
             self.carry_out(server, outbox);
         }
     }

@@ -1,9 +1,10 @@
 //! One message of every kind, for round-trip tests and the fuzzer's seed corpus.
 
 use somnus_core::cluster::{
-    ChunkId, ChunkIndex, DvlHandoff, Epoch, GroupView, LeaseGrant, LeaseRenewal, ListedObject,
-    LogRecord, LoggedExtent, Message, MetadataError, ObjectInfo, Payload, Piece, ReplyBody,
-    RequestError, ServerPower, Stamp, UnstableWrite,
+    BindCondition, BindRequest, ChunkId, ChunkIndex, DvlHandoff, Epoch, GroupView, HeldObject,
+    LeaseGrant, LeaseRenewal, ListedObject, LogRecord, LoggedExtent, Message, MetadataError,
+    ObjectInfo, ObjectRef, Payload, Piece, ReplyBody, RequestError, ServerPower, SpaceReport,
+    Stamp, UnstableWrite,
 };
 use somnus_core::gear::LoadSample;
 use somnus_types::{ByteRange, ChunkGroupId, ObjectId, ServerId, Version, VirtualInstant};
@@ -54,6 +55,12 @@ pub fn every_message() -> Vec<Message> {
                 read_bytes: 12_288,
                 write_bytes: 1 << 20,
             }],
+            space: Box::new(SpaceReport {
+                stored_bytes: 3 << 20,
+                disk_bytes: Some(4 << 20),
+                free_bytes: None,
+                freed_through: 12,
+            }),
         },
         Message::HeartbeatReply(Box::new(LeaseRenewal {
             sent_at: VirtualInstant(5),
@@ -63,6 +70,8 @@ pub fn every_message() -> Vec<Message> {
             lost: vec![],
             full: vec![ServerId(3)],
             draining: vec![ServerId(5)],
+            frees: vec![ObjectId(40), ObjectId(41)],
+            frees_through: 13,
         })),
         Message::GrantLease(Box::new(LeaseGrant {
             view: view.clone(),
@@ -93,6 +102,13 @@ pub fn every_message() -> Vec<Message> {
                 chunk_size_bytes: 1 << 20,
                 chunk_groups: vec![group, ChunkGroupId(2), group],
                 views: vec![view.clone()],
+                data: vec![ObjectRef {
+                    object: ObjectId(42),
+                    size_bytes: 3 << 20,
+                    chunk_groups: vec![group, ChunkGroupId(2), group],
+                }],
+                attrs: b"{\"etag\":\"e\"}".to_vec(),
+                generation: 43,
             }),
         },
         Message::ObjectDeleted { request: 6, name: "d".into() },
@@ -147,12 +163,32 @@ pub fn every_message() -> Vec<Message> {
             prefix: "logs/".into(),
             start_after: Some("logs/a".into()),
             limit: 100,
+            attrs: true,
         },
         Message::ObjectsListed {
             request: 8,
-            objects: vec![ListedObject { name: "logs/b".into(), size_bytes: 4096 }],
+            objects: vec![ListedObject {
+                name: "logs/b".into(),
+                size_bytes: 4096,
+                attrs: vec![1, 2],
+            }],
             truncated: true,
         },
+        Message::AllocateObject { request: 14, size_bytes: 8192 },
+        Message::BindObject(Box::new(BindRequest {
+            request: 15,
+            name: "s3/k/b/key".into(),
+            data: vec![ObjectId(44), ObjectId(45)],
+            attrs: vec![7; 3],
+            taking: vec!["s3/p/b/u/00001".into()],
+            require: Some("s3/b/b".into()),
+            condition: BindCondition::Generation(9),
+        })),
+        Message::DeleteObjects { request: 16, names: vec!["x".into(), "y".into()] },
+        Message::CheckObjects {
+            objects: vec![HeldObject { object: ObjectId(3), chunk_groups: vec![group], bytes: 4096 }],
+        },
+        Message::ClientReply { request: 17, body: ReplyBody::Refused(RequestError::Freed) },
     ]
 }
 
@@ -205,8 +241,12 @@ pub fn variant(message: &Message) -> usize {
         Message::LogInvalidated { .. } => 42,
         Message::ListObjects { .. } => 43,
         Message::ObjectsListed { .. } => 44,
+        Message::AllocateObject { .. } => 45,
+        Message::BindObject(_) => 46,
+        Message::DeleteObjects { .. } => 47,
+        Message::CheckObjects { .. } => 48,
     }
 }
 
 /// Variants of [`Message`].
-pub const VARIANTS: usize = 45;
+pub const VARIANTS: usize = 49;

@@ -14,8 +14,8 @@ use std::collections::{BTreeMap, BTreeSet, BinaryHeap, VecDeque};
 use somnus_types::{ByteRange, ChunkGroupId, Version, VirtualInstant};
 
 use super::{
-    ChunkId, ClientId, ClusterConfig, GroupView, ListedObject, Message, MetadataError, ObjectInfo,
-    Payload, Peer, Piece, ReplyBody, RequestError, Stamp,
+    BindCondition, BindRequest, ChunkId, ClientId, ClusterConfig, GroupView, ListedObject, Message,
+    MetadataError, ObjectInfo, ObjectRef, Payload, Peer, Piece, ReplyBody, RequestError, Stamp,
 };
 
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -42,12 +42,67 @@ pub enum ClientOp {
     Stat {
         name: String,
     },
-    /// One page of the names starting with `prefix`, after `start_after`.
+    /// One page of the names starting with `prefix`, after `start_after` (with each
+    /// name's attributes if `attrs`).
     List {
         prefix: String,
         start_after: Option<String>,
         limit: u32,
+        attrs: bool,
     },
+    /// A data object to write and then bind (docs/space.md).
+    Allocate {
+        size_bytes: u64,
+    },
+    /// Writes `range` of a data object given whole (no lookup of a name).
+    WriteTo {
+        object: ObjectRef,
+        range: ByteRange,
+        stamp: Stamp,
+        data: Payload,
+    },
+    /// Reads `range` of a data object given whole.
+    ReadFrom {
+        object: ObjectRef,
+        range: ByteRange,
+    },
+    /// Makes `name` hold `data` with `attrs` ([`BindRequest`]).
+    Bind {
+        name: String,
+        data: Vec<somnus_types::ObjectId>,
+        attrs: Vec<u8>,
+        taking: Vec<String>,
+        require: Option<String>,
+        condition: BindCondition,
+    },
+    /// Deletes those of `names` that exist.
+    DeleteMany {
+        names: Vec<String>,
+    },
+}
+
+/// What a data op addresses: a name's first data object, or a data object itself.
+enum Target<'a> {
+    Name(&'a str),
+    Data(&'a ObjectRef),
+}
+
+impl ClientOp {
+    fn target(&self) -> Option<(Target<'_>, ByteRange)> {
+        match self {
+            ClientOp::Write { name, range, .. } | ClientOp::Read { name, range } => {
+                Some((Target::Name(name), *range))
+            }
+            ClientOp::WriteTo { object, range, .. } | ClientOp::ReadFrom { object, range } => {
+                Some((Target::Data(object), *range))
+            }
+            _ => None,
+        }
+    }
+
+    fn is_write(&self) -> bool {
+        matches!(self, ClientOp::Write { .. } | ClientOp::WriteTo { .. })
+    }
 }
 
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -166,7 +221,10 @@ pub struct Client {
     id: ClientId,
     config: ClusterConfig,
     now: VirtualInstant,
-    objects: BTreeMap<String, ObjectInfo>,
+    /// Names and their info, and when each was learned: one older than the config's
+    /// `view_ttl` is looked up again before a data op uses it, so a name another
+    /// client deleted or bound again is seen within that time.
+    objects: BTreeMap<String, (ObjectInfo, VirtualInstant)>,
     /// Each group's view and when it was learned: a view older than the config's
     /// `view_ttl` is asked for again before use, so a client never talks to a deposed
     /// primary for long even if that primary keeps answering.
@@ -300,13 +358,34 @@ impl Client {
             ClientOp::Stat { name } => {
                 Some(Message::LookupObject { request: 0, name: name.clone() })
             }
-            ClientOp::List { prefix, start_after, limit } => Some(Message::ListObjects {
+            ClientOp::List { prefix, start_after, limit, attrs } => Some(Message::ListObjects {
                 request: 0,
                 prefix: prefix.clone(),
                 start_after: start_after.clone(),
                 limit: *limit,
+                attrs: *attrs,
             }),
-            ClientOp::Write { .. } | ClientOp::Read { .. } => None,
+            ClientOp::Allocate { size_bytes } => {
+                Some(Message::AllocateObject { request: 0, size_bytes: *size_bytes })
+            }
+            ClientOp::Bind { name, data, attrs, taking, require, condition } => {
+                Some(Message::BindObject(Box::new(BindRequest {
+                    request: 0,
+                    name: name.clone(),
+                    data: data.clone(),
+                    attrs: attrs.clone(),
+                    taking: taking.clone(),
+                    require: require.clone(),
+                    condition: *condition,
+                })))
+            }
+            ClientOp::DeleteMany { names } => {
+                Some(Message::DeleteObjects { request: 0, names: names.clone() })
+            }
+            ClientOp::Write { .. }
+            | ClientOp::Read { .. }
+            | ClientOp::WriteTo { .. }
+            | ClientOp::ReadFrom { .. } => None,
         };
         self.ops.insert(tag, Op { op, state: OpState::NeedsInfo });
         match metadata {
@@ -321,7 +400,10 @@ impl Client {
             Message::CreateObject { request: r, .. }
             | Message::DeleteObject { request: r, .. }
             | Message::LookupObject { request: r, .. }
-            | Message::ListObjects { request: r, .. } => *r = request,
+            | Message::ListObjects { request: r, .. }
+            | Message::AllocateObject { request: r, .. }
+            | Message::DeleteObjects { request: r, .. } => *r = request,
+            Message::BindObject(bind) => bind.request = request,
             _ => unreachable!("only object requests are sent for an op"),
         }
         if let Some(op) = self.ops.get_mut(&tag) {
@@ -334,32 +416,43 @@ impl Client {
     /// Splits a data op into its chunks' parts once the object's metadata is known.
     fn start_data(&mut self, tag: u64) {
         let Some(op) = self.ops.get(&tag) else { return };
-        let (ClientOp::Write { name, range, .. } | ClientOp::Read { name, range }) = &op.op else {
-            return;
-        };
-        let range = *range;
-        let Some(info) = self.objects.get(name) else {
-            let name = name.clone();
-            if !self.lookups.contains_key(&name) {
-                self.look_up_object(name);
-            }
-            return;
+        let Some((target, range)) = op.op.target() else { return };
+        let ttl = self.config.view_ttl;
+        let (object, size_bytes, chunk_groups) = match target {
+            Target::Data(data) => (data.object, data.size_bytes, &data.chunk_groups),
+            Target::Name(name) => match self.objects.get(name) {
+                Some((info, at)) if at.saturating_add(ttl) > self.now => {
+                    (info.object, info.size_bytes, &info.chunk_groups)
+                }
+                _ => {
+                    let name = name.to_owned();
+                    if !self.lookups.contains_key(&name) {
+                        self.look_up_object(name);
+                    }
+                    return;
+                }
+            },
         };
         let block = super::store::BLOCK_BYTES;
         let aligned = range.start % block == 0 && range.end % block == 0;
-        if range.is_empty() || !aligned || range.end > info.size_bytes {
-            let error = ClientError::BadRange { range, size: info.size_bytes };
+        let chunks = size_bytes.div_ceil(self.config.chunk_size_bytes);
+        if range.is_empty()
+            || !aligned
+            || range.end > size_bytes
+            || chunk_groups.len() as u64 != chunks
+        {
+            let error = ClientError::BadRange { range, size: size_bytes };
             self.finish(tag, ClientOutcome::Failed(error));
             return;
         }
         let now = self.now;
-        let parts = ChunkId::split(info.object, info.chunk_size_bytes, range)
+        let chunk_size = self.config.chunk_size_bytes;
+        let parts = ChunkId::split(object, chunk_size, range)
             .map(|(chunk, within)| Part {
                 chunk,
-                group: info.chunk_groups[chunk.chunk.0 as usize],
+                group: chunk_groups[chunk.chunk.0 as usize],
                 range: within,
-                offset: u64::from(chunk.chunk.0) * info.chunk_size_bytes + within.start
-                    - range.start,
+                offset: u64::from(chunk.chunk.0) * chunk_size + within.start - range.start,
                 state: PartState::Backoff { at: now },
                 unanswered: false,
             })
@@ -404,7 +497,7 @@ impl Client {
             return;
         };
         let write = match op {
-            ClientOp::Write { stamp, data, .. } => {
+            ClientOp::Write { stamp, data, .. } | ClientOp::WriteTo { stamp, data, .. } => {
                 Some((*stamp, data.slice(part.offset, part.range.size_bytes())))
             }
             _ => None,
@@ -528,7 +621,10 @@ impl Client {
         for view in &info.views {
             self.learn_view(view.clone());
         }
-        self.objects.insert(info.name.clone(), info.clone());
+        // An allocation has no name: nothing to cache by.
+        if !info.name.is_empty() {
+            self.objects.insert(info.name.clone(), (info.clone(), self.now));
+        }
     }
 
     fn lookup_answered(&mut self, name: &str, message: Message) {
@@ -536,7 +632,7 @@ impl Client {
             .ops
             .iter()
             .filter(|(_, op)| matches!(op.state, OpState::NeedsInfo))
-            .filter(|(_, op)| matches!(&op.op, ClientOp::Write { name: n, .. } | ClientOp::Read { name: n, .. } if n == name))
+            .filter(|(_, op)| matches!(op.op.target(), Some((Target::Name(n), _)) if n == name))
             .map(|(tag, _)| *tag)
             .collect();
         match message {
@@ -547,6 +643,7 @@ impl Client {
                 }
             }
             Message::MetadataRefused { error, .. } => {
+                self.objects.remove(name);
                 for tag in waiting {
                     self.finish(tag, ClientOutcome::Failed(error.clone().into()));
                 }
@@ -566,6 +663,11 @@ impl Client {
             }
             Message::ObjectDeleted { name, .. } => {
                 self.objects.remove(&name);
+                if let Some(ClientOp::DeleteMany { names }) = self.ops.get(&tag).map(|o| &o.op) {
+                    for name in names.clone() {
+                        self.objects.remove(&name);
+                    }
+                }
                 ClientOutcome::Deleted
             }
             Message::ObjectsListed { objects, truncated, .. } => {
@@ -602,10 +704,25 @@ impl Client {
             ReplyBody::Refused(RequestError::NoSpace { server }) if !part.unanswered => {
                 return self.finish(tag, ClientOutcome::Failed(ClientError::NoSpace { server }));
             }
+            // The object was deleted and freed at its servers: it is gone for good.
+            ReplyBody::Refused(RequestError::Freed) => {
+                let chunk = part.chunk;
+                let name = match self.ops.get(&tag).and_then(|o| o.op.target()) {
+                    Some((Target::Name(name), _)) => name.to_owned(),
+                    _ => format!("data object {}", chunk.object.0),
+                };
+                if let Some((info, _)) = self.objects.get(&name)
+                    && info.object == chunk.object
+                {
+                    self.objects.remove(&name);
+                }
+                let error = ClientError::Metadata(MetadataError::NoSuchObject(name));
+                return self.finish(tag, ClientOutcome::Failed(error));
+            }
             ReplyBody::Refused(_) => return self.back_off(tag, index),
         }
         if parts.iter().all(|p| p.state == PartState::Done) {
-            let outcome = if matches!(self.ops[&tag].op, ClientOp::Write { .. }) {
+            let outcome = if self.ops[&tag].op.is_write() {
                 let Some(Op { state: OpState::Data { written, .. }, .. }) = self.ops.get_mut(&tag)
                 else {
                     return;

@@ -157,6 +157,10 @@ pub enum RequestError {
     /// refused before any replica takes it (it never takes effect).
     #[error("no space: server {}'s disk has less free space than its reserve", .server.0)]
     NoSpace { server: ServerId },
+    /// The chunk's object was deleted and its space freed here: nothing of it is
+    /// served or stored again (its ids are never given again).
+    #[error("the object was deleted and its space freed")]
+    Freed,
 }
 
 /// What a storage server answers a client request with.
@@ -187,7 +191,20 @@ pub struct GroupView {
     pub replicas: Vec<ServerId>,
 }
 
-/// An object as the MDS describes it to a client.
+/// A data object: its id, its size (whole blocks) and the group of each chunk, in
+/// chunk order. A name holds data objects in order; a data object is held by one name
+/// at most, or by none while it is being written (allocated, not yet bound).
+#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct ObjectRef {
+    pub object: ObjectId,
+    pub size_bytes: u64,
+    pub chunk_groups: Vec<ChunkGroupId>,
+}
+
+/// A name as the MDS describes it to a client: its first data object (`object`,
+/// `size_bytes`, `chunk_groups`: what a write or read by name addresses; id 0, size 0
+/// and no chunks for a name without data), every data object it holds in order
+/// (`data`, the first included), its attributes and its generation.
 #[derive(Clone, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct ObjectInfo {
     pub name: String,
@@ -196,8 +213,36 @@ pub struct ObjectInfo {
     pub chunk_size_bytes: u64,
     /// The group of each chunk, in chunk order.
     pub chunk_groups: Vec<ChunkGroupId>,
-    /// The view of every group the object uses, each once.
+    /// The view of every group the name's data objects use, each once.
     pub views: Vec<GroupView>,
+    /// Every data object the name holds, in order (the first is the one above).
+    pub data: Vec<ObjectRef>,
+    /// Bytes the name's binder gave it (opaque to the cluster: the S3 gateway's
+    /// record of an object), at most [`crate::cluster::mds::ATTRS_BYTES_MAX`].
+    pub attrs: Vec<u8>,
+    /// Changes at every create or bind of the name: a conditional bind names the
+    /// generation it read (`BindCondition::Generation`).
+    pub generation: u64,
+}
+
+impl ObjectInfo {
+    /// The first data object, if the name holds any.
+    pub fn first(&self) -> Option<&ObjectRef> {
+        self.data.first()
+    }
+}
+
+/// What must hold of a name for a bind to replace it (checked and applied in one
+/// step at the MDS, so that two conditional writes cannot both pass).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub enum BindCondition {
+    /// Whatever the name holds, or none.
+    #[default]
+    Any,
+    /// The name does not exist.
+    Absent,
+    /// The name exists at this generation.
+    Generation(u64),
 }
 
 /// A write a DVL logged, without its data: the owner is the epoch of the primary that
@@ -266,6 +311,11 @@ pub struct LeaseRenewal {
     /// record there would be given up when they sleep, and logged again elsewhere,
     /// behind the writes logged since).
     pub draining: Vec<ServerId>,
+    /// Deleted objects whose chunks the server frees (those of the groups it holds),
+    /// and the free log's sequence they reach: every free up to it that concerns
+    /// the server is among them or was sent before (docs/space.md).
+    pub frees: Vec<ObjectId>,
+    pub frees_through: u64,
 }
 
 /// Lead `view.group` in `view.epoch`, for the lease counted from `lease_from` (the
@@ -302,6 +352,18 @@ pub enum MetadataError {
     TooLarge { size_bytes: u64 },
     #[error("the metadata service holds its maximum of {0} objects")]
     Full(usize),
+    /// A bind's condition did not hold (the name exists, is absent, or is at another
+    /// generation than the one named).
+    #[error("{name:?} is not as the bind required ({condition:?})")]
+    ConditionFailed { name: String, condition: BindCondition },
+    /// A bind named a data object that is neither allocated and unbound nor held by
+    /// the names it replaces or takes (it expired, or was bound elsewhere).
+    #[error("data object {0} is not the binder's to bind")]
+    NotBindable(u64),
+    #[error("attributes of {0} bytes: {max} at most", max = crate::cluster::mds::ATTRS_BYTES_MAX)]
+    AttrsTooLarge(usize),
+    #[error("a request names {0} objects or names, more than one request may")]
+    TooMany(usize),
 }
 
 /// Every message of the protocol. Which role sends each to which, and the invariants
@@ -318,6 +380,9 @@ pub enum Message {
         /// The requests it served as a primary, per finished second since its last
         /// heartbeat (Sierra 3.5): the gear scheduler's input.
         load: Vec<LoadSample>,
+        /// Its disk, and the frees it has made durable (boxed: rare next to the data
+        /// path's messages).
+        space: Box<SpaceReport>,
     },
     /// The MDS's answer to a heartbeat (boxed: it is large, and rare next to the
     /// data path's messages, which every move of a `Message` copies whole).
@@ -564,6 +629,8 @@ pub enum Message {
         prefix: String,
         start_after: Option<String>,
         limit: u32,
+        /// Whether each name's attributes come with it.
+        attrs: bool,
     },
     /// One page of a listing; `truncated` says more names follow the last.
     ObjectsListed {
@@ -571,13 +638,74 @@ pub enum Message {
         objects: Vec<ListedObject>,
         truncated: bool,
     },
+    /// A client allocates a data object to write before a bind names it (answered
+    /// with `ObjectFound`, an unnamed info). Unbound past the MDS's `pending_grace`,
+    /// it is freed.
+    AllocateObject {
+        request: u64,
+        size_bytes: u64,
+    },
+    /// A client binds a name (answered with `ObjectFound`, or `MetadataRefused`).
+    BindObject(Box<BindRequest>),
+    /// A client deletes names, those that exist (answered with `ObjectDeleted` of
+    /// the first, or of none).
+    DeleteObjects {
+        request: u64,
+        names: Vec<String>,
+    },
+    /// A server's orphan scan: objects it holds chunks of. The MDS frees those no
+    /// name holds and no allocation is writing (docs/space.md).
+    CheckObjects {
+        objects: Vec<HeldObject>,
+    },
 }
 
 /// One object of a listing.
 #[derive(Clone, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct ListedObject {
     pub name: String,
+    /// The bytes of its data objects, summed.
     pub size_bytes: u64,
+    /// Its attributes, when the listing asked for them (else empty).
+    pub attrs: Vec<u8>,
+}
+
+/// What a server tells the MDS of its disk in every heartbeat: the MDS shows it for
+/// the server while it sleeps too.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct SpaceReport {
+    /// Bytes of data its replicas hold (each block once).
+    pub stored_bytes: u64,
+    /// Bytes its files take on its disk, as the shell last measured them.
+    pub disk_bytes: Option<u64>,
+    /// Free bytes on its disk, as the shell last measured them.
+    pub free_bytes: Option<u64>,
+    /// The free log's sequence up to which the server has made every free it was sent
+    /// durable (`LeaseRenewal::frees_through` of the replies it applied).
+    pub freed_through: u64,
+}
+
+/// A bind: make `name` hold `data` (in order) with `attrs`, if `require` exists and
+/// `condition` holds; the data objects the name held before, and those of the names
+/// in `taking` (which go), are freed unless listed in `data`.
+#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct BindRequest {
+    pub request: u64,
+    pub name: String,
+    pub data: Vec<ObjectId>,
+    pub attrs: Vec<u8>,
+    pub taking: Vec<String>,
+    pub require: Option<String>,
+    pub condition: BindCondition,
+}
+
+/// A data object a server holds chunks of, for the orphan scan: the groups of those
+/// chunks and their bytes there.
+#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct HeldObject {
+    pub object: ObjectId,
+    pub chunk_groups: Vec<ChunkGroupId>,
+    pub bytes: u64,
 }
 
 /// The payloads of a message, in a fixed order, by reference (`$ref` is `&` or `&mut`):

@@ -11,9 +11,10 @@ pub mod server;
 pub mod store;
 
 pub use message::{
-    ChunkId, ChunkIndex, ClientId, DvlHandoff, Epoch, GroupView, LeaseGrant, LeaseRenewal,
-    ListedObject, LogRecord, LoggedExtent, Message, MetadataError, ObjectInfo, Peer, Piece,
-    ReplyBody, RequestError, Stamp, UnstableWrite,
+    BindCondition, BindRequest, ChunkId, ChunkIndex, ClientId, DvlHandoff, Epoch, GroupView,
+    HeldObject, LeaseGrant, LeaseRenewal, ListedObject, LogRecord, LoggedExtent, Message,
+    MetadataError, ObjectInfo, ObjectRef, Peer, Piece, ReplyBody, RequestError, SpaceReport, Stamp,
+    UnstableWrite,
 };
 pub use payload::Payload;
 
@@ -130,6 +131,15 @@ pub struct ClusterConfig {
     /// so that the writes under way, its journal's checkpoint and its logger have
     /// room. A shell that measures no free space never makes a server full.
     pub disk_reserve_bytes: u64,
+    /// How long a deleted object's chunks stay after its deletion before servers free
+    /// them: a read begun on it before (a GET that was streaming it) reads it whole.
+    pub free_grace: VirtualDuration,
+    /// How long an allocated data object may stay unbound before it is freed (a
+    /// writer that died between its data and its bind).
+    pub pending_grace: VirtualDuration,
+    /// How often an awake server sends the MDS a batch of the objects it holds, so
+    /// that chunks no name holds any more are found and freed (the orphan scan).
+    pub orphan_scan_interval: VirtualDuration,
 }
 
 /// How often the MDS sends a server's wake again while it has it waking and has not
@@ -157,6 +167,9 @@ impl ClusterConfig {
             rebuild_chunks_max: 4,
             seed: 1,
             disk_reserve_bytes: 256 << 20,
+            free_grace: VirtualDuration::from_secs(15 * 60),
+            pending_grace: VirtualDuration::from_secs(60 * 60),
+            orphan_scan_interval: VirtualDuration::from_secs(10),
         }
     }
 }

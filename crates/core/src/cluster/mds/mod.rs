@@ -15,26 +15,32 @@
 
 mod compute;
 mod deadlines;
+mod frees;
 mod gearing;
 mod namespace;
 mod power;
 mod rebuild;
 mod snapshot;
+mod space;
 
-use std::collections::{BTreeMap, VecDeque};
+use std::collections::{BTreeMap, BTreeSet, VecDeque};
 
 use somnus_types::{ChunkGroupId, GearGroupId, ObjectId, RackId, ServerId, VirtualInstant};
 
 use super::{
     ClientId, ClusterConfig, DvlHandoff, Epoch, GroupView, LeaseGrant, LeaseRenewal, Message, Peer,
-    ServerPower, WAKE_RESEND,
+    ServerPower, SpaceReport, WAKE_RESEND,
 };
 use crate::gear::{GearMode, GearScheduler, IoServerController, PowerPlan};
 use crate::layout::Layout;
 use crate::power::ComputeRole;
 use deadlines::{Deadlines, Due};
 
-pub use namespace::{NAME_BYTES_MAX, OBJECT_CHUNKS_MAX, OBJECTS_MAX};
+pub use frees::FreeSpec;
+pub use namespace::{
+    ATTRS_BYTES_MAX, BIND_OBJECTS_MAX, NAME_BYTES_MAX, OBJECT_CHUNKS_MAX, OBJECTS_MAX,
+};
+pub use space::HELD_OBJECTS_MAX;
 
 /// Inputs, as facts.
 #[derive(Clone, Debug, PartialEq)]
@@ -149,6 +155,42 @@ pub enum Command {
     ReserveObjectIds {
         next: ObjectId,
     },
+    /// A data object allocated for `creator`'s writes, bound to no name yet.
+    AllocateObject {
+        object: ObjectId,
+        size_bytes: u64,
+        chunk_groups: Vec<ChunkGroupId>,
+        creator: (ClientId, u64),
+    },
+    /// `name` holds `data` (allocated objects, or ones it or the names of `taking`
+    /// held) with `attrs`, at `generation`; what it and `taking` held besides is freed,
+    /// and the names of `taking` go.
+    Bind {
+        name: String,
+        data: Vec<ObjectId>,
+        attrs: Vec<u8>,
+        taking: Vec<String>,
+        generation: u64,
+        creator: (ClientId, u64),
+    },
+    /// The names go; their data is freed.
+    DeleteObjects {
+        names: Vec<String>,
+    },
+    /// Allocations left unbound past the pending grace: freed.
+    ExpirePending {
+        objects: Vec<ObjectId>,
+    },
+    /// Data objects to free (orphans a server found, or a snapshot's free log), and
+    /// the sequence the next entry gets at least.
+    QueueFrees {
+        frees: Vec<FreeSpec>,
+        next_seq: u64,
+    },
+    /// Entries of the free log every server they waited for applied.
+    TrimFrees {
+        seqs: Vec<u64>,
+    },
 }
 
 /// What the MDS dropped or did, for tests and metrics.
@@ -160,6 +202,9 @@ pub struct MdsCounters {
     pub migrations: u64,
     pub servers_failed: u64,
     pub wakes: u64,
+    /// Data objects a server's orphan scan found no name holding, queued to free.
+    #[serde(default)]
+    pub orphans_found: u64,
 }
 
 #[derive(Clone, Debug)]
@@ -203,12 +248,23 @@ struct GroupEntry {
     kept_on: bool,
 }
 
+/// A name: the data objects it holds, in order, and what its binder said of it.
 #[derive(Clone, Debug)]
-struct ObjectEntry {
-    object: ObjectId,
+struct NameEntry {
+    /// The request that made it (a retry of it is answered with the name).
     creator: (ClientId, u64),
+    generation: u64,
+    data: Vec<ObjectId>,
+    attrs: Vec<u8>,
+}
+
+/// A data object: held by one name, or allocated and not bound yet.
+#[derive(Clone, Debug)]
+struct DataEntry {
     size_bytes: u64,
     chunk_groups: Vec<ChunkGroupId>,
+    /// Allocated for this request, bound to no name yet, until the expiry (soft).
+    pending: Option<((ClientId, u64), VirtualInstant)>,
 }
 
 /// The metadata service's state machine.
@@ -228,7 +284,15 @@ pub struct Mds {
     /// The servers whose last heartbeat said their disk is full (soft state: a
     /// restarted MDS hears it again within a heartbeat).
     full: Vec<ServerId>,
-    objects: BTreeMap<String, ObjectEntry>,
+    names: BTreeMap<String, NameEntry>,
+    data: BTreeMap<ObjectId, DataEntry>,
+    /// Allocations not bound yet, by their request and by expiry.
+    pending_by_creator: BTreeMap<(ClientId, u64), ObjectId>,
+    pending_expiry: BTreeSet<(VirtualInstant, ObjectId)>,
+    /// Data objects to free (docs/space.md).
+    frees: frees::FreeLog,
+    /// Each server's disk, as its last heartbeat told (soft state).
+    space: Vec<SpaceReport>,
     next_object: u64,
     /// Which servers the gear keeps on: the plan and the gear groups in its order.
     plan: PowerPlan,
@@ -247,6 +311,9 @@ pub struct Mds {
     now: VirtualInstant,
     /// The leases', silences' and wake resends' deadlines in order (`poll_timeout`).
     deadlines: Deadlines,
+    /// A deliberately wrong protocol, for showing the simulation's checker catches
+    /// it (the MDS's side of `Broken::FreeBeforeGrace` and `Broken::FreeNamed`).
+    broken: Option<crate::cluster::server::Broken>,
 }
 
 impl Mds {
@@ -280,7 +347,12 @@ impl Mds {
             draining: Vec::new(),
             lost: Vec::new(),
             full: Vec::new(),
-            objects: BTreeMap::new(),
+            names: BTreeMap::new(),
+            data: BTreeMap::new(),
+            pending_by_creator: BTreeMap::new(),
+            pending_expiry: BTreeSet::new(),
+            frees: frees::FreeLog::new(layout.servers().len()),
+            space: vec![SpaceReport::default(); layout.servers().len()],
             next_object: 1,
             plan: PowerPlan { full_groups: config.replicas, partial: 0 },
             order: (0..config.replicas).collect(),
@@ -292,6 +364,7 @@ impl Mds {
             counters: MdsCounters::default(),
             now,
             deadlines: Deadlines::default(),
+            broken: None,
         };
         mds.rank = gear_group_ranks(&mds.servers);
         mds.list_power();
@@ -367,6 +440,12 @@ impl Mds {
         mds
     }
 
+    /// Makes this MDS run a deliberately wrong protocol (never outside the tests that
+    /// show the checker catches it, and `somnus sim cluster --broken`).
+    pub fn set_broken(&mut self, broken: Option<crate::cluster::server::Broken>) {
+        self.broken = broken;
+    }
+
     pub fn handle(&mut self, now: VirtualInstant, event: MdsEvent) {
         assert!(now >= self.now, "time went back: {now:?} < {:?}", self.now);
         self.now = now;
@@ -397,10 +476,8 @@ impl Mds {
         );
         let scheduler = self.scheduler.as_ref().map(|s| s.poll_timeout());
         let scheduler = scheduler.filter(|at| *at != VirtualInstant::MAX);
-        match (self.deadlines.first(), scheduler) {
-            (Some(a), Some(b)) => Some(a.min(b)),
-            (a, b) => a.or(b),
-        }
+        let expiry = self.pending_expiry.first().map(|(at, _)| *at);
+        [self.deadlines.first(), scheduler, expiry].into_iter().flatten().min()
     }
 
     /// When a group's lease has run out, the margin included.
@@ -514,19 +591,48 @@ impl Mds {
     pub fn apply(&mut self, command: &Command) {
         match command {
             Command::CreateObject { name, object, size_bytes, chunk_groups, creator } => {
-                assert!(!self.objects.contains_key(name), "C5: object {name:?} created twice");
-                self.next_object = self.next_object.max(object.0 + 1);
-                let entry = ObjectEntry {
-                    object: *object,
+                assert!(!self.names.contains_key(name), "C5: object {name:?} created twice");
+                self.add_data(*object, *size_bytes, chunk_groups.clone(), None);
+                let entry = NameEntry {
                     creator: *creator,
-                    size_bytes: *size_bytes,
-                    chunk_groups: chunk_groups.clone(),
+                    generation: object.0,
+                    data: vec![*object],
+                    attrs: Vec::new(),
                 };
-                self.objects.insert(name.clone(), entry);
+                self.names.insert(name.clone(), entry);
             }
-            Command::DeleteObject { name } => {
-                self.objects.remove(name);
+            Command::DeleteObject { name } => self.unname(name, &[]),
+            Command::AllocateObject { object, size_bytes, chunk_groups, creator } => {
+                let expires = self.now.saturating_add(self.config.pending_grace);
+                self.add_data(
+                    *object,
+                    *size_bytes,
+                    chunk_groups.clone(),
+                    Some((*creator, expires)),
+                );
             }
+            Command::Bind { name, data, attrs, taking, generation, creator } => {
+                self.apply_bind(name, data, attrs, taking, *generation, *creator);
+            }
+            Command::DeleteObjects { names } => {
+                for name in names {
+                    self.unname(name, &[]);
+                }
+            }
+            Command::ExpirePending { objects } => {
+                for object in objects {
+                    if self.data.get(object).is_some_and(|d| d.pending.is_some()) {
+                        self.free_data(*object);
+                    }
+                }
+            }
+            Command::QueueFrees { frees, next_seq } => {
+                for spec in frees {
+                    self.queue_free(spec.clone());
+                }
+                self.frees.reserve(*next_seq);
+            }
+            Command::TrimFrees { seqs } => self.frees.trim(seqs),
             Command::SetPrimary { group, epoch, server } => {
                 let entry = &mut self.groups[group.index()];
                 assert!(*epoch >= entry.epoch, "C1: {group} epoch {epoch} below {}", entry.epoch);
@@ -618,14 +724,16 @@ impl Mds {
             return;
         }
         match message {
-            Message::Heartbeat { sent_at, leads, full, load, .. } => {
+            Message::Heartbeat { sent_at, leads, full, load, space, .. } => {
                 // Load once per heartbeat: a duplicate (same send time) is not new.
                 let new = self.servers[server.index()].heartbeat_sent.is_none_or(|l| sent_at > l);
                 if new {
                     self.report_load(sent_at, &load);
+                    self.space_reported(server, *space);
                 }
                 self.heartbeat(server, sent_at, &leads, full)
             }
+            Message::CheckObjects { objects } => self.objects_held(objects),
             // Only a group's primary in its epoch gives the lease back, sets the DVL's
             // view, reports a rebuild or asks for its replicas; a late or deposed one's
             // message is dropped.
@@ -703,6 +811,7 @@ impl Mds {
         }
         let (down, lost, full) = (self.down.clone(), self.lost.clone(), self.full.clone());
         let draining = self.draining.clone();
+        let (frees, frees_through) = self.frees_for(server);
         let reply = Message::HeartbeatReply(Box::new(LeaseRenewal {
             sent_at,
             renewed,
@@ -711,6 +820,8 @@ impl Mds {
             lost,
             full,
             draining,
+            frees,
+            frees_through,
         }));
         self.send(Peer::Server(server), reply);
         self.regrant_lost(server, sent_at, leads);
@@ -799,6 +910,7 @@ impl Mds {
     }
 
     fn handle_timer(&mut self) {
+        self.expire_pending();
         self.run_scheduler();
         self.resend_wakes();
         self.detect_failures();

@@ -22,6 +22,7 @@ impl Mds {
             return;
         }
         self.commit(Command::SetPower { server, power: ServerPower::Removed });
+        self.forget_frees_of(server);
         // Replicas held per server, counted once and kept up to date as they move.
         let mut held = vec![0u32; self.servers.len()];
         for group in &self.groups {

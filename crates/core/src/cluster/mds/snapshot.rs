@@ -5,8 +5,9 @@
 //!
 //! The snapshot is the difference from `Mds::new` on the layout: the gear, the
 //! servers' power, each group's replicas (a replacement per slot that changed), its
-//! rebuilds, primary and epoch, logger view and kept-on flag, every object, and the
-//! next object id (a deleted object's id is never given again).
+//! rebuilds, primary and epoch, logger view and kept-on flag, every name with its data,
+//! every allocation not bound yet, the free log, and the next object id (a deleted
+//! object's id is never given again).
 
 use somnus_types::ObjectId;
 
@@ -53,17 +54,60 @@ impl Mds {
                 commands.push(Command::KeepReplicasOn { group });
             }
         }
-        for (name, entry) in &self.objects {
-            commands.push(Command::CreateObject {
+        self.snapshot_names(&mut commands);
+        let next_seq = self.frees.next_seq();
+        commands.push(Command::QueueFrees { frees: self.frees.specs(), next_seq });
+        commands.push(Command::ReserveObjectIds { next: ObjectId(self.next_object) });
+        commands
+    }
+
+    /// Every name with its data, and every allocation not bound yet: a plain object
+    /// (one data object, made with its name) as its create, others as allocations of
+    /// their data and a bind.
+    fn snapshot_names(&self, commands: &mut Vec<Command>) {
+        for (object, entry) in &self.data {
+            if let Some((creator, _)) = entry.pending {
+                commands.push(Command::AllocateObject {
+                    object: *object,
+                    size_bytes: entry.size_bytes,
+                    chunk_groups: entry.chunk_groups.clone(),
+                    creator,
+                });
+            }
+        }
+        for (name, entry) in &self.names {
+            let plain = entry.attrs.is_empty()
+                && entry.data.len() == 1
+                && entry.data[0].0 == entry.generation;
+            if plain {
+                let data = &self.data[&entry.data[0]];
+                commands.push(Command::CreateObject {
+                    name: name.clone(),
+                    object: entry.data[0],
+                    size_bytes: data.size_bytes,
+                    chunk_groups: data.chunk_groups.clone(),
+                    creator: entry.creator,
+                });
+                continue;
+            }
+            for object in &entry.data {
+                let data = &self.data[object];
+                commands.push(Command::AllocateObject {
+                    object: *object,
+                    size_bytes: data.size_bytes,
+                    chunk_groups: data.chunk_groups.clone(),
+                    creator: entry.creator,
+                });
+            }
+            commands.push(Command::Bind {
                 name: name.clone(),
-                object: entry.object,
-                size_bytes: entry.size_bytes,
-                chunk_groups: entry.chunk_groups.clone(),
+                data: entry.data.clone(),
+                attrs: entry.attrs.clone(),
+                taking: Vec::new(),
+                generation: entry.generation,
                 creator: entry.creator,
             });
         }
-        commands.push(Command::ReserveObjectIds { next: ObjectId(self.next_object) });
-        commands
     }
 
     /// The durable state in a comparable form, for tests of snapshots and restores.
@@ -87,14 +131,19 @@ impl Mds {
             .collect();
         let power: Vec<_> = self.servers.iter().map(|s| s.power).collect();
         let objects: Vec<String> = self
-            .objects
+            .names
             .iter()
             .map(|(name, e)| {
-                format!(
-                    "{name} {:?} {:?} {} {:?}",
-                    e.object, e.creator, e.size_bytes, e.chunk_groups
-                )
+                let data: Vec<_> = e.data.iter().map(|o| (o, &self.data[o].chunk_groups)).collect();
+                format!("{name} {:?} {} {data:?} {:?}", e.creator, e.generation, e.attrs)
             })
+            .chain(
+                self.data
+                    .iter()
+                    .filter(|(_, d)| d.pending.is_some())
+                    .map(|(o, d)| format!("pending {o:?} {} {:?}", d.size_bytes, d.chunk_groups)),
+            )
+            .chain(self.frees.specs().iter().map(|f| format!("free {f:?}")))
             .collect();
         format!(
             "plan {:?} {:?} next {} led {:?} down {:?} lost {:?}\n{power:?}\n{}\n{}",

@@ -7,10 +7,13 @@
 
 use std::collections::BTreeMap;
 
-use somnus_types::{ChunkGroupId, ServerId, VirtualDuration, VirtualInstant};
+use somnus_types::{ChunkGroupId, ObjectId, ServerId, VirtualDuration, VirtualInstant};
 
 use super::*;
-use crate::cluster::{ClientId, ClusterConfig, Epoch, Message, MetadataError, Peer, ServerPower};
+use crate::cluster::{
+    BindCondition, BindRequest, ClientId, ClusterConfig, Epoch, HeldObject, Message, MetadataError,
+    ObjectInfo, Peer, ServerPower, SpaceReport,
+};
 use crate::gear::{Capability, Gearing, LoadSample, Policy, SchedulerConfig};
 use crate::layout::{Layout, LayoutSpec, RackAssignment, Scheme};
 
@@ -42,6 +45,9 @@ struct FakeServer {
     dead: bool,
     /// Alive and holding its leases, but its heartbeats are lost.
     partitioned: bool,
+    /// The objects the MDS had it free, in order, and how far it applied the free log.
+    freed: Vec<ObjectId>,
+    freed_through: u64,
 }
 
 struct Harness {
@@ -141,7 +147,12 @@ impl Harness {
                     .insert(view.group, (view.epoch, lease_from.saturating_add(self.config.lease)));
             }
             Message::HeartbeatReply(reply) => {
-                let LeaseRenewal { sent_at, renewed, revoked, .. } = *reply;
+                let LeaseRenewal { sent_at, renewed, revoked, frees, frees_through, .. } = *reply;
+                // Freed at once, durably: reported in the next heartbeat.
+                if frees_through > fake.freed_through {
+                    fake.freed.extend(frees);
+                    fake.freed_through = frees_through;
+                }
                 for (group, epoch) in renewed {
                     if let Some(lease) = fake.leases.get_mut(&group).filter(|l| l.0 == epoch) {
                         lease.1 = lease.1.max(sent_at.saturating_add(self.config.lease));
@@ -198,12 +209,14 @@ impl Harness {
             } else {
                 Vec::new()
             };
+            let space = SpaceReport { freed_through: fake.freed_through, ..SpaceReport::default() };
             let heartbeat = Message::Heartbeat {
                 sent_at: self.now,
                 power: ServerPower::On,
                 leads,
                 full: false,
                 load,
+                space: Box::new(space),
             };
             self.event(MdsEvent::MessageReceived {
                 from: Peer::Server(ServerId(index as u32)),
@@ -304,6 +317,7 @@ fn a_heartbeat_that_crossed_a_grant_on_its_way_does_not_regrant_it() {
             leads,
             full: false,
             load: vec![],
+            space: Box::default(),
         };
         h.event(MdsEvent::MessageReceived { from: Peer::Server(server), message });
     };
@@ -482,6 +496,7 @@ fn a_listing_pages_through_the_names_under_a_prefix_in_order() {
         prefix: "b/".into(),
         start_after: start_after.map(str::to_owned),
         limit,
+        attrs: false,
     };
     ask(&mut h, list(10, None, 2));
     ask(&mut h, list(11, Some("b/2"), 2));
@@ -806,4 +821,281 @@ impl Harness {
             self.second();
         }
     }
+}
+
+// ---- names, binds and the free log (docs/space.md) ------------------------------
+
+impl Harness {
+    /// A client's request and the MDS's answer to it.
+    fn ask(&mut self, message: Message) -> Message {
+        let from = Peer::Client(ClientId(7));
+        self.event(MdsEvent::MessageReceived { from, message });
+        self.client_replies.pop().unwrap_or_else(|| panic!("no answer"))
+    }
+
+    fn allocate(&mut self, request: u64, size_bytes: u64) -> ObjectInfo {
+        match self.ask(Message::AllocateObject { request, size_bytes }) {
+            Message::ObjectFound { info, .. } => *info,
+            other => panic!("{other:?}"),
+        }
+    }
+
+    fn bind(&mut self, bind: BindRequest) -> Result<ObjectInfo, MetadataError> {
+        match self.ask(Message::BindObject(Box::new(bind))) {
+            Message::ObjectFound { info, .. } => Ok(*info),
+            Message::MetadataRefused { error, .. } => Err(error),
+            other => panic!("{other:?}"),
+        }
+    }
+
+    /// The objects every fake server was told to free, each once, in order.
+    fn freed(&self) -> Vec<ObjectId> {
+        let mut all: Vec<ObjectId> = self.servers.iter().flat_map(|s| s.freed.clone()).collect();
+        all.sort_unstable();
+        all.dedup();
+        all
+    }
+}
+
+fn bind(request: u64, name: &str, data: Vec<ObjectId>) -> BindRequest {
+    BindRequest {
+        request,
+        name: name.into(),
+        data,
+        attrs: format!("attrs of {request}").into_bytes(),
+        taking: Vec::new(),
+        require: None,
+        condition: BindCondition::Any,
+    }
+}
+
+/// A short grace, so the tests see frees within seconds.
+fn quick() -> Harness {
+    let config = ClusterConfig {
+        chunk_size_bytes: 1 << 20,
+        free_grace: VirtualDuration::from_secs(5),
+        pending_grace: VirtualDuration::from_secs(30),
+        ..ClusterConfig::sierra()
+    };
+    let mut h = Harness::with_mds_config(config);
+    for _ in 0..3 {
+        h.second();
+    }
+    h
+}
+
+/// Goal: a bind names allocated data whole, a retry of it changes nothing, and the
+/// data it replaces is freed on every server holding it once the grace has passed,
+/// never before; the entry leaves the log once every holder applied it. Method: two
+/// allocations bound in turn to one name; the fake servers free what they are told.
+#[test]
+fn a_bind_replaces_a_names_data_and_the_old_data_is_freed_after_the_grace() {
+    let mut h = quick();
+    let first = h.allocate(1, 3 << 20);
+    assert!(first.name.is_empty() && first.data.len() == 1 && first.chunk_groups.len() == 3);
+    assert_eq!(h.allocate(1, 3 << 20).object, first.object, "a retried allocation");
+    let bound = h.bind(bind(2, "k", vec![first.object])).unwrap();
+    assert_eq!((bound.object, bound.attrs.clone()), (first.object, b"attrs of 2".to_vec()));
+    assert_eq!(h.bind(bind(2, "k", vec![first.object])).unwrap(), bound, "a retried bind");
+    let second = h.allocate(3, 4096);
+    let rebound = h.bind(bind(4, "k", vec![second.object])).unwrap();
+    assert!(rebound.generation > bound.generation);
+    assert_eq!(h.mds.frees_queued(), 1);
+    let holders: Vec<ServerId> = {
+        let mut all: Vec<ServerId> =
+            first.chunk_groups.iter().flat_map(|g| h.mds.replicas(*g).to_vec()).collect();
+        all.sort_unstable();
+        all.dedup();
+        all
+    };
+    for _ in 0..4 {
+        h.second();
+    }
+    assert!(h.freed().is_empty(), "freed before the grace");
+    for _ in 0..3 {
+        h.second();
+    }
+    assert_eq!(h.freed(), vec![first.object]);
+    for (index, server) in h.servers.iter().enumerate() {
+        let told = server.freed.contains(&first.object);
+        assert_eq!(told, holders.contains(&ServerId(index as u32)), "server {index}");
+    }
+    h.second();
+    assert_eq!(h.mds.frees_queued(), 0, "every holder applied it");
+    assert!(!h.mds.is_live(first.object) && h.mds.is_live(second.object));
+}
+
+/// Goal: a bind's conditions and its data are checked before it is committed, so two
+/// conditional writes cannot both pass and no one binds data that is not theirs.
+#[test]
+fn a_bind_is_refused_when_its_condition_or_its_data_is_not_as_it_says() {
+    let mut h = quick();
+    let a = h.allocate(1, 4096);
+    let b = h.allocate(2, 4096);
+    let absent = BindRequest { condition: BindCondition::Absent, ..bind(3, "k", vec![a.object]) };
+    let made = h.bind(absent.clone()).unwrap();
+    let again = BindRequest { request: 4, ..absent };
+    assert!(matches!(h.bind(again), Err(MetadataError::ConditionFailed { .. })));
+    let stale = BindRequest {
+        condition: BindCondition::Generation(made.generation + 1),
+        ..bind(5, "k", vec![b.object])
+    };
+    assert!(matches!(h.bind(stale), Err(MetadataError::ConditionFailed { .. })));
+    // Data another name holds is not the binder's to take.
+    assert_eq!(
+        h.bind(bind(6, "other", vec![a.object])),
+        Err(MetadataError::NotBindable(a.object.0))
+    );
+    let required = BindRequest { require: Some("bucket".into()), ..bind(7, "x", vec![b.object]) };
+    assert_eq!(h.bind(required), Err(MetadataError::NoSuchObject("bucket".into())));
+    let current = BindRequest {
+        condition: BindCondition::Generation(made.generation),
+        ..bind(8, "k", vec![b.object])
+    };
+    assert_eq!(h.bind(current).unwrap().object, b.object);
+    assert_eq!(h.mds.frees_queued(), 1, "a's data, replaced");
+    let twice = bind(9, "y", vec![b.object, b.object]);
+    assert!(matches!(h.bind(twice), Err(MetadataError::NotBindable(_))));
+}
+
+/// Goal: a completion takes the parts' data from their names in one bind: the parts'
+/// names go, the data listed is the object's, the rest is freed. Method: three part
+/// names, a completion that lists two of them.
+#[test]
+fn a_bind_takes_the_data_of_the_names_it_takes_and_frees_the_rest() {
+    let mut h = quick();
+    let mut parts = Vec::new();
+    for n in 0..3u64 {
+        let data = h.allocate(10 + n, 5 << 20);
+        h.bind(bind(20 + n, &format!("p/{n}"), vec![data.object])).unwrap();
+        parts.push(data.object);
+    }
+    let taking: Vec<String> = (0..3).map(|n| format!("p/{n}")).collect();
+    let complete = BindRequest { taking, ..bind(30, "key", vec![parts[0], parts[2]]) };
+    let info = h.bind(complete).unwrap();
+    assert_eq!(info.data.iter().map(|d| d.object).collect::<Vec<_>>(), vec![parts[0], parts[2]]);
+    assert_eq!(info.size_bytes, 5 << 20);
+    assert_eq!(h.mds.object_count(), 1, "the parts' names went");
+    assert_eq!(h.mds.frees_queued(), 1, "the part not listed");
+    assert!(!h.mds.is_live(parts[1]));
+    // Listing with attributes shows the sizes summed.
+    let list = Message::ListObjects {
+        request: 40,
+        prefix: String::new(),
+        start_after: None,
+        limit: 10,
+        attrs: true,
+    };
+    let Message::ObjectsListed { objects, .. } = h.ask(list) else { panic!() };
+    assert_eq!(objects[0].size_bytes, 10 << 20);
+    assert_eq!(objects[0].attrs, b"attrs of 30".to_vec());
+}
+
+/// Goal: an allocation its writer never binds is freed once its grace has passed, and
+/// a bind of it after that is refused (the writer learns its data is gone).
+#[test]
+fn an_allocation_never_bound_expires_and_is_freed() {
+    let mut h = quick();
+    let lost = h.allocate(1, 4096);
+    for _ in 0..31 {
+        h.second();
+    }
+    assert!(!h.mds.is_live(lost.object));
+    assert_eq!(
+        h.bind(bind(2, "k", vec![lost.object])),
+        Err(MetadataError::NotBindable(lost.object.0))
+    );
+    for _ in 0..6 {
+        h.second();
+    }
+    assert_eq!(h.freed(), vec![lost.object]);
+}
+
+/// Goal: a sleeping server is not woken for a free; it gets its share when it wakes,
+/// and the entry waits for it meanwhile. Method: gear 1 (two gear groups asleep), a
+/// delete, the grace, then gear 3.
+#[test]
+fn a_sleeping_server_frees_its_share_when_it_wakes_without_being_woken_for_it() {
+    let mut h = quick();
+    let Message::ObjectFound { info, .. } =
+        h.ask(Message::CreateObject { request: 1, name: "o".into(), size_bytes: 4 << 20 })
+    else {
+        panic!()
+    };
+    h.shift_to_gear_1();
+    for _ in 0..5 {
+        h.second();
+    }
+    let wakes = h.wakes.len();
+    h.ask(Message::DeleteObject { request: 2, name: "o".into() });
+    for _ in 0..10 {
+        h.second();
+    }
+    assert_eq!(h.wakes.len(), wakes, "a free wakes nobody");
+    let asleep: Vec<usize> = (0..h.servers.len()).filter(|i| h.servers[*i].asleep).collect();
+    assert!(!asleep.is_empty());
+    assert!(asleep.iter().all(|i| !h.servers[*i].freed.contains(&info.object)));
+    assert_eq!(h.mds.frees_queued(), 1, "it waits for the sleepers");
+    assert!(h.mds.bytes_to_free().iter().sum::<u64>() > 0);
+    h.event(MdsEvent::GearSet { gear: 3 });
+    for _ in 0..20 {
+        h.second();
+    }
+    assert_eq!(h.mds.frees_queued(), 0);
+    assert_eq!(h.mds.bytes_to_free().iter().sum::<u64>(), 0);
+}
+
+/// Goal: the orphan scan's reports free exactly the objects no name holds, no
+/// allocation is writing and the log does not hold already; ids never given are left.
+#[test]
+fn an_orphan_report_frees_only_objects_nobody_holds() {
+    let mut h = quick();
+    let live = h.allocate(1, 4096);
+    let named = h.allocate(2, 4096);
+    h.bind(bind(3, "k", vec![named.object])).unwrap();
+    let dead = h.allocate(4, 4096);
+    h.bind(bind(5, "d", vec![dead.object])).unwrap();
+    h.ask(Message::DeleteObject { request: 6, name: "d".into() });
+    let held =
+        |object: ObjectId| HeldObject { object, chunk_groups: vec![ChunkGroupId(0)], bytes: 4096 };
+    // An id below every one given that no name holds: a leftover of a late write.
+    let orphan = ObjectId(live.object.0 - 1);
+    let report = Message::CheckObjects {
+        objects: vec![
+            held(orphan),
+            held(live.object),
+            held(named.object),
+            held(dead.object),
+            held(ObjectId(1 << 40)),
+        ],
+    };
+    h.event(MdsEvent::MessageReceived { from: Peer::Server(ServerId(0)), message: report });
+    assert_eq!(h.mds.frees_queued(), 2, "the deleted object once, and the orphan");
+    assert_eq!(h.mds.counters().orphans_found, 1);
+    for _ in 0..7 {
+        h.second();
+    }
+    assert_eq!(h.freed(), vec![orphan, dead.object]);
+}
+
+/// Goal: a snapshot keeps names with their data and attributes, allocations not
+/// bound, and the free log with its sequence (a restarted MDS gives no seq twice).
+#[test]
+fn a_snapshot_keeps_binds_allocations_and_the_free_log() {
+    let mut h = quick();
+    let a = h.allocate(1, 2 << 20);
+    let b = h.allocate(2, 4096);
+    h.bind(bind(3, "k", vec![a.object, b.object])).unwrap();
+    let c = h.allocate(4, 4096);
+    h.bind(bind(5, "j", vec![c.object])).unwrap();
+    h.ask(Message::DeleteObject { request: 6, name: "j".into() });
+    let _pending = h.allocate(7, 4096);
+    h.ask(Message::CreateObject { request: 8, name: "plain".into(), size_bytes: 4096 });
+    let config = h.mds.config;
+    let snapshot = h.mds.snapshot(&layout());
+    let restored = Mds::restore(config, &layout(), h.now, snapshot);
+    assert_eq!(restored.durable_state(), h.mds.durable_state());
+    assert_eq!(restored.frees.next_seq(), h.mds.frees.next_seq());
+    let whole = Mds::restore(config, &layout(), h.now, h.persisted.iter().cloned());
+    assert_eq!(whole.durable_state(), h.mds.durable_state());
 }

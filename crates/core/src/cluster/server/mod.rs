@@ -31,8 +31,8 @@ use somnus_types::{ByteRange, ChunkGroupId, IoId, ServerId, Version, VirtualInst
 use super::logvolume::LogVolume;
 use super::store::{ChunkStore, StoreOp};
 use super::{
-    ClusterConfig, Epoch, LeaseGrant, LeaseRenewal, LogRecord, Message, Peer, ServerPower,
-    Topology, UnstableWrite,
+    ClusterConfig, Epoch, HeldObject, LeaseGrant, LeaseRenewal, LogRecord, Message, Peer,
+    ServerPower, SpaceReport, Topology, UnstableWrite,
 };
 use crate::gear::LoadMeter;
 use crate::slab::{Key, Slab};
@@ -56,10 +56,12 @@ pub enum ServerEvent {
     DiskFailed {
         io: IoId,
     },
-    /// The free bytes on the server's disk, as the shell measured them (a shell that
-    /// measures none never sends this: the server then never counts itself full).
+    /// The free bytes on the server's disk, and the bytes its files take there, as
+    /// the shell measured them (a shell that measures none never sends this: the
+    /// server then never counts itself full).
     DiskSpace {
         free_bytes: u64,
+        used_bytes: Option<u64>,
     },
     TimerFired,
     /// The server came out of standby (the MDS woke it).
@@ -116,6 +118,12 @@ pub enum Broken {
     /// A primary serves a read from its own copy although the own replica lacks
     /// logged writes over it (no demand read from the loggers; breaks C4).
     ReadWithoutLoggers,
+    /// The MDS sends a deleted object's frees at once, without the grace a read
+    /// begun on it needs (breaks F1, docs/space.md).
+    FreeBeforeGrace,
+    /// The MDS frees the data a bind keeps instead of what it replaces: a named
+    /// object's chunks are freed (breaks F2).
+    FreeNamed,
 }
 
 /// What a storage server keeps across a crash: its replicas and its logger's log.
@@ -166,6 +174,12 @@ pub struct ServerCounters {
     /// Bytes a primary copied to replicas being rebuilt.
     pub rebuilt_bytes: u64,
     pub messages_dropped: u64,
+    /// Deleted objects freed here (each once per free the MDS sent).
+    #[serde(default)]
+    pub objects_freed: u64,
+    /// Logged writes of freed objects dropped from a DVL instead of reclaimed.
+    #[serde(default)]
+    pub logged_writes_dropped: u64,
 }
 
 /// A disk I/O in flight and what to do when it is done.
@@ -212,6 +226,9 @@ enum Io {
     LogInvalidate { group: ChunkGroupId, epoch: Epoch, primary: ServerId, records: Vec<LogRecord> },
     /// Copies a collection wrote: nothing waits for them.
     LogCollect,
+    /// The durable record that `objects` are freed, the free log applied up to
+    /// `through` with them.
+    Free { objects: Vec<somnus_types::ObjectId>, through: u64 },
 }
 
 impl Io {
@@ -228,6 +245,7 @@ impl Io {
             Io::RebuildWrite { group, chunk, pieces, .. } => {
                 Some(StoreOp::Copy { group: *group, chunk: *chunk, pieces: pieces.clone() })
             }
+            Io::Free { objects, .. } => Some(StoreOp::Free { objects: objects.clone() }),
             _ => None,
         }
     }
@@ -302,6 +320,13 @@ pub struct Server {
     space: Space,
     /// The requests served as a primary, per second, for the heartbeats.
     load: LoadMeter,
+    /// The free log's sequence up to which every free sent here is durable.
+    freed_through: u64,
+    /// A free under way (one at a time: the MDS sends the rest again).
+    freeing: bool,
+    /// The orphan scan: the object it reported last, and when it reports next.
+    orphan_cursor: somnus_types::ObjectId,
+    next_orphan_scan: VirtualInstant,
 }
 
 /// What the server knows of disk space, its own and its peers'.
@@ -309,6 +334,8 @@ pub struct Server {
 struct Space {
     /// The free bytes last measured on this server's disk.
     free_bytes: Option<u64>,
+    /// The bytes its files take, last measured.
+    used_bytes: Option<u64>,
     /// When a write last failed for lack of room: full until a measure shows more
     /// free bytes than the reserve (the one before the failure was too hopeful).
     failed_at: Option<VirtualInstant>,
@@ -357,6 +384,10 @@ impl Server {
             counters: ServerCounters::default(),
             space: Space::default(),
             load: LoadMeter::default(),
+            freed_through: 0,
+            freeing: false,
+            orphan_cursor: somnus_types::ObjectId(0),
+            next_orphan_scan: now.saturating_add(config.orphan_scan_interval),
         };
         server.heartbeat();
         server
@@ -420,7 +451,10 @@ impl Server {
             ServerEvent::MessageReceived { from, message } => self.message(from, message),
             ServerEvent::DiskDone { io } => self.disk_done(io),
             ServerEvent::DiskFailed { io } => self.disk_failed(io),
-            ServerEvent::DiskSpace { free_bytes } => self.disk_space(free_bytes),
+            ServerEvent::DiskSpace { free_bytes, used_bytes } => {
+                self.space.used_bytes = used_bytes.or(self.space.used_bytes);
+                self.disk_space(free_bytes);
+            }
             ServerEvent::TimerFired => self.timer(),
             ServerEvent::Woken => {
                 self.power = ServerPower::On;
@@ -454,7 +488,8 @@ impl Server {
             "the index of led groups gives another deadline than its groups"
         );
         let standby = self.standby_sent_at.map(|at| at.saturating_add(self.config.retry_interval));
-        primaries.into_iter().chain([self.next_heartbeat, self.next_scrub]).chain(standby).min()
+        let timers = [self.next_heartbeat, self.next_scrub, self.next_orphan_scan];
+        primaries.into_iter().chain(timers).chain(standby).min()
     }
 
     fn send(&mut self, to: Peer, message: Message) {
@@ -498,6 +533,9 @@ impl Server {
         if self.now >= self.next_scrub {
             self.scrub();
         }
+        if self.now >= self.next_orphan_scan {
+            self.scan_orphans();
+        }
         if self
             .standby_sent_at
             .is_some_and(|at| at.saturating_add(self.config.retry_interval) <= self.now)
@@ -511,7 +549,8 @@ impl Server {
     fn heartbeat(&mut self) {
         let (power, leads, full) = (self.power, self.leads(), self.is_full());
         let load = self.load.take(self.now);
-        let message = Message::Heartbeat { sent_at: self.now, power, leads, full, load };
+        let space = Box::new(self.space_report());
+        let message = Message::Heartbeat { sent_at: self.now, power, leads, full, load, space };
         self.send(Peer::Mds, message);
         self.next_heartbeat = self.now.saturating_add(self.config.heartbeat_interval);
     }
@@ -581,8 +620,19 @@ impl Server {
     fn mds_message(&mut self, message: Message) {
         match message {
             Message::HeartbeatReply(reply) => {
-                let LeaseRenewal { sent_at, renewed, revoked, down, lost, full, draining } = *reply;
+                let LeaseRenewal {
+                    sent_at,
+                    renewed,
+                    revoked,
+                    down,
+                    lost,
+                    full,
+                    draining,
+                    frees,
+                    frees_through,
+                } = *reply;
                 self.leases_renewed(sent_at, &renewed, &revoked);
+                self.frees_received(frees, frees_through);
                 self.lost = lost.into_iter().collect();
                 self.lost_list = self.lost.iter().copied().collect();
                 self.space.full_peers = full.into_iter().collect();
@@ -787,6 +837,7 @@ impl Server {
                 self.log_invalidate_done(group, epoch, primary, records);
             }
             Io::LogCollect => {}
+            Io::Free { objects, through } => self.freed(&objects, through),
             Io::RebuildRead { to, message } => self.send(Peer::Server(to), message),
             Io::RebuildWrite { group, epoch, primary, chunk, pieces } => {
                 self.store.paint_copy(group, chunk, &pieces);

@@ -465,9 +465,15 @@ impl Server {
         let mut demanded = false;
         let mut blocked: Vec<(ChunkId, ByteRange)> = Vec::new();
         let mut ready = Vec::new();
+        let mut gone = Vec::new();
         let mut kept = VecDeque::new();
         let waiting = std::mem::take(&mut led.waiting);
         for w in waiting {
+            if self.store.is_freed(w.chunk.object) {
+                // Deleted and freed here: nothing of it is served or stored again.
+                gone.push(w);
+                continue;
+            }
             let behind = blocked.iter().any(|(c, r)| *c == w.chunk && r.overlaps(w.range));
             if behind || led.overlaps_pending(w.chunk, w.range) {
                 blocked.push((w.chunk, w.range));
@@ -492,6 +498,9 @@ impl Server {
             }
         }
         led.waiting = kept;
+        for w in gone {
+            self.refuse(w.client, w.request, RequestError::Freed);
+        }
         for w in ready {
             match w.stamp {
                 Some(stamp) => self.start_write(group, w, stamp),

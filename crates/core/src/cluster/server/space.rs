@@ -5,11 +5,20 @@
 //! never took effect. A write that finds the disk full anyway (the reserve overrun)
 //! fails at that replica without effect: its writer hears nothing and sends it
 //! again, as after a lost message, until there is room.
+//!
+//! Freeing (docs/space.md): the MDS's heartbeat replies name the deleted objects whose
+//! grace has passed; the server makes their free durable (`StoreOp::Free`), frees
+//! their chunks, drops the writes its DVLs logged of them, and says in its next
+//! heartbeats how far it got. An orphan scan reports the objects it holds, a batch at
+//! a time, so that the MDS frees those no name holds any more.
 
-use somnus_types::{ChunkGroupId, IoId, ServerId, VirtualDuration};
+use somnus_types::{ChunkGroupId, IoId, ObjectId, ServerId, VirtualDuration};
 
-use super::{Io, Server, ServerPower};
+use super::{HeldObject, Io, Message, Peer, Server, ServerPower, SpaceReport};
 use crate::slab::Key;
+
+/// Objects one orphan report names at most.
+const ORPHAN_BATCH: usize = 1024;
 
 /// How long a write that found no room keeps the server full at the least: a
 /// measure of free bytes above the reserve does not end it sooner, since what ran
@@ -91,9 +100,78 @@ impl Server {
                 });
             }
             Io::Repair { group, chunk, range, .. } => self.repair_failed(group, chunk, range),
+            // The MDS sends the frees again with the next heartbeat reply.
+            Io::Free { .. } => self.freeing = false,
             // A rebuild's copy: the primary copies the chunk again.
             _ => {}
         }
+    }
+
+    /// What the heartbeats tell the MDS of this server's disk.
+    pub(super) fn space_report(&self) -> SpaceReport {
+        SpaceReport {
+            stored_bytes: self.store.bytes_held(),
+            disk_bytes: self.space.used_bytes,
+            free_bytes: self.space.free_bytes,
+            freed_through: self.freed_through,
+        }
+    }
+
+    /// The MDS's frees due here, up to `through`: made durable, then applied (one
+    /// batch at a time; a reply meanwhile is sent again with the next heartbeat's).
+    pub(super) fn frees_received(&mut self, objects: Vec<ObjectId>, through: u64) {
+        if self.freeing || through <= self.freed_through {
+            return;
+        }
+        if objects.is_empty() {
+            // Nothing of them is held here: nothing to make durable.
+            self.freed_through = through;
+            return;
+        }
+        self.freeing = true;
+        let bytes = objects.len() as u64 * super::super::store::BLOCK_BYTES;
+        self.disk(Io::Free { objects, through }, true, 0, bytes);
+    }
+
+    /// The free of `objects` is durable: their chunks go, and the writes the DVLs
+    /// logged of them are dropped (their markers follow) instead of reclaimed.
+    pub(super) fn freed(&mut self, objects: &[ObjectId], through: u64) {
+        self.freeing = false;
+        self.store.free(objects);
+        self.freed_through = self.freed_through.max(through);
+        self.counters.objects_freed += objects.len() as u64;
+        let groups: Vec<ChunkGroupId> = self.led.keys().copied().collect();
+        for group in groups {
+            let Some(led) = self.led.get_mut(&group) else { continue };
+            let replicas = led.replicas.clone();
+            let dropped = led.dvl.drop_objects(objects, &replicas);
+            self.counters.logged_writes_dropped += dropped as u64;
+            if dropped > 0 {
+                self.serve_demand_reads(group, false);
+            }
+        }
+    }
+
+    /// Reports the next batch of objects held to the MDS (while on: background work
+    /// never wakes a server); after the last, the scan starts again from the first.
+    pub(super) fn scan_orphans(&mut self) {
+        self.next_orphan_scan = self.now.saturating_add(self.config.orphan_scan_interval);
+        if self.power != ServerPower::On {
+            return;
+        }
+        let held = self.store.objects_held(self.orphan_cursor, ORPHAN_BATCH);
+        self.orphan_cursor = match held.last() {
+            Some((object, _, _)) if held.len() == ORPHAN_BATCH => *object,
+            _ => ObjectId(0),
+        };
+        if held.is_empty() {
+            return;
+        }
+        let objects = held
+            .into_iter()
+            .map(|(object, chunk_groups, bytes)| HeldObject { object, chunk_groups, bytes })
+            .collect();
+        self.send(Peer::Mds, Message::CheckObjects { objects });
     }
 
     /// Heartbeats at once when the server's fullness changed, so its primaries and

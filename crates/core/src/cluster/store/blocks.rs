@@ -61,18 +61,20 @@ impl ChunkBlocks {
     }
 
     /// Paints `block` on the blocks of `range` that hold an older version (making
-    /// the pages it needs, in a chunk of at most `most` blocks), and calls `painted`
-    /// with the index of each block painted.
+    /// the pages it needs, in a chunk of at most `most` blocks), calls `painted`
+    /// with the index of each block painted, and returns how many of them were
+    /// unwritten before.
     pub(super) fn paint(
         &mut self,
         range: std::ops::Range<u64>,
         block: Block,
         most: u64,
         mut painted: impl FnMut(u64),
-    ) {
+    ) -> u64 {
         if range.is_empty() {
-            return;
+            return 0;
         }
+        let mut new = 0;
         let pages = &mut self.0;
         let last_page = (range.end as usize - 1) / PAGE;
         if pages.len() <= last_page {
@@ -87,10 +89,18 @@ impl ChunkBlocks {
             let page = pages[at / PAGE].get_or_insert_with(|| Box::new([Block::default(); PAGE]));
             let cell = &mut page[at % PAGE];
             if cell.version < block.version {
+                new += u64::from(!cell.written());
                 *cell = block;
                 painted(index);
             }
         }
+        new
+    }
+
+    /// Blocks written (a freed chunk's count goes from the store's total).
+    pub(super) fn written(&self) -> u64 {
+        let pages = self.0.iter().flatten();
+        pages.map(|page| page.iter().filter(|b| b.written()).count() as u64).sum()
     }
 }
 #[cfg(test)]

@@ -20,7 +20,7 @@
 
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
 
-use somnus_types::{ByteRange, ChunkGroupId, Version};
+use somnus_types::{ByteRange, ChunkGroupId, ObjectId, Version};
 
 mod blocks;
 
@@ -42,6 +42,9 @@ pub enum StoreOp {
     Repair { chunk: ChunkId, range: ByteRange, pieces: Vec<Piece> },
     /// A rebuild's copy of a chunk, applied where newer (R1).
     Copy { group: ChunkGroupId, chunk: ChunkId, pieces: Vec<Piece> },
+    /// Deleted objects: every chunk of them is freed, and nothing of them is stored
+    /// again (docs/space.md).
+    Free { objects: Vec<ObjectId> },
 }
 
 impl StoreOp {
@@ -50,7 +53,7 @@ impl StoreOp {
     pub fn payloads(&self) -> Vec<&Payload> {
         match self {
             StoreOp::Apply { write, .. } => vec![&write.data],
-            StoreOp::Fence { .. } => Vec::new(),
+            StoreOp::Fence { .. } | StoreOp::Free { .. } => Vec::new(),
             StoreOp::Repair { pieces, .. } | StoreOp::Copy { pieces, .. } => {
                 pieces.iter().map(|p| &p.data).collect()
             }
@@ -61,7 +64,7 @@ impl StoreOp {
     pub fn payloads_mut(&mut self) -> Vec<&mut Payload> {
         match self {
             StoreOp::Apply { write, .. } => vec![&mut write.data],
-            StoreOp::Fence { .. } => Vec::new(),
+            StoreOp::Fence { .. } | StoreOp::Free { .. } => Vec::new(),
             StoreOp::Repair { pieces, .. } | StoreOp::Copy { pieces, .. } => {
                 pieces.iter_mut().map(|p| &mut p.data).collect()
             }
@@ -98,7 +101,15 @@ pub trait ChunkData: std::fmt::Debug + Send {
     /// Makes every block written so far durable (before the shell cuts the journal
     /// that made them durable until now).
     fn sync(&mut self) -> Result<(), String>;
+    /// Frees every block of `chunk` (its object was deleted): the space goes back to
+    /// the disk. Freeing a chunk that holds nothing is no error.
+    fn free_chunk(&mut self, chunk: ChunkId);
 }
+
+/// Deleted objects a store remembers, so that a late write of one (a primary's
+/// retransmission, a reclaim, a rebuild's copy) stores nothing: beyond this many, the
+/// lowest ids are forgotten (the orphan scan finds what a late write leaves).
+pub const FREED_KEPT: usize = 1 << 20;
 
 /// The unit of checksums and of the stamps a write leaves: requests are whole blocks.
 pub const BLOCK_BYTES: u64 = 4096;
@@ -154,6 +165,11 @@ pub struct ChunkStore {
     /// The blocks (chunk, index) a fault garbled and no write or repair has
     /// overwritten since.
     corrupt: BTreeSet<(ChunkId, u64)>,
+    /// Deleted objects freed here (at most [`FREED_KEPT`]): nothing of them is
+    /// stored again.
+    freed: BTreeSet<ObjectId>,
+    /// Blocks held, over every chunk (`bytes_held`).
+    blocks_held: u64,
     /// The bytes, where the shell keeps them (the runtime).
     data: Option<Box<dyn ChunkData>>,
 }
@@ -174,6 +190,8 @@ impl ChunkStore {
             chunks: BTreeMap::new(),
             groups: BTreeMap::new(),
             corrupt: BTreeSet::new(),
+            freed: BTreeSet::new(),
+            blocks_held: 0,
             data: None,
         }
     }
@@ -212,6 +230,15 @@ impl ChunkStore {
     /// a write adopted again does the same. A version is one write's, so its bytes
     /// are the block's.
     fn paint(&mut self, group: ChunkGroupId, write: &UnstableWrite) {
+        if self.is_freed(write.chunk.object) {
+            // A late write of a deleted object (a retransmission, a reclaim, a
+            // rebuild's copy) stores nothing; whatever the shell set aside for it
+            // goes back.
+            if let Some(data) = &mut self.data {
+                data.free_chunk(write.chunk);
+            }
+            return;
+        }
         let range = self.clamped(write.range);
         let record = self
             .chunks
@@ -219,9 +246,10 @@ impl ChunkStore {
             .or_insert_with(|| ChunkRecord { group, blocks: ChunkBlocks::default() });
         let painted = Block { version: write.version, stamp: write.stamp };
         let corrupt = &mut self.corrupt;
+        let held = &mut self.blocks_held;
         if self.data.is_none() && corrupt.is_empty() {
             // The simulator's common case: stamps only, nothing to mend.
-            record.blocks.paint(range, painted, self.chunk_blocks, |_| {});
+            *held += record.blocks.paint(range, painted, self.chunk_blocks, |_| {});
             return;
         }
         let mut landed = Vec::new();
@@ -234,7 +262,7 @@ impl ChunkStore {
                 })
                 .collect();
         }
-        record.blocks.paint(range, painted, self.chunk_blocks, |index| landed.push(index));
+        *held += record.blocks.paint(range, painted, self.chunk_blocks, |index| landed.push(index));
         for index in landed.iter().chain(&mended) {
             corrupt.remove(&(write.chunk, *index));
         }
@@ -477,7 +505,7 @@ impl ChunkStore {
             .entry(chunk)
             .or_insert_with(|| ChunkRecord { group, blocks: ChunkBlocks::default() });
         let block = Block { version, stamp };
-        record.blocks.paint(index..index + 1, block, self.chunk_blocks, |_| {});
+        self.blocks_held += record.blocks.paint(index..index + 1, block, self.chunk_blocks, |_| {});
     }
 
     /// Restart: `group` is fenced at `epoch` and holds `unstable`, as the shell's
@@ -508,7 +536,77 @@ impl ChunkStore {
             StoreOp::Fence { group, epoch } => self.fence(group, epoch),
             StoreOp::Repair { chunk, range, pieces } => self.repair(chunk, range, &pieces),
             StoreOp::Copy { group, chunk, pieces } => self.paint_copy(group, chunk, &pieces),
+            StoreOp::Free { objects } => self.free(&objects),
         }
+    }
+
+    /// Frees every chunk of `objects` (deleted: no name holds them, and their grace
+    /// has passed), their unstable writes and corrupt blocks with them, and remembers
+    /// them so that nothing of them is stored again. Idempotent.
+    pub fn free(&mut self, objects: &[ObjectId]) {
+        for object in objects {
+            let first = ChunkId { object: *object, chunk: super::ChunkIndex(0) };
+            let last = ChunkId { object: *object, chunk: super::ChunkIndex(u32::MAX) };
+            let chunks: Vec<ChunkId> = self.chunks.range(first..=last).map(|(c, _)| *c).collect();
+            for chunk in chunks {
+                if let Some(record) = self.chunks.remove(&chunk) {
+                    self.blocks_held -= record.blocks.written();
+                }
+                if let Some(data) = &mut self.data {
+                    data.free_chunk(chunk);
+                }
+            }
+            if !self.corrupt.is_empty() {
+                self.corrupt.retain(|(chunk, _)| chunk.object != *object);
+            }
+            self.freed.insert(*object);
+        }
+        for record in self.groups.values_mut() {
+            record.unstable.retain(|w| !objects.contains(&w.chunk.object));
+        }
+        while self.freed.len() > FREED_KEPT {
+            self.freed.pop_first();
+        }
+    }
+
+    /// Whether `object` was freed here (and is remembered).
+    pub fn is_freed(&self, object: ObjectId) -> bool {
+        !self.freed.is_empty() && self.freed.contains(&object)
+    }
+
+    /// Bytes of data the replicas hold, each block once.
+    pub fn bytes_held(&self) -> u64 {
+        self.blocks_held * BLOCK_BYTES
+    }
+
+    /// The objects held, in id order, from `after` on (exclusive), at most `most`,
+    /// each with the groups of its chunks held and their bytes: the orphan scan's
+    /// batch.
+    pub fn objects_held(
+        &self,
+        after: ObjectId,
+        most: usize,
+    ) -> Vec<(ObjectId, Vec<ChunkGroupId>, u64)> {
+        let from =
+            ChunkId { object: ObjectId(after.0.saturating_add(1)), chunk: super::ChunkIndex(0) };
+        let mut out: Vec<(ObjectId, Vec<ChunkGroupId>, u64)> = Vec::new();
+        for (chunk, record) in self.chunks.range(from..) {
+            let bytes = record.blocks.written() * BLOCK_BYTES;
+            let same = out.last().is_some_and(|(object, _, _)| *object == chunk.object);
+            if !same && out.len() == most {
+                break;
+            }
+            if !same {
+                out.push((chunk.object, Vec::new(), 0));
+            }
+            if let Some((_, groups, held)) = out.last_mut() {
+                if !groups.contains(&record.group) {
+                    groups.push(record.group);
+                }
+                *held += bytes;
+            }
+        }
+        out
     }
 
     pub fn unstable(&self, group: ChunkGroupId) -> Vec<UnstableWrite> {
@@ -574,6 +672,10 @@ mod tests {
 
         fn sync(&mut self) -> Result<(), String> {
             Ok(())
+        }
+
+        fn free_chunk(&mut self, chunk: ChunkId) {
+            self.0.retain(|(c, _), _| *c != chunk);
         }
     }
 

@@ -272,6 +272,30 @@ impl Dvl {
         links.chain(reads).chain(invalidations).chain(view).chain(recovery).min()
     }
 
+    /// Drops the logged writes of `objects` (freed): no replica needs them any more,
+    /// so they go straight to their deletion markers (D5) instead of being read back
+    /// and reclaimed. How many.
+    pub(super) fn drop_objects(
+        &mut self,
+        objects: &[somnus_types::ObjectId],
+        replicas: &[ServerId],
+    ) -> usize {
+        let objects: std::collections::BTreeSet<_> = objects.iter().copied().collect();
+        let dropped: Vec<LogRecord> = self
+            .extents
+            .iter()
+            .filter(|(record, e)| objects.contains(&record.chunk.object) && e.applied != replicas)
+            .map(|(record, _)| *record)
+            .collect();
+        for record in &dropped {
+            if let Some(extent) = self.extents.get_mut(record) {
+                extent.applied = replicas.to_vec();
+            }
+            self.reads.remove(record);
+        }
+        dropped.len()
+    }
+
     /// Whether work waits on a retry without a message in flight (reclaim to do).
     pub(super) fn has_work(&self) -> bool {
         !self.extents.is_empty() || self.links.values().any(|l| !l.queue.is_empty())
