@@ -35,6 +35,12 @@ pub(crate) struct ClusterArgs {
     /// Virtual seconds of workload under faults; the heal and quiesce follow.
     #[arg(long, default_value_t = 20, value_parser = clap::value_parser!(u64).range(1..=604_800))]
     virtual_secs: u64,
+    /// The share of the random ops that replace an object (a new data object written
+    /// and bound to its name, or the name deleted and made again), 0 to 1: what they
+    /// replace is freed on every server a grace (3 s) later, and checked (F1-F3,
+    /// docs/space.md).
+    #[arg(long, default_value_t = 0.05, value_parser = parse_share)]
+    churn: f64,
     /// Run a deliberately broken protocol, to see the checker catch it.
     #[arg(long, value_enum)]
     broken: Option<BrokenChoice>,
@@ -73,6 +79,18 @@ enum BrokenChoice {
     ReadFromSecondary,
     /// A primary serves reads from its own copy though it lacks logged writes.
     ReadWithoutLoggers,
+    /// The MDS sends a deleted object's frees at once, without the grace.
+    FreeBeforeGrace,
+    /// The MDS frees the data a bind names instead of the data it replaces.
+    FreeNamed,
+}
+
+fn parse_share(text: &str) -> Result<f64, String> {
+    match text.trim().parse::<f64>() {
+        Ok(share) if (0.0..=1.0).contains(&share) => Ok(share),
+        Ok(share) => Err(format!("{share} is not a share between 0 and 1")),
+        Err(error) => Err(format!("{text:?}: {error}")),
+    }
 }
 
 fn parse_seeds(text: &str) -> Result<RangeInclusive<u64>, String> {
@@ -106,6 +124,8 @@ pub(crate) fn run(args: &ClusterArgs) -> Result<()> {
         BrokenChoice::RebuildWithoutCopy => Broken::RebuildWithoutCopy,
         BrokenChoice::ReadFromSecondary => Broken::ReadFromSecondary,
         BrokenChoice::ReadWithoutLoggers => Broken::ReadWithoutLoggers,
+        BrokenChoice::FreeBeforeGrace => Broken::FreeBeforeGrace,
+        BrokenChoice::FreeNamed => Broken::FreeNamed,
     });
     let spec = ClusterSpec {
         servers: args.servers,
@@ -114,6 +134,7 @@ pub(crate) fn run(args: &ClusterArgs) -> Result<()> {
         clients: args.clients,
         faults: args.faults,
         virtual_secs: args.virtual_secs,
+        churn: args.churn,
         broken,
         logger: match args.logger {
             LoggerChoice::Logstore => LoggerBackend::Logstore,
@@ -143,7 +164,7 @@ pub(crate) fn run(args: &ClusterArgs) -> Result<()> {
             format!("FAIL ({} violations)", report.violation_count)
         };
         outln!(
-            "seed {seed}: {verdict}: {} ops ({} writes, {} reads), {} crashes, {} partitions, {} corruptions, {} gear shifts, {} lost ({:.1} MiB rebuilt), {} view changes, {} writes logged, {} reclaimed, {} reads from loggers, {} client retries, {:.1} virtual s",
+            "seed {seed}: {verdict}: {} ops ({} writes, {} reads), {} crashes, {} partitions, {} corruptions, {} gear shifts, {} lost ({:.1} MiB rebuilt), {} view changes, {} writes logged, {} reclaimed, {} reads from loggers, {} client retries, {} replaced ({} frees, {} logged writes dropped, {} orphans), {:.1} virtual s",
             report.ops,
             report.writes,
             report.reads,
@@ -158,6 +179,10 @@ pub(crate) fn run(args: &ClusterArgs) -> Result<()> {
             report.writes_reclaimed,
             report.reads_from_loggers,
             report.client_retries,
+            report.churns,
+            report.objects_freed,
+            report.logged_writes_dropped,
+            report.orphans_found,
             report.virtual_nanos as f64 / 1e9
         )?;
         for violation in &report.violations {
@@ -202,7 +227,13 @@ fn replay_command(args: &ClusterArgs, seed: u64) -> String {
         .map_or_else(String::new, |value| format!(" --broken {}", value.get_name()));
     let logger = if args.logger == LoggerChoice::Model { " --logger model" } else { "" };
     format!(
-        "somnus sim cluster --seeds {seed} --servers {} --replicas {} --racks {} --clients {} --faults {} --virtual-secs {}{broken}{logger} --trace",
-        args.servers, args.replicas, args.racks, args.clients, args.faults, args.virtual_secs
+        "somnus sim cluster --seeds {seed} --servers {} --replicas {} --racks {} --clients {} --faults {} --virtual-secs {} --churn {}{broken}{logger} --trace",
+        args.servers,
+        args.replicas,
+        args.racks,
+        args.clients,
+        args.faults,
+        args.virtual_secs,
+        args.churn
     )
 }

@@ -58,9 +58,11 @@ fn a_lost_server_is_rebuilt_on_its_peers_and_nothing_is_lost() {
 fn a_rebuild_that_copies_nothing_is_caught() {
     // R2: a primary that reports the new replica complete without copying leaves it
     // without the writes acknowledged before the loss; the end checks find them.
+    // Without replacements: a replaced object's chunks are freed, not compared, and
+    // the loss would hide in them.
     let faults = FaultSet::parse("lost,loss,delay").unwrap();
-    let spec =
-        ClusterSpec { faults, broken: Some(Broken::RebuildWithoutCopy), ..ClusterSpec::small() };
+    let broken = Some(Broken::RebuildWithoutCopy);
+    let spec = ClusterSpec { faults, broken, churn: 0.0, ..ClusterSpec::small() };
     let caught = (1..=10).find(|seed| {
         let report = run(&spec, *seed);
         report.violations.iter().any(|v| v.starts_with("C3") || v.starts_with("convergence"))
@@ -203,4 +205,50 @@ fn demand_reads_whose_records_are_applied_another_way_start_again() {
         let report = run(&spec, seed);
         assert_eq!(report.violations, Vec::<String>::new(), "seed {seed}");
     }
+}
+
+/// Goal: objects replaced under every fault kind are freed on every server that held
+/// them, a grace after their end and never before (F1), never while a name holds them
+/// (F2), and all of them by the end (F3); the DVL drops logged writes of freed objects
+/// instead of reclaiming them. Method: a quarter of the ops replace an object (a new
+/// data object bound to the name, or the name deleted and made again), 16 seeds.
+#[test]
+fn replaced_objects_are_freed_everywhere_after_their_grace() {
+    let spec = ClusterSpec { churn: 0.25, ..ClusterSpec::small() };
+    let (mut churns, mut freed, mut dropped) = (0, 0, 0);
+    for seed in 1..=16 {
+        let report = run(&spec, seed);
+        assert_eq!(
+            report.violation_count, 0,
+            "seed {seed}: {:#?}\nreplay: somnus sim cluster --churn 0.25 --seeds {seed} --trace",
+            report.violations
+        );
+        churns += report.churns;
+        freed += report.objects_freed;
+        dropped += report.logged_writes_dropped;
+    }
+    assert!(churns > 100, "{churns} replacements in 16 seeds");
+    assert!(freed >= churns, "{freed} objects freed for {churns} replaced");
+    assert!(dropped > 0, "no logged write of a freed object was dropped in 16 seeds");
+}
+
+/// The checker is shown to fail: an MDS that frees a deleted object at once, without
+/// the grace a read begun on it needs (F1).
+#[test]
+fn freeing_before_the_grace_is_caught() {
+    let spec =
+        ClusterSpec { churn: 0.25, broken: Some(Broken::FreeBeforeGrace), ..ClusterSpec::small() };
+    let caught =
+        (1..=4).find(|seed| run(&spec, *seed).violations.iter().any(|v| v.starts_with("F1")));
+    assert!(caught.is_some(), "freeing before the grace passed 4 seeds");
+}
+
+/// The checker is shown to fail: an MDS that frees the data a bind names instead of
+/// what it replaced: a chunk a name holds is freed (F2), and reads of it fail.
+#[test]
+fn freeing_a_chunk_still_named_is_caught() {
+    let spec = ClusterSpec { churn: 0.25, broken: Some(Broken::FreeNamed), ..ClusterSpec::small() };
+    let caught =
+        (1..=4).find(|seed| run(&spec, *seed).violations.iter().any(|v| v.starts_with("F2")));
+    assert!(caught.is_some(), "freeing a named chunk passed 4 seeds");
 }

@@ -186,7 +186,11 @@ pub fn every_message() -> Vec<Message> {
         })),
         Message::DeleteObjects { request: 16, names: vec!["x".into(), "y".into()] },
         Message::CheckObjects {
-            objects: vec![HeldObject { object: ObjectId(3), chunk_groups: vec![group], bytes: 4096 }],
+            objects: vec![HeldObject {
+                object: ObjectId(3),
+                chunk_groups: vec![group],
+                bytes: 4096,
+            }],
         },
         Message::ClientReply { request: 17, body: ReplyBody::Refused(RequestError::Freed) },
     ]

@@ -29,7 +29,9 @@ use std::sync::Arc;
 
 use rand::{Rng, SeedableRng};
 use rand_pcg::Pcg64;
-use somnus_core::cluster::client::{Client, ClientAction, ClientEvent, ClientOp, ClientOutcome};
+use somnus_core::cluster::client::{
+    Client, ClientAction, ClientError, ClientEvent, ClientOp, ClientOutcome,
+};
 use somnus_core::cluster::logvolume::{LogVolume, ModelLog};
 use somnus_core::cluster::mds::{Mds, MdsAction, MdsEvent};
 use somnus_core::cluster::server::{
@@ -37,13 +39,15 @@ use somnus_core::cluster::server::{
 };
 use somnus_core::cluster::store::{BLOCK_BYTES, ChunkStore};
 use somnus_core::cluster::{
-    ChunkId, ClientId, ClusterConfig, Message, Payload, Peer, Stamp, Topology,
+    ChunkId, ClientId, ClusterConfig, Message, MetadataError, ObjectRef, Payload, Peer, Stamp,
+    Topology,
 };
 use somnus_core::layout::{Layout, LayoutSpec, RackAssignment, Scheme};
 use somnus_core::power::{DiskMechanics, PowerProfile, ServerMeter, builtin_profile};
 use somnus_core::slab::{Key, Slab};
 use somnus_types::{
-    ByteRange, ChunkGroupId, IoId, ObjectId, RackId, ServerId, VirtualDuration, VirtualInstant,
+    ByteRange, ChunkGroupId, IoId, ObjectId, RackId, ServerId, Version, VirtualDuration,
+    VirtualInstant,
 };
 
 pub use checker::Checker;
@@ -91,6 +95,10 @@ pub struct ClusterSpec {
     /// Room of each server's logger (`ClusterConfig::logger_capacity_bytes`; the
     /// full-disk fault cuts it to 8 MiB).
     pub logger_capacity_bytes: u64,
+    /// The share of the random ops that replace an object: a new data object written
+    /// and bound to its name, or the name deleted and created again; what they
+    /// replace is freed a grace later (docs/space.md).
+    pub churn: f64,
 }
 
 /// What a simulated logger keeps its records in.
@@ -129,6 +137,7 @@ impl ClusterSpec {
             server_profile: builtin_profile(SERVER_PROFILE)
                 .unwrap_or_else(|error| panic!("the built-in {SERVER_PROFILE}: {error}")),
             logger_capacity_bytes: ClusterConfig::sierra().logger_capacity_bytes,
+            churn: 0.05,
         }
     }
 
@@ -171,6 +180,13 @@ pub struct SeedReport {
     /// Reads served with logged writes read back from the loggers on demand.
     pub reads_from_loggers: u64,
     pub ops_unfinished: u64,
+    /// Objects replaced (bound anew or deleted and created again), objects freed on
+    /// servers (each once per server), logged writes of freed objects dropped, and
+    /// objects the orphan scan found.
+    pub churns: u64,
+    pub objects_freed: u64,
+    pub logged_writes_dropped: u64,
+    pub orphans_found: u64,
     /// Virtual time the run took, heal and quiesce included.
     pub virtual_nanos: u64,
     pub violations: Vec<String>,
@@ -204,6 +220,11 @@ const SLOWDOWN: f64 = 10.0;
 const GEAR_EVERY_S: f64 = 7.0;
 /// A logger's room under the full-disk fault.
 const FULL_LOGGER_BYTES: u64 = 8 << 20;
+/// The simulation's graces and scans (docs/space.md), short so that a seed frees what
+/// it replaced within its run.
+const FREE_GRACE: VirtualDuration = VirtualDuration::from_secs(3);
+const PENDING_GRACE: VirtualDuration = VirtualDuration::from_secs(10);
+const ORPHAN_SCAN: VirtualDuration = VirtualDuration::from_secs(2);
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
 enum Node {
@@ -305,9 +326,35 @@ struct OpInFlight {
     started: VirtualInstant,
 }
 
+/// A replacement of an object under way, one step at a time.
+#[derive(Clone, Debug)]
+enum Churn {
+    /// A new data object allocated, then written, then bound to the name.
+    Allocating {
+        index: u32,
+    },
+    Writing {
+        index: u32,
+        data: ObjectRef,
+    },
+    Binding {
+        index: u32,
+        data: ObjectId,
+    },
+    /// The name deleted, then created again.
+    Deleting {
+        index: u32,
+    },
+    Creating {
+        index: u32,
+    },
+}
+
 struct ClientSlot {
     client: Client,
     op: Option<OpInFlight>,
+    /// A replacement under way: the op in flight is one of its steps.
+    churn: Option<Churn>,
     creates_left: Vec<u32>,
     /// Whole-chunk writes left of the fill (`ClusterSpec::fill`): object, chunk index.
     fill_left: Vec<(u32, u64)>,
@@ -350,6 +397,15 @@ pub struct ClusterSim<'t> {
     replay: Option<trace_replay::Replay>,
     /// After the heal, how long the cluster may take to finish every op and go idle.
     quiesce_max: VirtualDuration,
+    /// Per object index: a replacement under way, and when the last one ended (an op
+    /// begun before that may find the object gone).
+    churning: Vec<bool>,
+    churned_at: Vec<VirtualInstant>,
+    /// Per data object no name holds any more, when its end began at the latest (a
+    /// delete or bind invoked, an allocation's grace run out): F1's reference.
+    dying: BTreeMap<ObjectId, VirtualInstant>,
+    /// The frees in flight on the servers' disks: (server, incarnation, io).
+    frees: BTreeMap<(u32, u32, u64), Vec<ObjectId>>,
 }
 
 /// A new server's empty disks, its logger on `logger`.
@@ -382,6 +438,9 @@ impl<'t> ClusterSim<'t> {
             replicas: spec.replicas,
             gear_min: spec.gear_min,
             logger_capacity_bytes: spec.logger_capacity_bytes,
+            free_grace: FREE_GRACE,
+            pending_grace: PENDING_GRACE,
+            orphan_scan_interval: ORPHAN_SCAN,
             ..config
         };
         let config = if spec.faults.has(FaultKind::FullDisk) {
@@ -423,6 +482,7 @@ impl<'t> ClusterSim<'t> {
                     client
                 },
                 op: None,
+                churn: None,
                 creates_left: (0..spec.objects).filter(|o| o % spec.clients == c).collect(),
                 fill_left: if spec.fill {
                     let chunks = spec.object_bytes.div_ceil(spec.chunk_bytes);
@@ -477,7 +537,12 @@ impl<'t> ClusterSim<'t> {
             trace,
             replay: None,
             quiesce_max: QUIESCE_MAX,
+            churning: vec![false; spec.objects as usize],
+            churned_at: vec![VirtualInstant::ZERO; spec.objects as usize],
+            dying: BTreeMap::new(),
+            frees: BTreeMap::new(),
         };
+        sim.mds.set_broken(spec.broken);
         sim.drain(Node::Mds);
         for s in 0..spec.servers {
             sim.drain(Node::Server(s));
@@ -558,6 +623,9 @@ impl<'t> ClusterSim<'t> {
             Event::DiskDone { server, incarnation, io } => {
                 let slot = &self.servers[server as usize];
                 if slot.incarnation == incarnation && slot.server.is_some() {
+                    if let Some(objects) = self.frees.remove(&(server, incarnation, io)) {
+                        self.check_frees(server, &objects);
+                    }
                     self.feed_server(server, ServerEvent::DiskDone { io: IoId(io) });
                 }
             }
@@ -680,13 +748,28 @@ impl<'t> ClusterSim<'t> {
                 server.is_some_and(|s| s.leads_at(view.group, view.epoch))
             })
         });
-        let servers_idle = servers_idle && logs_empty && led_as_granted;
+        let servers_idle = servers_idle && logs_empty && led_as_granted && self.all_freed();
+        let clients_done = clients_done && self.clients.iter().all(|c| c.churn.is_none());
         if clients_done && servers_idle && self.messages.is_empty() {
             return true;
         }
         let at = self.now() + PROBE_INTERVAL;
         self.events.schedule(at, Event::Probe);
         false
+    }
+
+    /// F3's state: the free log is empty and no server holds a chunk of an object no
+    /// name holds and no allocation writes (every freed byte is gone).
+    fn all_freed(&self) -> bool {
+        self.mds.frees_queued() == 0 && self.unfreed().is_none()
+    }
+
+    /// A chunk some running server holds of an object that is no one's.
+    fn unfreed(&self) -> Option<(u32, ChunkId)> {
+        let live = self.servers.iter().enumerate().filter(|(_, s)| !s.lost);
+        live.filter_map(|(s, slot)| Some((s as u32, slot.server.as_ref()?.store()))).find_map(
+            |(s, store)| store.chunk_ids().find(|c| !self.mds.is_live(c.object)).map(|c| (s, c)),
+        )
     }
 
     fn node_index(&self, node: Node) -> usize {
@@ -772,6 +855,11 @@ impl<'t> ClusterSim<'t> {
                     match action {
                         ServerAction::Send { to, message } => self.send(from, to, message),
                         ServerAction::Disk { io, write, position, bytes, background } => {
+                            let slot = &self.servers[s as usize];
+                            let frees = slot.server.as_ref().and_then(|server| server.frees_in(io));
+                            if let Some(objects) = frees.map(<[ObjectId]>::to_vec) {
+                                self.frees.insert((s, slot.incarnation, io.0), objects);
+                            }
                             self.disk_io(s, io, write, position, bytes, !background)
                         }
                         ServerAction::Sleep => {
@@ -913,11 +1001,15 @@ impl<'t> ClusterSim<'t> {
         if self.replay.is_some() {
             return self.replay_next_create();
         }
-        if self.healed || self.clients[c as usize].op.is_some() {
+        // A replacement under way is finished after the heal too.
+        let churn = self.clients[c as usize].churn.clone();
+        if (self.healed && churn.is_none()) || self.clients[c as usize].op.is_some() {
             return;
         }
         let id = self.next_op;
-        let (object, op) = if let Some(object) = self.clients[c as usize].creates_left.pop() {
+        let (object, op) = if let Some(churn) = churn {
+            self.churn_step(churn)
+        } else if let Some(object) = self.clients[c as usize].creates_left.pop() {
             let size_bytes = self.spec.object_bytes;
             (object, ClientOp::Create { name: self.names[object as usize].clone(), size_bytes })
         } else if self.objects_created < self.spec.objects {
@@ -937,14 +1029,22 @@ impl<'t> ClusterSim<'t> {
         };
         self.next_op += 1;
         let stamp = match &op {
-            ClientOp::Write { stamp, .. } => Some(*stamp),
+            ClientOp::Write { stamp, .. } | ClientOp::WriteTo { stamp, .. } => Some(*stamp),
             _ => None,
         };
-        if let (ClientOp::Write { range, .. } | ClientOp::Read { range, .. }, Some(id_of)) =
-            (&op, self.objects[object as usize])
+        let target = match &op {
+            ClientOp::Write { range, .. } | ClientOp::Read { range, .. } => {
+                self.objects[object as usize].map(|o| (o, *range))
+            }
+            ClientOp::WriteTo { object, range, .. } | ClientOp::ReadFrom { object, range } => {
+                Some((object.object, *range))
+            }
+            _ => None,
+        };
+        if let Some((id_of, range)) = target
             && self.spec.check_history
         {
-            let ranges: Vec<_> = ChunkId::split(id_of, self.spec.chunk_bytes, *range).collect();
+            let ranges: Vec<_> = ChunkId::split(id_of, self.spec.chunk_bytes, range).collect();
             let now = self.now();
             self.checker.invoke(id, now, &ranges, stamp);
         }
@@ -954,7 +1054,7 @@ impl<'t> ClusterSim<'t> {
     }
 
     /// A random read or write of whole blocks of a random object (of client `c`'s own
-    /// if the spec says so).
+    /// if the spec says so), or now and then the start of its replacement.
     fn random_op(&mut self, c: u32) -> (u32, ClientOp) {
         let (objects, clients) = (self.spec.objects, self.spec.clients);
         let object = if self.spec.private_objects && objects >= clients {
@@ -964,19 +1064,96 @@ impl<'t> ClusterSim<'t> {
         } else {
             self.rng.random_range(0..objects)
         };
+        if self.spec.churn > 0.0
+            && self.rng.random_bool(self.spec.churn)
+            && !self.churning[object as usize]
+        {
+            self.churning[object as usize] = true;
+            let churn = match self.rng.random_bool(0.5) {
+                true => Churn::Allocating { index: object },
+                false => Churn::Deleting { index: object },
+            };
+            self.clients[c as usize].churn = Some(churn.clone());
+            return self.churn_step(churn);
+        }
+        let range = self.random_range();
+        let name = self.names[object as usize].clone();
+        // With replacements, ops go to the data object the name holds as the
+        // simulation knows it (a client's cache of a name may be a view old, and the
+        // checker must know which object an op is on).
+        let data = (self.spec.churn > 0.0).then(|| self.object_ref(object)).flatten();
+        let write = self.rng.random_bool(0.5);
+        let op = match (write, data) {
+            (true, data) => {
+                let stamp = Stamp(self.next_stamp);
+                self.next_stamp += 1;
+                match data {
+                    Some(object) => ClientOp::WriteTo { object, range, stamp, data: Payload::NONE },
+                    None => ClientOp::Write { name, range, stamp, data: Payload::NONE },
+                }
+            }
+            (false, Some(object)) => ClientOp::ReadFrom { object, range },
+            (false, None) => ClientOp::Read { name, range },
+        };
+        (object, op)
+    }
+
+    /// The data object object index `index`'s name holds, as the simulation knows it.
+    fn object_ref(&self, index: u32) -> Option<ObjectRef> {
+        let object = self.objects[index as usize]?;
+        let chunk_groups = self.chunk_groups.get(&object)?.clone();
+        Some(ObjectRef { object, size_bytes: self.spec.object_bytes, chunk_groups })
+    }
+
+    /// A random range of whole blocks of an object.
+    fn random_range(&mut self) -> ByteRange {
         let blocks_total = self.spec.object_bytes / BLOCK_BYTES;
         let blocks = self.rng.random_range(1..=self.spec.request_blocks_max.min(blocks_total));
         let first = self.rng.random_range(0..=blocks_total - blocks);
-        let range = ByteRange::new(first * BLOCK_BYTES, blocks * BLOCK_BYTES);
-        let name = self.names[object as usize].clone();
-        let op = if self.rng.random_bool(0.5) {
-            let stamp = Stamp(self.next_stamp);
-            self.next_stamp += 1;
-            ClientOp::Write { name, range, stamp, data: Payload::NONE }
-        } else {
-            ClientOp::Read { name, range }
+        ByteRange::new(first * BLOCK_BYTES, blocks * BLOCK_BYTES)
+    }
+
+    /// The op of a replacement's step (which the op's end moves on, `churn_done`);
+    /// where the step ends the object's life, when that begins (F1's reference).
+    fn churn_step(&mut self, churn: Churn) -> (u32, ClientOp) {
+        let now = self.now();
+        let (index, op) = match &churn {
+            Churn::Allocating { index } => {
+                (*index, ClientOp::Allocate { size_bytes: self.spec.object_bytes })
+            }
+            Churn::Writing { index, data } => {
+                let range = self.random_range();
+                let stamp = Stamp(self.next_stamp);
+                self.next_stamp += 1;
+                let object = data.clone();
+                (*index, ClientOp::WriteTo { object, range, stamp, data: Payload::NONE })
+            }
+            Churn::Binding { index, data } => {
+                if let Some(old) = self.objects[*index as usize] {
+                    self.dying.entry(old).or_insert(now);
+                }
+                let op = ClientOp::Bind {
+                    name: self.names[*index as usize].clone(),
+                    data: vec![*data],
+                    attrs: Vec::new(),
+                    taking: Vec::new(),
+                    require: None,
+                    condition: somnus_core::cluster::BindCondition::Any,
+                };
+                (*index, op)
+            }
+            Churn::Deleting { index } => {
+                if let Some(old) = self.objects[*index as usize] {
+                    self.dying.entry(old).or_insert(now);
+                }
+                (*index, ClientOp::Delete { name: self.names[*index as usize].clone() })
+            }
+            Churn::Creating { index } => {
+                let name = self.names[*index as usize].clone();
+                (*index, ClientOp::Create { name, size_bytes: self.spec.object_bytes })
+            }
         };
-        (object, op)
+        (index, op)
     }
 
     fn op_done(&mut self, c: u32, tag: u64, outcome: ClientOutcome) {
@@ -987,6 +1164,12 @@ impl<'t> ClusterSim<'t> {
         debug_assert_eq!(op.id, tag);
         self.report.ops += 1;
         let now = self.now();
+        if let Some(churn) = self.clients[c as usize].churn.take() {
+            self.churn_done(c, tag, churn, outcome, op.stamp);
+            let think = self.exp_delay(THINK_MEAN_MS / 1e3);
+            self.events.schedule(now + think, Event::ClientNext(c));
+            return;
+        }
         if let Some(log) = self.op_log.as_mut() {
             let kind = match &outcome {
                 ClientOutcome::Written(_) => Some(OpKind::Write),
@@ -1003,13 +1186,7 @@ impl<'t> ClusterSim<'t> {
                 self.chunk_groups.insert(info.object, info.chunk_groups);
                 self.objects_created += 1;
             }
-            ClientOutcome::Written(parts) => {
-                self.report.writes += 1;
-                if self.spec.check_history {
-                    self.check_copies(&parts);
-                    self.checker.written(tag, op.stamp.unwrap_or_default(), &parts);
-                }
-            }
+            ClientOutcome::Written(parts) => self.written(tag, op.stamp, &parts),
             ClientOutcome::Read(pieces) => {
                 self.report.reads += 1;
                 if self.spec.check_history {
@@ -1017,12 +1194,121 @@ impl<'t> ClusterSim<'t> {
                 }
             }
             ClientOutcome::Deleted | ClientOutcome::Listed { .. } => {}
+            // The object was replaced since the op began (or is being replaced): the
+            // op found the old one gone, as a client of a changing name may.
+            ClientOutcome::Failed(ClientError::Metadata(MetadataError::NoSuchObject(_)))
+                if self.churning[op.object as usize]
+                    || self.churned_at[op.object as usize] >= op.started => {}
             ClientOutcome::Failed(error) => {
                 self.checker.violate(format!("client c{c} op {tag} failed: {error}"));
             }
         }
         let think = self.exp_delay(THINK_MEAN_MS / 1e3);
         self.events.schedule(now + think, Event::ClientNext(c));
+    }
+
+    fn written(&mut self, tag: u64, stamp: Option<Stamp>, parts: &[(ChunkId, ByteRange, Version)]) {
+        self.report.writes += 1;
+        if self.spec.check_history {
+            self.check_copies(parts);
+            self.checker.written(tag, stamp.unwrap_or_default(), parts);
+        }
+    }
+
+    /// A replacement's step ended: the next step, or the end of the replacement.
+    fn churn_done(
+        &mut self,
+        c: u32,
+        tag: u64,
+        churn: Churn,
+        outcome: ClientOutcome,
+        stamp: Option<Stamp>,
+    ) {
+        let next = match (churn, outcome) {
+            (Churn::Allocating { index }, ClientOutcome::Object(info)) => {
+                self.chunk_groups.insert(info.object, info.chunk_groups.clone());
+                let data = info.first().cloned();
+                data.map(|data| Churn::Writing { index, data })
+            }
+            (Churn::Writing { index, data }, ClientOutcome::Written(parts)) => {
+                self.written(tag, stamp, &parts);
+                Some(Churn::Binding { index, data: data.object })
+            }
+            (Churn::Binding { index, data }, ClientOutcome::Object(_)) => {
+                self.objects[index as usize] = Some(data);
+                self.report.churns += 1;
+                self.end_churn(index);
+                None
+            }
+            (Churn::Creating { index }, ClientOutcome::Object(info)) => {
+                self.objects[index as usize] = Some(info.object);
+                self.chunk_groups.insert(info.object, info.chunk_groups);
+                self.report.churns += 1;
+                self.end_churn(index);
+                None
+            }
+            // A retried delete whose first send was applied finds the name gone.
+            (
+                Churn::Deleting { index },
+                ClientOutcome::Deleted
+                | ClientOutcome::Failed(ClientError::Metadata(MetadataError::NoSuchObject(_))),
+            ) => Some(Churn::Creating { index }),
+            // An allocation that outlived its grace (a write slowed by faults), or a
+            // disk without room: the replacement is given up; what it allocated is
+            // freed by its expiry.
+            (
+                Churn::Writing { index, .. } | Churn::Binding { index, .. },
+                ClientOutcome::Failed(
+                    ClientError::NoSpace { .. }
+                    | ClientError::Metadata(
+                        MetadataError::NotBindable(_) | MetadataError::NoSuchObject(_),
+                    ),
+                ),
+            ) => {
+                self.end_churn(index);
+                None
+            }
+            (churn, outcome) => {
+                self.checker
+                    .violate(format!("client c{c}'s replacement {churn:?} ended with {outcome:?}"));
+                let (Churn::Allocating { index }
+                | Churn::Writing { index, .. }
+                | Churn::Binding { index, .. }
+                | Churn::Deleting { index }
+                | Churn::Creating { index }) = churn;
+                self.end_churn(index);
+                None
+            }
+        };
+        self.clients[c as usize].churn = next;
+    }
+
+    fn end_churn(&mut self, index: u32) {
+        self.churning[index as usize] = false;
+        self.churned_at[index as usize] = self.now();
+    }
+
+    /// F1 and F2 (docs/space.md), as server `s` frees `objects`: no name holds them
+    /// and no allocation writes them, and their end began a grace ago at least.
+    fn check_frees(&mut self, s: u32, objects: &[ObjectId]) {
+        let now = self.now();
+        for object in objects {
+            if self.mds.is_live(*object) {
+                self.checker.violate(format!(
+                    "F2: s{s} freed {object:?}, which a name holds or an allocation writes"
+                ));
+            }
+            if let Some(since) = self.dying.get(object)
+                && now < *since + self.config.free_grace
+            {
+                self.checker.violate(format!(
+                    "F1: s{s} freed {object:?} {:.3}s after its end began, within the {}s \
+                     grace a read begun on it has",
+                    now.duration_since(*since).as_secs_f64(),
+                    self.config.free_grace.as_secs_f64()
+                ));
+            }
+        }
     }
 
     /// C3 as the world sees it: when a write is acknowledged, every replica of its
@@ -1032,6 +1318,11 @@ impl<'t> ClusterSim<'t> {
         let lost = self.servers.iter().enumerate().filter(|(_, s)| s.lost);
         let lost: Vec<ServerId> = lost.map(|(i, _)| ServerId(i as u32)).collect();
         for (chunk, range, version) in parts {
+            // A write of an object replaced meanwhile (the client had its old view):
+            // its copies may be freed already, and no name holds them.
+            if !self.mds.is_live(chunk.object) {
+                continue;
+            }
             let replicas = self.mds.replicas(self.group_of(*chunk));
             let mut racks = Vec::new();
             for replica in replicas.iter().chain(&lost) {
@@ -1292,6 +1583,18 @@ impl<'t> ClusterSim<'t> {
                 ));
             }
         }
+        // F3: once the faults healed and the cluster is quiet, every freed byte is gone.
+        if self.mds.frees_queued() > 0 {
+            self.checker.violate(format!(
+                "F3: after the heal the free log still holds {} entries",
+                self.mds.frees_queued()
+            ));
+        }
+        if let Some((s, chunk)) = self.unfreed() {
+            self.checker.violate(format!(
+                "F3: after the heal s{s} still holds {chunk:?}, of an object no name holds"
+            ));
+        }
         let unfinished = self.clients.iter().filter(|c| c.op.is_some()).count() as u64;
         if unfinished > 0 {
             self.checker.violate(format!(
@@ -1300,6 +1603,10 @@ impl<'t> ClusterSim<'t> {
             ));
         }
         for chunk in self.checker.chunks() {
+            // A replaced object's chunks are freed, not kept (F3 above).
+            if !self.mds.is_live(chunk.object) {
+                continue;
+            }
             let group = self.group_of(chunk);
             let replicas: Vec<(String, Vec<somnus_core::cluster::Piece>)> = self
                 .mds
@@ -1321,6 +1628,9 @@ impl<'t> ClusterSim<'t> {
         self.report.writes_reclaimed = self.servers_total(|c| c.writes_reclaimed);
         self.report.reads_from_loggers = self.servers_total(|c| c.reads_from_loggers);
         self.report.rebuilt_bytes = self.servers_total(|c| c.rebuilt_bytes);
+        self.report.objects_freed = self.servers_total(|c| c.objects_freed);
+        self.report.logged_writes_dropped = self.servers_total(|c| c.logged_writes_dropped);
+        self.report.orphans_found = mds.orphans_found;
         self.report.ops_unfinished = unfinished;
         self.report.virtual_nanos = self.now().duration_since(VirtualInstant::ZERO).as_nanos();
         self.report.violations = self.checker.violations().to_vec();

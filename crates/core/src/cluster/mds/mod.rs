@@ -293,6 +293,10 @@ pub struct Mds {
     frees: frees::FreeLog,
     /// Each server's disk, as its last heartbeat told (soft state).
     space: Vec<SpaceReport>,
+    /// Deletes answered lately, by request (soft state): a retry or a duplicate of one
+    /// is answered again and deletes nothing, so that it cannot delete the name made
+    /// again since.
+    deletes_answered: namespace::Answered,
     next_object: u64,
     /// Which servers the gear keeps on: the plan and the gear groups in its order.
     plan: PowerPlan,
@@ -353,6 +357,7 @@ impl Mds {
             pending_expiry: BTreeSet::new(),
             frees: frees::FreeLog::new(layout.servers().len()),
             space: vec![SpaceReport::default(); layout.servers().len()],
+            deletes_answered: namespace::Answered::default(),
             next_object: 1,
             plan: PowerPlan { full_groups: config.replicas, partial: 0 },
             order: (0..config.replicas).collect(),

@@ -49,13 +49,29 @@ impl Mds {
             Message::LookupObject { request, name } => {
                 (request, self.info(&name).map(found(request)))
             }
-            Message::DeleteObject { request, name } => {
-                (request, self.delete(&name).map(|()| Message::ObjectDeleted { request, name }))
+            // A delete's retry (or a duplicate the network made) is answered as the
+            // first was: it must not delete the name made again since.
+            Message::DeleteObject { request, name }
+                if self.deletes_answered.holds(client, request) =>
+            {
+                (request, Ok(Message::ObjectDeleted { request, name }))
             }
-            Message::DeleteObjects { request, names } => (
-                request,
-                self.delete_many(names).map(|name| Message::ObjectDeleted { request, name }),
-            ),
+            Message::DeleteObjects { request, .. }
+                if self.deletes_answered.holds(client, request) =>
+            {
+                (request, Ok(Message::ObjectDeleted { request, name: String::new() }))
+            }
+            Message::DeleteObject { request, name } => {
+                let answer = self.delete(&name).map(|()| Message::ObjectDeleted { request, name });
+                self.deletes_answered.add(client, request);
+                (request, answer)
+            }
+            Message::DeleteObjects { request, names } => {
+                let answer =
+                    self.delete_many(names).map(|name| Message::ObjectDeleted { request, name });
+                self.deletes_answered.add(client, request);
+                (request, answer)
+            }
             Message::LookupGroup { request, group } if group.index() < self.groups.len() => {
                 (request, Ok(Message::GroupFound { request, view: self.view(group) }))
             }
@@ -403,6 +419,33 @@ impl Mds {
             .collect();
         let next_seq = next_seq + frees.len() as u64;
         self.commit(Command::QueueFrees { frees, next_seq });
+    }
+}
+
+/// Requests answered lately, at most [`Answered::KEPT`] (the oldest forgotten first).
+#[derive(Clone, Debug, Default)]
+pub(super) struct Answered {
+    order: std::collections::VecDeque<(ClientId, u64)>,
+    held: std::collections::BTreeSet<(ClientId, u64)>,
+}
+
+impl Answered {
+    /// Far more than a client's requests in flight over a retry's lifetime.
+    const KEPT: usize = 1 << 16;
+
+    fn holds(&self, client: ClientId, request: u64) -> bool {
+        self.held.contains(&(client, request))
+    }
+
+    fn add(&mut self, client: ClientId, request: u64) {
+        if self.held.insert((client, request)) {
+            self.order.push_back((client, request));
+        }
+        while self.order.len() > Answered::KEPT {
+            if let Some(old) = self.order.pop_front() {
+                self.held.remove(&old);
+            }
+        }
     }
 }
 

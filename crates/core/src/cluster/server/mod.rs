@@ -516,6 +516,15 @@ impl Server {
         self.ios.get(Key(io.0)).and_then(Io::change)
     }
 
+    /// The objects the disk write `io` (in flight) frees, if it is a free: the
+    /// simulation checks each when it completes (docs/space.md, F1 and F2).
+    pub fn frees_in(&self, io: IoId) -> Option<&[somnus_types::ObjectId]> {
+        match self.ios.get(Key(io.0)) {
+            Some(Io::Free { objects, .. }) => Some(objects),
+            _ => None,
+        }
+    }
+
     fn timer(&mut self) {
         if self.power == ServerPower::Asleep {
             return;
