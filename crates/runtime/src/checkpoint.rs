@@ -19,8 +19,8 @@ use std::sync::atomic::Ordering;
 
 use somnus_core::cluster::store::ChunkData;
 
-use crate::chunk_files::SharedChunkFiles;
 use crate::durable;
+use crate::packs::SharedPacks;
 use crate::server_disk::{DiskWatch, Groups, ServerDiskError, encode_snapshot};
 
 /// The names an earlier build gave the only journal and snapshot: generation 0.
@@ -121,7 +121,7 @@ fn snapshot_seq(kind: Kind) -> Option<u64> {
 #[derive(Debug)]
 pub struct Checkpoint {
     pub(crate) dir: PathBuf,
-    pub(crate) files: SharedChunkFiles,
+    pub(crate) files: SharedPacks,
     /// Every group as it was when journal `seq` began.
     pub(crate) groups: Groups,
     pub(crate) seq: u64,
@@ -131,7 +131,7 @@ pub struct Checkpoint {
 }
 
 impl Checkpoint {
-    /// Syncs the chunk files, writes the snapshot whole and removes the journals and
+    /// Syncs the packs, writes the snapshot whole and removes the journals and
     /// snapshot it covers. Runs beside the journal's appends; with no room for the
     /// snapshot ([`ServerDiskError::is_no_space`]) everything is left as it was.
     pub fn finish(mut self) -> Result<(), ServerDiskError> {

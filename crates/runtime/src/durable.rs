@@ -47,6 +47,76 @@ fn write_new(tmp: &Path, bytes: &[u8], size_bytes: u64) -> std::io::Result<()> {
     file.sync_all()
 }
 
+/// Puts a new file at `path` holding `bytes`, `size_bytes` long (sparse past `bytes`),
+/// whole or not at all, as [`replace`] does.
+pub fn replace_sized(path: &Path, bytes: &[u8], size_bytes: u64) -> std::io::Result<()> {
+    let tmp = temporary(path);
+    let written = (|| {
+        let mut file = OpenOptions::new().write(true).create(true).truncate(true).open(&tmp)?;
+        file.write_all(bytes)?;
+        file.set_len(size_bytes.max(bytes.len() as u64))?;
+        file.sync_all()
+    })();
+    if written.is_err() {
+        let _ = std::fs::remove_file(&tmp);
+    }
+    written?;
+    std::fs::rename(&tmp, path)?;
+    sync_dir(path.parent().unwrap_or(Path::new(".")))
+}
+
+/// Allocates `length` bytes of `file` from `offset` (`fallocate`, within its length):
+/// writes there later never find the disk full. Where the filesystem cannot, nothing
+/// is done (sparse: a later write may find the disk full).
+pub fn allocate_range(file: &File, offset: u64, length: u64) -> std::io::Result<()> {
+    use nix::fcntl::{FallocateFlags, fallocate};
+    let (offset, length) = (signed(offset)?, signed(length)?);
+    match fallocate(file, FallocateFlags::FALLOC_FL_KEEP_SIZE, offset, length) {
+        Ok(()) | Err(nix::errno::Errno::EOPNOTSUPP) => Ok(()),
+        Err(errno) => Err(errno.into()),
+    }
+}
+
+/// Gives `length` bytes of `file` from `offset` back to the filesystem (they read as
+/// zeros). Where the filesystem cannot, nothing is done: the space stays taken until
+/// a write takes it again.
+pub fn punch_hole(file: &File, offset: u64, length: u64) -> std::io::Result<()> {
+    use nix::fcntl::{FallocateFlags, fallocate};
+    let flags = FallocateFlags::FALLOC_FL_PUNCH_HOLE | FallocateFlags::FALLOC_FL_KEEP_SIZE;
+    match fallocate(file, flags, signed(offset)?, signed(length)?) {
+        Ok(()) | Err(nix::errno::Errno::EOPNOTSUPP) => Ok(()),
+        Err(errno) => Err(errno.into()),
+    }
+}
+
+fn signed(value: u64) -> std::io::Result<i64> {
+    i64::try_from(value).map_err(std::io::Error::other)
+}
+
+/// Bytes the files under `dir` take on their filesystem (their allocated blocks),
+/// the directories' own blocks included; what a vanished entry took is not counted.
+pub fn disk_bytes(dir: &Path) -> std::io::Result<u64> {
+    use std::os::unix::fs::MetadataExt;
+    let mut total = 0;
+    let mut stack = vec![dir.to_owned()];
+    while let Some(dir) = stack.pop() {
+        let entries = match std::fs::read_dir(&dir) {
+            Ok(entries) => entries,
+            Err(error) if error.kind() == std::io::ErrorKind::NotFound => continue,
+            Err(error) => return Err(error),
+        };
+        for entry in entries {
+            let Ok(entry) = entry else { continue };
+            let Ok(metadata) = entry.metadata() else { continue };
+            total += metadata.blocks() * 512;
+            if metadata.is_dir() {
+                stack.push(entry.path());
+            }
+        }
+    }
+    Ok(total)
+}
+
 /// Allocates the first `size_bytes` of `file` (`fallocate`); where the filesystem
 /// cannot, only sets its length (sparse: a later write may find the disk full).
 pub fn allocate(file: &File, size_bytes: u64) -> std::io::Result<()> {

@@ -4,7 +4,6 @@
 //! and decides nothing of the protocol itself.
 
 pub mod checkpoint;
-pub mod chunk_files;
 pub mod client;
 pub mod clock;
 pub mod cluster_file;
@@ -14,10 +13,12 @@ pub mod durable;
 pub mod file_log;
 pub mod http;
 pub mod journal;
+pub mod legacy_chunks;
 pub mod mds_node;
 pub mod metrics;
 pub mod net;
 pub mod object_file;
+pub mod packs;
 pub mod ports;
 pub mod power;
 pub mod process;

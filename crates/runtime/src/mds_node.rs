@@ -229,8 +229,8 @@ mod tests {
         drop(log);
         let (reopened, commands) = CommandLog::open(&path).unwrap();
         assert_eq!(reopened.logged(), 6, "five creates and a delete after the snapshot");
-        // The snapshot: the gear, the 20 objects then, the reserved ids.
-        assert_eq!(commands.len(), 22 + 6);
+        // The snapshot: the gear, the 20 objects then, the free log, the reserved ids.
+        assert_eq!(commands.len(), 23 + 6);
         let restored = Mds::restore(file.config(), &layout, VirtualInstant::ZERO, commands);
         assert_eq!(restored.object_count(), 24);
         for request in 0..24 {

@@ -1,17 +1,19 @@
-//! A storage server's replica state on disk: chunk files, the groups' snapshot and the
-//! journal, brought back as the core's [`ChunkStore`] at start (docs/runtime.md).
+//! A storage server's replica state on disk: block packs, the groups' snapshot and
+//! the journal, brought back as the core's [`ChunkStore`] at start (docs/runtime.md).
 //!
-//! - A write the core issues is made durable by [`ServerDisk::make_durable`] (journal
-//!   append and sync) before the core hears `DiskDone`; at `DiskDone` the core applies
-//!   it ([`ChunkStore::redo`]'s code), which writes the chunk files' blocks.
+//! - A write the core issues is made durable by [`ServerDisk::make_durable`] (the
+//!   slots of its new blocks reserved, then the journal's append and sync) before the
+//!   core hears `DiskDone`; at `DiskDone` the core applies it ([`ChunkStore::redo`]'s
+//!   code), which writes the blocks into their slots.
 //! - [`ServerDisk::begin_checkpoint`] starts a new journal; its [`Checkpoint`], off the
-//!   server's task, syncs the chunk files, writes every group's fence and unstable
-//!   writes (with their bytes: a new primary may ask for them, C3) as the snapshot, and
+//!   server's task, syncs the packs, writes every group's fence and unstable writes
+//!   (with their bytes: a new primary may ask for them, C3) as the snapshot, and
 //!   removes the journals before it (`checkpoint.rs`).
-//! - [`ServerDisk::open`] loads the chunk files' blocks (checking each block's
-//!   checksum: a block that fails it is corrupt, and repaired from a replica), then the
-//!   newest snapshot, then replays the journals from it through `ChunkStore::redo`: the
-//!   state is the one the core last acknowledged from.
+//! - [`ServerDisk::open`] moves the blocks of an earlier build's chunk files into the
+//!   packs, loads the packs' blocks (checking each block's checksum: a block that
+//!   fails it is corrupt, and repaired from a replica), then the newest snapshot, then
+//!   replays the journals from it through `ChunkStore::redo`: the state is the one the
+//!   core last acknowledged from.
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -24,11 +26,15 @@ use somnus_core::cluster::{Payload, UnstableWrite};
 use somnus_types::ChunkGroupId;
 
 use crate::checkpoint::{self, Checkpoint};
-use crate::chunk_files::{ChunkFileError, ChunkFiles, IoErrors, SharedChunkFiles};
 use crate::journal::{Journal, JournalError};
+use crate::legacy_chunks::{self, ChunkFileError};
+use crate::packs::{IoErrors, PackError, PackStats, Packs, SharedPacks};
 use crate::{durable, record};
 
-const CHUNKS: &str = "chunks";
+/// The packs' directory.
+const PACKS: &str = "packs";
+/// An earlier build's chunk files, moved into the packs at start.
+const LEGACY_CHUNKS: &str = "chunks";
 
 /// Journal bytes past which [`ServerDisk::wants_checkpoint`] says so, at the least.
 pub const JOURNAL_BYTES_MAX: u64 = 64 << 20;
@@ -41,6 +47,8 @@ const JOURNAL_PER_SNAPSHOT: u64 = 4;
 
 #[derive(Debug, thiserror::Error)]
 pub enum ServerDiskError {
+    #[error(transparent)]
+    Packs(#[from] PackError),
     #[error(transparent)]
     Chunks(#[from] ChunkFileError),
     #[error(transparent)]
@@ -79,7 +87,7 @@ pub struct ServerDisk {
     /// The journal appends go to, and its sequence.
     journal: Journal<StoreOp>,
     seq: u64,
-    files: SharedChunkFiles,
+    files: SharedPacks,
     watch: DiskWatch,
 }
 
@@ -92,6 +100,7 @@ pub struct DiskWatch {
     /// Bytes of every journal no snapshot covers yet.
     pub(crate) journal_bytes: Arc<AtomicU64>,
     pub(crate) snapshot_bytes: Arc<AtomicU64>,
+    files: SharedPacks,
 }
 
 impl DiskWatch {
@@ -102,13 +111,23 @@ impl DiskWatch {
         self.journal_bytes.load(Ordering::Relaxed) > bound
     }
 
-    /// An I/O error the chunk files met since the last check: the server stops on it.
+    /// An I/O error the packs met since the last check: the server stops on it.
     pub fn check(&self) -> Result<(), ServerDiskError> {
         let errors = self.errors.lock().map(|e| e.clone()).unwrap_or_default();
         match errors.first() {
             Some(error) => Err(ServerDiskError::Io(error.clone())),
             None => Ok(()),
         }
+    }
+
+    /// Bytes of the journals no snapshot covers yet.
+    pub fn journal_bytes(&self) -> u64 {
+        self.journal_bytes.load(Ordering::Relaxed)
+    }
+
+    /// What the packs hold.
+    pub fn packs(&self) -> PackStats {
+        self.files.stats()
     }
 }
 
@@ -119,10 +138,11 @@ impl ServerDisk {
         chunk_size_bytes: u64,
     ) -> Result<(ServerDisk, ChunkStore), ServerDiskError> {
         let errors = IoErrors::default();
-        let (files, found) = ChunkFiles::open(&dir.join(CHUNKS), chunk_size_bytes, errors.clone())?;
+        migrate(dir, chunk_size_bytes)?;
+        let (files, found) = Packs::open(&dir.join(PACKS), chunk_size_bytes, errors.clone())?;
         let scan_error = |e| ServerDiskError::Io(format!("cannot read {}: {e}", dir.display()));
         let generations = checkpoint::scan(dir).map_err(scan_error)?;
-        let files = SharedChunkFiles::new(files);
+        let files = SharedPacks::new(files);
         let mut store = ChunkStore::with_data(chunk_size_bytes, Box::new(files.clone()));
         for block in found {
             store.restore_block(block.group, block.chunk, block.index, block.version, block.stamp);
@@ -154,25 +174,29 @@ impl ServerDisk {
         };
         let journal_bytes = Arc::new(AtomicU64::new(journal_bytes));
         let snapshot_bytes = Arc::new(AtomicU64::new(snapshot_bytes));
-        let watch = DiskWatch { errors, journal_bytes, snapshot_bytes };
+        let watch = DiskWatch { errors, journal_bytes, snapshot_bytes, files: files.clone() };
         let disk = ServerDisk { dir: dir.to_owned(), journal, seq, files, watch };
         disk.check()?;
         Ok((disk, store))
     }
 
-    /// Makes `ops` durable, as one group commit: first the files of new chunks they
-    /// write to, their space allocated, then the journal's append. With no room for
-    /// either, none of `ops` is durable ([`ServerDiskError::is_no_space`]).
+    /// Makes `ops` durable, as one group commit: first the slots of the blocks they
+    /// write that have none, their space allocated, then the journal's append. With
+    /// no room for either, none of `ops` is durable and nothing stays reserved
+    /// ([`ServerDiskError::is_no_space`]).
     pub fn make_durable(&mut self, ops: &[StoreOp]) -> Result<(), ServerDiskError> {
-        self.files.prepare(ops).map_err(|error| {
-            let what = format!("creating a chunk file in {}: {error}", self.dir.display());
+        let reservation = self.files.prepare(ops).map_err(|error| {
+            let what = format!("reserving room in {}: {error}", self.dir.display());
             match durable::is_no_space(&error) {
                 true => ServerDiskError::NoSpace(what),
                 false => ServerDiskError::Io(what),
             }
         })?;
         let before = self.journal.bytes();
-        self.journal.append(ops)?;
+        if let Err(error) = self.journal.append(ops) {
+            self.files.release(reservation);
+            return Err(error.into());
+        }
         let appended = self.journal.bytes() - before;
         self.watch.journal_bytes.fetch_add(appended, Ordering::Relaxed);
         Ok(())
@@ -213,6 +237,29 @@ impl ServerDisk {
     pub fn checkpoint(&mut self, store: &ChunkStore) -> Result<(), ServerDiskError> {
         self.begin_checkpoint(store.groups())?.finish()
     }
+}
+
+/// Moves the blocks of an earlier build's chunk files in `dir` into the packs, each as
+/// it is on disk, and removes the files once the packs holding them are synced. A
+/// crash half way leaves blocks in both, which the packs' open reads as one.
+fn migrate(dir: &Path, chunk_size_bytes: u64) -> Result<(), ServerDiskError> {
+    let legacy = dir.join(LEGACY_CHUNKS);
+    if !legacy.is_dir() {
+        return Ok(());
+    }
+    let io = |what: &str, error: std::io::Error| {
+        ServerDiskError::Io(format!("{what} {}: {error}", legacy.display()))
+    };
+    let paths = legacy_chunks::files(&legacy)?;
+    let (mut packs, _) = Packs::open(&dir.join(PACKS), chunk_size_bytes, IoErrors::default())?;
+    for path in &paths {
+        for block in legacy_chunks::read(path, chunk_size_bytes)? {
+            packs.adopt(&block).map_err(|e| io("moving the blocks of", e))?;
+        }
+    }
+    packs.sync_all().map_err(|e| io("syncing the packs the blocks of", e))?;
+    std::fs::remove_dir_all(&legacy).map_err(|e| io("removing", e))?;
+    durable::sync_dir(dir).map_err(|e| io("syncing the directory of", e))
 }
 
 /// Creates journal `seq` in `dir`, empty (its name durable before anything is
@@ -256,6 +303,7 @@ fn read_snapshot(path: &Path) -> Result<(Groups, u64), ServerDiskError> {
 
 #[cfg(test)]
 mod tests {
+    use crate::packs;
     use somnus_core::cluster::{ChunkId, ChunkIndex, Payload, Piece, Stamp};
     use somnus_types::{ByteRange, ObjectId, Version};
 
@@ -342,7 +390,7 @@ mod tests {
         let mut names: Vec<String> = std::fs::read_dir(dir)
             .unwrap()
             .map(|e| e.unwrap().file_name().into_string().unwrap())
-            .filter(|n| n != CHUNKS)
+            .filter(|n| n != PACKS)
             .collect();
         names.sort();
         names
@@ -421,8 +469,8 @@ mod tests {
 
         // A crash in the middle of the second append: it was never acknowledged.
         std::fs::write(&journal, &bytes[..bytes.len() - 100]).unwrap();
-        // Its blocks reached the chunk file before the crash: start from none.
-        std::fs::remove_dir_all(dir.path().join(CHUNKS)).unwrap();
+        // Its blocks reached the packs before the crash: start from none.
+        std::fs::remove_dir_all(dir.path().join(PACKS)).unwrap();
         let (_, store) = ServerDisk::open(dir.path(), CHUNK_BYTES).unwrap();
         assert_eq!(store.groups()[0].2.len(), 1, "only the first write");
         assert_eq!(
@@ -445,7 +493,12 @@ mod tests {
         );
     }
 
-    /// A crash before the chunk files were synced can leave a block's header on disk
+    /// The first pack of a replica directory, and where slot `slot`'s bytes are.
+    fn pack(dir: &Path) -> PathBuf {
+        dir.join(PACKS).join("pack-00000000")
+    }
+
+    /// A crash before the packs were synced can leave a block's header on disk
     /// without its bytes: the journal's replay of the write gives them back, so a
     /// write every replica acknowledged survives a power cut of every replica.
     #[test]
@@ -456,12 +509,11 @@ mod tests {
         let op = StoreOp::Apply { group: GROUP, write: written, stable: Version(5) };
         commit(&mut disk, &mut store, vec![op]);
         drop((disk, store));
-        // Block 1's bytes never reached the disk; its header did.
-        let path = dir.path().join(CHUNKS).join("0000000000000007-00000000.chunk");
-        let mut bytes = std::fs::read(&path).unwrap();
-        let block_1 = bytes.len() - CHUNK_BYTES as usize + BLOCK_BYTES as usize;
-        bytes[block_1..block_1 + BLOCK_BYTES as usize].fill(0);
-        std::fs::write(&path, bytes).unwrap();
+        // Block 1's bytes never reached the disk (slot 1); its header did.
+        let file = std::fs::OpenOptions::new().write(true).open(pack(dir.path())).unwrap();
+        let zeros = vec![0u8; BLOCK_BYTES as usize];
+        std::os::unix::fs::FileExt::write_all_at(&file, &zeros, packs::slot_data_at(1)).unwrap();
+        drop(file);
 
         let (_, mut store) = ServerDisk::open(dir.path(), CHUNK_BYTES).unwrap();
         assert!(store.corrupt_ranges().is_empty(), "{:?}", store.corrupt_ranges());
@@ -489,15 +541,16 @@ mod tests {
             }],
         );
         disk.checkpoint(&store).unwrap();
-        let path = dir.path().join(CHUNKS).join("0000000000000007-00000000.chunk");
-        let garble = |path: &Path| {
-            let mut bytes = std::fs::read(path).unwrap();
-            let at = bytes.len() - CHUNK_BYTES as usize + 100; // block 0's data
-            bytes[at] ^= 0xff;
-            std::fs::write(path, bytes).unwrap();
+        let path = pack(dir.path());
+        let flip = |at: u64| {
+            let file = std::fs::OpenOptions::new().read(true).write(true).open(&path).unwrap();
+            let mut byte = [0u8];
+            std::os::unix::fs::FileExt::read_exact_at(&file, &mut byte, at).unwrap();
+            byte[0] ^= 0xff;
+            std::os::unix::fs::FileExt::write_all_at(&file, &byte, at).unwrap();
         };
-        // While the server runs: the next read finds it.
-        garble(&path);
+        // While the server runs (block 0's bytes, in slot 0): the next read finds it.
+        flip(packs::slot_data_at(0) + 100);
         let one = ByteRange::new(0, BLOCK_BYTES);
         assert!(store.read(chunk(0), one).is_err());
         assert_eq!(store.corrupt_ranges(), [(GROUP, chunk(0), one)]);
@@ -506,19 +559,47 @@ mod tests {
         // At start.
         let (_, store) = ServerDisk::open(dir.path(), CHUNK_BYTES).unwrap();
         assert_eq!(store.corrupt_ranges(), [(GROUP, chunk(0), one)]);
-        // A crash lost the file's size (set at creation, never synced): blocks past
-        // the end read as unwritten, and the written one beside them still reads.
-        let file = std::fs::OpenOptions::new().write(true).open(&path).unwrap();
-        file.set_len(CHUNK_BYTES / 2).unwrap();
-        drop((store, file));
-        let (_, mut store) = ServerDisk::open(dir.path(), CHUNK_BYTES).unwrap();
-        let across = store.read(chunk(0), ByteRange::new(BLOCK_BYTES, CHUNK_BYTES - BLOCK_BYTES));
-        assert_eq!(across.unwrap()[0].data.bytes().map(|b| b[0]), Some(0x77));
-        // A damaged file header stops the start, naming the file.
-        let mut bytes = std::fs::read(&path).unwrap();
-        bytes[3] ^= 1;
-        std::fs::write(&path, bytes).unwrap();
+        drop(store);
+        // A damaged slot header stops the start, naming the pack and the slot: whose
+        // block it held cannot be told, and a block read as unwritten would be lost.
+        flip(packs::slot_header_at(1) + 3);
         let error = ServerDisk::open(dir.path(), CHUNK_BYTES).unwrap_err().to_string();
-        assert!(error.contains("00000000.chunk has a damaged header"), "{error}");
+        assert!(error.contains("pack-00000000 is damaged (slot 1:"), "{error}");
+        flip(packs::slot_header_at(1) + 3);
+        // A damaged pack header too.
+        flip(3);
+        let error = ServerDisk::open(dir.path(), CHUNK_BYTES).unwrap_err().to_string();
+        assert!(error.contains("pack-00000000 is damaged (not a somnus pack)"), "{error}");
+    }
+
+    /// Goal: the chunk files of an earlier build move into the packs at start, each
+    /// block as it was (a corrupt one stays corrupt, to be repaired), and are gone
+    /// after. Method: the format-1 fixture, opened as a replica directory.
+    #[test]
+    fn the_chunk_files_of_an_earlier_build_move_into_the_packs() {
+        let dir = tempfile::tempdir().unwrap();
+        let legacy = dir.path().join(LEGACY_CHUNKS);
+        std::fs::create_dir(&legacy).unwrap();
+        let fixture = Path::new(env!("CARGO_MANIFEST_DIR")).join("fixtures/chunks-v1");
+        for entry in std::fs::read_dir(fixture).unwrap() {
+            let entry = entry.unwrap();
+            std::fs::copy(entry.path(), legacy.join(entry.file_name())).unwrap();
+        }
+        let chunk_bytes = 64 << 10;
+        let (_, mut store) = ServerDisk::open(dir.path(), chunk_bytes).unwrap();
+        assert!(!legacy.exists(), "the chunk files are gone");
+        let first = ChunkId { object: ObjectId(7), chunk: ChunkIndex(0) };
+        let read = store.read(first, ByteRange::new(0, 2 * BLOCK_BYTES)).unwrap();
+        assert_eq!(read[0].data.bytes().unwrap()[..], vec![0xa1; 2 * BLOCK_BYTES as usize][..]);
+        assert_eq!((read[0].version, read[0].stamp), (Version(5), Stamp(50)));
+        let garbled = ByteRange::new(5 * BLOCK_BYTES, BLOCK_BYTES);
+        assert_eq!(store.corrupt_ranges(), [(ChunkGroupId(3), first, garbled)]);
+        let second = ChunkId { object: ObjectId(8), chunk: ChunkIndex(1) };
+        let read = store.read(second, ByteRange::new(15 * BLOCK_BYTES, BLOCK_BYTES)).unwrap();
+        assert_eq!(read[0].data.bytes().unwrap()[0], 0xb1);
+        assert_eq!(store.bytes_held(), 4 * BLOCK_BYTES);
+        drop(store);
+        let (_, store) = ServerDisk::open(dir.path(), chunk_bytes).unwrap();
+        assert_eq!(store.bytes_held(), 4 * BLOCK_BYTES, "moved once");
     }
 }

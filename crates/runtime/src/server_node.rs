@@ -55,6 +55,11 @@ const STATUS_INTERVAL: std::time::Duration = std::time::Duration::from_millis(50
 /// How long after a checkpoint found no room the server tries again (real time).
 const CHECKPOINT_RETRY: std::time::Duration = std::time::Duration::from_secs(1);
 
+/// How long without a replica change before the journals are checkpointed whatever
+/// their size (real time): at rest, a server's disk holds its packs, not a second copy
+/// of its recent writes in the journal.
+const IDLE_CHECKPOINT: std::time::Duration = std::time::Duration::from_secs(2);
+
 /// What the server's task publishes for status and metrics.
 #[derive(Clone, Debug, Default)]
 pub struct ServerStatus {
@@ -66,6 +71,13 @@ pub struct ServerStatus {
     pub log_live_bytes: u64,
     pub log_used_bytes: u64,
     pub counters: ServerCounters,
+    /// Bytes of data its replicas hold, each block once.
+    pub stored_bytes: u64,
+    /// Bytes its files take on its disk (data directory), last measured.
+    pub disk_bytes: Option<u64>,
+    /// What its packs hold, and its journals' bytes no snapshot covers.
+    pub packs: crate::packs::PackStats,
+    pub journal_bytes: u64,
 }
 
 /// Opens server `id`'s state in `dir`: its replicas and its logger.
@@ -131,6 +143,7 @@ pub async fn run(
         checkpoint_after: None,
         told_no_room: false,
         told_no_room_checkpoint: false,
+        last_change: Instant::now(),
     };
     node.carry_out(&mut server, &outbox);
     // A sleeping core asks for no timer: status is published on this tick as well.
@@ -154,14 +167,17 @@ pub async fn run(
                 None => return Err(ServerDiskError::Io("the disk worker stopped".into())),
             },
             () = clock.sleep_until(server.poll_timeout()) => {
-                publish(&server, &status);
+                publish(&server, &status, &node.watch);
                 ServerEvent::TimerFired
             }
             Some(()) = inputs.wake.recv() => ServerEvent::Woken,
             _ = status_tick.tick() => {
-                // The disk's free space, then the status published with it.
+                // The disk's free and used space, then the status published with it;
+                // an idle server's checkpoint.
                 node.measure_space(&mut server, &outbox, &clock, &inputs.disk_dir);
-                publish(&server, &status);
+                node.measure_used(&mut server, &clock, &inputs.disk_dir);
+                publish(&server, &status, &node.watch);
+                node.after_events(&server)?;
                 continue;
             }
             _ = inputs.shutdown.changed() => break,
@@ -171,13 +187,14 @@ pub async fn run(
         node.finish_ready(&mut server, &outbox, &clock);
         node.after_events(&server)?;
     }
-    publish(&server, &status);
+    publish(&server, &status, &node.watch);
     Ok(())
 }
 
 /// Publishes the server's state (at each timer and status tick, and when it stops).
-fn publish(server: &Server, status: &watch::Sender<ServerStatus>) {
+fn publish(server: &Server, status: &watch::Sender<ServerStatus>, disk: &DiskWatch) {
     let log = server.log_volume();
+    let space = server.space();
     let _ = status.send(ServerStatus {
         power: Some(server.power()),
         free_bytes: server.free_bytes(),
@@ -186,6 +203,10 @@ fn publish(server: &Server, status: &watch::Sender<ServerStatus>) {
         log_live_bytes: log.live_bytes(),
         log_used_bytes: log.used_bytes(),
         counters: server.counters(),
+        stored_bytes: space.stored_bytes,
+        disk_bytes: space.disk_bytes,
+        packs: disk.packs(),
+        journal_bytes: disk.journal_bytes(),
     });
 }
 
@@ -213,6 +234,8 @@ struct Node {
     /// server run each, not per batch).
     told_no_room: bool,
     told_no_room_checkpoint: bool,
+    /// When a replica change was last sent to the disk worker.
+    last_change: Instant,
 }
 
 /// Client requests tracked at once: beyond it (clients that never hear back), the
@@ -322,6 +345,17 @@ impl Node {
         }
     }
 
+    /// Tells the core the bytes the server's files take (a walk of its directory,
+    /// a few files: at the status tick only).
+    fn measure_used(&mut self, server: &mut Server, clock: &Clock, dir: &Path) {
+        let (Ok(free_bytes), Ok(used)) = (durable::free_bytes(dir), durable::disk_bytes(dir))
+        else {
+            return;
+        };
+        let event = ServerEvent::DiskSpace { free_bytes, used_bytes: Some(used) };
+        server.handle(clock.now(), event);
+    }
+
     /// Tells the core of the I/Os done (reads and the logger's writes are done as soon
     /// as issued; replica changes once durable), and of those their answers issue.
     fn finish_ready(&mut self, server: &mut Server, outbox: &Outbox, clock: &Clock) {
@@ -348,7 +382,10 @@ impl Node {
         }
         let due = !self.checkpointing
             && self.checkpoint_after.is_none_or(|after| Instant::now() >= after);
-        if self.watch.wants_checkpoint() && due {
+        let idle = self.held.is_empty()
+            && self.watch.journal_bytes() > 0
+            && self.last_change.elapsed() >= IDLE_CHECKPOINT;
+        if (self.watch.wants_checkpoint() || idle) && due {
             if self.in_flight > 0 {
                 return Ok(());
             }
@@ -359,6 +396,7 @@ impl Node {
         }
         while let Some((io, change)) = self.held.pop_front() {
             self.in_flight += 1;
+            self.last_change = Instant::now();
             self.send(Job::Change(io, change))?;
         }
         Ok(())

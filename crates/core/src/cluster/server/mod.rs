@@ -558,7 +558,7 @@ impl Server {
     fn heartbeat(&mut self) {
         let (power, leads, full) = (self.power, self.leads(), self.is_full());
         let load = self.load.take(self.now);
-        let space = Box::new(self.space_report());
+        let space = Box::new(self.space());
         let message = Message::Heartbeat { sent_at: self.now, power, leads, full, load, space };
         self.send(Peer::Mds, message);
         self.next_heartbeat = self.now.saturating_add(self.config.heartbeat_interval);

@@ -107,8 +107,8 @@ impl Server {
         }
     }
 
-    /// What the heartbeats tell the MDS of this server's disk.
-    pub(super) fn space_report(&self) -> SpaceReport {
+    /// What this server tells the MDS of its disk in every heartbeat.
+    pub fn space(&self) -> SpaceReport {
         SpaceReport {
             stored_bytes: self.store.bytes_held(),
             disk_bytes: self.space.used_bytes,
