@@ -69,6 +69,9 @@ pub(crate) struct LsArgs {
     /// Only the objects whose names start with this.
     #[arg(default_value = "")]
     prefix: String,
+    /// Also the S3 gateway's own names (`s3/...`: buckets, keys' records, uploads).
+    #[arg(long)]
+    all: bool,
     #[command(flatten)]
     cluster: ClusterArg,
 }
@@ -249,6 +252,10 @@ pub(crate) fn stat(args: KeyArgs) -> Result<()> {
     })?;
     outln!("name        {}", info.name)?;
     outln!("object      {}", info.object.0)?;
+    let stored = serde_json::from_slice::<serde_json::Value>(&info.attrs).ok();
+    if let Some(size) = stored.and_then(|v| v.get("size")?.as_u64()) {
+        outln!("stored      {size} bytes")?;
+    }
     outln!("size        {} bytes (with the header block)", info.size_bytes)?;
     outln!("chunk size  {} bytes", info.chunk_size_bytes)?;
     let groups: Vec<String> = info.chunk_groups.iter().map(|g| g.0.to_string()).collect();
@@ -259,11 +266,40 @@ pub(crate) fn stat(args: KeyArgs) -> Result<()> {
 pub(crate) fn ls(args: LsArgs) -> Result<()> {
     let prefix = &args.prefix;
     let objects = with_client(&args.cluster, |client| async move {
-        client.list(prefix).await.with_context(|| format!("ls {prefix:?}"))
+        let mut all: Vec<somnus_core::cluster::ListedObject> = Vec::new();
+        loop {
+            let after = all.last().map(|o| o.name.clone());
+            let (page, more) = client
+                .list_page_with(prefix, after.as_deref(), 1000, true)
+                .await
+                .with_context(|| format!("ls {prefix:?}"))?;
+            let empty = page.is_empty();
+            all.extend(page);
+            if !more || empty {
+                return anyhow::Ok(all);
+            }
+        }
     })?;
-    for object in &objects {
-        outln!("{:>14}  {}", object.size_bytes, object.name)?;
+    let mut shown = 0;
+    for object in objects.iter().filter(|o| args.all || !o.name.starts_with(INTERNAL)) {
+        outln!("{:>14}  {}", stored_size(object), object.name)?;
+        shown += 1;
     }
-    noteln!("{} objects", objects.len());
+    let hidden = objects.len() - shown;
+    match hidden {
+        0 => noteln!("{shown} objects"),
+        _ => noteln!("{shown} objects ({hidden} of the S3 gateway's own not shown: --all)"),
+    }
     Ok(())
+}
+
+/// The names the S3 gateway keeps its buckets, keys and uploads under.
+const INTERNAL: &str = "s3/";
+
+/// The bytes an object holds as its writer stored them: the size its attributes name
+/// (`somnus put`'s and the S3 gateway's records), else its data objects' (whole
+/// blocks).
+fn stored_size(object: &somnus_core::cluster::ListedObject) -> u64 {
+    let named = serde_json::from_slice::<serde_json::Value>(&object.attrs).ok();
+    named.and_then(|v| v.get("size")?.as_u64()).unwrap_or(object.size_bytes)
 }

@@ -66,7 +66,8 @@ pub(crate) fn run(args: S3Args) -> Result<()> {
             .with_context(|| format!("cannot serve S3 on {}", args.listen))?;
         let client = ClusterClient::start(Arc::new(file), secret)?;
         let store = Store::new(client);
-        // Retired data waits 15 minutes; the sweep looks every five.
+        move_legacy_records(store.clone());
+        // Abandoned uploads are looked for every five minutes.
         let sweeper = std::time::Duration::from_secs(300);
         somnus_s3::sweep_abandoned_uploads(store.clone(), abandoned_after, sweeper);
         let service = somnus_s3::service(store, std::slice::from_ref(&credentials));
@@ -84,4 +85,30 @@ pub(crate) fn run(args: S3Args) -> Result<()> {
         somnus_s3::serve(listener, service, stop).await?;
         Ok(())
     })
+}
+
+/// Moves the records an earlier build's gateway wrote into their names' attributes
+/// (`somnus_s3::legacy`), in the background, tried again a few times while the
+/// cluster comes up; what it moved is printed.
+fn move_legacy_records(store: Store) {
+    tokio::spawn(async move {
+        for attempt in 1..=5u32 {
+            match store.move_legacy_records().await {
+                Ok(moved) if moved == somnus_s3::legacy::Moved::default() => return,
+                Ok(moved) => {
+                    eprintln!(
+                        "somnus s3: moved {} records of an earlier build into the metadata \
+                         service, deleted {} names no record holds",
+                        moved.records, moved.deleted
+                    );
+                    return;
+                }
+                Err(error) if attempt < 5 => {
+                    let _ = error;
+                    tokio::time::sleep(std::time::Duration::from_secs(2)).await;
+                }
+                Err(error) => eprintln!("somnus s3: moving an earlier build's records: {error}"),
+            }
+        }
+    });
 }

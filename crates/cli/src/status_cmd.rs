@@ -6,7 +6,7 @@ use anyhow::{Result, bail};
 use clap::{Args, Subcommand};
 use somnus_runtime::cluster_file::ClusterFile;
 use somnus_runtime::http::{self, CallError};
-use somnus_runtime::status::{MdsReport, ServerReport};
+use somnus_runtime::status::{MdsReport, MdsServerView, ServerReport};
 
 use crate::cluster_cmd::{ClusterArg, load, runtime};
 
@@ -83,10 +83,27 @@ pub(crate) fn status(args: StatusArgs) -> Result<()> {
     print_status(&file, &mds, &servers)
 }
 
-/// A server's free disk space, in MiB, marked when it counts its disk full.
-fn disk_free(report: &ServerReport) -> String {
-    let free = report.free_bytes.map_or("-".to_string(), |b| format!("{} MiB", b >> 20));
-    if report.full { format!("{free} FULL") } else { free }
+/// Bytes for a person: B, KiB, MiB, GiB or TiB, three figures.
+pub(crate) fn bytes(value: u64) -> String {
+    const UNITS: [&str; 5] = ["B", "KiB", "MiB", "GiB", "TiB"];
+    let mut scaled = value as f64;
+    let mut unit = 0;
+    while scaled >= 1024.0 && unit + 1 < UNITS.len() {
+        scaled /= 1024.0;
+        unit += 1;
+    }
+    match unit {
+        0 => format!("{value} B"),
+        _ if scaled < 10.0 => format!("{scaled:.2} {}", UNITS[unit]),
+        _ if scaled < 100.0 => format!("{scaled:.1} {}", UNITS[unit]),
+        _ => format!("{scaled:.0} {}", UNITS[unit]),
+    }
+}
+
+/// A server's free disk space, marked when it counts its disk full.
+fn disk_free(view: &MdsServerView) -> String {
+    let free = view.space.free_bytes.map_or("-".to_string(), bytes);
+    if view.full { format!("{free} FULL") } else { free }
 }
 
 fn print_status(
@@ -108,7 +125,7 @@ fn print_status(
         mds.counters.wakes
     )?;
     outln!(
-        "{:>6}  {:>4}  {:>4}  {:<8}  {:>9}  {:>6}  {:>7}  {:>12}  {:>14}  {:>12}  {:>12}",
+        "{:>6}  {:>4}  {:>4}  {:<8}  {:>9}  {:>6}  {:>7}  {:>10}  {:>10}  {:>10}  {:>14}  {:>10}  {:>12}  {:>12}",
         "server",
         "rack",
         "gear",
@@ -116,8 +133,11 @@ fn print_status(
         "primaries",
         "groups",
         "watts",
-        "DVL bytes",
-        "disk free",
+        "DVL",
+        "stored",
+        "on disk",
+        "free",
+        "to free",
         "energy J",
         "saved J"
     )?;
@@ -128,6 +148,14 @@ fn print_status(
             "{:>6}  {:>4}  {:>4}  {:<8}  {:>9}  {:>6}",
             view.id, view.rack, view.gear_group, power, view.primaries, view.chunk_groups
         );
+        // Space as the MDS last heard it (a sleeping server's from before it slept).
+        let space = format!(
+            "{:>10}  {:>10}  {:>14}  {:>10}",
+            bytes(view.space.stored_bytes),
+            view.space.disk_bytes.map_or("-".to_string(), bytes),
+            disk_free(view),
+            bytes(view.space.to_free_bytes)
+        );
         match report {
             Some(r) => {
                 let e = &r.energy;
@@ -135,19 +163,17 @@ fn print_status(
                 always_on += e.joules_if_always_on;
                 answered += 1;
                 outln!(
-                    "{head}  {:>7.1}  {:>12}  {:>14}  {:>12.0}  {:>12.0}",
+                    "{head}  {:>7.1}  {:>10}  {space}  {:>12.0}  {:>12.0}",
                     e.watts,
-                    r.dvl_live_bytes,
-                    disk_free(r),
+                    bytes(r.dvl_live_bytes),
                     e.joules,
                     e.joules_if_always_on - e.joules
                 )?;
             }
             None => outln!(
-                "{head}  {:>7}  {:>12}  {:>14}  {:>12}  {:>12}",
+                "{head}  {:>7}  {:>10}  {space}  {:>12}  {:>12}",
                 "-",
                 "no answer",
-                "-",
                 "-",
                 "-"
             )?,
@@ -163,6 +189,17 @@ fn print_status(
             file.cluster.disk_reserve_bytes >> 20
         )?;
     }
+    let space = &mds.space;
+    outln!(
+        "space: {} stored in objects ({} with every replica), {} on disk, {} free, {} to \
+         free ({} deletes waiting: freed a grace after them, by sleeping servers when they wake)",
+        bytes(space.logical_bytes),
+        bytes(space.stored_bytes),
+        bytes(space.disk_bytes),
+        bytes(space.free_bytes),
+        bytes(space.to_free_bytes),
+        space.frees_queued
+    )?;
     let saved = always_on - joules;
     let percent = if always_on > 0.0 { 100.0 * saved / always_on } else { 0.0 };
     outln!(

@@ -12,9 +12,10 @@ use std::sync::Arc;
 use bytes::{Bytes, BytesMut};
 use somnus_core::cluster::client::{Client, ClientAction, ClientEvent, ClientOp, ClientOutcome};
 use somnus_core::cluster::{
-    ChunkId, ClientId, ListedObject, ObjectInfo, Payload, Peer, Piece, Stamp,
+    BindCondition, ChunkId, ClientId, ListedObject, ObjectInfo, ObjectRef, Payload, Peer, Piece,
+    Stamp,
 };
-use somnus_types::{ByteRange, Version};
+use somnus_types::{ByteRange, ObjectId, Version};
 use somnus_wire::ClusterSecret;
 use tokio::sync::{mpsc, oneshot};
 
@@ -45,6 +46,26 @@ pub enum ClientError {
 }
 
 type Reply = oneshot::Sender<ClientOutcome>;
+
+/// A bind ([`ClusterClient::bind`]): make `name` hold `data`, in order, with `attrs`,
+/// if `require` exists and `condition` holds; what it held before, and what the names
+/// of `taking` held (they go), is freed unless listed in `data`.
+#[derive(Clone, Debug, Default)]
+pub struct Bind {
+    pub name: String,
+    pub data: Vec<ObjectId>,
+    pub attrs: Vec<u8>,
+    pub taking: Vec<String>,
+    pub require: Option<String>,
+    pub condition: BindCondition,
+}
+
+/// What a data op addresses.
+#[derive(Clone, Copy)]
+enum Target<'a> {
+    Name(&'a str),
+    Data(&'a ObjectRef),
+}
 
 /// A connection to a cluster. Cheap to clone; the task stops when every clone is gone.
 #[derive(Clone)]
@@ -123,11 +144,22 @@ impl ClusterClient {
         start_after: Option<&str>,
         limit: u32,
     ) -> Result<(Vec<ListedObject>, bool), ClientError> {
+        self.list_page_with(prefix, start_after, limit, false).await
+    }
+
+    /// [`ClusterClient::list_page`], each name with its attributes if `attrs`.
+    pub async fn list_page_with(
+        &self,
+        prefix: &str,
+        start_after: Option<&str>,
+        limit: u32,
+        attrs: bool,
+    ) -> Result<(Vec<ListedObject>, bool), ClientError> {
         let op = ClientOp::List {
             prefix: prefix.to_owned(),
             start_after: start_after.map(str::to_owned),
             limit,
-            attrs: false,
+            attrs,
         };
         match self.call(op).await? {
             ClientOutcome::Listed { objects, truncated } => Ok((objects, truncated)),
@@ -153,6 +185,41 @@ impl ClusterClient {
         self.call(ClientOp::Delete { name: name.to_owned() }).await.map(|_| ())
     }
 
+    /// Deletes those of `names` that exist (at most a bind's worth: 10,000), at once.
+    pub async fn delete_many(&self, names: Vec<String>) -> Result<(), ClientError> {
+        self.call(ClientOp::DeleteMany { names }).await.map(|_| ())
+    }
+
+    /// A data object of `size_bytes` (whole blocks) to write with [`Self::write_to`]
+    /// and then name with [`Self::bind`]; unbound, it is freed after the cluster's
+    /// pending grace.
+    pub async fn allocate(&self, size_bytes: u64) -> Result<ObjectRef, ClientError> {
+        match self.call(ClientOp::Allocate { size_bytes }).await? {
+            ClientOutcome::Object(info) => info.data.into_iter().next().ok_or_else(|| {
+                ClientError::Refused(somnus_core::cluster::client::ClientError::BadRange {
+                    range: ByteRange::new(0, size_bytes),
+                    size: 0,
+                })
+            }),
+            other => unreachable!("an allocation answered {other:?}"),
+        }
+    }
+
+    /// Gives back an allocation that will not be bound: its space is freed without
+    /// waiting for the pending grace.
+    pub async fn release(&self, object: ObjectId) -> Result<(), ClientError> {
+        self.call(ClientOp::Release { object }).await.map(|_| ())
+    }
+
+    /// Binds a name ([`Bind`]); the name as it is then.
+    pub async fn bind(&self, bind: Bind) -> Result<ObjectInfo, ClientError> {
+        let Bind { name, data, attrs, taking, require, condition } = bind;
+        match self.call(ClientOp::Bind { name, data, attrs, taking, require, condition }).await? {
+            ClientOutcome::Object(info) => Ok(info),
+            other => unreachable!("a bind answered {other:?}"),
+        }
+    }
+
     /// A stamp no other write of this client carries: the client's id and a count.
     fn stamp(&self) -> Stamp {
         let n = self.stamps.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
@@ -162,11 +229,36 @@ impl ClusterClient {
     /// Writes `data` at `offset` (both whole blocks), acknowledged once every replica
     /// holds it durably.
     pub async fn write(&self, name: &str, offset: u64, data: Bytes) -> Result<(), ClientError> {
+        self.write_target(Target::Name(name), offset, data).await
+    }
+
+    /// [`Self::write`] into a data object given whole (no lookup of a name).
+    pub async fn write_to(
+        &self,
+        object: &ObjectRef,
+        offset: u64,
+        data: Bytes,
+    ) -> Result<(), ClientError> {
+        self.write_target(Target::Data(object), offset, data).await
+    }
+
+    async fn write_target(
+        &self,
+        target: Target<'_>,
+        offset: u64,
+        data: Bytes,
+    ) -> Result<(), ClientError> {
         let ops = cut(ByteRange::new(offset, data.len() as u64)).into_iter().map(|range| {
             let at = (range.start - offset) as usize;
             let bytes = data.slice(at..at + range.size_bytes() as usize);
             let data = Payload::new(bytes);
-            ClientOp::Write { name: name.to_owned(), range, stamp: self.stamp(), data }
+            let stamp = self.stamp();
+            match target {
+                Target::Name(name) => ClientOp::Write { name: name.to_owned(), range, stamp, data },
+                Target::Data(object) => {
+                    ClientOp::WriteTo { object: object.clone(), range, stamp, data }
+                }
+            }
         });
         for result in self.run_bounded(ops.collect()).await {
             result?;
@@ -176,9 +268,27 @@ impl ClusterClient {
 
     /// Reads `range` (whole blocks); blocks never written read as zeros.
     pub async fn read(&self, name: &str, range: ByteRange) -> Result<Bytes, ClientError> {
-        let ops = cut(range)
-            .into_iter()
-            .map(|part| ClientOp::Read { name: name.to_owned(), range: part });
+        self.read_target(Target::Name(name), range).await
+    }
+
+    /// [`Self::read`] of a data object given whole (no lookup of a name).
+    pub async fn read_from(
+        &self,
+        object: &ObjectRef,
+        range: ByteRange,
+    ) -> Result<Bytes, ClientError> {
+        self.read_target(Target::Data(object), range).await
+    }
+
+    async fn read_target(
+        &self,
+        target: Target<'_>,
+        range: ByteRange,
+    ) -> Result<Bytes, ClientError> {
+        let ops = cut(range).into_iter().map(|part| match target {
+            Target::Name(name) => ClientOp::Read { name: name.to_owned(), range: part },
+            Target::Data(object) => ClientOp::ReadFrom { object: object.clone(), range: part },
+        });
         let mut out = BytesMut::zeroed(range.size_bytes() as usize);
         for result in self.run_bounded(ops.collect()).await {
             let ClientOutcome::Read(pieces) = result? else { continue };

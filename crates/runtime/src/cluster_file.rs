@@ -127,10 +127,40 @@ pub struct ClusterSection {
     /// writes under way, its journal's checkpoint and its logger have room.
     #[serde(default = "default_disk_reserve")]
     pub disk_reserve_bytes: u64,
+    /// Seconds a deleted or replaced object's data stays on the servers before they
+    /// free it (on the cluster's clock), so that a read begun on it reads it whole
+    /// (docs/space.md).
+    #[serde(default = "default_free_grace", skip_serializing_if = "is_default_free_grace")]
+    pub free_grace_s: f64,
+    /// Seconds an allocated data object may stay unbound before it is freed (a writer
+    /// that died between its data and its bind).
+    #[serde(default = "default_pending_grace", skip_serializing_if = "is_default_pending_grace")]
+    pub pending_grace_s: f64,
+}
+
+/// Seconds (checked to be finite and within a year) as a duration.
+fn seconds(value: f64) -> VirtualDuration {
+    VirtualDuration::from_nanos((value.max(0.0) * 1e9) as u64)
 }
 
 fn one() -> f64 {
     1.0
+}
+
+fn default_free_grace() -> f64 {
+    ClusterConfig::sierra().free_grace.as_secs_f64()
+}
+
+fn is_default_free_grace(value: &f64) -> bool {
+    *value == default_free_grace()
+}
+
+fn default_pending_grace() -> f64 {
+    ClusterConfig::sierra().pending_grace.as_secs_f64()
+}
+
+fn is_default_pending_grace(value: &f64) -> bool {
+    *value == default_pending_grace()
 }
 
 fn default_server_profile() -> String {
@@ -156,6 +186,8 @@ impl Default for ClusterSection {
             time_scale: one(),
             server_profile: default_server_profile(),
             disk_reserve_bytes: default_disk_reserve(),
+            free_grace_s: default_free_grace(),
+            pending_grace_s: default_pending_grace(),
         }
     }
 }
@@ -228,6 +260,16 @@ impl ClusterFile {
         }
         if !(self.cluster.time_scale.is_finite() && self.cluster.time_scale > 0.0) {
             return Err(format!("time_scale must be above 0, not {}", self.cluster.time_scale));
+        }
+        let graces = [
+            ("free_grace_s", self.cluster.free_grace_s),
+            ("pending_grace_s", self.cluster.pending_grace_s),
+        ];
+        for (key, value) in graces {
+            // A day of nanoseconds fits easily; a year is the bound of any sane grace.
+            if !(value.is_finite() && (0.0..=365.0 * 86_400.0).contains(&value)) {
+                return Err(format!("{key} must be 0 to a year of seconds, not {value}"));
+            }
         }
         for server in &self.servers {
             server.power.check().map_err(|e| format!("server {}: power: {e}", server.id))?;
@@ -331,6 +373,8 @@ impl ClusterFile {
             logger_capacity_bytes: self.cluster.logger_capacity_bytes,
             seed: self.cluster.seed,
             disk_reserve_bytes: self.cluster.disk_reserve_bytes,
+            free_grace: seconds(self.cluster.free_grace_s),
+            pending_grace: seconds(self.cluster.pending_grace_s),
             ..ClusterConfig::sierra()
         }
     }

@@ -80,19 +80,34 @@ impl CommandLog {
 
     /// Appends `command`, durably.
     pub fn append(&mut self, command: &Command) -> Result<(), CommandLogError> {
-        let bytes = postcard::to_allocvec(command).map_err(|error| CommandLogError::Encode {
-            path: self.path.clone(),
-            key: self.next,
-            reason: error.to_string(),
-        })?;
+        self.append_all(std::slice::from_ref(command))
+    }
+
+    /// Appends `commands` in order, durably, in one transaction (one sync): all of
+    /// them or, if it fails, none.
+    pub fn append_all(&mut self, commands: &[Command]) -> Result<(), CommandLogError> {
+        let encoded: Vec<Vec<u8>> = commands
+            .iter()
+            .enumerate()
+            .map(|(i, command)| {
+                postcard::to_allocvec(command).map_err(|error| CommandLogError::Encode {
+                    path: self.path.clone(),
+                    key: self.next + i as u64,
+                    reason: error.to_string(),
+                })
+            })
+            .collect::<Result<_, _>>()?;
         let txn = self.db.begin_write().map_err(|e| self.store_error(e.into()))?;
         {
             let mut table = txn.open_table(LOG).map_err(|e| self.store_error(e.into()))?;
-            table.insert(self.next, bytes.as_slice()).map_err(|e| self.store_error(e.into()))?;
+            for (i, bytes) in encoded.iter().enumerate() {
+                let key = self.next + i as u64;
+                table.insert(key, bytes.as_slice()).map_err(|e| self.store_error(e.into()))?;
+            }
         }
         txn.commit().map_err(|e| self.store_error(e.into()))?;
-        self.next += 1;
-        self.logged += 1;
+        self.next += commands.len() as u64;
+        self.logged += commands.len() as u64;
         Ok(())
     }
 

@@ -34,6 +34,12 @@ pub struct MdsStatus {
     pub counters: MdsCounters,
     /// The servers whose last heartbeat said their disk is full.
     pub full: Vec<ServerId>,
+    /// Each server's last report of its disk, and the bytes to free there.
+    pub space: Vec<somnus_core::cluster::SpaceReport>,
+    pub to_free: Vec<u64>,
+    /// Bytes the names hold, and entries of the free log.
+    pub logical_bytes: u64,
+    pub frees_queued: usize,
 }
 
 /// Commands logged since the snapshot past which the log is compacted: a restart
@@ -98,6 +104,14 @@ pub async fn run(
         let timer = matches!(event, MdsEvent::TimerFired);
         let full_before = mds.full_servers().to_vec();
         mds.handle(clock.now(), event);
+        // Group commit: the messages already waiting are handled as well, and the
+        // commands of them all made durable in one transaction (one sync) before any
+        // of their answers goes out. Under many clients at once, a command waits for
+        // one sync instead of one per command before it.
+        for _ in 1..GROUP_EVENTS_MAX {
+            let Ok(Inbound { from, message }) = inputs.inbox.try_recv() else { break };
+            mds.handle(clock.now(), MdsEvent::MessageReceived { from, message });
+        }
         let changed = carry_out(&mut mds, &mut log, &outbox, wake.as_ref())?;
         compact_if_due(&mds, &mut log, &layout)?;
         // What status shows changes by a command (a client's `put` then `status` sees
@@ -111,6 +125,9 @@ pub async fn run(
     publish(&mds, &status);
     Ok(())
 }
+
+/// Events handled at most before their commands are made durable together.
+const GROUP_EVENTS_MAX: usize = 256;
 
 /// How often the MDS publishes its status at the least (real time).
 const STATUS_INTERVAL: std::time::Duration = std::time::Duration::from_millis(500);
@@ -138,6 +155,10 @@ fn publish(mds: &Mds, status: &watch::Sender<MdsStatus>) {
         objects: mds.object_count(),
         counters: mds.counters(),
         full: mds.full_servers().to_vec(),
+        space: servers.clone().map(|s| mds.space_of(s)).collect(),
+        to_free: mds.bytes_to_free(),
+        logical_bytes: mds.bytes_named(),
+        frees_queued: mds.frees_queued(),
     });
 }
 
@@ -161,29 +182,36 @@ fn compact_after(
     tokio::task::block_in_place(|| log.compact(&snapshot))
 }
 
-/// Carries out the MDS's actions in order (a command persisted before any action
-/// after it); whether any command was persisted.
+/// Carries out the MDS's actions: every command persisted first, in one transaction,
+/// then the others in order (so each after the commands before it); whether any
+/// command was persisted.
 fn carry_out(
     mds: &mut Mds,
     log: &mut CommandLog,
     outbox: &Outbox,
     wake: &(dyn Fn(ServerId) + Send + Sync),
 ) -> Result<bool, CommandLogError> {
-    let mut persisted = false;
+    let mut commands = Vec::new();
+    let mut others = Vec::new();
     while let Some(action) = mds.poll_action() {
         match action {
-            MdsAction::Persist(command) => {
-                tokio::task::block_in_place(|| log.append(&command))?;
-                persisted = true;
-            }
+            MdsAction::Persist(command) => commands.push(command),
+            other => others.push(other),
+        }
+    }
+    if !commands.is_empty() {
+        tokio::task::block_in_place(|| log.append_all(&commands))?;
+    }
+    for action in others {
+        match action {
             MdsAction::Send { to, message } => outbox.send(to, message),
             MdsAction::WakeServer(server) => wake(server),
             // Never enabled here (docs/gear-scheduler.md, "io-server"): no compute
             // load reaches the runtime's MDS, and no node has an io-server actuator.
-            MdsAction::ComputeRole { .. } => {}
+            MdsAction::ComputeRole { .. } | MdsAction::Persist(_) => {}
         }
     }
-    Ok(persisted)
+    Ok(!commands.is_empty())
 }
 
 #[cfg(test)]

@@ -67,6 +67,13 @@ pub fn record_server(report: &ServerReport) {
         gauge!("somnus_disk_free_bytes").set(free as f64);
     }
     gauge!("somnus_disk_full").set(if report.full { 1.0 } else { 0.0 });
+    gauge!("somnus_stored_bytes").set(report.stored_bytes as f64);
+    if let Some(disk) = report.disk_bytes {
+        gauge!("somnus_disk_used_bytes").set(disk as f64);
+    }
+    gauge!("somnus_pack_slots_used").set(report.slots_used as f64);
+    gauge!("somnus_pack_slots_reserved").set(report.slots_reserved as f64);
+    gauge!("somnus_journal_bytes").set(report.journal_bytes as f64);
     // The logger's live bytes are other servers' writes not yet reclaimed: the
     // reclaim backlog it holds; the used bytes are what its files take.
     gauge!("somnus_reclaim_backlog_bytes").set(report.dvl_live_bytes as f64);
@@ -85,6 +92,8 @@ pub fn record_server(report: &ServerReport) {
         ("rebuilt_bytes", c.rebuilt_bytes),
         ("writes_refused_no_space", c.writes_refused_no_space),
         ("disk_writes_failed", c.disk_writes_failed),
+        ("objects_freed", c.objects_freed),
+        ("logged_writes_dropped", c.logged_writes_dropped),
     ] {
         counter!(format!("somnus_{name}_total")).absolute(value);
     }
@@ -98,8 +107,24 @@ pub fn record_mds(report: &MdsReport) {
     for server in &report.servers {
         let id = server.id.to_string();
         gauge!("somnus_server_power_state", "server" => id.clone()).set(power_code(server.power));
-        gauge!("somnus_server_primaries", "server" => id).set(server.primaries as f64);
+        gauge!("somnus_server_primaries", "server" => id.clone()).set(server.primaries as f64);
+        let space = &server.space;
+        gauge!("somnus_server_stored_bytes", "server" => id.clone()).set(space.stored_bytes as f64);
+        if let Some(disk) = space.disk_bytes {
+            gauge!("somnus_server_disk_used_bytes", "server" => id.clone()).set(disk as f64);
+        }
+        if let Some(free) = space.free_bytes {
+            gauge!("somnus_server_disk_free_bytes", "server" => id.clone()).set(free as f64);
+        }
+        gauge!("somnus_server_to_free_bytes", "server" => id).set(space.to_free_bytes as f64);
     }
+    let space = &report.space;
+    gauge!("somnus_logical_bytes").set(space.logical_bytes as f64);
+    gauge!("somnus_cluster_stored_bytes").set(space.stored_bytes as f64);
+    gauge!("somnus_cluster_disk_used_bytes").set(space.disk_bytes as f64);
+    gauge!("somnus_cluster_disk_free_bytes").set(space.free_bytes as f64);
+    gauge!("somnus_cluster_to_free_bytes").set(space.to_free_bytes as f64);
+    gauge!("somnus_frees_queued").set(space.frees_queued as f64);
     if let Some(rapl) = report.rapl_joules {
         gauge!("somnus_energy_joules", "unit" => "package", "source" => "rapl").set(rapl);
     }
@@ -108,6 +133,7 @@ pub fn record_mds(report: &MdsReport) {
     counter!("somnus_migrations_total").absolute(c.migrations);
     counter!("somnus_servers_failed_total").absolute(c.servers_failed);
     counter!("somnus_wakes_total").absolute(c.wakes);
+    counter!("somnus_orphans_found_total").absolute(c.orphans_found);
     record_wire(&report.wire);
 }
 

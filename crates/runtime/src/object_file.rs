@@ -76,7 +76,7 @@ impl ClusterClient {
         source: &mut (dyn std::io::Read + Send),
     ) -> Result<(), ObjectError> {
         let body = padded(length);
-        self.create(name, BLOCK_BYTES + body).await?;
+        let made = self.create(name, BLOCK_BYTES + body).await?;
         let mut writing = VecDeque::new();
         let mut outcome = self.send_body(name, length, source, &mut writing).await;
         while let Some(write) = writing.pop_front() {
@@ -91,7 +91,17 @@ impl ClusterClient {
             Ok(_) => return Err(ObjectError::SourceChanged { length }),
             Err(error) => return Err(ObjectError::Source(error)),
         }
-        Ok(self.write(name, 0, header(length, crc)).await?)
+        self.write(name, 0, header(length, crc)).await?;
+        // The size as stored, for listings (`somnus ls`) that read no header.
+        let bind = crate::client::Bind {
+            name: name.to_owned(),
+            data: made.data.iter().map(|d| d.object).collect(),
+            attrs: serde_json::to_vec(&serde_json::json!({ "size": length })).unwrap_or_default(),
+            condition: somnus_core::cluster::BindCondition::Generation(made.generation),
+            ..crate::client::Bind::default()
+        };
+        self.bind(bind).await?;
+        Ok(())
     }
 
     /// Reads the body from `source` and sends it a request at a time, `IN_FLIGHT` at

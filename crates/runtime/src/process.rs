@@ -19,7 +19,9 @@ use crate::http::{Endpoint, Operator};
 use crate::mds_node::MdsStatus;
 use crate::net::{Outbox, listen};
 use crate::power::{NodeMeter, PowerDriver, Rapl, WakeListener, Waker};
-use crate::status::{MdsReport, MdsServerView, ServerReport, WireReport};
+use crate::status::{
+    ClusterSpace, MdsReport, MdsServerView, ServerReport, ServerSpace, WireReport,
+};
 use crate::transport::{Identity, WireCounters};
 use crate::{http, mds_node, metrics, secret_file, server_node};
 
@@ -188,9 +190,26 @@ fn mds_report(
                     primaries: now.groups_led.get(index).copied().unwrap_or(0),
                     chunk_groups: now.groups_held.get(index).copied().unwrap_or(0),
                     full: now.full.contains(&server),
+                    space: {
+                        let told = now.space.get(index).copied().unwrap_or_default();
+                        ServerSpace {
+                            stored_bytes: told.stored_bytes,
+                            disk_bytes: told.disk_bytes,
+                            free_bytes: told.free_bytes,
+                            to_free_bytes: now.to_free.get(index).copied().unwrap_or(0),
+                        }
+                    },
                 }
             })
-            .collect();
+            .collect::<Vec<MdsServerView>>();
+        let space = ClusterSpace {
+            logical_bytes: now.logical_bytes,
+            stored_bytes: servers.iter().map(|s| s.space.stored_bytes).sum(),
+            disk_bytes: servers.iter().filter_map(|s| s.space.disk_bytes).sum(),
+            free_bytes: servers.iter().filter_map(|s| s.space.free_bytes).sum(),
+            to_free_bytes: servers.iter().map(|s| s.space.to_free_bytes).sum(),
+            frees_queued: now.frees_queued,
+        };
         let rapl_joules =
             rapl.lock().unwrap_or_else(PoisonError::into_inner).as_mut().map(Rapl::joules);
         let report = MdsReport {
@@ -201,6 +220,7 @@ fn mds_report(
             servers,
             groups: now.groups,
             counters: now.counters,
+            space,
             rapl_joules,
             wire: WireReport::of(&counters),
         };
@@ -288,6 +308,11 @@ fn server_report(
             full: now.full,
             dvl_live_bytes: now.log_live_bytes,
             dvl_used_bytes: now.log_used_bytes,
+            stored_bytes: now.stored_bytes,
+            disk_bytes: now.disk_bytes,
+            slots_used: now.packs.slots_used,
+            slots_reserved: now.packs.slots_reserved,
+            journal_bytes: now.journal_bytes,
             counters: now.counters,
             energy,
             wire: WireReport::of(&counters),

@@ -22,6 +22,10 @@ pub struct MdsReport {
     #[serde(default)]
     pub groups: Vec<GroupReport>,
     pub counters: MdsCounters,
+    /// Space over the whole cluster (docs/space.md): what its names hold, and per
+    /// server below.
+    #[serde(default)]
+    pub space: ClusterSpace,
     /// RAPL package energy of the MDS's host since it started, where exposed.
     pub rapl_joules: Option<f64>,
     pub wire: WireReport,
@@ -41,6 +45,38 @@ pub struct MdsServerView {
     /// Its last heartbeat said its disk is full: writes to its groups are refused.
     #[serde(default)]
     pub full: bool,
+    /// Its disk, as its last heartbeat told (a sleeping server's from before it
+    /// slept), and the bytes waiting to be freed there.
+    #[serde(default)]
+    pub space: ServerSpace,
+}
+
+/// A server's space, as the MDS knows it.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ServerSpace {
+    /// Bytes of data its replicas hold, each block once.
+    pub stored_bytes: u64,
+    /// Bytes its files take on its disk, last measured.
+    pub disk_bytes: Option<u64>,
+    /// Free bytes on its disk, last measured.
+    pub free_bytes: Option<u64>,
+    /// Bytes of deleted data it is to free (at most: a chunk may be written in part).
+    pub to_free_bytes: u64,
+}
+
+/// The cluster's space, summed.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ClusterSpace {
+    /// Bytes the names hold, as their writers stored them (each once, before
+    /// replication; whole blocks).
+    pub logical_bytes: u64,
+    /// Over every server: data held (each replica), files on disk, free, to free.
+    pub stored_bytes: u64,
+    pub disk_bytes: u64,
+    pub free_bytes: u64,
+    pub to_free_bytes: u64,
+    /// Entries of the free log not yet applied by every server they wait for.
+    pub frees_queued: usize,
 }
 
 /// One chunk group as the MDS sees it.
@@ -68,6 +104,19 @@ pub struct ServerReport {
     /// Bytes of other servers' DVLs its logger holds (live), and uses on disk.
     pub dvl_live_bytes: u64,
     pub dvl_used_bytes: u64,
+    /// Bytes of data its replicas hold (each block once), and bytes its files take.
+    #[serde(default)]
+    pub stored_bytes: u64,
+    #[serde(default)]
+    pub disk_bytes: Option<u64>,
+    /// Its packs' slots in use and reserved, and its journals' bytes no checkpoint
+    /// covers yet.
+    #[serde(default)]
+    pub slots_used: u64,
+    #[serde(default)]
+    pub slots_reserved: u64,
+    #[serde(default)]
+    pub journal_bytes: u64,
     pub counters: ServerCounters,
     pub energy: PowerReading,
     pub wire: WireReport,

@@ -460,9 +460,10 @@ impl S3 for Gateway {
             }
         };
         let headers = stored_headers!(input);
+        let conditions = write_conditions(input.if_match.as_ref(), input.if_none_match.as_ref());
         let record = self
             .store
-            .put(&input.bucket, &input.key, length, body, headers, md5)
+            .put(&input.bucket, &input.key, length, body, headers, md5, &conditions)
             .await
             .map_err(s3)?;
         let output = PutObjectOutput { e_tag: Some(etag(&record)), ..Default::default() };
@@ -685,7 +686,15 @@ impl S3 for Gateway {
         let headers = if replace { stored_headers!(input) } else { source.headers.clone() };
         let record = self
             .store
-            .put(&input.bucket, &input.key, source.size, stream, headers, None)
+            .put(
+                &input.bucket,
+                &input.key,
+                source.size,
+                stream,
+                headers,
+                None,
+                &crate::store::WriteConditions::default(),
+            )
             .await
             .map_err(s3)?;
         let result = CopyObjectResult {
@@ -931,13 +940,11 @@ impl S3 for Gateway {
 }
 
 impl Gateway {
-    /// A PUT's length and Content-MD5, and its conditions (If-None-Match, If-Match)
-    /// checked against the object stored.
+    /// A PUT's length and Content-MD5 (its conditions are the store's to check, with
+    /// the bucket, before the body is read).
     async fn put_checks(&self, input: &PutObjectInput) -> S3Result<(u64, Option<[u8; 16]>)> {
         let length = body_length(input.content_length, PUT_BYTES_MAX, "a PUT")?;
         let md5 = content_md5(input.content_md5.as_deref())?;
-        let conditions = write_conditions(input.if_match.as_ref(), input.if_none_match.as_ref());
-        self.store.check_write(&input.bucket, &input.key, &conditions).await.map_err(s3)?;
         Ok((length, md5))
     }
 

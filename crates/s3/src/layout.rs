@@ -1,22 +1,22 @@
-//! Where the gateway keeps S3's buckets and objects among the cluster's objects
-//! (docs/s3-compat.md, "How objects are stored").
+//! Where the gateway keeps S3's buckets and objects among the cluster's names
+//! (docs/s3-compat.md, "How objects are stored"). Each record is a name's attributes
+//! at the MDS; bytes are the name's data objects.
 //!
-//! - a bucket is a one-block marker object `s3/b/<bucket>` holding its creation time;
-//! - an S3 object is a record object `s3/k/<bucket>/<key>` (what the key lists as, its
-//!   size, ETag, time and headers) naming a data object `s3/d/<bucket>/<id>` that holds
-//!   the bytes, padded to whole blocks. A PUT writes a new data object and then the
-//!   record, in one request, so a reader sees the old object or the new one whole;
-//! - a multipart upload is a record `s3/u/<bucket>/<upload id>` (its key and headers)
-//!   and per part a record `s3/p/<bucket>/<upload id>/<part number>` naming the part's
-//!   data object; completing it writes a key record that names the parts' data
-//!   objects in order (no byte is copied).
-//!
+//! - a bucket is a name `s3/b/<bucket>` holding its creation time, and no data;
+//! - an S3 object is a name `s3/k/<bucket>/<key>` whose attributes are its record
+//!   (size, ETag, time, headers) and whose data objects hold its bytes, padded to
+//!   whole blocks. A PUT writes a new data object and then binds the name to it with
+//!   the record, in one command, so a reader sees the old object or the new one whole;
+//! - a multipart upload is a name `s3/u/<bucket>/<upload id>` (its key and headers)
+//!   and per part a name `s3/p/<bucket>/<upload id>/<part number>` holding the part's
+//!   data object; completing it binds the key's name to the parts' data objects in
+//!   order, taking the upload's names (no byte is copied);
 //! - the completion or abort that finishes an upload first takes its claim
-//!   `s3/c/<bucket>/<upload id>` by an exclusive create;
-//! - data objects a PUT, a completion or a DELETE left unnamed are listed in a record
-//!   `s3/t/<time>-<id>` and deleted by the sweep a grace period later.
+//!   `s3/c/<bucket>/<upload id>` by an exclusive bind.
 //!
-//! Keys are cluster object names, never paths: nothing of a key reaches a filesystem.
+//! Data no name holds any more (replaced, deleted, parts not completed) is freed by
+//! the cluster a grace later. Keys are cluster object names, never paths: nothing of a
+//! key reaches a filesystem.
 
 use std::fmt::Write as _;
 
@@ -37,10 +37,6 @@ pub(crate) fn key_record(bucket: &str, key: &str) -> String {
 /// keys in S3's order (UTF-8 bytes).
 pub(crate) fn key_prefix(bucket: &str) -> String {
     format!("s3/k/{bucket}/")
-}
-
-pub(crate) fn data_object(bucket: &str, id: &str) -> String {
-    format!("s3/d/{bucket}/{id}")
 }
 
 pub(crate) fn upload_record(bucket: &str, upload: &str) -> String {
@@ -67,18 +63,6 @@ pub(crate) fn upload_claim(bucket: &str, upload: &str) -> String {
 
 pub(crate) fn claim_prefix(bucket: &str) -> String {
     format!("s3/c/{bucket}/")
-}
-
-/// Data objects retired at `ms` (zero-padded: a listing is in time order).
-pub(crate) fn retired(ms: i64, id: &str) -> String {
-    format!("{RETIRED}{:013}-{id}", ms.max(0))
-}
-
-pub(crate) const RETIRED: &str = "s3/t/";
-
-/// The time a retired record's name holds.
-pub(crate) fn retired_ms(name: &str) -> Option<i64> {
-    name.strip_prefix(RETIRED)?.split('-').next()?.parse().ok()
 }
 
 /// A fresh identifier: 128 random bits in hex.
@@ -114,14 +98,6 @@ mod tests {
     fn part_names_sort_in_part_order() {
         assert!(part_record("b", "u", 9) < part_record("b", "u", 10));
         assert!(part_record("b", "u", 10) < part_record("b", "u", 10000));
-    }
-
-    #[test]
-    fn retired_names_sort_in_time_order_and_tell_their_time() {
-        let (a, b) = (retired(9_999, "x"), retired(10_000, "a"));
-        assert!(a < b);
-        assert_eq!(retired_ms(&b), Some(10_000));
-        assert_eq!(retired_ms("s3/t/garbage"), None);
     }
 
     #[test]

@@ -11,6 +11,7 @@ mod compat;
 pub mod gateway;
 pub mod keys;
 mod layout;
+pub mod legacy;
 pub mod multipart;
 pub mod record;
 pub mod serve;

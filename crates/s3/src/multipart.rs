@@ -1,14 +1,17 @@
-//! Multipart uploads ([`crate::layout`]): an upload record, a record per part naming
-//! its data object, and on completion a key record naming the parts' data objects in
-//! order. Uploads left unfinished longer than a limit are aborted by a sweep.
+//! Multipart uploads ([`crate::layout`]): an upload's name with its record, a name per
+//! part holding the part's data object, and on completion one bind that gives the
+//! key's name the parts' data objects in order and takes the upload's names. Uploads
+//! left unfinished longer than a limit are aborted by a sweep (their data freed).
 
 use bytes::Bytes;
-use futures::{Stream, StreamExt, TryStreamExt};
+use futures::Stream;
 use md5::{Digest, Md5};
+use somnus_core::cluster::BindCondition;
+use somnus_runtime::client::Bind;
 
 use crate::layout;
-use crate::record::{Headers, ObjectRecord, UploadClaim, UploadRecord};
-use crate::store::{Store, StoreError, WriteConditions, hex, is_existing, now_ms};
+use crate::record::{self, Headers, ObjectRecord, UploadClaim, UploadRecord};
+use crate::store::{Store, StoreError, WriteConditions, hex, now_ms};
 
 /// The smallest part but the last (S3's limit).
 pub const PART_BYTES_MIN: u64 = 5 << 20;
@@ -40,10 +43,16 @@ impl Store {
         if headers.metadata_bytes() > 2048 {
             return Err(StoreError::MetadataTooLarge(headers.metadata_bytes()));
         }
-        self.bucket(bucket).await?;
         let upload = layout::fresh_id().map_err(|e| StoreError::Entropy(e.to_string()))?;
         let record = UploadRecord { key: key.to_owned(), created_ms: now_ms(), headers };
-        self.write_record(&layout::upload_record(bucket, &upload), &record).await?;
+        let bind = Bind {
+            name: layout::upload_record(bucket, &upload),
+            attrs: record::to_attrs(&record),
+            require: Some(layout::bucket_marker(bucket)),
+            condition: BindCondition::Absent,
+            ..Bind::default()
+        };
+        self.bind(bind, || StoreError::NoSuchBucket(bucket.to_owned())).await?;
         Ok(upload)
     }
 
@@ -53,8 +62,8 @@ impl Store {
         if !is_upload_id(upload) {
             return Err(missing());
         }
-        match self.read_record::<UploadRecord>(&layout::upload_record(bucket, upload)).await? {
-            Some(record) if record.key == key => Ok(record),
+        match self.record::<UploadRecord>(&layout::upload_record(bucket, upload)).await? {
+            Some((record, _)) if record.key == key => Ok(record),
             Some(_) => Err(missing()),
             None => {
                 self.bucket(bucket).await?;
@@ -63,7 +72,8 @@ impl Store {
         }
     }
 
-    /// Stores part `number` of an upload (replacing an earlier one of that number).
+    /// Stores part `number` of an upload (replacing an earlier one of that number, whose
+    /// data the cluster frees a grace later).
     #[allow(clippy::too_many_arguments)]
     pub async fn put_part(
         &self,
@@ -85,14 +95,27 @@ impl Store {
             self.refuse_if_claimed(upload, self.claim_of(bucket, upload).await?)
         };
         let body = crate::store::refuse_after_body(checked.await, body).await?;
-        let record = self.store_body(bucket, length, body, content_md5, Headers::default()).await?;
+        let (part, data) = self.store_body(length, body, content_md5, Headers::default()).await?;
         let name = layout::part_record(bucket, upload, number);
-        let replaced = self.replace_keeping(&name, &record).await?;
-        // A completion or an abort that took the upload meanwhile may have read the
-        // part replaced or this one: neither's data is touched, and the part refused.
-        self.refuse_if_claimed(upload, self.claim_of(bucket, upload).await?)?;
-        self.retire(replaced).await?;
-        Ok(record)
+        let bind = Bind {
+            name: name.clone(),
+            data: data.iter().map(|d| d.object).collect(),
+            attrs: record::to_attrs(&part),
+            require: Some(layout::upload_record(bucket, upload)),
+            ..Bind::default()
+        };
+        if let Err(error) = self.bind(bind, || StoreError::NoSuchUpload(upload.to_owned())).await {
+            self.release(data.as_ref()).await;
+            return Err(error);
+        }
+        // A completion or an abort that took the upload meanwhile may have listed the
+        // part replaced or none: this one is refused, and goes (freed), unless the
+        // completion took it already.
+        if let Err(refused) = self.refuse_if_claimed(upload, self.claim_of(bucket, upload).await?) {
+            self.remove(&name).await?;
+            return Err(refused);
+        }
+        Ok(part)
     }
 
     /// `NoSuchUpload` if a completion or an abort has taken the upload.
@@ -105,24 +128,26 @@ impl Store {
 
     /// The upload's claim, if taken.
     async fn claim_of(&self, bucket: &str, upload: &str) -> Result<Option<Claim>> {
-        let name = layout::upload_claim(bucket, upload);
-        match self.client().stat(&name).await {
-            Ok(_) => Ok(Some(Claim::Theirs(self.read_record(&name).await?))),
-            Err(error) if crate::store::is_missing(&error) => Ok(None),
-            Err(error) => Err(error.into()),
-        }
+        let claim = self.record::<UploadClaim>(&layout::upload_claim(bucket, upload)).await?;
+        Ok(claim.map(|(claim, _)| Claim::Theirs(Some(claim))))
     }
 
-    /// Takes the upload's claim for `claim` by an exclusive create, or finds whose it is.
+    /// Takes the upload's claim for `claim` by an exclusive bind, or finds whose it is.
     async fn take_claim(&self, bucket: &str, upload: &str, claim: &UploadClaim) -> Result<Claim> {
-        let name = layout::upload_claim(bucket, upload);
-        match self.client().create(&name, crate::record::RECORD_MAX).await {
-            Ok(_) => {
-                self.write_record(&name, claim).await?;
-                Ok(Claim::Ours)
+        let bind = Bind {
+            name: layout::upload_claim(bucket, upload),
+            attrs: record::to_attrs(claim),
+            condition: BindCondition::Absent,
+            ..Bind::default()
+        };
+        match self.bind(bind, || StoreError::NoSuchUpload(upload.to_owned())).await {
+            Ok(_) => Ok(Claim::Ours),
+            Err(StoreError::PreconditionFailed(_)) => {
+                let theirs =
+                    self.record::<UploadClaim>(&layout::upload_claim(bucket, upload)).await?;
+                Ok(Claim::Theirs(theirs.map(|(claim, _)| claim)))
             }
-            Err(error) if is_existing(&error) => Ok(Claim::Theirs(self.read_record(&name).await?)),
-            Err(error) => Err(error.into()),
+            Err(error) => Err(error),
         }
     }
 
@@ -142,23 +167,19 @@ impl Store {
         let prefix = layout::part_prefix(bucket, upload);
         let from = (after > 0).then(|| layout::part_record(bucket, upload, after));
         let want = max.clamp(1, 1000) as u32;
-        let (page, more) = self.client().list_page(&prefix, from.as_deref(), want).await?;
-        let numbers: Vec<u32> = page
-            .iter()
-            .filter_map(|o| o.name.strip_prefix(&prefix)?.parse().ok())
-            .take(max)
-            .collect();
-        let truncated = more || page.len() > numbers.len();
-        let parts: Vec<PartInfo> = futures::stream::iter(numbers)
-            .map(|number| async move {
-                let name = layout::part_record(bucket, upload, number);
-                let record = self.read_record::<ObjectRecord>(&name).await?;
-                Ok::<_, StoreError>(record.map(|record| PartInfo { number, record }))
-            })
-            .buffered(16)
-            .try_filter_map(|part| async move { Ok(part) })
-            .try_collect()
-            .await?;
+        let (page, more) =
+            self.client().list_page_with(&prefix, from.as_deref(), want, true).await?;
+        let mut parts = Vec::with_capacity(page.len());
+        for object in page.iter().take(max) {
+            let Some(number) = object.name.strip_prefix(&prefix).and_then(|n| n.parse().ok())
+            else {
+                continue;
+            };
+            let record = record::from_attrs(&object.attrs)
+                .map_err(|error| StoreError::Record { name: object.name.clone(), error })?;
+            parts.push(PartInfo { number, record });
+        }
+        let truncated = more || page.len() > parts.len();
         Ok((parts, truncated))
     }
 
@@ -176,12 +197,12 @@ impl Store {
         }
     }
 
-    /// Makes the parts listed (number and ETag, in ascending order) the object `key`;
-    /// the parts not listed are deleted with the upload. The completion first takes
-    /// the upload's claim, so that no part is replaced and no abort or sweep deletes
-    /// anything of it meanwhile; a completion retried with the same parts (after a
-    /// lost answer, or a gateway that stopped half way) finishes it, or answers as the
-    /// first did.
+    /// Makes the parts listed (number and ETag, in ascending order) the object `key`,
+    /// in one bind that takes the parts' data and the upload's names: the parts not
+    /// listed are freed with them. The completion first takes the upload's claim, so
+    /// that no part is replaced and no abort or sweep deletes anything of it
+    /// meanwhile; a completion retried with the same parts (after a lost answer, or a
+    /// gateway that stopped half way) finishes it, or answers as the first did.
     pub async fn complete_upload(
         &self,
         bucket: &str,
@@ -209,50 +230,66 @@ impl Store {
         let listed = last_of_each_number(listed);
         let claim = UploadClaim { completion: Some(listed.clone()), claimed_ms: now_ms() };
         match self.take_claim(bucket, upload, &claim).await? {
-            // The conditions are checked by the first completion only: a retry finds
-            // the object the first made.
-            Claim::Ours => {
-                if let Err(error) = self.check_write(bucket, key, conditions).await {
-                    self.remove(&layout::upload_claim(bucket, upload)).await?;
-                    return Err(error);
-                }
-            }
+            Claim::Ours => {}
             Claim::Theirs(Some(theirs)) if theirs.completion == claim.completion => {}
             Claim::Theirs(_) => return Err(StoreError::UploadFinishing(upload.to_owned())),
         }
-        let parts = self.all_parts(bucket, upload).await?;
-        let chosen = match choose(&parts, &listed) {
-            Ok(chosen) => chosen,
+        let finished = self.finish_upload(bucket, key, upload, upload_record, &listed, conditions);
+        match finished.await {
+            Ok(record) => Ok(record),
             Err(error) => {
-                // Nothing was written: the upload is free again for a corrected list.
+                // Nothing was bound: the upload is free again for a corrected list.
                 self.remove(&layout::upload_claim(bucket, upload)).await?;
-                return Err(error);
+                Err(error)
             }
-        };
+        }
+    }
+
+    /// The completion's bind, once it holds the upload: the key's conditions checked,
+    /// the listed parts chosen, their data bound to the key with the record.
+    async fn finish_upload(
+        &self,
+        bucket: &str,
+        key: &str,
+        upload: &str,
+        upload_record: UploadRecord,
+        listed: &[(u32, String)],
+        conditions: &WriteConditions,
+    ) -> Result<ObjectRecord> {
+        let condition = self.check_write(bucket, key, conditions).await?;
+        let parts = self.all_parts(bucket, upload).await?;
+        let chosen = choose(&parts, listed)?;
+        let mut data = Vec::with_capacity(chosen.len());
+        for part in &chosen {
+            let name = layout::part_record(bucket, upload, part.number);
+            let stored = self
+                .stored(&name)
+                .await?
+                .ok_or_else(|| StoreError::InvalidPart(format!("part {} is gone", part.number)))?;
+            data.extend(stored.extents.into_iter().map(|e| (e.data.object, e.size)));
+        }
         let record = ObjectRecord {
-            size: chosen.iter().map(|p| p.record.size).sum(),
-            etag: multipart_etag(&listed),
+            size: data.iter().map(|(_, size)| size).sum(),
+            etag: multipart_etag(listed),
             modified_ms: now_ms(),
-            extents: chosen.iter().flat_map(|p| p.record.extents.clone()).collect(),
+            parts: data.iter().map(|(_, size)| *size).collect(),
             headers: upload_record.headers,
+            ..ObjectRecord::default()
         };
-        let current: Option<ObjectRecord> =
-            self.read_record(&layout::key_record(bucket, key)).await.unwrap_or(None);
-        if current.as_ref().is_none_or(|c| c.extents != record.extents) {
-            self.commit(bucket, key, &record).await?;
-        }
-        // The parts' records go, and the data of parts not chosen; the chosen data is
-        // the object's now. The claim stays, for a retry, until the sweep.
-        for part in &parts {
-            self.remove(&layout::part_record(bucket, upload, part.number)).await?;
-            if !chosen.iter().any(|c| c.number == part.number) {
-                for extent in &part.record.extents {
-                    self.remove(&extent.object).await?;
-                }
-            }
-        }
-        self.remove(&layout::upload_record(bucket, upload)).await?;
-        Ok(current.filter(|c| c.extents == record.extents).unwrap_or(record))
+        let mut taking: Vec<String> =
+            parts.iter().map(|p| layout::part_record(bucket, upload, p.number)).collect();
+        taking.push(layout::upload_record(bucket, upload));
+        let bind = Bind {
+            name: layout::key_record(bucket, key),
+            data: data.iter().map(|(object, _)| *object).collect(),
+            attrs: record::to_attrs(&record),
+            taking,
+            require: Some(layout::bucket_marker(bucket)),
+            condition,
+        };
+        // The claim stays, for a retry, until the sweep.
+        self.bind(bind, || StoreError::NoSuchBucket(bucket.to_owned())).await?;
+        Ok(record)
     }
 
     /// A completion of an upload no longer in progress: the same completion retried
@@ -268,14 +305,12 @@ impl Store {
         if !is_upload_id(upload) {
             return Err(missing());
         }
-        let claim: Option<UploadClaim> =
-            self.read_record(&layout::upload_claim(bucket, upload)).await?;
-        if claim.and_then(|c| c.completion).as_deref() != Some(listed) {
+        let claim = self.record::<UploadClaim>(&layout::upload_claim(bucket, upload)).await?;
+        if claim.and_then(|(c, _)| c.completion).as_deref() != Some(listed) {
             return Err(missing());
         }
-        let current: Option<ObjectRecord> =
-            self.read_record(&layout::key_record(bucket, key)).await?;
-        current.filter(|c| c.etag == multipart_etag(listed)).ok_or_else(missing)
+        let current = self.stored(&layout::key_record(bucket, key)).await?;
+        current.map(|s| s.record).filter(|c| c.etag == multipart_etag(listed)).ok_or_else(missing)
     }
 
     /// Deletes the upload and every part of it.
@@ -287,22 +322,24 @@ impl Store {
         Ok(())
     }
 
-    /// Takes the upload's claim for an abort and deletes the upload with its parts;
-    /// `false`, with nothing done, if a completion has taken it.
+    /// Takes the upload's claim for an abort and deletes the upload with its parts
+    /// (their data freed); `false`, with nothing done, if a completion has taken it.
     async fn discard_upload(&self, bucket: &str, upload: &str) -> Result<bool> {
         let abort = UploadClaim { completion: None, claimed_ms: now_ms() };
         match self.take_claim(bucket, upload, &abort).await? {
             Claim::Ours | Claim::Theirs(Some(UploadClaim { completion: None, .. })) => {}
             Claim::Theirs(_) => return Ok(false),
         }
-        for part in self.all_parts(bucket, upload).await? {
-            self.remove(&layout::part_record(bucket, upload, part.number)).await?;
-            for extent in &part.record.extents {
-                self.remove(&extent.object).await?;
-            }
+        let mut names: Vec<String> = self
+            .all_parts(bucket, upload)
+            .await?
+            .iter()
+            .map(|p| layout::part_record(bucket, upload, p.number))
+            .collect();
+        names.push(layout::upload_record(bucket, upload));
+        for batch in names.chunks(somnus_core::cluster::mds::BIND_OBJECTS_MAX) {
+            self.client().delete_many(batch.to_vec()).await?;
         }
-        self.remove(&layout::upload_record(bucket, upload)).await?;
-        self.remove(&layout::upload_claim(bucket, upload)).await?;
         Ok(true)
     }
 
@@ -311,20 +348,16 @@ impl Store {
     pub async fn uploads(&self, bucket: &str) -> Result<Vec<(String, UploadRecord)>> {
         self.bucket(bucket).await?;
         let prefix = layout::upload_prefix(bucket);
-        let names = self.client().list(&prefix).await?;
-        let ids: Vec<String> =
-            names.iter().filter_map(|o| o.name.strip_prefix(&prefix).map(str::to_owned)).collect();
-        let mut uploads: Vec<(String, UploadRecord)> = futures::stream::iter(ids)
-            .map(|id| async move {
-                let record =
-                    self.read_record::<UploadRecord>(&layout::upload_record(bucket, &id)).await?;
-                Ok::<_, StoreError>(record.map(|r| (id, r)))
-            })
-            .buffered(16)
-            .try_filter_map(|u| async move { Ok(u) })
-            .try_collect()
-            .await?;
-        uploads.sort_by(|a, b| (&a.1.key, &a.0).cmp(&(&b.1.key, &b.0)));
+        let mut uploads = Vec::new();
+        for object in self.list_all(&prefix).await? {
+            let Some(id) = object.name.strip_prefix(&prefix) else { continue };
+            let record: UploadRecord = record::from_attrs(&object.attrs)
+                .map_err(|error| StoreError::Record { name: object.name.clone(), error })?;
+            uploads.push((id.to_owned(), record));
+        }
+        uploads.sort_by(|a, b| {
+            (&a.1.key, a.1.created_ms, &a.0).cmp(&(&b.1.key, b.1.created_ms, &b.0))
+        });
         Ok(uploads)
     }
 
@@ -351,12 +384,11 @@ impl Store {
     /// then for a retried completion).
     async fn sweep_claims(&self, bucket: &str, cutoff_ms: i64) -> Result<()> {
         let prefix = layout::claim_prefix(bucket);
-        for entry in self.client().list(&prefix).await? {
+        for entry in self.list_all(&prefix).await? {
             let Some(upload) = entry.name.strip_prefix(&prefix) else { continue };
-            let claim: Option<UploadClaim> = self.read_record(&entry.name).await?;
+            let claim: Option<UploadClaim> = record::from_attrs(&entry.attrs).ok();
             let old = claim.is_none_or(|c| c.claimed_ms < cutoff_ms);
-            let upload_record = layout::upload_record(bucket, upload);
-            if old && self.read_record::<UploadRecord>(&upload_record).await?.is_none() {
+            if old && self.stat(&layout::upload_record(bucket, upload)).await?.is_none() {
                 self.remove(&entry.name).await?;
             }
         }

@@ -1,13 +1,15 @@
-//! The records the gateway keeps in record objects: an object's size, ETag, time,
-//! headers and where its bytes are; a bucket's creation time; an upload's key.
+//! The records the gateway keeps: an object's size, ETag, time, headers and the sizes
+//! of its parts; a bucket's creation time; an upload's key. Each is the JSON of a
+//! name's attributes at the MDS ([`to_attrs`]), bound in one step with the name's data
+//! (docs/s3-compat.md, "How objects are stored").
 //!
-//! On the cluster a record is `magic "SOMNUSR1" | length u32 | crc32c u32 | JSON`,
-//! zeros to the end of its blocks. A record is written by one request, so a reader
-//! sees it whole; the checksum still catches a torn or foreign one.
+//! Builds before issue 46 kept records in record objects, `magic "SOMNUSR1" | length
+//! u32 | crc32c u32 | JSON`, zeros to the end of their blocks, naming data objects by
+//! name ([`decode`], for the gateway's move of such a cluster's records,
+//! `legacy.rs`).
 
 use std::collections::BTreeMap;
 
-use bytes::{Bytes, BytesMut};
 use serde::{Deserialize, Serialize};
 
 use crate::layout::{BLOCK, padded};
@@ -22,14 +24,16 @@ pub(crate) const RECORD_BYTES: u64 = 3 * BLOCK;
 /// a record of 10,000 parts fits, written by one request.
 pub(crate) const RECORD_MAX: u64 = 1 << 20;
 
-/// Where an object's bytes are: data objects in order, each holding `size` bytes.
+/// Where a legacy record's bytes are: data objects by name, in order, each holding
+/// `size` bytes.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Extent {
     pub object: String,
     pub size: u64,
 }
 
-/// An S3 object.
+/// An S3 object (or a part of an upload): what its name's attributes hold. Its bytes
+/// are the name's data objects, in order.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct ObjectRecord {
     pub size: u64,
@@ -38,10 +42,28 @@ pub struct ObjectRecord {
     pub etag: String,
     /// Milliseconds since the Unix epoch.
     pub modified_ms: i64,
-    #[serde(with = "compact_extents")]
+    /// The bytes of each data object, in order, for a multipart object (its parts'
+    /// sizes); empty for one data object holding `size` bytes (or none, when empty).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub parts: Vec<u64>,
+    /// A legacy record's data objects by name (never written now).
+    #[serde(default, with = "compact_extents", skip_serializing_if = "Vec::is_empty")]
     pub extents: Vec<Extent>,
     #[serde(default, skip_serializing_if = "Headers::is_empty")]
     pub headers: Headers,
+}
+
+impl ObjectRecord {
+    /// The bytes each of the object's `count` data objects holds, in order.
+    pub fn sizes(&self, count: usize) -> Vec<u64> {
+        if !self.parts.is_empty() {
+            return self.parts.clone();
+        }
+        match count {
+            0 => Vec::new(),
+            _ => vec![self.size],
+        }
+    }
 }
 
 /// Extents as a record holds them: the data objects' common folder once, then per
@@ -165,15 +187,28 @@ pub enum RecordError {
     Parse(#[from] serde_json::Error),
 }
 
-/// `record` as the blocks of a record object: at least `RECORD_BYTES`.
-pub(crate) fn encode<T: Serialize>(record: &T) -> Result<Bytes, serde_json::Error> {
+/// `record` as a name's attributes.
+pub(crate) fn to_attrs<T: Serialize>(record: &T) -> Vec<u8> {
+    // Serializing the gateway's plain-data records into memory cannot fail.
+    serde_json::to_vec(record).unwrap_or_default()
+}
+
+/// The record a name's attributes hold.
+pub(crate) fn from_attrs<T: for<'a> Deserialize<'a>>(attrs: &[u8]) -> Result<T, RecordError> {
+    Ok(serde_json::from_slice(attrs)?)
+}
+
+/// `record` as the blocks of a record object: at least `RECORD_BYTES` (as an earlier
+/// build wrote them; the tests of the move of such records write them now).
+#[cfg(test)]
+pub(crate) fn encode<T: Serialize>(record: &T) -> Result<bytes::Bytes, serde_json::Error> {
     let json = serde_json::to_vec(record)?;
     if (HEADER + json.len()) as u64 > RECORD_MAX {
         let message = format!("a record of {} bytes: {RECORD_MAX} at most", json.len());
         return Err(<serde_json::Error as serde::ser::Error>::custom(message));
     }
     let size = padded((HEADER + json.len()) as u64).max(RECORD_BYTES) as usize;
-    let mut out = BytesMut::zeroed(size);
+    let mut out = bytes::BytesMut::zeroed(size);
     out[..8].copy_from_slice(MAGIC);
     out[8..12].copy_from_slice(&(json.len() as u32).to_le_bytes());
     out[12..16].copy_from_slice(&crc32c::crc32c(&json).to_le_bytes());
@@ -219,6 +254,7 @@ mod tests {
             size: 5,
             etag: "5d41402abc4b2a76b9719d911017c592".into(),
             modified_ms: 1_700_000_000_000,
+            parts: Vec::new(),
             extents: vec![Extent { object: "s3/d/b/0".into(), size: 5 }],
             headers,
         }
@@ -256,17 +292,21 @@ mod tests {
         Ok(())
     }
 
-    /// The largest completion S3 allows, under the longest bucket name, fits in one
-    /// record; and a record written with whole extents still reads.
+    /// The largest completion S3 allows fits in a name's attributes, with 2 KiB of
+    /// user metadata; an earlier build's record of it fitted its record object; and a
+    /// record written with whole extents still reads.
     #[test]
-    fn ten_thousand_parts_fit_in_a_record_under_any_bucket()
-    -> Result<(), Box<dyn std::error::Error>> {
+    fn ten_thousand_parts_fit_in_a_record() -> Result<(), Box<dyn std::error::Error>> {
+        let mut record = object();
+        record.extents.clear();
+        record.parts = vec![5 << 30; 10_000];
+        record.headers.metadata.insert("m".into(), "x".repeat(2047));
+        let attrs = to_attrs(&record);
+        assert!(attrs.len() <= somnus_core::cluster::mds::ATTRS_BYTES_MAX, "{}", attrs.len());
+        assert_eq!(from_attrs::<ObjectRecord>(&attrs)?, record);
         let bucket = "b".repeat(63);
         let extents: Vec<Extent> = (0..10_000)
-            .map(|n| Extent {
-                object: crate::layout::data_object(&bucket, &format!("{n:032x}")),
-                size: 5 << 30,
-            })
+            .map(|n| Extent { object: format!("s3/d/{bucket}/{n:032x}"), size: 5 << 30 })
             .collect();
         let record = ObjectRecord { extents, ..object() };
         let bytes = encode(&record)?;

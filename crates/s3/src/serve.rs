@@ -14,7 +14,7 @@ use tokio::net::TcpListener;
 
 use crate::compat::{self, RequestIds};
 use crate::gateway::Gateway;
-use crate::store::{RETIRE_GRACE_MS, Store};
+use crate::store::Store;
 
 /// An access key and its secret.
 #[derive(Clone, Debug)]
@@ -126,9 +126,9 @@ fn as_s3_answers(
 }
 
 /// The gateway's housekeeping, for as long as the runtime runs: every `every`, the
-/// data retired more than [`RETIRE_GRACE_MS`] ago is deleted and the uploads left
-/// unfinished for longer than `older_than` are aborted (S3 keeps them until a
-/// lifecycle rule says; the gateway has no lifecycle rules, so it sweeps by itself).
+/// uploads left unfinished for longer than `older_than` are aborted, their data freed
+/// (S3 keeps them until a lifecycle rule says; the gateway has no lifecycle rules, so
+/// it sweeps by itself).
 pub fn sweep_abandoned_uploads(
     store: Store,
     older_than: std::time::Duration,
@@ -139,9 +139,6 @@ pub fn sweep_abandoned_uploads(
         ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         loop {
             ticks.tick().await;
-            if let Err(error) = store.sweep_retired(RETIRE_GRACE_MS).await {
-                eprintln!("somnus s3: deleting retired data: {error}");
-            }
             match store.sweep_uploads(older_than.as_millis() as i64).await {
                 Ok(0) => {}
                 Ok(n) => {

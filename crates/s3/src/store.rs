@@ -1,37 +1,40 @@
 //! S3's buckets and objects over the cluster's client library ([`crate::layout`]):
 //! what the gateway does, apart from speaking HTTP.
 //!
-//! Bytes go in and out a request (1 MiB) at a time with a few in flight, so a 5 GiB
-//! object is stored and read in bounded memory. A PUT is answered only once the
-//! cluster acknowledged every byte and then the record: the cluster's durability is
-//! the object's.
+//! An object is a name at the MDS whose attributes are its record and whose data
+//! objects hold its bytes. A PUT allocates a data object, writes the body into it a
+//! request (1 MiB) at a time with a few in flight, then binds the key's name to it
+//! with its record in one command: a reader sees the old object or the new one whole,
+//! and the data the key held before is freed by the cluster a grace later (a GET begun
+//! on it reads it whole). A PUT is answered only once the cluster acknowledged every
+//! byte and then the bind: the cluster's durability is the object's.
 
-use std::collections::VecDeque;
+use std::collections::BTreeMap;
+use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{SystemTime, UNIX_EPOCH};
 
 use bytes::{Bytes, BytesMut};
-use futures::{Stream, StreamExt, TryStreamExt};
+use futures::{Stream, StreamExt};
 use md5::{Digest, Md5};
-use somnus_core::cluster::MetadataError;
 use somnus_core::cluster::client::ClientError as CoreError;
-use somnus_runtime::client::{ClientError, ClusterClient, IN_FLIGHT, REQUEST_BYTES};
+use somnus_core::cluster::{BindCondition, MetadataError, ObjectInfo, ObjectRef};
+use somnus_runtime::client::{Bind, ClientError, ClusterClient, IN_FLIGHT, REQUEST_BYTES};
 use somnus_types::ByteRange;
 use tokio::task::JoinHandle;
+use tokio::time::Instant;
 
 use crate::layout::{self, BLOCK, padded};
-use crate::record::{
-    self, BucketRecord, Extent, Headers, ObjectRecord, RECORD_BYTES, RECORD_MAX, RecordError,
-    RetiredRecord,
-};
+use crate::record::{self, BucketRecord, Headers, ObjectRecord, RecordError};
 
-/// Records read at once by a listing.
-const LISTING_READS: usize = 16;
+/// Names read per page of a listing.
+const LISTING_PAGE: u32 = 1000;
 /// Requests a GET reads ahead of its client.
 const READ_AHEAD: usize = 4;
 /// Times an operation starts again when a concurrent one changed what it read.
 const RACE_RETRIES: usize = 4;
-/// How long data no record names any more is kept for the reads begun on it.
-pub const RETIRE_GRACE_MS: i64 = 15 * 60 * 1000;
+/// How long the gateway trusts that a bucket it saw exists, before a PUT's data is
+/// written (the bind that names the object checks it again, at the MDS).
+const BUCKET_SEEN_FOR: std::time::Duration = std::time::Duration::from_secs(5);
 
 #[derive(Debug, thiserror::Error)]
 pub enum StoreError {
@@ -131,8 +134,10 @@ pub(crate) fn is_missing(error: &ClientError) -> bool {
     matches!(error, ClientError::Refused(CoreError::Metadata(MetadataError::NoSuchObject(_))))
 }
 
-pub(crate) fn is_existing(error: &ClientError) -> bool {
-    matches!(error, ClientError::Refused(CoreError::Metadata(MetadataError::AlreadyExists(_))))
+/// Whether a bind was refused because its condition did not hold.
+fn is_condition_failed(error: &ClientError) -> bool {
+    let failed = |e: &MetadataError| matches!(e, MetadataError::ConditionFailed { .. });
+    matches!(error, ClientError::Refused(CoreError::Metadata(e)) if failed(e))
 }
 
 /// The wall clock, for S3's Last-Modified: the gateway is a shell, and S3's times are
@@ -142,91 +147,99 @@ pub(crate) fn now_ms() -> i64 {
     SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| d.as_millis() as i64)
 }
 
+/// Where a stored object's bytes are: data objects, each holding `size` bytes.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) struct Extent {
+    pub(crate) data: ObjectRef,
+    pub(crate) size: u64,
+}
+
+/// An object as stored: its record, its bytes' data objects, its generation (what a
+/// conditional bind names).
+#[derive(Clone, Debug)]
+pub(crate) struct Stored {
+    pub(crate) record: ObjectRecord,
+    pub(crate) extents: Vec<Extent>,
+    pub(crate) generation: u64,
+}
+
+impl Stored {
+    /// The object a name's info describes (its attributes its record).
+    fn of(info: ObjectInfo) -> std::result::Result<Stored, RecordError> {
+        let record: ObjectRecord = record::from_attrs(&info.attrs)?;
+        let sizes = record.sizes(info.data.len());
+        let extents = info.data.into_iter().zip(sizes).map(|(data, size)| Extent { data, size });
+        Ok(Stored { record, extents: extents.collect(), generation: info.generation })
+    }
+}
+
 /// The gateway's view of the cluster.
 #[derive(Clone)]
 pub struct Store {
     client: ClusterClient,
+    /// Buckets seen lately, and when.
+    buckets_seen: Arc<Mutex<BTreeMap<String, Instant>>>,
 }
 
 impl Store {
     pub fn new(client: ClusterClient) -> Store {
-        Store { client }
+        Store { client, buckets_seen: Arc::default() }
     }
 
     pub(crate) fn client(&self) -> &ClusterClient {
         &self.client
     }
 
-    // ---- records -------------------------------------------------------------------
+    // ---- names ---------------------------------------------------------------------
 
-    /// The record `name` holds; `None` if there is no such object, or it was created
-    /// and its record not written yet (a PUT under way).
-    pub(crate) async fn read_record<T: for<'a> serde::Deserialize<'a>>(
-        &self,
-        name: &str,
-    ) -> Result<Option<T>> {
-        let mut attempt = 0;
-        loop {
-            attempt += 1;
-            match self.read_record_once(name).await {
-                // A record longer than its first read, rewritten between that read and
-                // the next, reads torn: read it again.
-                Err(StoreError::Record {
-                    error: RecordError::Checksum | RecordError::Truncated(_),
-                    ..
-                }) if attempt < RACE_RETRIES => continue,
-                outcome => return outcome,
-            }
+    /// The name's info, or `None` if there is no such name.
+    pub(crate) async fn stat(&self, name: &str) -> Result<Option<ObjectInfo>> {
+        match self.client.stat(name).await {
+            Ok(info) => Ok(Some(info)),
+            Err(error) if is_missing(&error) => Ok(None),
+            Err(error) => Err(error.into()),
         }
     }
 
-    async fn read_record_once<T: for<'a> serde::Deserialize<'a>>(
+    /// The record `name`'s attributes hold, with the name's info.
+    pub(crate) async fn record<T: for<'a> serde::Deserialize<'a>>(
         &self,
         name: &str,
-    ) -> Result<Option<T>> {
-        let head = match self.client.read(name, ByteRange::new(0, RECORD_BYTES)).await {
-            Ok(head) => head,
-            Err(error) if is_missing(&error) => return Ok(None),
-            Err(error) => return Err(error.into()),
-        };
-        let whole = match record::needs(&head) {
-            None => head,
-            Some(length) => match self.client.read(name, ByteRange::new(0, length)).await {
-                Ok(whole) => whole,
-                Err(error) if is_missing(&error) => return Ok(None),
-                Err(error) => return Err(error.into()),
-            },
-        };
-        match record::decode(&whole) {
-            Ok(record) => Ok(Some(record)),
-            Err(RecordError::NoMagic) if whole.iter().all(|&b| b == 0) => Ok(None),
-            Err(error) => Err(StoreError::Record { name: name.to_owned(), error }),
-        }
+    ) -> Result<Option<(T, ObjectInfo)>> {
+        let Some(info) = self.stat(name).await? else { return Ok(None) };
+        let record = record::from_attrs(&info.attrs)
+            .map_err(|error| StoreError::Record { name: name.to_owned(), error })?;
+        Ok(Some((record, info)))
     }
 
-    pub(crate) async fn write_record<T: serde::Serialize>(
+    /// The object `name` holds.
+    pub(crate) async fn stored(&self, name: &str) -> Result<Option<Stored>> {
+        let Some(info) = self.stat(name).await? else { return Ok(None) };
+        Stored::of(info)
+            .map(Some)
+            .map_err(|error| StoreError::Record { name: name.to_owned(), error })
+    }
+
+    /// Binds `bind` (its `require`, if any, a bucket's marker or an upload's record:
+    /// `missing` is the error of its absence); a condition that does not hold is
+    /// `PreconditionFailed`.
+    pub(crate) async fn bind(
         &self,
-        name: &str,
-        record: &T,
-    ) -> Result<()> {
-        let bytes = record::encode(record).map_err(|e| StoreError::Record {
-            name: name.to_owned(),
-            error: RecordError::Parse(e),
-        })?;
-        let mut attempt = 0;
-        loop {
-            attempt += 1;
-            match self.client.create(name, RECORD_MAX).await {
-                Ok(_) => {}
-                Err(error) if is_existing(&error) => {}
-                Err(error) => return Err(error.into()),
+        bind: Bind,
+        missing: impl FnOnce() -> StoreError,
+    ) -> Result<ObjectInfo> {
+        let required = bind.require.clone();
+        match self.client.bind(bind).await {
+            Ok(info) => Ok(info),
+            Err(error) if is_condition_failed(&error) => {
+                Err(StoreError::PreconditionFailed("the object changed or exists"))
             }
-            match self.client.write(name, 0, bytes.clone()).await {
-                Ok(()) => return Ok(()),
-                // Deleted between the create and the write: create it again.
-                Err(error) if is_missing(&error) && attempt < RACE_RETRIES => continue,
-                Err(error) => return Err(error.into()),
+            Err(ClientError::Refused(CoreError::Metadata(MetadataError::NoSuchObject(name))))
+                if Some(&name) == required.as_ref() =>
+            {
+                Err(missing())
             }
+            Err(error) => Err(error.into()),
         }
     }
 
@@ -239,32 +252,72 @@ impl Store {
         }
     }
 
+    /// Every name under `prefix`, with its attributes, a page at a time.
+    pub(crate) async fn list_all(
+        &self,
+        prefix: &str,
+    ) -> Result<Vec<somnus_core::cluster::ListedObject>> {
+        let mut all: Vec<somnus_core::cluster::ListedObject> = Vec::new();
+        loop {
+            let after = all.last().map(|o| o.name.clone());
+            let (page, more) =
+                self.client.list_page_with(prefix, after.as_deref(), LISTING_PAGE, true).await?;
+            let empty = page.is_empty();
+            all.extend(page);
+            if !more || empty {
+                return Ok(all);
+            }
+        }
+    }
+
     // ---- buckets -------------------------------------------------------------------
 
     pub async fn create_bucket(&self, bucket: &str) -> Result<()> {
-        let name = layout::bucket_marker(bucket);
-        match self.client.create(&name, BLOCK * 3).await {
-            Ok(_) => {}
-            Err(error) if is_existing(&error) => {
-                return Err(StoreError::BucketExists(bucket.to_owned()));
+        let bind = Bind {
+            name: layout::bucket_marker(bucket),
+            attrs: record::to_attrs(&BucketRecord { created_ms: now_ms() }),
+            condition: BindCondition::Absent,
+            ..Bind::default()
+        };
+        match self.bind(bind, || StoreError::NoSuchBucket(bucket.to_owned())).await {
+            Ok(_) => {
+                self.seen(bucket);
+                Ok(())
             }
-            Err(error) => return Err(error.into()),
+            Err(StoreError::PreconditionFailed(_)) => {
+                Err(StoreError::BucketExists(bucket.to_owned()))
+            }
+            Err(error) => Err(error),
         }
-        self.write_record(&name, &BucketRecord { created_ms: now_ms() }).await
     }
 
     /// The bucket's record, or `NoSuchBucket`.
     pub async fn bucket(&self, bucket: &str) -> Result<BucketRecord> {
-        match self.client.stat(&layout::bucket_marker(bucket)).await {
-            Ok(_) => {}
-            Err(error) if is_missing(&error) => {
-                return Err(StoreError::NoSuchBucket(bucket.to_owned()));
+        match self.record::<BucketRecord>(&layout::bucket_marker(bucket)).await? {
+            Some((record, _)) => {
+                self.seen(bucket);
+                Ok(record)
             }
-            Err(error) => return Err(error.into()),
+            None => Err(StoreError::NoSuchBucket(bucket.to_owned())),
         }
-        let record = self.read_record(&layout::bucket_marker(bucket)).await?;
-        // A bucket whose record is not written yet was created just now.
-        Ok(record.unwrap_or(BucketRecord { created_ms: now_ms() }))
+    }
+
+    /// `NoSuchBucket` unless the bucket exists (seen within a few seconds, or asked).
+    async fn check_bucket(&self, bucket: &str) -> Result<()> {
+        let seen =
+            self.buckets_seen.lock().unwrap_or_else(PoisonError::into_inner).get(bucket).copied();
+        if seen.is_some_and(|at| at.elapsed() < BUCKET_SEEN_FOR) {
+            return Ok(());
+        }
+        self.bucket(bucket).await.map(drop)
+    }
+
+    fn seen(&self, bucket: &str) {
+        let mut seen = self.buckets_seen.lock().unwrap_or_else(PoisonError::into_inner);
+        if seen.len() >= 4096 {
+            seen.clear();
+        }
+        seen.insert(bucket.to_owned(), Instant::now());
     }
 
     pub async fn delete_bucket(&self, bucket: &str) -> Result<()> {
@@ -275,32 +328,30 @@ impl Store {
                 return Err(StoreError::BucketNotEmpty(bucket.to_owned()));
             }
         }
+        self.buckets_seen.lock().unwrap_or_else(PoisonError::into_inner).remove(bucket);
         self.remove(&layout::bucket_marker(bucket)).await
     }
 
     /// Every bucket, in name order, with its record.
     pub async fn buckets(&self) -> Result<Vec<(String, BucketRecord)>> {
-        let markers = self.client.list(layout::BUCKET_MARKERS).await?;
-        let names: Vec<String> = markers
-            .into_iter()
-            .filter_map(|o| o.name.strip_prefix(layout::BUCKET_MARKERS).map(str::to_owned))
-            .collect();
-        futures::stream::iter(names)
-            .map(|bucket| async move {
-                let record = self.read_record(&layout::bucket_marker(&bucket)).await?;
-                Ok((bucket, record.unwrap_or(BucketRecord { created_ms: now_ms() })))
-            })
-            .buffered(LISTING_READS)
-            .try_collect()
-            .await
+        let markers = self.list_all(layout::BUCKET_MARKERS).await?;
+        let mut buckets = Vec::with_capacity(markers.len());
+        for marker in markers {
+            let Some(bucket) = marker.name.strip_prefix(layout::BUCKET_MARKERS) else { continue };
+            let record = record::from_attrs(&marker.attrs)
+                .map_err(|error| StoreError::Record { name: marker.name.clone(), error })?;
+            buckets.push((bucket.to_owned(), record));
+        }
+        Ok(buckets)
     }
 
     // ---- objects -------------------------------------------------------------------
 
-    /// The object's record, or `NoSuchKey` (`NoSuchBucket` if the bucket is missing).
-    pub async fn head(&self, bucket: &str, key: &str) -> Result<ObjectRecord> {
-        match self.read_record(&layout::key_record(bucket, key)).await? {
-            Some(record) => Ok(record),
+    /// The object stored under the key, or `NoSuchKey` (`NoSuchBucket` if the bucket
+    /// is missing).
+    pub(crate) async fn head_stored(&self, bucket: &str, key: &str) -> Result<Stored> {
+        match self.stored(&layout::key_record(bucket, key)).await? {
+            Some(stored) => Ok(stored),
             None => {
                 self.bucket(bucket).await?;
                 Err(StoreError::NoSuchKey { bucket: bucket.to_owned(), key: key.to_owned() })
@@ -308,33 +359,42 @@ impl Store {
         }
     }
 
-    /// Checks `conditions` on the key's object now. The check and the write that
-    /// follows are two steps: two writes at one moment may both pass it.
+    /// The object's record, or `NoSuchKey` (`NoSuchBucket` if the bucket is missing).
+    pub async fn head(&self, bucket: &str, key: &str) -> Result<ObjectRecord> {
+        self.head_stored(bucket, key).await.map(|stored| stored.record)
+    }
+
+    /// Checks `conditions` on the key's object now, and the bind condition that makes
+    /// the write's bind fail if the object changes before it (so two conditional
+    /// writes cannot both pass).
     pub async fn check_write(
         &self,
         bucket: &str,
         key: &str,
         conditions: &WriteConditions,
-    ) -> Result<()> {
+    ) -> Result<BindCondition> {
         if *conditions == WriteConditions::default() {
-            return Ok(());
+            return Ok(BindCondition::Any);
         }
-        let existing = match self.head(bucket, key).await {
-            Ok(record) => Some(record),
+        let existing = match self.head_stored(bucket, key).await {
+            Ok(stored) => Some(stored),
             Err(StoreError::NoSuchKey { .. }) => None,
             Err(error) => return Err(error),
         };
-        conditions.check(bucket, key, existing.as_ref())
+        conditions.check(bucket, key, existing.as_ref().map(|s| &s.record))?;
+        Ok(match existing {
+            Some(stored) => BindCondition::Generation(stored.generation),
+            None => BindCondition::Absent,
+        })
     }
 
-    /// Stores the `length` bytes of `body` in a new data object of `bucket`; the
-    /// extent and the body's MD5. Nothing of it remains if it fails.
+    /// Stores the `length` bytes of `body` in a new data object; the data object
+    /// (none when empty) and the body's MD5. Nothing of it remains if it fails.
     pub(crate) async fn put_data<S, E>(
         &self,
-        name_of: impl FnOnce(&str) -> String,
         length: u64,
         body: S,
-    ) -> Result<(Option<Extent>, [u8; 16])>
+    ) -> Result<(Option<ObjectRef>, [u8; 16])>
     where
         S: Stream<Item = std::result::Result<Bytes, E>> + Unpin,
         E: std::fmt::Display,
@@ -347,28 +407,35 @@ impl Store {
             }
             return Ok((None, Md5::digest([]).into()));
         }
-        let id = layout::fresh_id().map_err(|e| StoreError::Entropy(e.to_string()))?;
-        let name = name_of(&id);
-        self.client.create(&name, padded(length)).await?;
-        match self.send_body(&name, length, body).await {
-            Ok(md5) => Ok((Some(Extent { object: name, size: length }), md5)),
+        let data = self.client.allocate(padded(length)).await?;
+        match self.send_body(&data, length, body).await {
+            Ok(md5) => Ok((Some(data), md5)),
             Err(error) => {
-                let _ = self.remove(&name).await;
+                self.release(Some(&data)).await;
                 Err(error)
             }
         }
     }
 
-    /// Writes the body to `name` a request at a time, `IN_FLIGHT` in flight; its MD5.
-    async fn send_body<S, E>(&self, name: &str, length: u64, mut body: S) -> Result<[u8; 16]>
+    /// Gives back an allocation that will not be bound (its space freed now, not at
+    /// the pending grace); a failure to is the grace's to mend.
+    pub(crate) async fn release(&self, data: Option<&ObjectRef>) {
+        if let Some(data) = data {
+            let _ = self.client.release(data.object).await;
+        }
+    }
+
+    /// Writes the body to `data` a request at a time, `IN_FLIGHT` in flight; its MD5.
+    async fn send_body<S, E>(&self, data: &ObjectRef, length: u64, mut body: S) -> Result<[u8; 16]>
     where
         S: Stream<Item = std::result::Result<Bytes, E>> + Unpin,
         E: std::fmt::Display,
     {
         let mut md5 = Md5::new();
-        let mut writing: VecDeque<JoinHandle<std::result::Result<(), ClientError>>> =
-            VecDeque::new();
-        let mut piece = BytesMut::with_capacity(REQUEST_BYTES as usize);
+        let mut writing: std::collections::VecDeque<
+            JoinHandle<std::result::Result<(), ClientError>>,
+        > = std::collections::VecDeque::new();
+        let mut piece = BytesMut::with_capacity(REQUEST_BYTES.min(padded(length)) as usize);
         let (mut offset, mut got) = (0u64, 0u64);
         let mut outcome = Ok(());
         while outcome.is_ok() {
@@ -390,7 +457,7 @@ impl Store {
                                 &mut piece,
                                 BytesMut::with_capacity(REQUEST_BYTES as usize),
                             );
-                            outcome = self.send_piece(name, offset, full, &mut writing).await;
+                            outcome = self.send_piece(data, offset, full, &mut writing).await;
                             offset += REQUEST_BYTES;
                         }
                     }
@@ -407,7 +474,7 @@ impl Store {
         }
         if outcome.is_ok() && !piece.is_empty() {
             piece.resize(padded(piece.len() as u64) as usize, 0);
-            outcome = self.send_piece(name, offset, piece, &mut writing).await;
+            outcome = self.send_piece(data, offset, piece, &mut writing).await;
         }
         // Every write waited for, also after an error: none is left in flight.
         while let Some(write) = writing.pop_front() {
@@ -421,116 +488,50 @@ impl Store {
 
     async fn send_piece(
         &self,
-        name: &str,
+        data: &ObjectRef,
         offset: u64,
         piece: BytesMut,
-        writing: &mut VecDeque<JoinHandle<std::result::Result<(), ClientError>>>,
+        writing: &mut std::collections::VecDeque<JoinHandle<std::result::Result<(), ClientError>>>,
     ) -> Result<()> {
         if writing.len() >= IN_FLIGHT
             && let Some(oldest) = writing.pop_front()
         {
             finished(oldest).await?;
         }
-        let (client, name, piece) = (self.client.clone(), name.to_owned(), piece.freeze());
-        writing.push_back(tokio::spawn(async move { client.write(&name, offset, piece).await }));
+        let (client, data, piece) = (self.client.clone(), data.clone(), piece.freeze());
+        writing.push_back(tokio::spawn(async move { client.write_to(&data, offset, piece).await }));
         Ok(())
     }
 
-    /// Stores a body (an object's or a part's) in a new data object of `bucket`; the
-    /// record that names it, not yet written. `content_md5`, if sent, must be the
-    /// body's: else nothing of it remains.
+    /// Stores a body (an object's or a part's) in a new data object; its record, not
+    /// yet bound. `content_md5`, if sent, must be the body's: else nothing of it
+    /// remains.
     pub(crate) async fn store_body(
         &self,
-        bucket: &str,
         length: u64,
         body: impl Stream<Item = std::result::Result<Bytes, impl std::fmt::Display>> + Unpin,
         content_md5: Option<[u8; 16]>,
         headers: Headers,
-    ) -> Result<ObjectRecord> {
-        let data_name = |id: &str| layout::data_object(bucket, id);
-        let (extent, md5) = self.put_data(data_name, length, body).await?;
+    ) -> Result<(ObjectRecord, Option<ObjectRef>)> {
+        let (data, md5) = self.put_data(length, body).await?;
         if content_md5.is_some_and(|sent| sent != md5) {
-            if let Some(extent) = &extent {
-                self.remove(&extent.object).await?;
-            }
+            self.release(data.as_ref()).await;
             return Err(StoreError::BadDigest);
         }
-        Ok(ObjectRecord {
+        let record = ObjectRecord {
             size: length,
             etag: hex(&md5),
             modified_ms: now_ms(),
-            extents: extent.into_iter().collect(),
             headers,
-        })
+            ..ObjectRecord::default()
+        };
+        Ok((record, data))
     }
 
-    /// Makes `record` the object `key` of `bucket`, and deletes the data of the object
-    /// it replaced.
-    pub(crate) async fn commit(
-        &self,
-        bucket: &str,
-        key: &str,
-        record: &ObjectRecord,
-    ) -> Result<()> {
-        self.replace(&layout::key_record(bucket, key), record).await
-    }
-
-    /// Writes `record` at `name` (a key's or a part's), and retires the data of the
-    /// record it replaced.
-    pub(crate) async fn replace(&self, name: &str, record: &ObjectRecord) -> Result<()> {
-        let old = self.replace_keeping(name, record).await?;
-        self.retire(old).await
-    }
-
-    /// Writes `record` at `name`; the data objects of the record it replaced that
-    /// `record` does not name, left in place.
-    pub(crate) async fn replace_keeping(
-        &self,
-        name: &str,
-        record: &ObjectRecord,
-    ) -> Result<Vec<String>> {
-        let old: Option<ObjectRecord> = self.read_record(name).await.unwrap_or(None);
-        self.write_record(name, record).await?;
-        let old = old.map(|old| old.extents).unwrap_or_default();
-        let unnamed = old.into_iter().filter(|e| !record.extents.contains(e));
-        Ok(unnamed.map(|e| e.object).collect())
-    }
-
-    /// Data objects no record names any more: deleted by [`Store::sweep_retired`] after
-    /// [`RETIRE_GRACE_MS`], so that a GET or a copy begun on them (and reading them a
-    /// request at a time) reads them whole.
-    pub(crate) async fn retire(&self, objects: Vec<String>) -> Result<()> {
-        if objects.is_empty() {
-            return Ok(());
-        }
-        let id = layout::fresh_id().map_err(|e| StoreError::Entropy(e.to_string()))?;
-        self.write_record(&layout::retired(now_ms(), &id), &RetiredRecord { objects }).await
-    }
-
-    /// Deletes the data objects retired more than `grace_ms` ago; how many.
-    pub async fn sweep_retired(&self, grace_ms: i64) -> Result<usize> {
-        let cutoff = now_ms() - grace_ms;
-        let mut deleted = 0;
-        for entry in self.client.list(layout::RETIRED).await? {
-            // In time order: the first too young ends the sweep.
-            match layout::retired_ms(&entry.name) {
-                Some(ms) if ms > cutoff => break,
-                Some(_) => {}
-                None => continue,
-            }
-            if let Some(retired) = self.read_record::<RetiredRecord>(&entry.name).await? {
-                for object in &retired.objects {
-                    self.remove(object).await?;
-                }
-                deleted += retired.objects.len();
-            }
-            self.remove(&entry.name).await?;
-        }
-        Ok(deleted)
-    }
-
-    /// Stores an object: its bytes, then its record. `content_md5`, if sent, must be
+    /// Stores an object: its bytes, then its record bound with them to the key, if
+    /// the bucket exists and `conditions` hold then. `content_md5`, if sent, must be
     /// the body's.
+    #[allow(clippy::too_many_arguments)]
     pub async fn put(
         &self,
         bucket: &str,
@@ -539,35 +540,69 @@ impl Store {
         body: impl Stream<Item = std::result::Result<Bytes, impl std::fmt::Display>> + Unpin,
         headers: Headers,
         content_md5: Option<[u8; 16]>,
+        conditions: &WriteConditions,
     ) -> Result<ObjectRecord> {
         let checked = async {
             check_key(key)?;
             if headers.metadata_bytes() > 2048 {
                 return Err(StoreError::MetadataTooLarge(headers.metadata_bytes()));
             }
-            self.bucket(bucket).await.map(drop)
+            self.check_bucket(bucket).await?;
+            self.check_write(bucket, key, conditions).await
         };
-        let body = refuse_after_body(checked.await, body).await?;
-        let record = self.store_body(bucket, length, body, content_md5, headers).await?;
-        self.commit(bucket, key, &record).await?;
-        Ok(record)
+        let (condition, body) = match checked.await {
+            Ok(condition) => (condition, body),
+            Err(refusal) => {
+                let mut body = body;
+                discard_body(&mut body).await;
+                return Err(refusal);
+            }
+        };
+        let (record, data) = self.store_body(length, body, content_md5, headers).await?;
+        match self.commit(bucket, key, &record, data.iter().cloned().collect(), condition).await {
+            Ok(()) => Ok(record),
+            Err(error) => {
+                self.release(data.as_ref()).await;
+                Err(error)
+            }
+        }
     }
 
-    /// Deletes an object; a key that does not exist is no error (as S3).
-    pub async fn delete(&self, bucket: &str, key: &str) -> Result<()> {
-        let name = layout::key_record(bucket, key);
-        let Some(record) = self.read_record::<ObjectRecord>(&name).await? else {
-            self.bucket(bucket).await?;
-            return Ok(());
+    /// Makes `record` with `data` the object `key` of `bucket` (if the bucket exists
+    /// and `condition` holds): the data it held before is freed a grace later.
+    pub(crate) async fn commit(
+        &self,
+        bucket: &str,
+        key: &str,
+        record: &ObjectRecord,
+        data: Vec<ObjectRef>,
+        condition: BindCondition,
+    ) -> Result<()> {
+        let bind = Bind {
+            name: layout::key_record(bucket, key),
+            data: data.iter().map(|d| d.object).collect(),
+            attrs: record::to_attrs(record),
+            require: Some(layout::bucket_marker(bucket)),
+            condition,
+            ..Bind::default()
         };
-        self.remove(&name).await?;
-        self.retire(record.extents.into_iter().map(|e| e.object).collect()).await
+        self.bind(bind, || StoreError::NoSuchBucket(bucket.to_owned())).await.map(drop)
+    }
+
+    /// Deletes an object; a key that does not exist is no error (as S3). Its data is
+    /// freed a grace later, so that a GET begun on it reads it whole.
+    pub async fn delete(&self, bucket: &str, key: &str) -> Result<()> {
+        match self.client.delete(&layout::key_record(bucket, key)).await {
+            Ok(()) => Ok(()),
+            Err(error) if is_missing(&error) => self.bucket(bucket).await.map(drop),
+            Err(error) => Err(error.into()),
+        }
     }
 
     /// The bytes `range` of the object (`start..end`, within its size) as a stream,
     /// read a request at a time, a few ahead; with the record they were read by. A
-    /// read that finds the data replaced by a concurrent PUT starts again from the
-    /// new record.
+    /// read that finds the data replaced and freed since (a GET that started long
+    /// before) starts again from the new record.
     pub async fn get(
         &self,
         bucket: &str,
@@ -577,11 +612,9 @@ impl Store {
         let mut attempt = 0;
         loop {
             attempt += 1;
-            let record = self.head(bucket, key).await?;
-            let (start, end) = range(&record)?;
-            let mut pieces = pieces(&record.extents, start, end).into_iter();
-            // The first piece read here: a data object already gone means the object
-            // was replaced meanwhile.
+            let stored = self.head_stored(bucket, key).await?;
+            let (start, end) = range(&stored.record)?;
+            let mut pieces = pieces(&stored.extents, start, end).into_iter();
             let first = match pieces.next() {
                 None => Bytes::new(),
                 Some(piece) => match read_piece(self.client.clone(), piece).await {
@@ -610,13 +643,13 @@ impl Store {
                     }
                 }
             });
-            return Ok((record, (start, end), ByteStream { receiver }));
+            return Ok((stored.record, (start, end), ByteStream { receiver }));
         }
     }
 
     /// Keys of `bucket` starting with `prefix`, after `after`, in S3's order, with
     /// `delimiter` folding keys into common prefixes; at most `max` entries (keys and
-    /// prefixes), and whether more follow.
+    /// prefixes), and whether more follow. Each key's record comes with its name.
     pub async fn list(
         &self,
         bucket: &str,
@@ -630,10 +663,11 @@ impl Store {
         let full_prefix = format!("{base}{prefix}");
         let mut from = after.map(|a| format!("{base}{a}"));
         let mut listing = Listing::default();
-        let mut keys: Vec<String> = Vec::new();
         'pages: loop {
-            let want = (max - listing.common_prefixes.len() - keys.len()).clamp(1, 1000) as u32;
-            let (page, more) = self.client.list_page(&full_prefix, from.as_deref(), want).await?;
+            let want =
+                (max - listing.common_prefixes.len() - listing.keys.len()).clamp(1, 1000) as u32;
+            let (page, more) =
+                self.client.list_page_with(&full_prefix, from.as_deref(), want, true).await?;
             if page.is_empty() {
                 break;
             }
@@ -657,7 +691,7 @@ impl Store {
                     }
                     continue;
                 }
-                if listing.common_prefixes.len() + keys.len() == max {
+                if listing.common_prefixes.len() + listing.keys.len() == max {
                     listing.truncated = true;
                     break 'pages;
                 }
@@ -669,25 +703,21 @@ impl Store {
                             continue 'pages;
                         }
                     }
-                    None => keys.push(key.to_owned()),
+                    None => {
+                        let record = record::from_attrs(&object.attrs).map_err(|error| {
+                            StoreError::Record { name: object.name.clone(), error }
+                        })?;
+                        listing.keys.push((key.to_owned(), record));
+                    }
                 }
             }
             if !more {
                 break;
             }
         }
+        let keys: Vec<String> = listing.keys.iter().map(|(k, _)| k.clone()).collect();
         listing.next_after =
             listing.truncated.then(|| listing_last(&keys, &listing.common_prefixes)).flatten();
-        listing.keys = futures::stream::iter(keys)
-            .map(|key| async move {
-                let record =
-                    self.read_record::<ObjectRecord>(&layout::key_record(bucket, &key)).await?;
-                Ok::<_, StoreError>(record.map(|r| (key, r)))
-            })
-            .buffered(LISTING_READS)
-            .try_filter_map(|entry| async move { Ok(entry) })
-            .try_collect()
-            .await?;
         Ok(listing)
     }
 }
@@ -755,7 +785,7 @@ impl Stream for ByteStream {
 /// the client asked for.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) struct Piece {
-    object: String,
+    data: ObjectRef,
     aligned: ByteRange,
     keep: std::ops::Range<usize>,
 }
@@ -773,7 +803,7 @@ pub(crate) fn pieces(extents: &[Extent], start: u64, end: u64) -> Vec<Piece> {
             let aligned = ByteRange::from_bounds(at / BLOCK * BLOCK, padded(piece_end));
             let skip = (at - aligned.start) as usize;
             out.push(Piece {
-                object: extent.object.clone(),
+                data: extent.data.clone(),
                 aligned,
                 keep: skip..skip + (piece_end - at) as usize,
             });
@@ -788,7 +818,7 @@ async fn read_piece(
     client: ClusterClient,
     piece: Piece,
 ) -> std::result::Result<Bytes, ClientError> {
-    let bytes = client.read(&piece.object, piece.aligned).await?;
+    let bytes = client.read_from(&piece.data, piece.aligned).await?;
     Ok(bytes.slice(piece.keep))
 }
 
@@ -864,17 +894,13 @@ pub(crate) fn hex(bytes: &[u8]) -> String {
 
 #[cfg(test)]
 mod tests {
+    use somnus_types::{ChunkGroupId, ObjectId};
+
     use super::*;
 
     #[test]
     fn write_conditions_are_s3s() {
-        let record = |etag: &str| ObjectRecord {
-            size: 0,
-            etag: etag.to_owned(),
-            modified_ms: 0,
-            extents: Vec::new(),
-            headers: Default::default(),
-        };
+        let record = |etag: &str| ObjectRecord { etag: etag.to_owned(), ..Default::default() };
         let (any, a) = (Some(EtagMatch::Any), Some(EtagMatch::Etag("a".into())));
         let when = |if_match: &Option<EtagMatch>, if_none_match: &Option<EtagMatch>| {
             WriteConditions { if_match: if_match.clone(), if_none_match: if_none_match.clone() }
@@ -900,33 +926,33 @@ mod tests {
         assert_eq!(check(when(&any, &None), Some(&rb)), "ok");
     }
 
-    fn extent(name: &str, size: u64) -> Extent {
-        Extent { object: name.into(), size }
+    fn extent(object: u64, size: u64) -> Extent {
+        let chunks = size.div_ceil(1 << 20) as usize;
+        let data = ObjectRef {
+            object: ObjectId(object),
+            size_bytes: padded(size),
+            chunk_groups: vec![ChunkGroupId(0); chunks],
+        };
+        Extent { data, size }
     }
 
     /// The bytes the pieces give, as (object, offset in object) per byte.
-    fn bytes_of(pieces: &[Piece]) -> Vec<(String, u64)> {
+    fn bytes_of(pieces: &[Piece]) -> Vec<(u64, u64)> {
         pieces
             .iter()
-            .flat_map(|p| p.keep.clone().map(|i| (p.object.clone(), p.aligned.start + i as u64)))
+            .flat_map(|p| p.keep.clone().map(|i| (p.data.object.0, p.aligned.start + i as u64)))
             .collect()
     }
 
     #[test]
     fn pieces_cover_a_range_across_requests_and_extents() {
         let mb = REQUEST_BYTES;
-        let extents = [extent("a", 2 * mb + 10), extent("b", 5)];
+        let extents = [extent(1, 2 * mb + 10), extent(2, 5)];
         for (start, end) in [(0, 2 * mb + 15), (1, 2), (mb - 3, mb + 3), (2 * mb + 8, 2 * mb + 12)]
         {
             let pieces = pieces(&extents, start, end);
-            let want: Vec<(String, u64)> = (start..end)
-                .map(|at| {
-                    if at < 2 * mb + 10 {
-                        ("a".into(), at)
-                    } else {
-                        ("b".into(), at - (2 * mb + 10))
-                    }
-                })
+            let want: Vec<(u64, u64)> = (start..end)
+                .map(|at| if at < 2 * mb + 10 { (1, at) } else { (2, at - (2 * mb + 10)) })
                 .collect();
             assert_eq!(bytes_of(&pieces), want, "{start}..{end}");
             for piece in &pieces {
@@ -949,5 +975,18 @@ mod tests {
         assert_eq!(listing_last(&keys, &prefixes).as_deref(), Some("c"));
         assert_eq!(listing_last(&keys[..1], &prefixes), Some(format!("b/{}", char::MAX)));
         assert_eq!(listing_last(&[], &[]), None);
+    }
+
+    /// A record's sizes name each data object's bytes: one object of the record's
+    /// size, or a multipart object's parts.
+    #[test]
+    fn a_records_sizes_follow_its_data_objects() {
+        let single = ObjectRecord { size: 7, ..Default::default() };
+        assert_eq!(single.sizes(1), vec![7]);
+        assert_eq!(ObjectRecord::default().sizes(0), Vec::<u64>::new());
+        let parts = ObjectRecord { size: 12, parts: vec![5, 7], ..Default::default() };
+        assert_eq!(parts.sizes(2), vec![5, 7]);
+        let json = String::from_utf8(record::to_attrs(&single)).unwrap();
+        assert!(!json.contains("parts") && !json.contains("extents"), "{json}");
     }
 }

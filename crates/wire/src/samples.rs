@@ -193,6 +193,8 @@ pub fn every_message() -> Vec<Message> {
             }],
         },
         Message::ClientReply { request: 17, body: ReplyBody::Refused(RequestError::Freed) },
+        Message::ReleaseObject { request: 18, object: ObjectId(46) },
+        Message::StableMark { group, epoch, stable: Version(9 << 40 | 4) },
     ]
 }
 
@@ -249,8 +251,10 @@ pub fn variant(message: &Message) -> usize {
         Message::BindObject(_) => 46,
         Message::DeleteObjects { .. } => 47,
         Message::CheckObjects { .. } => 48,
+        Message::ReleaseObject { .. } => 49,
+        Message::StableMark { .. } => 50,
     }
 }
 
 /// Variants of [`Message`].
-pub const VARIANTS: usize = 49;
+pub const VARIANTS: usize = 51;

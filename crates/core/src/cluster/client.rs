@@ -79,6 +79,10 @@ pub enum ClientOp {
     DeleteMany {
         names: Vec<String>,
     },
+    /// Gives back an allocation that will not be bound.
+    Release {
+        object: somnus_types::ObjectId,
+    },
 }
 
 /// What a data op addresses: a name's first data object, or a data object itself.
@@ -382,6 +386,9 @@ impl Client {
             ClientOp::DeleteMany { names } => {
                 Some(Message::DeleteObjects { request: 0, names: names.clone() })
             }
+            ClientOp::Release { object } => {
+                Some(Message::ReleaseObject { request: 0, object: *object })
+            }
             ClientOp::Write { .. }
             | ClientOp::Read { .. }
             | ClientOp::WriteTo { .. }
@@ -402,7 +409,8 @@ impl Client {
             | Message::LookupObject { request: r, .. }
             | Message::ListObjects { request: r, .. }
             | Message::AllocateObject { request: r, .. }
-            | Message::DeleteObjects { request: r, .. } => *r = request,
+            | Message::DeleteObjects { request: r, .. }
+            | Message::ReleaseObject { request: r, .. } => *r = request,
             Message::BindObject(bind) => bind.request = request,
             _ => unreachable!("only object requests are sent for an op"),
         }

@@ -658,6 +658,21 @@ pub enum Message {
     CheckObjects {
         objects: Vec<HeldObject>,
     },
+    /// A client gives back an allocation it will not bind (a PUT refused after its
+    /// data was written): freed at once, a grace later on the servers (answered with
+    /// `ObjectDeleted`, no name).
+    ReleaseObject {
+        request: u64,
+        object: ObjectId,
+    },
+    /// A primary with no write pending tells its replicas that every write up to
+    /// `stable` is on all of them (as the next replica write would): they forget those
+    /// unstable writes, so an idle group's last writes are not kept twice.
+    StableMark {
+        group: ChunkGroupId,
+        epoch: Epoch,
+        stable: Version,
+    },
 }
 
 /// One object of a listing.

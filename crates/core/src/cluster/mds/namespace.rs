@@ -72,6 +72,10 @@ impl Mds {
                 self.deletes_answered.add(client, request);
                 (request, answer)
             }
+            Message::ReleaseObject { request, object } => {
+                self.release(object, client);
+                (request, Ok(Message::ObjectDeleted { request, name: String::new() }))
+            }
             Message::LookupGroup { request, group } if group.index() < self.groups.len() => {
                 (request, Ok(Message::GroupFound { request, view: self.view(group) }))
             }
@@ -205,6 +209,15 @@ impl Mds {
             }
         }
         Ok(())
+    }
+
+    /// An allocation of `client`'s it will not bind goes at once; anything else (a
+    /// bound object, another client's allocation, one gone already) stays.
+    fn release(&mut self, object: ObjectId, client: ClientId) {
+        let pending = self.data.get(&object).and_then(|d| d.pending);
+        if pending.is_some_and(|((owner, _), _)| owner == client) {
+            self.commit(Command::ExpirePending { objects: vec![object] });
+        }
     }
 
     fn delete(&mut self, name: &str) -> Result<(), MetadataError> {

@@ -614,6 +614,9 @@ impl Server {
             (Peer::Server(primary), Message::RebuildData { group, epoch, chunk, pieces }) => {
                 self.rebuild_data(primary, group, epoch, chunk, pieces);
             }
+            (Peer::Server(_), Message::StableMark { group, epoch, stable }) => {
+                self.stable_mark(group, epoch, stable);
+            }
             (
                 Peer::Server(primary),
                 message @ (Message::LogAppend { .. }

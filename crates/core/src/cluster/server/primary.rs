@@ -89,6 +89,8 @@ pub(super) struct Led {
     next_sequence: u64,
     /// The highest version written or adopted (the stable mark when nothing pends).
     pub(super) last_version: Version,
+    /// The stable mark last sent on its own (`StableMark`), with nothing pending.
+    stable_sent: Version,
     /// The MDS asked for the group back: new requests are refused with `Retry`.
     pub(super) migrating: bool,
     /// Per replica: fenced at this epoch with its unstable writes adopted.
@@ -120,6 +122,7 @@ impl Led {
             lease_until,
             next_sequence: 1,
             last_version: Version(0),
+            stable_sent: Version(0),
             migrating: false,
             synced: vec![false; replicas],
             sync_sent_at: vec![None; replicas],
@@ -879,10 +882,46 @@ impl Server {
             for version in due {
                 self.resend(group, version);
             }
+            self.send_stable_mark(group);
             self.repairs_timed_out(group);
             self.dvl_timer(group);
             self.serve_demand_reads(group, false);
             self.rebuild_timer(group);
+        }
+    }
+
+    /// With no write pending, tells the synced replicas (this server's own too) the
+    /// stable mark the next write would carry, so that they keep no idle group's last
+    /// writes as unstable (a checkpoint would hold their bytes twice).
+    fn send_stable_mark(&mut self, group: ChunkGroupId) {
+        let own = self.id;
+        let Some(led) = self.led.get_mut(&group) else { return };
+        if !led.pending.is_empty() || led.last_version <= led.stable_sent {
+            return;
+        }
+        let stable = led.stable();
+        led.stable_sent = stable;
+        let epoch = led.epoch;
+        let synced: Vec<ServerId> = led
+            .replicas
+            .iter()
+            .zip(&led.synced)
+            .filter(|(_, synced)| **synced)
+            .map(|(replica, _)| *replica)
+            .collect();
+        for replica in synced {
+            if replica == own {
+                self.stable_mark(group, epoch, stable);
+            } else {
+                self.send(Peer::Server(replica), Message::StableMark { group, epoch, stable });
+            }
+        }
+    }
+
+    /// A replica's side of a `StableMark`: of the epoch it is fenced at only.
+    pub(super) fn stable_mark(&mut self, group: ChunkGroupId, epoch: Epoch, stable: Version) {
+        if epoch == self.known_epoch(group) {
+            self.store.forget_stable(group, stable);
         }
     }
 

@@ -609,6 +609,17 @@ impl ChunkStore {
         out
     }
 
+    /// Forgets the unstable writes of `group` up to `stable` (its primary knows them
+    /// on every replica). Not a durable change: after a restart the journal's writes
+    /// may be unstable again, which only makes a new primary write them again.
+    pub fn forget_stable(&mut self, group: ChunkGroupId, stable: Version) {
+        if let Some(record) = self.groups.get_mut(&group) {
+            while record.unstable.front().is_some_and(|w| w.version <= stable) {
+                record.unstable.pop_front();
+            }
+        }
+    }
+
     pub fn unstable(&self, group: ChunkGroupId) -> Vec<UnstableWrite> {
         self.groups.get(&group).map_or_else(Vec::new, |g| g.unstable.iter().cloned().collect())
     }
