@@ -7,6 +7,7 @@ use std::sync::Arc;
 use anyhow::{Context, Result};
 use clap::Args;
 use somnus_runtime::client::ClusterClient;
+use somnus_s3::observe::AccessLog;
 use somnus_s3::{Credentials, Store};
 
 use crate::cluster_cmd::{ClusterArg, load, runtime};
@@ -24,9 +25,21 @@ pub(crate) struct S3Args {
     /// The secret key of --access-key.
     #[arg(long, requires = "access_key")]
     secret_key: Option<String>,
-    /// Abort multipart uploads left unfinished this many hours (checked hourly).
+    /// Abort multipart uploads left unfinished this many hours (checked every five
+    /// minutes); their parts' space is freed.
     #[arg(long, default_value_t = 24.0, value_name = "HOURS")]
     abandoned_after: f64,
+    /// Serve the gateway's `/status` (JSON) and `/metrics` (Prometheus: requests by
+    /// operation, errors by code, latency histograms) over HTTP on this address.
+    #[arg(long, value_name = "ADDR")]
+    http: Option<SocketAddr>,
+    /// Write one line per request (time, request id, operation, bucket, key, status,
+    /// bytes in and out, seconds) to this file, rotated past --access-log-mib.
+    #[arg(long, value_name = "FILE")]
+    access_log: Option<std::path::PathBuf>,
+    /// The access log's size before it is rotated (to FILE.1 .. FILE.4), MiB.
+    #[arg(long, default_value_t = 64, value_name = "MIB", value_parser = clap::value_parser!(u64).range(1..=1 << 20))]
+    access_log_mib: u64,
     #[command(flatten)]
     cluster: ClusterArg,
 }
@@ -66,6 +79,16 @@ pub(crate) fn run(args: S3Args) -> Result<()> {
             .with_context(|| format!("cannot serve S3 on {}", args.listen))?;
         let client = ClusterClient::start(Arc::new(file), secret)?;
         let store = Store::new(client);
+        let log = match &args.access_log {
+            Some(path) => Some(
+                AccessLog::open(path, args.access_log_mib << 20, 4)
+                    .with_context(|| format!("cannot open the access log {}", path.display()))?,
+            ),
+            None => None,
+        };
+        if let Some(address) = args.http {
+            serve_status(address, args.listen, log.clone()).await?;
+        }
         move_legacy_records(store.clone());
         // Abandoned uploads are looked for every five minutes.
         let sweeper = std::time::Duration::from_secs(300);
@@ -82,7 +105,7 @@ pub(crate) fn run(args: S3Args) -> Result<()> {
         let stop = async {
             let _ = tokio::signal::ctrl_c().await;
         };
-        somnus_s3::serve(listener, service, stop).await?;
+        somnus_s3::serve_logged(listener, service, stop, log).await?;
         Ok(())
     })
 }
@@ -111,4 +134,29 @@ fn move_legacy_records(store: Store) {
             }
         }
     });
+}
+
+/// Serves the gateway's `/status` and `/metrics` on `address`.
+async fn serve_status(
+    address: SocketAddr,
+    listen: SocketAddr,
+    log: Option<AccessLog>,
+) -> Result<()> {
+    let socket = tokio::net::TcpListener::bind(address)
+        .await
+        .with_context(|| format!("cannot serve the gateway's status on {address}"))?;
+    let report = Arc::new(move || {
+        serde_json::json!({
+            "s3": listen.to_string(),
+            "access_log": log.as_ref().map(|l| l.path().display().to_string()),
+            "access_log_lines_dropped": log.as_ref().map_or(0, AccessLog::dropped),
+        })
+    });
+    let endpoint = somnus_runtime::http::Endpoint {
+        report,
+        metrics: somnus_runtime::metrics::install(),
+        operator: None,
+    };
+    somnus_runtime::http::serve(socket, endpoint);
+    Ok(())
 }

@@ -156,7 +156,8 @@ async fn supervise(
         None => None,
     };
     let gateway_started = gateway.is_some();
-    children.extend(gateway.map(|(running, _)| running));
+    let gateway_http = gateway.as_ref().and_then(|(_, _, http)| *http);
+    children.extend(gateway.map(|(running, _, _)| running));
     noteln!(
         "somnus: a cluster of {} servers in {} racks (r = {}) is up; MDS at {}",
         file.servers.len(),
@@ -167,6 +168,9 @@ async fn supervise(
     noteln!("  state and logs in {}", dir.display());
     noteln!("  try: somnus put FILE KEY; somnus get KEY FILE  (they find this cluster themselves");
     noteln!("       from ./{DEFAULT_DIR}; elsewhere pass --cluster {})", path.display());
+    if let Some(mds) = file.mds.http {
+        noteln!("  status: somnus status (or http://{mds}/status); metrics http://{mds}/metrics");
+    }
     if gateway_started && let Some(address) = s3 {
         let keys = crate::s3_cmd::credentials(None, None, path)?;
         noteln!("  S3 at http://{address} (region us-east-1), path-style:");
@@ -176,6 +180,10 @@ async fn supervise(
             keys.access_key,
             keys.secret_key
         );
+        if let Some(http) = gateway_http {
+            noteln!("       its metrics http://{http}/metrics, status http://{http}/status");
+        }
+        noteln!("       its access log {}", dir.join("logs/s3-access.log").display());
     }
     noteln!("  Ctrl-C stops it; its state is kept for the next `somnus up`.");
     wait_for_stop(&mut children).await?;
@@ -225,13 +233,15 @@ pub(crate) fn start_all(
 }
 
 /// Starts the S3 gateway (`somnus s3`) on `address` as a child, logging to
-/// `logs/s3.log`; `None`, said, if the address is taken: the cluster runs without it.
+/// `logs/s3.log` and each request to `logs/s3-access.log`, its status and metrics on
+/// the next free port; `None`, said, if the address is taken: the cluster runs
+/// without it.
 pub(crate) fn start_s3(
     exe: &Path,
     path: &Path,
     address: std::net::SocketAddr,
     logs: &Path,
-) -> Result<Option<(Running, std::net::SocketAddr)>> {
+) -> Result<Option<(Running, std::net::SocketAddr, Option<std::net::SocketAddr>)>> {
     // The keys are made here, before the gateway starts, so that they can be printed.
     crate::s3_cmd::credentials(None, None, path)?;
     if let Err(error) = std::net::TcpListener::bind(address) {
@@ -253,9 +263,15 @@ pub(crate) fn start_s3(
     };
     // A log made by an earlier version keeps its mode when opened: set it.
     log.set_permissions(std::os::unix::fs::PermissionsExt::from_mode(0o600))?;
+    let http = loopback_ports(1, address.port().saturating_add(1)).ok().map(|ports| ports[0]);
     let mut command = Command::new(exe);
+    command.args(["s3", "--listen", &address.to_string(), "--access-log"]);
+    command.arg(logs.join("s3-access.log"));
+    if let Some(http) = http {
+        command.args(["--http", &http.to_string()]);
+    }
     command
-        .args(["s3", "--listen", &address.to_string(), "--cluster"])
+        .args(["--cluster"])
         .arg(path)
         .stdin(Stdio::null())
         .stdout(log.try_clone()?)
@@ -263,7 +279,7 @@ pub(crate) fn start_s3(
         .kill_on_drop(true)
         .env(STOP_WITH_PARENT, std::process::id().to_string());
     let child = command.spawn().context("cannot start the S3 gateway")?;
-    Ok(Some((Running { name: "s3".into(), child }, address)))
+    Ok(Some((Running { name: "s3".into(), child }, address, http)))
 }
 
 /// Returns on SIGINT or SIGTERM; a child that ends meanwhile is reported.

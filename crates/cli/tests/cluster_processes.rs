@@ -309,11 +309,14 @@ async fn bad_connections_against_a_running_server_are_refused_counted_and_it_ser
     assert!(status.status.success(), "{status:?}");
     let text = String::from_utf8_lossy(&status.stdout);
     assert!(text.starts_with("gear 3 of 3   6 objects"), "{text}");
-    assert_eq!(text.lines().filter(|l| l.contains(" on ")).count(), 9, "{text}");
+    let power = |l: &&str| l.split_whitespace().nth(3) == Some("on");
+    assert_eq!(text.lines().filter(power).count(), 9, "{text}");
+    assert!(text.contains("space: "), "{text}");
+    // The sizes as stored (not the blocks with `put`'s header).
     let ls = cluster.cli(&["ls", "after-"]);
     let text = String::from_utf8_lossy(&ls.stdout);
     assert_eq!(text.lines().count(), 5, "{text}");
-    assert!(text.lines().all(|l| l.trim_start().starts_with("57344  after-")), "{text}");
+    assert!(text.lines().all(|l| l.trim_start().starts_with("50000  after-")), "{text}");
 }
 
 /// With no cluster running, `status`, `gear set` and `ls` fail within seconds,
@@ -336,7 +339,7 @@ fn commands_fail_fast_when_no_cluster_answers() {
     }
 }
 
-/// A block of a chunk file corrupted on the primary's disk: the read is served from
+/// A block corrupted in the primary's packs: the read is served from
 /// another replica, the block is repaired with its copy, and the next read finds it
 /// whole.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -350,13 +353,15 @@ async fn a_corrupt_block_is_read_from_another_replica_and_repaired() {
     let info = client.stat("victim").await.unwrap();
     let view = info.views.iter().find(|v| v.group == info.chunk_groups[0]).unwrap();
     let primary = view.primary.unwrap().index();
-    let file = cluster
-        .path
-        .with_file_name(format!("server-{primary}"))
-        .join(format!("replicas/chunks/{:016x}-00000000.chunk", info.object.0));
-    // 1 MiB chunks: 256 block headers of 24 bytes after the 64-byte header, the data
-    // from 8 KiB (docs/format/chunk-file.md). Block 1 holds the object's first bytes.
-    let at = 8192 + 4096 + 100;
+    // Block 1 holds the object's first bytes (block 0 is `put`'s header), in a slot of
+    // the primary's packs (docs/format/replicas.md).
+    let packs = cluster.path.with_file_name(format!("server-{primary}")).join("replicas/packs");
+    let first = somnus_core::cluster::ChunkId {
+        object: info.object,
+        chunk: somnus_core::cluster::ChunkIndex(0),
+    };
+    let (file, block) = somnus_runtime::packs::locate(&packs, first, 1).unwrap().unwrap();
+    let at = block + 100;
     let chunk = std::fs::OpenOptions::new().read(true).write(true).open(&file).unwrap();
     let mut byte = [0u8; 1];
     chunk.read_exact_at(&mut byte, at).unwrap();

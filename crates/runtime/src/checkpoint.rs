@@ -1,5 +1,5 @@
 //! The generations of a storage server's replica files, and the checkpoint that
-//! starts a new one (docs/format/chunk-file.md).
+//! starts a new one (docs/format/replicas.md).
 //!
 //! The journal is a sequence of files, `journal-<seq>`, each begun by a checkpoint;
 //! the snapshot `groups-<seq>.snap` holds every group's fence and unstable writes as

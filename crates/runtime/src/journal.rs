@@ -5,7 +5,7 @@
 //! replays it after a restart, and a checkpoint starts a new one (`checkpoint.rs`).
 //!
 //! Each change is one record (`record.rs`: length, CRC-32C, postcard, payloads;
-//! docs/format/chunk-file.md). Appends
+//! docs/format/replicas.md). Appends
 //! are sequential and each batch is synced before it is acknowledged, so only the last
 //! record can be torn by a crash: a record cut short at the end of the file, or the
 //! last one failing its checksum, is dropped (it was never acknowledged). A record

@@ -1,4 +1,4 @@
-//! The chunk files of earlier builds (docs/format/chunk-file.md, "Chunk files"): one
+//! The chunk files of earlier builds (docs/format/replicas.md, "Chunk files"): one
 //! file per chunk, each 4 KiB block with a header of its version, stamp and CRC-32C.
 //! A server that finds them at start moves their blocks into its packs
 //! ([`crate::packs`]) and removes them; this reads them for that.

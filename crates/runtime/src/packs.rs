@@ -1,4 +1,4 @@
-//! A storage server's chunk replicas in block packs (docs/format/packs.md): shared
+//! A storage server's chunk replicas in block packs (docs/format/replicas.md): shared
 //! files of 4 KiB slots, each slot one block of one chunk with a header of its owner,
 //! version, stamp and CRC-32C. A chunk takes the slots of the blocks written to it,
 //! nothing more; a freed chunk's slots are punched out of their files (the space goes
@@ -52,6 +52,35 @@ pub fn slot_data_at(index: u32) -> u64 {
 /// Where slot `index`'s header starts in its pack.
 pub fn slot_header_at(index: u32) -> u64 {
     Slot { pack: 0, index }.header_at()
+}
+
+/// Where block `block` of `chunk` is in the packs of `dir` (a replica directory's
+/// `packs`): the pack's path and the offset of the block's bytes there. For tools and
+/// tests that look at a replica's bytes on disk; none if no slot holds it.
+pub fn locate(dir: &Path, chunk: ChunkId, block: u64) -> std::io::Result<Option<(PathBuf, u64)>> {
+    let mut names: Vec<(u32, PathBuf)> = Vec::new();
+    for entry in std::fs::read_dir(dir)? {
+        let path = entry?.path();
+        if let Some(pack) = path.file_name().and_then(|n| n.to_str()).and_then(pack_of_name) {
+            names.push((pack, path));
+        }
+    }
+    names.sort();
+    let mut headers = vec![0u8; (SLOTS_PER_PACK as u64 * SLOT_HEADER_BYTES) as usize];
+    for (pack, path) in names {
+        File::open(&path)?.read_exact_at(&mut headers, HEADERS_START)?;
+        for index in 0..SLOTS_PER_PACK {
+            let at = (u64::from(index) * SLOT_HEADER_BYTES) as usize;
+            let Ok(Some(header)) = Header::decode(&headers[at..at + SLOT_HEADER_BYTES as usize])
+            else {
+                continue;
+            };
+            if header.chunk == chunk && u64::from(header.block) == block {
+                return Ok(Some((path, Slot { pack, index }.data_at())));
+            }
+        }
+    }
+    Ok(None)
 }
 
 /// A slot: its pack and its place in it.

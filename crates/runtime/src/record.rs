@@ -1,5 +1,5 @@
 //! A checksummed record of a value and its payloads, the unit of the runtime's own
-//! files (the journal's records, the groups' snapshot; docs/format/chunk-file.md):
+//! files (the journal's records, the groups' snapshot; docs/format/replicas.md):
 //!
 //! `length u32 | crc32c u32 | body_len u32 | postcard(value) | payloads`
 //!

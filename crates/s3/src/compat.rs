@@ -1,7 +1,8 @@
 //! Where S3 clients expect an answer the protocol crate gives otherwise, mended at the
 //! HTTP layer, before and after it: a presigned URL's expiry limits, a request signed
 //! both by header and by query refused, a request signed with `Date` rather than
-//! `X-Amz-Date`, and a request id on every answer.
+//! `X-Amz-Date`, the headers of features out of scope refused, storage classes checked,
+//! control characters in a listing encoded, and a request id on every answer.
 
 use std::sync::atomic::{AtomicU64, Ordering};
 
@@ -98,6 +99,110 @@ pub(crate) fn date_as_amz_date(headers: &mut HeaderMap) {
     );
     if let Ok(value) = HeaderValue::from_str(&basic) {
         headers.insert(AMZ_DATE, value);
+    }
+}
+
+/// Headers that ask for a feature the gateway does not have (docs/s3-compat.md, "Out
+/// of scope"): a request carrying one is refused `NotImplemented`, so that nobody
+/// believes an object encrypted, tagged, locked or redirected when it is not.
+const OUT_OF_SCOPE: [&str; 8] = [
+    "x-amz-server-side-encryption",
+    "x-amz-copy-source-server-side-encryption",
+    "x-amz-tagging",
+    "x-amz-object-lock-",
+    "x-amz-grant-",
+    "x-amz-website-redirect-location",
+    "x-amz-bucket-object-lock-enabled",
+    "x-amz-bucket-object-lock-token",
+];
+
+/// A write (PUT or POST) that asks for a feature out of scope: `NotImplemented`,
+/// naming the header. `x-amz-bucket-object-lock-enabled: false` asks for nothing.
+pub(crate) fn out_of_scope_refused(
+    method: &http::Method,
+    headers: &HeaderMap,
+) -> Option<s3s::S3Error> {
+    if method != http::Method::PUT && method != http::Method::POST {
+        return None;
+    }
+    let name = headers.keys().map(|n| n.as_str()).find(|name| {
+        let asks = OUT_OF_SCOPE.iter().any(|prefix| name.starts_with(prefix));
+        let disabled = *name == "x-amz-bucket-object-lock-enabled"
+            && headers.get(*name).is_some_and(|v| v.as_bytes().eq_ignore_ascii_case(b"false"));
+        asks && !disabled
+    })?;
+    Some(s3_error!(
+        NotImplemented,
+        "{name}: server-side encryption, tagging, object lock, grants and website \
+         redirects are not supported by this gateway (docs/s3-compat.md)"
+    ))
+}
+
+/// The storage classes this gateway has: every object is replicated r times.
+pub(crate) const STORAGE_CLASSES: [&str; 1] = ["STANDARD"];
+
+/// A write whose `x-amz-storage-class` is none of [`STORAGE_CLASSES`]:
+/// `InvalidStorageClass` (400), as S3 answers a class it does not know.
+pub(crate) fn storage_class_refused(headers: &HeaderMap) -> Option<s3s::S3Error> {
+    let class = headers.get("x-amz-storage-class")?;
+    let class = String::from_utf8_lossy(class.as_bytes());
+    if STORAGE_CLASSES.contains(&class.as_ref()) {
+        return None;
+    }
+    Some(s3_error!(
+        InvalidStorageClass,
+        "storage class {class:?}: this gateway stores {}",
+        STORAGE_CLASSES.join(", ")
+    ))
+}
+
+/// Whether a request is a listing of a bucket (a GET of `/bucket`, with no key) that
+/// did not ask for `encoding-type=url`: its keys go into the XML as they are.
+pub(crate) fn raw_listing(method: &http::Method, path: &str, query: &str) -> bool {
+    let bucket_only = path.trim_start_matches('/').trim_end_matches('/');
+    method == http::Method::GET
+        && !bucket_only.is_empty()
+        && !bucket_only.contains('/')
+        && !query.split('&').any(|pair| pair.eq_ignore_ascii_case("encoding-type=url"))
+}
+
+/// An XML document with the control characters U+0001 to U+001F and U+007F (which a
+/// key may hold, and XML parsers reject or alter as they are) written as character
+/// references, as S3 writes them; `None` when it holds none. Bytes, not characters:
+/// no byte of a multi-byte UTF-8 sequence is below 0x80.
+pub(crate) fn escape_control_characters(xml: &[u8]) -> Option<Vec<u8>> {
+    let control = |b: u8| (0x01..=0x1f).contains(&b) || b == 0x7f;
+    if !xml.iter().any(|b| control(*b)) {
+        return None;
+    }
+    let mut out = Vec::with_capacity(xml.len() + 16);
+    for byte in xml {
+        if control(*byte) {
+            out.extend_from_slice(format!("&#x{byte:x};").as_bytes());
+        } else {
+            out.push(*byte);
+        }
+    }
+    Some(out)
+}
+
+/// Gives a Streaming SigV4 request sent without a length (`Transfer-Encoding:
+/// chunked`, as Go's HTTP client sends an empty body) the `Content-Length` of the body
+/// it declares (`x-amz-decoded-content-length`), which the protocol crate takes as the
+/// object's length once it has decoded the chunks. The decoder holds the body to that
+/// length and checks every chunk's signature; a request that sends no length at all is
+/// still `MissingContentLength`.
+pub(crate) fn decoded_length_as_content_length(headers: &mut HeaderMap) {
+    let streaming = headers
+        .get("x-amz-content-sha256")
+        .is_some_and(|v| v.as_bytes().starts_with(b"STREAMING-"));
+    if !streaming || headers.contains_key(http::header::CONTENT_LENGTH) {
+        return;
+    }
+    let Some(decoded) = headers.get("x-amz-decoded-content-length").cloned() else { return };
+    if decoded.to_str().is_ok_and(|v| v.parse::<u64>().is_ok()) {
+        headers.remove(http::header::TRANSFER_ENCODING);
+        headers.insert(http::header::CONTENT_LENGTH, decoded);
     }
 }
 
@@ -232,6 +337,60 @@ mod tests {
         let text = std::str::from_utf8(&body).unwrap();
         assert!(text.ends_with("<RequestId>0123456789ABCDEF</RequestId></Error>"), "{text}");
         assert!(text.contains("<Code>NoSuchKey</Code>"), "{text}");
+    }
+
+    #[test]
+    fn the_headers_of_features_out_of_scope_are_refused_on_writes() {
+        let put = http::Method::PUT;
+        for (name, value) in [
+            ("x-amz-server-side-encryption", "AES256"),
+            ("x-amz-server-side-encryption-customer-algorithm", "AES256"),
+            ("x-amz-tagging", "a=b"),
+            ("x-amz-object-lock-mode", "GOVERNANCE"),
+            ("x-amz-object-lock-legal-hold", "ON"),
+            ("x-amz-grant-read", "id=x"),
+            ("x-amz-website-redirect-location", "/x"),
+            ("x-amz-bucket-object-lock-enabled", "true"),
+        ] {
+            let map = headers(&[(name, value)]);
+            let refused = out_of_scope_refused(&put, &map).expect(name);
+            assert_eq!(refused.code().as_str(), "NotImplemented");
+            assert!(out_of_scope_refused(&http::Method::GET, &map).is_none(), "{name}");
+        }
+        let fine = headers(&[
+            ("x-amz-acl", "private"),
+            ("x-amz-bucket-object-lock-enabled", "False"),
+            ("content-type", "text/plain"),
+        ]);
+        assert!(out_of_scope_refused(&put, &fine).is_none());
+    }
+
+    #[test]
+    fn a_storage_class_is_standard_or_refused() {
+        assert!(storage_class_refused(&HeaderMap::new()).is_none());
+        assert!(storage_class_refused(&headers(&[("x-amz-storage-class", "STANDARD")])).is_none());
+        for class in ["FOO", "standard", "GLACIER", ""] {
+            let refused = storage_class_refused(&headers(&[("x-amz-storage-class", class)]));
+            assert_eq!(
+                refused.map(|e| e.code().as_str().to_owned()).as_deref(),
+                Some("InvalidStorageClass"),
+                "{class}"
+            );
+        }
+    }
+
+    #[test]
+    fn a_listing_without_url_encoding_has_its_control_characters_escaped() {
+        assert!(raw_listing(&http::Method::GET, "/bucket", "list-type=2"));
+        assert!(raw_listing(&http::Method::GET, "/bucket/", "uploads"));
+        assert!(!raw_listing(&http::Method::GET, "/bucket", "list-type=2&encoding-type=url"));
+        assert!(!raw_listing(&http::Method::GET, "/bucket/key", ""), "an object's bytes");
+        assert!(!raw_listing(&http::Method::GET, "/", ""), "the buckets");
+        assert!(!raw_listing(&http::Method::PUT, "/bucket", ""));
+        let xml = "<Key>a\u{1}b\tc\u{7f}é</Key>".as_bytes();
+        let escaped = escape_control_characters(xml).unwrap();
+        assert_eq!(String::from_utf8(escaped).unwrap(), "<Key>a&#x1;b&#x9;c&#x7f;é</Key>");
+        assert!(escape_control_characters(b"<Key>plain</Key>").is_none());
     }
 
     #[test]

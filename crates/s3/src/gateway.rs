@@ -906,27 +906,31 @@ impl S3 for Gateway {
             Some((key, id)) => (Some(key), id),
             None => (None, None),
         };
+        // With `encoding-type=url`, every key-like field is encoded, as in listings.
+        let names = Names::of(input.encoding_type.as_ref());
         let common_prefixes = page
             .common_prefixes
             .into_iter()
-            .map(|prefix| CommonPrefix { prefix: Some(prefix) })
+            .map(|prefix| CommonPrefix { prefix: Some(names.name(&prefix)) })
             .collect();
         let uploads = page
             .uploads
             .into_iter()
             .map(|(id, u)| MultipartUpload {
-                key: Some(u.key),
+                key: Some(names.name(&u.key)),
                 upload_id: Some(id),
                 initiated: Some(timestamp(u.created_ms)),
                 ..Default::default()
             })
             .collect();
+        let next_key = names.maybe(next_key);
         let output = ListMultipartUploadsOutput {
             bucket: Some(input.bucket),
-            prefix: input.prefix,
-            key_marker: input.key_marker,
+            prefix: names.maybe(input.prefix),
+            key_marker: names.maybe(input.key_marker),
             upload_id_marker: input.upload_id_marker,
-            delimiter: input.delimiter,
+            delimiter: names.maybe(input.delimiter),
+            encoding_type: input.encoding_type,
             max_uploads: Some(max as i32),
             is_truncated: Some(page.truncated),
             next_key_marker: next_key,

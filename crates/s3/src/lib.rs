@@ -13,10 +13,11 @@ pub mod keys;
 mod layout;
 pub mod legacy;
 pub mod multipart;
+pub mod observe;
 pub mod record;
 pub mod serve;
 pub mod sigv4;
 pub mod store;
 
-pub use serve::{Credentials, serve, service, sweep_abandoned_uploads};
+pub use serve::{Credentials, serve, serve_logged, service, sweep_abandoned_uploads};
 pub use store::{EtagMatch, Store, StoreError, WriteConditions};

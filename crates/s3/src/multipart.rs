@@ -413,7 +413,8 @@ pub struct UploadPage {
     pub next: Option<(String, Option<String>)>,
 }
 
-/// The page of `all` (sorted by key, then id) after the markers: uploads under
+/// The page of `all` (sorted by key, then by when each began) after the markers:
+/// uploads under
 /// `prefix`, those whose key holds `delimiter` after it rolled into one common prefix
 /// each, `max` entries (uploads and prefixes) at most.
 pub fn page_uploads(
@@ -430,15 +431,21 @@ pub fn page_uploads(
     }
     // A marker that is a common prefix (a page ended with it) skips its keys.
     let rolled_marker = delimiter.is_some_and(|d| !d.is_empty() && key_marker.ends_with(d));
-    let after = |id: &str, key: &str| match id_marker {
+    // One key's uploads are in the order they began: a page goes on after the upload
+    // its id marker names (or, if that one is gone, after the ids at or below it).
+    let marker_at = id_marker.and_then(|marker| {
+        all.iter().position(|(id, u)| u.key == key_marker && id.as_str() == marker)
+    });
+    let after = |index: usize, id: &str, key: &str| match id_marker {
         _ if key_marker.is_empty() => true,
         _ if rolled_marker && key.starts_with(key_marker) => false,
-        Some(marker) => (key, id) > (key_marker, marker),
-        None => key > key_marker,
+        _ if key != key_marker => key > key_marker,
+        Some(marker) => marker_at.map_or(id > marker, |at| index > at),
+        None => false,
     };
     let mut entries = 0;
-    for (id, upload) in all {
-        if !upload.key.starts_with(prefix) || !after(&id, &upload.key) {
+    for (index, (id, upload)) in all.into_iter().enumerate() {
+        if !upload.key.starts_with(prefix) || !after(index, &id, &upload.key) {
             continue;
         }
         let rolled = delimiter.filter(|d| !d.is_empty()).and_then(|d| {
@@ -569,6 +576,24 @@ mod tests {
         let page = page_uploads(all.clone(), "d/", Some("/"), "", None, 10);
         assert_eq!(listed(&page), vec!["d/x#3", "d/y#4"]);
         assert_eq!(page_uploads(all, "", None, "", None, 0), UploadPage::default());
+    }
+
+    /// One key's uploads page in the order they began, whatever their ids.
+    #[test]
+    fn one_keys_uploads_page_in_the_order_they_began() {
+        // Sorted as `Store::uploads` sorts: by key, then by when each began.
+        let all = uploads(&[("a", "f0"), ("a", "01"), ("a", "9c"), ("b", "00")]);
+        let (mut key, mut id, mut seen) = (String::new(), None::<String>, Vec::new());
+        loop {
+            let page = page_uploads(all.clone(), "", None, &key, id.as_deref(), 1);
+            seen.extend(listed(&page));
+            let Some((next_key, next_id)) = page.next else { break };
+            (key, id) = (next_key, next_id);
+        }
+        assert_eq!(seen, vec!["a#f0", "a#01", "a#9c", "b#00"]);
+        // A marker naming an upload gone since: the ids after it.
+        let page = page_uploads(all, "", None, "a", Some("50"), 10);
+        assert_eq!(listed(&page), vec!["a#9c", "a#f0", "b#00"]);
     }
 
     #[test]

@@ -14,6 +14,7 @@ use tokio::net::TcpListener;
 
 use crate::compat::{self, RequestIds};
 use crate::gateway::Gateway;
+use crate::observe::{self, AccessLog, Answered};
 use crate::store::Store;
 
 /// An access key and its secret.
@@ -58,6 +59,16 @@ pub async fn serve(
     service: S3Service,
     shutdown: impl Future<Output = ()>,
 ) -> std::io::Result<()> {
+    serve_logged(listener, service, shutdown, None).await
+}
+
+/// [`serve`], each request also written to `log` (and always to the metrics).
+pub async fn serve_logged(
+    listener: TcpListener,
+    service: S3Service,
+    shutdown: impl Future<Output = ()>,
+    log: Option<AccessLog>,
+) -> std::io::Result<()> {
     let service = Arc::new(service);
     let ids = Arc::new(RequestIds::new());
     let mut shutdown = std::pin::pin!(shutdown);
@@ -72,7 +83,7 @@ pub async fn serve(
             () = &mut shutdown => return Ok(()),
         };
         let _ = socket.set_nodelay(true);
-        let service = as_s3_answers((*service).clone(), ids.clone());
+        let service = as_s3_answers((*service).clone(), ids.clone(), log.clone());
         tokio::spawn(async move {
             let connection = hyper::server::conn::http1::Builder::new()
                 .keep_alive(true)
@@ -84,13 +95,17 @@ pub async fn serve(
 }
 
 /// `service`, as S3 answers. Before it: a presigned URL's expiry checked against S3's
-/// limits, a request signed both by header and by query refused, and a request signed
-/// with `Date` given its `X-Amz-Date`. After it: a HEAD that asked for a range answered
-/// 206 (s3s answers it 200, with the range's length and Content-Range right), and a
-/// request id on every answer.
+/// limits, a request signed both by header and by query refused, a request signed
+/// with `Date` given its `X-Amz-Date`, a write asking for a feature out of scope or a
+/// storage class not here refused, and a Streaming SigV4 body sent without a length
+/// (`Transfer-Encoding: chunked`) given the decoded length it declares. After it: a HEAD
+/// that asked for a range answered 206 (s3s answers it 200, with the range's length
+/// and Content-Range right), a listing's control characters encoded, a request id on
+/// every answer, and the request counted, timed and logged.
 fn as_s3_answers(
     service: S3Service,
     ids: Arc<RequestIds>,
+    log: Option<AccessLog>,
 ) -> impl hyper::service::Service<
     http::Request<hyper::body::Incoming>,
     Response = s3s::HttpResponse,
@@ -98,17 +113,27 @@ fn as_s3_answers(
     Future = impl Future<Output = Result<s3s::HttpResponse, s3s::HttpError>> + Send,
 > + Clone {
     hyper::service::service_fn(move |mut request: http::Request<hyper::body::Incoming>| {
+        let started = tokio::time::Instant::now();
         let id = ids.next();
-        let ranged_head = request.method() == http::Method::HEAD
-            && request.headers().contains_key(http::header::RANGE);
+        let method = request.method().clone();
+        let ranged_head =
+            method == http::Method::HEAD && request.headers().contains_key(http::header::RANGE);
         compat::date_as_amz_date(request.headers_mut());
-        let query = request.uri().query().unwrap_or("");
-        let refused = compat::presign_expiry_refused(query)
-            .or_else(|| compat::two_signatures_refused(request.headers(), query));
+        compat::decoded_length_as_content_length(request.headers_mut());
+        let path = request.uri().path().to_owned();
+        let query = request.uri().query().unwrap_or("").to_owned();
+        let operation = observe::operation(&method, &path, &query, request.headers());
+        let raw_listing = compat::raw_listing(&method, &path, &query);
+        let bytes_in = content_length(request.headers());
+        let refused = compat::presign_expiry_refused(&query)
+            .or_else(|| compat::two_signatures_refused(request.headers(), &query))
+            .or_else(|| compat::out_of_scope_refused(&method, request.headers()))
+            .or_else(|| compat::storage_class_refused(request.headers()));
         let call = match refused {
             None => Ok(hyper::service::Service::call(&service, request)),
             Some(error) => Err(error),
         };
+        let log = log.clone();
         async move {
             let mut response = match call {
                 Ok(call) => call.await?,
@@ -119,10 +144,44 @@ fn as_s3_answers(
             if ranged_head && response.status() == http::StatusCode::OK {
                 *response.status_mut() = http::StatusCode::PARTIAL_CONTENT;
             }
+            if raw_listing && response.status() == http::StatusCode::OK {
+                escape_listing(&mut response);
+            }
             compat::with_request_id(&mut response, &id);
+            let code = response.body().bytes().filter(|_| response.status().as_u16() >= 400);
+            let answered = Answered {
+                id: &id,
+                operation,
+                path: &path,
+                status: response.status().as_u16(),
+                code: code.as_deref().and_then(observe::error_code),
+                bytes_in,
+                bytes_out: content_length(response.headers()),
+                seconds: started.elapsed().as_secs_f64(),
+            };
+            observe::record(&answered, log.as_ref());
             Ok(response)
         }
     })
+}
+
+/// A header's `Content-Length`, or 0.
+fn content_length(headers: &http::HeaderMap) -> u64 {
+    let length = headers.get(http::header::CONTENT_LENGTH).and_then(|v| v.to_str().ok());
+    length.and_then(|v| v.parse().ok()).unwrap_or(0)
+}
+
+/// A listing sent without `encoding-type=url`, with its keys' control characters
+/// written as character references (the listing is whole in memory).
+fn escape_listing(response: &mut s3s::HttpResponse) {
+    let Some(body) = response.body().bytes() else { return };
+    if let Some(escaped) = compat::escape_control_characters(&body) {
+        let length = escaped.len();
+        *response.body_mut() = s3s::Body::from(bytes::Bytes::from(escaped));
+        if let Ok(value) = http::HeaderValue::from_str(&length.to_string()) {
+            response.headers_mut().insert(http::header::CONTENT_LENGTH, value);
+        }
+    }
 }
 
 /// The gateway's housekeeping, for as long as the runtime runs: every `every`, the

@@ -158,7 +158,7 @@ async fn demo(args: &DemoArgs, dir: &Path) -> Result<()> {
     };
     let spawned = Instant::now();
     let mut children = start_all(&exe, &path, &file, &dir.join("logs"))?;
-    let Some((gateway, _)) = start_s3(&exe, &path, address, &dir.join("logs"))? else {
+    let Some((gateway, _, _)) = start_s3(&exe, &path, address, &dir.join("logs"))? else {
         stop_all(&mut children).await;
         bail!("the S3 gateway cannot listen on {address}: pass --s3 with a free address");
     };
