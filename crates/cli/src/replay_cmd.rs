@@ -17,9 +17,9 @@ use somnus_runtime::client::ClusterClient;
 use somnus_runtime::cluster_file::ClusterFile;
 use somnus_runtime::http;
 use somnus_runtime::status::ServerReport;
-use somnus_sim::cluster::{GearAt, TraceWorkload};
+use somnus_sim::cluster::{GearAt, ReplaceAt, ReplayKind, TraceWorkload};
 use somnus_trace::TraceSet;
-use somnus_types::{ByteRange, IoKind, VirtualDuration};
+use somnus_types::{ByteRange, VirtualDuration};
 use somnus_wire::ClusterSecret;
 use tokio::sync::watch;
 use tokio::time::Instant;
@@ -50,6 +50,12 @@ pub(crate) struct ReplayArgs {
     /// replays the same schedule).
     #[arg(long, value_name = "SECONDS:GEAR,...", value_parser = parse_gear_schedule)]
     gear_schedule: Option<GearSchedule>,
+    /// Devices replaced during the replay, at trace times: `SECONDS:DEVICE,...` (the
+    /// device's index among the trace's, from 0). Its object is deleted and made again
+    /// empty, after the requests before it and before those after it, as a volume is
+    /// discarded: the data it held is freed a grace later (`free_grace_s`).
+    #[arg(long, value_name = "SECONDS:DEVICE,...", value_parser = parse_replace_schedule)]
+    replace_schedule: Option<ReplaceSchedule>,
     /// Print the report as JSON (the simulator's shape) instead of a table.
     #[arg(long)]
     json: bool,
@@ -79,6 +85,28 @@ fn parse_gear_schedule(text: &str) -> Result<GearSchedule, String> {
         return Err("the shifts must be in time order".into());
     }
     Ok(GearSchedule(shifts))
+}
+
+/// Devices replaced at trace times.
+#[derive(Clone, Debug)]
+struct ReplaceSchedule(Vec<ReplaceAt>);
+
+fn parse_replace_schedule(text: &str) -> Result<ReplaceSchedule, String> {
+    let mut replaces = Vec::new();
+    for item in text.split(',') {
+        let (at, device) = item
+            .split_once(':')
+            .ok_or_else(|| format!("{item:?} is not SECONDS:DEVICE (as in 20:0,40:1)"))?;
+        let at: f64 =
+            at.trim().parse().map_err(|_| format!("{at:?} is not a number of seconds"))?;
+        if !(at.is_finite() && at >= 0.0) {
+            return Err(format!("{at} is not a time from the trace's start"));
+        }
+        let device: u32 =
+            device.trim().parse().map_err(|_| format!("{device:?} is not a device index"))?;
+        replaces.push(ReplaceAt { at: VirtualDuration::from_nanos((at * 1e9) as u64), device });
+    }
+    Ok(ReplaceSchedule(replaces))
 }
 
 /// Latency in the simulator's shape (milliseconds).
@@ -146,6 +174,10 @@ pub(crate) fn run(args: ReplayArgs) -> Result<()> {
     if workload.ops.is_empty() {
         bail!("the traces hold no request to replay");
     }
+    let replaces = args.replace_schedule.map(|s| s.0).unwrap_or_default();
+    let workload = workload
+        .with_replacements(&replaces)
+        .map_err(|error| anyhow::anyhow!("--replace-schedule: {error}"))?;
     let gears = args.gear_schedule.map(|s| s.0).unwrap_or_default();
     if let Some(shift) = gears.iter().find(|s| s.gear == 0 || s.gear > file.cluster.replicas) {
         bail!(
@@ -285,20 +317,27 @@ async fn replay(
             }
             let name = &names[op.device as usize];
             let result = match op.kind {
-                IoKind::Read => client.read(name, op.range).await.map(drop),
-                IoKind::Write => {
+                ReplayKind::Read => client.read(name, op.range).await.map(drop),
+                ReplayKind::Write => {
                     let data = Bytes::from(vec![(n % 251) as u8; op.range.size_bytes() as usize]);
                     client.write(name, op.range.start, data).await
                 }
+                ReplayKind::Replace => match client.delete(name).await {
+                    Ok(()) => client.create(name, op.range.end).await.map(drop),
+                    Err(error) => Err(error),
+                },
             };
             let micros = arrived.elapsed().as_micros() as u64;
             let mut tally = shared.lock().unwrap_or_else(PoisonError::into_inner);
             tally.done += 1;
             match result {
                 Ok(()) => {
-                    let histogram =
-                        if op.kind == IoKind::Read { &mut tally.read } else { &mut tally.write };
-                    if let Some(h) = histogram.as_mut() {
+                    let histogram = match op.kind {
+                        ReplayKind::Read => tally.read.as_mut(),
+                        ReplayKind::Write => tally.write.as_mut(),
+                        ReplayKind::Replace => None,
+                    };
+                    if let Some(h) = histogram {
                         h.saturating_record(micros.max(1));
                     }
                 }

@@ -20,8 +20,8 @@ use somnus_runtime::cluster_file::ClusterSection;
 use somnus_runtime::http;
 use somnus_runtime::status::{MdsReport, ServerReport};
 use somnus_sim::cluster::{
-    ClusterSpec, GearAt, Gearing as SimGearing, Sample, TraceOp, TraceWorkload, replay_trace,
-    replay_trace_with,
+    ClusterSpec, GearAt, Gearing as SimGearing, ReplaceAt, Sample, TraceOp, TraceWorkload,
+    replay_trace, replay_trace_with,
 };
 use somnus_trace::{ReadOptions, TraceSet};
 use somnus_types::{ByteRange, IoKind, ServerId, Version, VirtualDuration, VirtualInstant};
@@ -752,6 +752,98 @@ async fn the_simulator_and_the_runtime_agree_on_a_trace_and_a_gear_schedule() {
     );
 }
 
+/// The two shells agree on the space a trace with deletes leaves: the first 60 s of
+/// an MSR trace, its device replaced (deleted, made again empty) at 20 s, while gear
+/// groups 2 and 3 sleep (their DVL records of the old object dropped, not
+/// reclaimed), and at 45 s with every server on. Once every free is applied, each
+/// server holds exactly the bytes the simulator's does, and its files take them plus
+/// a bounded overhead (journal, pack headers, snapshots). A simulator that did not
+/// replace the device (its old data kept) is caught.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_simulator_and_the_runtime_agree_on_bytes_stored_after_a_trace_with_deletes() {
+    let _machine = alone();
+    let Some(traces) = somnus_testkit::traces_dir() else { return };
+    let trace = traces.join("msr-csv/hm_0.excerpt7016.csv");
+    let (seconds, gear_schedule, replace_schedule) = (60.0, "5:1,31:3", "20:0,45:0");
+    let gears = [
+        GearAt { at: VirtualDuration::from_secs(5), gear: 1 },
+        GearAt { at: VirtualDuration::from_secs(31), gear: 3 },
+    ];
+    let replaces = [
+        ReplaceAt { at: VirtualDuration::from_secs(20), device: 0 },
+        ReplaceAt { at: VirtualDuration::from_secs(45), device: 0 },
+    ];
+    let section = ClusterSection { time_scale: 10.0, free_grace_s: 2.0, ..Cluster::section() };
+    let mut cluster = Cluster::unstarted_with(section);
+    cluster.start_processes();
+
+    let spec = simulated_cluster(&cluster);
+    let set = TraceSet::open(std::slice::from_ref(&trace), &ReadOptions::default()).unwrap();
+    let trace_only = TraceWorkload::read(&set, Some(seconds)).unwrap();
+    let workload = Arc::new(trace_only.clone().with_replacements(&replaces).unwrap());
+    let seed = cluster.file.cluster.seed;
+    let sim = replay_trace(&spec, seed, workload, &gears);
+    assert_eq!(sim.end.violations, Vec::<String>::new());
+    assert_eq!((sim.errors, sim.unfinished), (0, 0));
+
+    eventually!(Duration::from_secs(20), "every server answers", {
+        cluster.server_statuses().await.len() == 9
+    });
+    let output = Command::new(env!("CARGO_BIN_EXE_somnus"))
+        .args(["replay", "--trace", &trace.to_string_lossy(), "--json"])
+        .args(["--duration", &seconds.to_string(), "--gear-schedule", gear_schedule])
+        .args(["--replace-schedule", replace_schedule])
+        .arg("--cluster")
+        .arg(&cluster.path)
+        .stdin(Stdio::null())
+        .output()
+        .unwrap();
+    assert!(output.status.success(), "{}", String::from_utf8_lossy(&output.stderr));
+    let json: serde_json::Value = serde_json::from_slice(&output.stdout).unwrap();
+    let config = &json["configs"][0];
+    assert_eq!(
+        (config["errors"].as_u64(), config["requests_unfinished"].as_u64()),
+        (Some(0), Some(0))
+    );
+    // Every server on, every free applied, the servers' reports steady.
+    let mut last = Vec::new();
+    eventually!(Duration::from_secs(90), "every free applied and the reports steady", {
+        let mds = cluster.mds_status().await;
+        let on = mds.servers.iter().all(|s| s.power == ServerPower::On);
+        let stored: Vec<u64> =
+            cluster.server_statuses().await.iter().map(|r| r.stored_bytes).collect();
+        let steady = on && mds.space.frees_queued == 0 && stored == last && stored.len() == 9;
+        last = stored;
+        tokio::time::sleep(Duration::from_millis(500)).await;
+        steady
+    });
+    assert_eq!(last, sim.stored_bytes, "bytes held per server: runtime, simulator");
+    let reports = cluster.server_statuses().await;
+    for report in &reports {
+        let disk = report.disk_bytes.expect("measured");
+        let overhead = disk.saturating_sub(report.stored_bytes);
+        eprintln!(
+            "server {}: {} B held ({} B simulated), {disk} B on disk",
+            report.id, report.stored_bytes, sim.stored_bytes[report.id as usize]
+        );
+        assert!(
+            disk >= report.stored_bytes && overhead <= report.stored_bytes / 10 + (8 << 20),
+            "server {}: {disk} B on disk for {} B held",
+            report.id,
+            report.stored_bytes
+        );
+    }
+    // Broken variant: the simulator without the replacements keeps the old data.
+    let kept = replay_trace(&spec, seed, Arc::new(trace_only), &gears);
+    assert_ne!(kept.stored_bytes, last, "a replay without deletes agreed");
+    eprintln!(
+        "agreement on space: {} B held in all (a replay without deletes: {} B)",
+        last.iter().sum::<u64>(),
+        kept.stored_bytes.iter().sum::<u64>()
+    );
+    cluster.stop_all();
+}
+
 /// Whether `error` is the client's refusal for lack of room on server `server`.
 fn no_space_on(error: &somnus_runtime::object_file::ObjectError, server: u32) -> bool {
     use somnus_core::cluster::client::ClientError;
@@ -1011,7 +1103,7 @@ async fn the_cluster_sleeps_in_the_trough_and_wakes_before_the_peak_by_itself() 
             let range = ByteRange::new(offset, 4096);
             for (kind, after) in [(IoKind::Write, 0.0), (IoKind::Read, period / 2.0)] {
                 let at = VirtualDuration::try_from_secs_f64(at + after).unwrap();
-                ops.push(TraceOp { at, device: 0, range, kind });
+                ops.push(TraceOp { at, device: 0, range, kind: kind.into() });
             }
         }
         at += period;

@@ -10,86 +10,18 @@
 // Processes are waited for in real time.
 #![allow(clippy::disallowed_methods)]
 
-use std::net::{SocketAddr, TcpStream};
-use std::path::PathBuf;
-use std::process::{Child, Command, Stdio};
+use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 mod common;
 
+use common::s3::{ACCESS_KEY, Gateway, SECRET_KEY, clients_installed, start_gateway};
 use common::{Cluster, free_ports, pattern};
 use somnus_core::cluster::ServerPower;
 
-const ACCESS_KEY: &str = "somnus-test";
-const SECRET_KEY: &str = "somnus-test-secret";
-
-/// The gateway process, stopped when the test ends however it ends.
-struct Gateway {
-    child: Child,
-    address: SocketAddr,
-}
-
-impl Drop for Gateway {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
-fn start_gateway(cluster: &Cluster) -> Gateway {
-    let address = free_ports(1)[0];
-    let child = cluster.spawn(&[
-        "s3",
-        "--listen",
-        &address.to_string(),
-        "--access-key",
-        ACCESS_KEY,
-        "--secret-key",
-        SECRET_KEY,
-    ]);
-    let gateway = Gateway { child, address };
-    let deadline = Instant::now() + Duration::from_secs(30);
-    while TcpStream::connect(address).is_err() {
-        assert!(Instant::now() < deadline, "the gateway does not listen on {address}");
-        std::thread::sleep(Duration::from_millis(50));
-    }
-    gateway
-}
-
-fn script() -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../s3/tests/s3_clients.py")
-}
-
-/// Whether boto3 and the AWS CLI are here; under CI they must be.
-fn clients_installed() -> bool {
-    let boto3 = Command::new("python3").args(["-c", "import boto3"]).status();
-    let aws = Command::new("aws").arg("--version").stdout(Stdio::null()).status();
-    let installed = boto3.is_ok_and(|s| s.success()) && aws.is_ok_and(|s| s.success());
-    if !installed {
-        assert!(
-            std::env::var_os("CI").is_none(),
-            "boto3 and the AWS CLI are needed: python3 -m pip install boto3 awscli"
-        );
-        eprintln!("skipped: boto3 or the AWS CLI is missing (python3 -m pip install boto3 awscli)");
-    }
-    installed
-}
-
 /// Runs the client suite (`full` or `quick`) against `gateway`; its output.
 fn run_suite(gateway: &Gateway, suite: &str) -> String {
-    let output = Command::new("python3")
-        .arg(script())
-        .env("S3_ENDPOINT", format!("http://{}", gateway.address))
-        .env("S3_ACCESS_KEY", ACCESS_KEY)
-        .env("S3_SECRET_KEY", SECRET_KEY)
-        .env("S3_SUITE", suite)
-        .stdin(Stdio::null())
-        .output()
-        .unwrap();
-    let stdout = String::from_utf8_lossy(&output.stdout).into_owned();
-    let stderr = String::from_utf8_lossy(&output.stderr);
-    assert!(output.status.success(), "the {suite} suite failed:\n{stdout}\n{stderr}");
-    stdout
+    gateway.python("s3_clients.py", &[], &[("S3_SUITE", suite)])
 }
 
 /// The gateway's resident-set peak so far (its `VmHWM`).
@@ -218,7 +150,7 @@ async fn real_s3_clients_store_and_read_objects_also_while_gear_groups_sleep() {
     // sleeper to find its groups a primary, in the middle of the suite.
     let cluster = Cluster::start();
     races_leave_every_object_whole(&cluster).await;
-    let gateway = start_gateway(&cluster);
+    let gateway = start_gateway(&cluster, &[]);
 
     let full = tokio::task::block_in_place(|| run_suite(&gateway, "full"));
     eprintln!("{full}");

@@ -156,14 +156,14 @@ pub(crate) fn storage_class_refused(headers: &HeaderMap) -> Option<s3s::S3Error>
     ))
 }
 
-/// Whether a request is a listing of a bucket (a GET of `/bucket`, with no key) that
-/// did not ask for `encoding-type=url`: its keys go into the XML as they are.
-pub(crate) fn raw_listing(method: &http::Method, path: &str, query: &str) -> bool {
-    let bucket_only = path.trim_start_matches('/').trim_end_matches('/');
-    method == http::Method::GET
-        && !bucket_only.is_empty()
-        && !bucket_only.contains('/')
-        && !query.split('&').any(|pair| pair.eq_ignore_ascii_case("encoding-type=url"))
+/// Whether an answer is an XML document the gateway wrote (a listing, an upload's
+/// initiation or completion, a multi-delete's result, an error), whose keys go into it
+/// as they are: every answer of type `application/xml` but an object's own bytes.
+pub(crate) fn gateway_xml(operation: &str, headers: &HeaderMap) -> bool {
+    let xml = headers
+        .get(http::header::CONTENT_TYPE)
+        .is_some_and(|v| v.as_bytes().starts_with(b"application/xml"));
+    xml && operation != "GetObject" && operation != "HeadObject"
 }
 
 /// An XML document with the control characters U+0001 to U+001F and U+007F (which a
@@ -380,13 +380,12 @@ mod tests {
     }
 
     #[test]
-    fn a_listing_without_url_encoding_has_its_control_characters_escaped() {
-        assert!(raw_listing(&http::Method::GET, "/bucket", "list-type=2"));
-        assert!(raw_listing(&http::Method::GET, "/bucket/", "uploads"));
-        assert!(!raw_listing(&http::Method::GET, "/bucket", "list-type=2&encoding-type=url"));
-        assert!(!raw_listing(&http::Method::GET, "/bucket/key", ""), "an object's bytes");
-        assert!(!raw_listing(&http::Method::GET, "/", ""), "the buckets");
-        assert!(!raw_listing(&http::Method::PUT, "/bucket", ""));
+    fn gateway_xml_has_its_control_characters_escaped() {
+        let xml = headers(&[("content-type", "application/xml")]);
+        assert!(gateway_xml("ListObjectsV2", &xml));
+        assert!(gateway_xml("CreateMultipartUpload", &xml));
+        assert!(!gateway_xml("GetObject", &xml), "an object's bytes, stored as XML");
+        assert!(!gateway_xml("ListObjectsV2", &headers(&[("content-type", "text/plain")])));
         let xml = "<Key>a\u{1}b\tc\u{7f}é</Key>".as_bytes();
         let escaped = escape_control_characters(xml).unwrap();
         assert_eq!(String::from_utf8(escaped).unwrap(), "<Key>a&#x1;b&#x9;c&#x7f;é</Key>");

@@ -123,7 +123,6 @@ fn as_s3_answers(
         let path = request.uri().path().to_owned();
         let query = request.uri().query().unwrap_or("").to_owned();
         let operation = observe::operation(&method, &path, &query, request.headers());
-        let raw_listing = compat::raw_listing(&method, &path, &query);
         let bytes_in = content_length(request.headers());
         let refused = compat::presign_expiry_refused(&query)
             .or_else(|| compat::two_signatures_refused(request.headers(), &query))
@@ -144,8 +143,8 @@ fn as_s3_answers(
             if ranged_head && response.status() == http::StatusCode::OK {
                 *response.status_mut() = http::StatusCode::PARTIAL_CONTENT;
             }
-            if raw_listing && response.status() == http::StatusCode::OK {
-                escape_listing(&mut response);
+            if compat::gateway_xml(operation, response.headers()) {
+                escape_control_characters(&mut response);
             }
             compat::with_request_id(&mut response, &id);
             let code = response.body().bytes().filter(|_| response.status().as_u16() >= 400);
@@ -171,9 +170,10 @@ fn content_length(headers: &http::HeaderMap) -> u64 {
     length.and_then(|v| v.parse().ok()).unwrap_or(0)
 }
 
-/// A listing sent without `encoding-type=url`, with its keys' control characters
-/// written as character references (the listing is whole in memory).
-fn escape_listing(response: &mut s3s::HttpResponse) {
+/// An XML answer of the gateway's with the control characters of the keys in it written
+/// as character references (the document is whole in memory; a listing asked for with
+/// `encoding-type=url` has none left).
+fn escape_control_characters(response: &mut s3s::HttpResponse) {
     let Some(body) = response.body().bytes() else { return };
     if let Some(escaped) = compat::escape_control_characters(&body) {
         let length = escaped.len();

@@ -16,10 +16,10 @@ use somnus_core::gear::IoServerConfig;
 use somnus_core::gear::servers_needed;
 use somnus_core::gear::{Capability, Gearing as PlanGearing, Load, Policy, SchedulerConfig};
 use somnus_core::power::{PowerProfile, PowerState};
-use somnus_types::{IoKind, VirtualDuration, VirtualInstant};
+use somnus_types::{VirtualDuration, VirtualInstant};
 
 use crate::cluster::{
-    ClusterSpec, ComputeLoad, FaultSet, Gearing, LoggerBackend, ReplayProgress, Sample,
+    ClusterSpec, ComputeLoad, FaultSet, Gearing, LoggerBackend, ReplayKind, ReplayProgress, Sample,
     TraceReplayReport, TraceWorkload, replay_trace_with,
 };
 use crate::disk::{DiskModel, DiskOp};
@@ -253,14 +253,16 @@ pub fn load_per_second(workload: &TraceWorkload) -> Vec<Load> {
         let load = &mut loads[(op.at.as_nanos() / 1_000_000_000) as usize];
         let mib = op.range.size_bytes() as f64 / MIB;
         match op.kind {
-            IoKind::Read => {
+            ReplayKind::Read => {
                 load.read_iops += 1.0;
                 load.read_mib_s += mib;
             }
-            IoKind::Write => {
+            ReplayKind::Write => {
                 load.write_iops += 1.0;
                 load.write_mib_s += mib;
             }
+            // No data moves: the metadata service's work, not the servers'.
+            ReplayKind::Replace => {}
         }
     }
     loads

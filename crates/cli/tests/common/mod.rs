@@ -7,6 +7,8 @@ use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
 use std::sync::Arc;
 
+pub(crate) mod s3;
+
 use bytes::Bytes;
 use somnus_runtime::client::ClusterClient;
 use somnus_runtime::cluster_file::{ClusterFile, ClusterSection, GearSection};

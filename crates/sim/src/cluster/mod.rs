@@ -20,8 +20,8 @@ mod trace_replay;
 
 pub use scenario::{Injection, OpKind, OpRecord};
 pub use trace_replay::{
-    ComputeLoad, GearAt, Gearing, REPLAY_BLOCK_BYTES, ReplayProgress, Sample, TraceOp,
-    TraceReplayReport, TraceWorkload, replay_trace, replay_trace_with,
+    ComputeLoad, GearAt, Gearing, REPLAY_BLOCK_BYTES, ReplaceAt, ReplayKind, ReplayProgress,
+    Sample, TraceOp, TraceReplayReport, TraceWorkload, replay_trace, replay_trace_with,
 };
 
 use std::collections::BTreeMap;

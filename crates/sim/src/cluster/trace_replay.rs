@@ -1,8 +1,9 @@
 //! A block trace replayed open-loop against the simulated cluster, as `somnus replay`
 //! replays it against the running one (Sierra 4.3): each device an object of 1 MiB
 //! chunks (`replay/<device>`), each request issued at its trace time, a request that
-//! overlaps one still open on the same device waiting for it (in arrival order), and
-//! gear shifts at chosen trace times. Both shells read the trace with
+//! overlaps one still open on the same device waiting for it (in arrival order), gear
+//! shifts at chosen trace times, and devices replaced (deleted and made again empty,
+//! as a volume is discarded) at chosen trace times. Both shells read the trace with
 //! [`TraceWorkload::read`], so the agreement test (docs/runtime.md, "Agreement of the
 //! two shells") compares the same requests.
 
@@ -26,9 +27,35 @@ pub const REPLAY_BLOCK_BYTES: u64 = 4096;
 pub struct TraceOp {
     pub at: VirtualDuration,
     pub device: u32,
-    /// Whole blocks.
+    /// Whole blocks (a replacement: the whole device).
     pub range: ByteRange,
-    pub kind: IoKind,
+    pub kind: ReplayKind,
+}
+
+/// What a request of the replay does.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ReplayKind {
+    Read,
+    Write,
+    /// The device's object is deleted and created again, empty: the data it held goes
+    /// to the free log (the trace's requests have no delete; this is the replay's).
+    Replace,
+}
+
+impl From<IoKind> for ReplayKind {
+    fn from(kind: IoKind) -> ReplayKind {
+        match kind {
+            IoKind::Read => ReplayKind::Read,
+            IoKind::Write => ReplayKind::Write,
+        }
+    }
+}
+
+/// A device replaced at a trace time (`somnus replay --replace-schedule`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ReplaceAt {
+    pub at: VirtualDuration,
+    pub device: u32,
 }
 
 /// A trace as a cluster's workload.
@@ -71,10 +98,34 @@ impl TraceWorkload {
                 at: VirtualDuration::from_nanos(trace_ns),
                 device,
                 range: ByteRange::new(begin, end - begin),
-                kind: request.kind,
+                kind: request.kind.into(),
             });
         }
         Ok(TraceWorkload { devices, ops })
+    }
+
+    /// The replacements `replaces` among the requests, each after the requests of its
+    /// time; an error names a device the trace does not have.
+    pub fn with_replacements(mut self, replaces: &[ReplaceAt]) -> Result<TraceWorkload, String> {
+        for replace in replaces {
+            let Some((_, size)) = self.devices.get(replace.device as usize) else {
+                return Err(format!(
+                    "device {} is not one of the trace's {} (0..{})",
+                    replace.device,
+                    self.devices.len(),
+                    self.devices.len()
+                ));
+            };
+            let at = self.ops.partition_point(|op| op.at <= replace.at);
+            let op = TraceOp {
+                at: replace.at,
+                device: replace.device,
+                range: ByteRange::new(0, *size),
+                kind: ReplayKind::Replace,
+            };
+            self.ops.insert(at, op);
+        }
+        Ok(self)
     }
 
     /// The trace time of the last request.
@@ -149,6 +200,9 @@ pub struct TraceReplayReport {
     /// Server-seconds in max-perf and in the io-server state (001), with a compute
     /// load; zero without.
     pub role_seconds: [f64; 2],
+    /// Each server's bytes of data held once every free due was applied (the
+    /// replacements' old data freed a grace after them).
+    pub stored_bytes: Vec<u64>,
 }
 
 impl TraceReplayReport {
@@ -199,6 +253,8 @@ pub(super) struct Replay {
     waiting: Vec<(u64, usize, Vec<u64>)>,
     /// Requests submitted: tag to request and arrival.
     submitted: BTreeMap<u64, (usize, VirtualInstant)>,
+    /// A replacement's create, by its tag: the replacement's tag.
+    recreating: BTreeMap<u64, u64>,
     done: usize,
     errors: u64,
     read_ms: Vec<f64>,
@@ -283,6 +339,7 @@ pub fn replay_trace_with(
         open: vec![Vec::new(); devices],
         waiting: Vec::new(),
         submitted: BTreeMap::new(),
+        recreating: BTreeMap::new(),
         done: 0,
         errors: 0,
         read_ms: Vec::new(),
@@ -322,6 +379,15 @@ pub fn replay_trace_with(
         .map(|slot| slot.meter.role_seconds(now))
         .fold([0.0; 2], |[max_perf, io_server], [m, i]| [max_perf + m, io_server + i]);
     let final_map = sim.primaries();
+    // Every free due applied (by the servers on: a sleeper's wait for its wake): the
+    // replaced devices' old data gone.
+    sim.run_until_true(limit, |sim| sim.mds.frees_queued() == 0);
+    let stored_bytes = (0..sim.spec.servers)
+        .map(|s| {
+            let server = sim.servers[s as usize].server.as_ref();
+            server.map_or(0, |server| server.space().stored_bytes)
+        })
+        .collect();
     let groups = sim.mds.group_count();
     let replicas = (0..groups).map(|g| sim.mds.replicas(ChunkGroupId(g as u32)).to_vec()).collect();
     let writes_logged = sim.servers_total(|c| c.writes_logged);
@@ -357,6 +423,7 @@ pub fn replay_trace_with(
         mds,
         end,
         role_seconds,
+        stored_bytes,
     }
 }
 
@@ -412,12 +479,13 @@ impl ClusterSim<'_> {
         let name = replay.workload.devices[op.device as usize].0.clone();
         replay.submitted.insert(tag, (index, arrived));
         let op = match op.kind {
-            IoKind::Read => ClientOp::Read { name, range: op.range },
-            IoKind::Write => {
+            ReplayKind::Read => ClientOp::Read { name, range: op.range },
+            ReplayKind::Write => {
                 let stamp = Stamp(self.next_stamp);
                 self.next_stamp += 1;
                 ClientOp::Write { name, range: op.range, stamp, data: Payload::NONE }
             }
+            ReplayKind::Replace => ClientOp::Delete { name },
         };
         self.feed_client(0, ClientEvent::Submit { tag, op });
     }
@@ -534,15 +602,34 @@ impl ClusterSim<'_> {
             return;
         }
         let Some(replay) = self.replay.as_mut() else { return };
-        let Some((index, arrived)) = replay.submitted.remove(&tag) else { return };
+        let (tag, outcome) = match replay.recreating.remove(&tag) {
+            Some(replaced) => (replaced, outcome),
+            None => (tag, outcome),
+        };
+        let Some(&(index, arrived)) = replay.submitted.get(&tag) else { return };
         let op = replay.workload.ops[index];
+        if op.kind == ReplayKind::Replace && outcome == ClientOutcome::Deleted {
+            // Deleted: the device is made again, empty, before the requests after it.
+            let (name, size_bytes) = replay.workload.devices[op.device as usize].clone();
+            let create = self.next_op;
+            self.next_op += 1;
+            replay.recreating.insert(create, tag);
+            let op = ClientOp::Create { name, size_bytes };
+            self.feed_client(0, ClientEvent::Submit { tag: create, op });
+            return;
+        }
+        replay.submitted.remove(&tag);
         replay.done += 1;
         let ms = now.duration_since(arrived).as_secs_f64() * 1e3;
         match outcome {
             ClientOutcome::Read(_) => replay.read_ms.push(ms),
             ClientOutcome::Written(_) => replay.write_ms.push(ms),
+            ClientOutcome::Object(info) if op.kind == ReplayKind::Replace => {
+                self.chunk_groups.insert(info.object, info.chunk_groups);
+            }
             _ => replay.errors += 1,
         }
+        let Some(replay) = self.replay.as_mut() else { return };
         replay.open[op.device as usize].retain(|(open, _)| *open != tag);
         let mut ready = Vec::new();
         replay.waiting.retain_mut(|(waiter, index, awaited)| {

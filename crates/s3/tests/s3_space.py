@@ -1,0 +1,209 @@
+#!/usr/bin/env python3
+"""The load of crates/cli/tests/space.rs, through boto3: one phase per run, so that the
+test measures the cluster's disk between phases.
+
+    S3_ENDPOINT=... S3_ACCESS_KEY=... S3_SECRET_KEY=... python3 s3_space.py PHASE BUCKET
+
+Phases:
+  fill       create BUCKET; store 2,000 objects of 4 KiB (small/0000..) and 20 of 8 MiB
+             (large/00..), 8 at a time
+  overwrite  store every small object twice more (new bytes each time)
+  verify     read every object back and compare with what the last phase stored
+  delete     delete every object (DeleteObjects, 1,000 at a time), then the bucket
+  fill-until-full
+             store 1 MiB objects (full/00000..) until the gateway answers 503 with
+             "no space"; prints `stored N` (the objects acknowledged) and the refusal
+  verify-full
+             read back the first S3_STORED objects fill-until-full stored
+  orphans    create BUCKET; 20 times two PUTs of one key at once (1 MiB each, both
+             answered 200, the key then holds one of them whole); then an upload of
+             two 5 MiB parts left unfinished
+  put-large  one PUT of 64 MiB (killed with its gateway by the test)
+  uploads    print `uploads: N`, the unfinished uploads of BUCKET
+
+S3_SMALL_COUNT and S3_LARGE_COUNT change the counts of fill, overwrite and verify.
+
+Prints one line per phase; exits 1 with the reason on any unexpected answer. The
+contents are a function of (key, round), so `verify` needs no state of its own: the
+round is the number of overwrites done (0, 1 or 2), given by S3_ROUND.
+"""
+
+import hashlib
+import os
+import sys
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor
+
+import boto3
+from botocore.config import Config
+from botocore.exceptions import ClientError
+
+SMALL, SMALL_COUNT = 4096, int(os.environ.get("S3_SMALL_COUNT", "2000"))
+LARGE, LARGE_COUNT = 8 << 20, int(os.environ.get("S3_LARGE_COUNT", "20"))
+FULL = 1 << 20
+WORKERS = 8
+
+
+def client():
+    config = Config(s3={"addressing_style": "path"}, signature_version="s3v4",
+                    retries={"total_max_attempts": 1}, max_pool_connections=WORKERS,
+                    connect_timeout=30, read_timeout=120)
+    return boto3.client("s3", endpoint_url=os.environ["S3_ENDPOINT"],
+                        aws_access_key_id=os.environ["S3_ACCESS_KEY"],
+                        aws_secret_access_key=os.environ["S3_SECRET_KEY"],
+                        region_name="us-east-1", config=config)
+
+
+S3 = client()
+
+
+def body(key, round_, size):
+    """`size` bytes that depend on the key and the round (SHAKE-128 as a stream)."""
+    return hashlib.shake_128(f"{key}/{round_}".encode()).digest(size)
+
+
+def small_keys():
+    return [f"small/{n:04}" for n in range(SMALL_COUNT)]
+
+
+def large_keys():
+    return [f"large/{n:02}" for n in range(LARGE_COUNT)]
+
+
+def put_all(bucket, keys, size, round_):
+    def put(key):
+        S3.put_object(Bucket=bucket, Key=key, Body=body(key, round_, size))
+
+    with ThreadPoolExecutor(WORKERS) as pool:
+        list(pool.map(put, keys))
+
+
+def fill(bucket):
+    S3.create_bucket(Bucket=bucket)
+    started = time.monotonic()
+    put_all(bucket, small_keys(), SMALL, 0)
+    put_all(bucket, large_keys(), LARGE, 0)
+    print(f"fill: {SMALL_COUNT} x {SMALL} B and {LARGE_COUNT} x {LARGE} B stored in "
+          f"{time.monotonic() - started:.1f} s")
+
+
+def overwrite(bucket):
+    started = time.monotonic()
+    for round_ in (1, 2):
+        put_all(bucket, small_keys(), SMALL, round_)
+    print(f"overwrite: {SMALL_COUNT} small objects stored twice more in "
+          f"{time.monotonic() - started:.1f} s")
+
+
+def verify(bucket):
+    round_ = int(os.environ.get("S3_ROUND", "0"))
+    wanted = [(k, round_, SMALL) for k in small_keys()] + [(k, 0, LARGE) for k in large_keys()]
+
+    def same(item):
+        key, r, size = item
+        got = S3.get_object(Bucket=bucket, Key=key)["Body"].read()
+        return key if got != body(key, r, size) else None
+
+    with ThreadPoolExecutor(WORKERS) as pool:
+        wrong = [k for k in pool.map(same, wanted) if k]
+    if wrong:
+        sys.exit(f"verify: {len(wrong)} objects differ, the first {wrong[0]}")
+    print(f"verify: {len(wanted)} objects read back whole")
+
+
+def delete(bucket):
+    deleted = 0
+    for page in S3.get_paginator("list_objects_v2").paginate(Bucket=bucket):
+        keys = [{"Key": item["Key"]} for item in page.get("Contents", [])]
+        if keys:
+            answer = S3.delete_objects(Bucket=bucket, Delete={"Objects": keys, "Quiet": True})
+            if answer.get("Errors"):
+                sys.exit(f"delete: {answer['Errors'][:3]}")
+            deleted += len(keys)
+    S3.delete_bucket(Bucket=bucket)
+    print(f"delete: {deleted} objects and the bucket deleted")
+
+
+def fill_until_full(bucket):
+    try:
+        S3.create_bucket(Bucket=bucket)
+    except ClientError as error:
+        if error.response["Error"]["Code"] != "BucketAlreadyOwnedByYou":
+            raise
+    stored = 0
+    for n in range(100_000):
+        key = f"full/{n:05}"
+        try:
+            S3.put_object(Bucket=bucket, Key=key, Body=body(key, 0, FULL))
+            stored += 1
+        except ClientError as error:
+            e = error.response["Error"]
+            status = error.response["ResponseMetadata"]["HTTPStatusCode"]
+            if status == 503 and "no space" in e.get("Message", ""):
+                print(f"stored {stored}")
+                print(f"refused {key}: {e.get('Code')} {status} {e.get('Message')}")
+                return
+            raise
+    sys.exit("fill-until-full: never refused")
+
+
+def verify_full(bucket):
+    stored = int(os.environ["S3_STORED"])
+    keys = [f"full/{n:05}" for n in range(stored)]
+
+    def same(key):
+        got = S3.get_object(Bucket=bucket, Key=key)["Body"].read()
+        return key if got != body(key, 0, FULL) else None
+
+    with ThreadPoolExecutor(WORKERS) as pool:
+        wrong = [k for k in pool.map(same, keys) if k]
+    if wrong:
+        sys.exit(f"verify-full: {len(wrong)} objects differ, the first {wrong[0]}")
+    print(f"verify-full: {stored} objects read back whole")
+
+
+def orphans(bucket):
+    S3.create_bucket(Bucket=bucket)
+    for n in range(20):
+        key = f"race/{n:02}"
+        bodies = [body(key, r, FULL) for r in (1, 2)]
+        barrier = threading.Barrier(2)
+
+        def put(data):
+            barrier.wait()
+            S3.put_object(Bucket=bucket, Key=key, Body=data)
+
+        with ThreadPoolExecutor(2) as pool:
+            list(pool.map(put, bodies))
+        got = S3.get_object(Bucket=bucket, Key=key)["Body"].read()
+        if got not in bodies:
+            sys.exit(f"orphans: {key} holds neither PUT's bytes whole")
+    print("orphans: 20 races of two PUTs each, every key whole")
+    upload = S3.create_multipart_upload(Bucket=bucket, Key="abandoned")["UploadId"]
+    for part in (1, 2):
+        S3.upload_part(Bucket=bucket, Key="abandoned", UploadId=upload, PartNumber=part,
+                       Body=body(f"abandoned/{part}", 0, 5 << 20))
+    print("orphans: an upload of two 5 MiB parts left unfinished")
+
+
+def put_large(bucket):
+    S3.put_object(Bucket=bucket, Key="doomed", Body=body("doomed", 0, 64 << 20))
+    print("put-large: stored (its gateway was not killed in time)")
+
+
+def uploads(bucket):
+    print(f"uploads: {len(S3.list_multipart_uploads(Bucket=bucket).get('Uploads', []))}")
+
+
+PHASES = {"orphans": orphans, "put-large": put_large, "uploads": uploads,
+          "fill": fill, "overwrite": overwrite, "verify": verify, "delete": delete,
+          "fill-until-full": fill_until_full, "verify-full": verify_full}
+
+if __name__ == "__main__":
+    if len(sys.argv) != 3 or sys.argv[1] not in PHASES:
+        sys.exit(f"usage: s3_space.py {{{'|'.join(PHASES)}}} BUCKET")
+    try:
+        PHASES[sys.argv[1]](sys.argv[2])
+    except ClientError as error:
+        sys.exit(f"{sys.argv[1]}: {error}")
