@@ -39,6 +39,13 @@ pub(crate) struct BenchS3Args {
     /// Keep the objects stored (and the bucket).
     #[arg(long)]
     keep: bool,
+    /// A directory of the store's data (repeatable: every directory it writes to,
+    /// without its logs): its disk use is measured before and after each PUT phase,
+    /// and the bytes on disk per object stored are reported. Each measure waits until
+    /// the use holds still for a second (a store may move what it acknowledged to its
+    /// final place a moment later).
+    #[arg(long = "disk", value_name = "DIR")]
+    disk_dirs: Vec<std::path::PathBuf>,
     /// Print the figures as one JSON document (schema `somnus-bench-s3`).
     #[arg(long)]
     json: bool,
@@ -89,7 +96,11 @@ pub(crate) fn run(args: &BenchS3Args) -> Result<()> {
         phase: Duration::from_secs_f64(args.seconds),
         sizes: args.sizes.clone(),
         keep: args.keep,
+        disk_dirs: args.disk_dirs.clone(),
     };
+    if let Some(dir) = args.disk_dirs.iter().find(|d| !d.is_dir()) {
+        bail!("--disk {}: not a directory", dir.display());
+    }
     let json = args.json;
     let phases = runtime()?.block_on(somnus_s3::bench::run(&config, |phase| {
         if !json {
@@ -120,7 +131,7 @@ fn print(args: &BenchS3Args, phases: &[Phase]) -> Result<()> {
         args.seconds
     )?;
     outln!(
-        "{:>4} {:>9} {:>9} {:>10} {:>9} {:>9} {:>9} {:>7}",
+        "{:>4} {:>9} {:>9} {:>10} {:>9} {:>9} {:>9} {:>7} {:>14}",
         "op",
         "size B",
         "ops",
@@ -128,11 +139,13 @@ fn print(args: &BenchS3Args, phases: &[Phase]) -> Result<()> {
         "MiB/s",
         "p50 ms",
         "p99 ms",
-        "errors"
+        "errors",
+        "disk B/object"
     )?;
     for p in phases {
+        let disk = p.disk_bytes_per_object.map_or("-".to_owned(), |b| format!("{b:.0}"));
         outln!(
-            "{:>4} {:>9} {:>9} {:>10.0} {:>9.1} {:>9.2} {:>9.2} {:>7}",
+            "{:>4} {:>9} {:>9} {:>10.0} {:>9.1} {:>9.2} {:>9.2} {:>7} {:>14}",
             p.op,
             p.size_bytes,
             p.ops,
@@ -140,7 +153,8 @@ fn print(args: &BenchS3Args, phases: &[Phase]) -> Result<()> {
             p.mib_per_s,
             p.p50_ms,
             p.p99_ms,
-            p.errors
+            p.errors,
+            disk
         )?;
     }
     Ok(())

@@ -24,6 +24,35 @@ fn run_suite(gateway: &Gateway, suite: &str) -> String {
     gateway.python("s3_clients.py", &[], &[("S3_SUITE", suite)])
 }
 
+/// After the client suite: the gateway's metrics count its requests by operation,
+/// its errors by code and their latency, and its access log has a line for each
+/// request with the fields docs/s3-compat.md names.
+fn the_gateway_can_be_operated(http: &str, access_log: &std::path::Path) {
+    use std::io::{Read, Write};
+    let mut connection = std::net::TcpStream::connect(http).unwrap();
+    connection.write_all(b"GET /metrics HTTP/1.0\r\nHost: gateway\r\n\r\n").unwrap();
+    let mut metrics = String::new();
+    connection.read_to_string(&mut metrics).unwrap();
+    let count = |prefix: &str| -> f64 {
+        let line = metrics.lines().find(|l| l.starts_with(prefix));
+        let value = line.and_then(|l| l.rsplit(' ').next()).and_then(|v| v.parse().ok());
+        value.unwrap_or_else(|| panic!("no {prefix} in the metrics:\n{metrics}"))
+    };
+    assert!(count("somnus_s3_requests_total{op=\"PutObject\"}") >= 100.0);
+    assert!(count("somnus_s3_errors_total{op=\"GetObject\",code=\"NoSuchKey\"}") >= 1.0);
+    assert!(count("somnus_s3_request_seconds_count{op=\"GetObject\"}") >= 50.0);
+    // Lines are written by a task of their own: the last ones a moment later.
+    std::thread::sleep(Duration::from_millis(500));
+    let log = std::fs::read_to_string(access_log).unwrap();
+    let lines: Vec<&str> = log.lines().collect();
+    assert!(lines.len() >= 500, "{} lines in the access log", lines.len());
+    let put = lines.iter().find(|l| l.contains(" PutObject ")).expect("a PutObject line");
+    let fields: Vec<&str> = put.split(' ').collect();
+    assert_eq!(fields.len(), 9, "time id operation bucket key status in out seconds: {put}");
+    assert!(fields[0].ends_with('Z') && fields[1].len() == 16 && fields[5] == "200", "{put}");
+    assert!(fields[8].parse::<f64>().is_ok(), "{put}");
+}
+
 /// The gateway's resident-set peak so far (its `VmHWM`).
 fn peak_bytes(gateway: &Gateway) -> u64 {
     let status = std::fs::read_to_string(format!("/proc/{}/status", gateway.child.id())).unwrap();
@@ -150,10 +179,14 @@ async fn real_s3_clients_store_and_read_objects_also_while_gear_groups_sleep() {
     // sleeper to find its groups a primary, in the middle of the suite.
     let cluster = Cluster::start();
     races_leave_every_object_whole(&cluster).await;
-    let gateway = start_gateway(&cluster, &[]);
+    let http = free_ports(1)[0].to_string();
+    let access_log = cluster.path.with_file_name("s3-access.log");
+    let log_arg = access_log.to_string_lossy().into_owned();
+    let gateway = start_gateway(&cluster, &["--http", &http, "--access-log", &log_arg]);
 
     let full = tokio::task::block_in_place(|| run_suite(&gateway, "full"));
     eprintln!("{full}");
+    tokio::task::block_in_place(|| the_gateway_can_be_operated(&http, &access_log));
     let dir = cluster.path.parent().unwrap().to_owned();
     tokio::task::block_in_place(|| a_large_object_streams_in_bounded_memory(&gateway, &dir));
 

@@ -22,6 +22,9 @@ pub struct BenchConfig {
     pub sizes: Vec<u64>,
     /// Leave the objects and the bucket in place.
     pub keep: bool,
+    /// Directories whose disk use is measured before and after each PUT phase (the
+    /// store's data, without its logs): the bytes on disk each stored object took.
+    pub disk_dirs: Vec<std::path::PathBuf>,
 }
 
 /// One phase's figures.
@@ -36,6 +39,10 @@ pub struct Phase {
     pub mib_per_s: f64,
     pub p50_ms: f64,
     pub p99_ms: f64,
+    /// A PUT phase with `disk_dirs`: the growth of their disk use (once settled) per
+    /// object stored.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub disk_bytes_per_object: Option<f64>,
 }
 
 fn refused(request: String, status: u16, body: &Bytes) -> BenchError {
@@ -111,6 +118,8 @@ pub async fn run(
         let data = Bytes::from((0..size).map(|i| (i * 31 + size) as u8).collect::<Vec<u8>>());
         let mut counts = Vec::new();
         for op in ["PUT", "GET"] {
+            let disk_before =
+                if op == "PUT" { settled_disk(&config.disk_dirs).await? } else { None };
             let start = tokio::time::Instant::now();
             let until = start + config.phase;
             let runs = (0..config.concurrency).map(|client| {
@@ -136,6 +145,14 @@ pub async fn run(
                 mib_per_s: (ops * size) as f64 / seconds / f64::from(1 << 20),
                 p50_ms: percentile(&latencies, 50.0),
                 p99_ms: percentile(&latencies, 99.0),
+                disk_bytes_per_object: None,
+            };
+            let disk_after =
+                if op == "PUT" { settled_disk(&config.disk_dirs).await? } else { None };
+            let grown = disk_before.zip(disk_after).map(|(b, a)| a.saturating_sub(b) as f64);
+            let phase = Phase {
+                disk_bytes_per_object: grown.filter(|_| ops > 0).map(|g| g / ops as f64),
+                ..phase
             };
             progress(&phase);
             phases.push(phase);
@@ -146,6 +163,35 @@ pub async fn run(
         cleanup(config, &stored, created).await?;
     }
     Ok(phases)
+}
+
+/// The disk use of `dirs` (as `du`) once it holds still: four measures a second apart
+/// within 64 KiB of each other (a store may move what it acknowledged to its final
+/// place a moment later: somnus's servers checkpoint their journals 2 s after their
+/// last write), waiting at most 60 s; `None` without directories.
+async fn settled_disk(dirs: &[std::path::PathBuf]) -> Result<Option<u64>, BenchError> {
+    if dirs.is_empty() {
+        return Ok(None);
+    }
+    let measure = || -> Result<u64, BenchError> {
+        let mut total = 0;
+        for dir in dirs {
+            total += somnus_runtime::durable::disk_bytes(dir)
+                .map_err(|error| BenchError::Disk(format!("{}: {error}", dir.display())))?;
+        }
+        Ok(total)
+    };
+    let mut recent = vec![measure()?];
+    for _ in 0..60 {
+        tokio::time::sleep(Duration::from_secs(1)).await;
+        recent.push(measure()?);
+        let last = &recent[recent.len().saturating_sub(4)..];
+        let (low, high) = (last.iter().min(), last.iter().max());
+        if last.len() == 4 && low.zip(high).is_some_and(|(l, h)| h - l <= 64 << 10) {
+            return Ok(recent.last().copied());
+        }
+    }
+    Ok(recent.last().copied())
 }
 
 /// Deletes the objects stored, `concurrency` at once, and the bucket if it was made.

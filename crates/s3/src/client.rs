@@ -19,6 +19,8 @@ pub enum BenchError {
     Http(#[from] hyper::Error),
     #[error("{request}: HTTP {status}: {body}")]
     Refused { request: String, status: u16, body: String },
+    #[error("measuring the disk: {0}")]
+    Disk(String),
 }
 
 /// A connection to the endpoint, signing every request.

@@ -286,6 +286,9 @@ pub struct Mds {
     full: Vec<ServerId>,
     names: BTreeMap<String, NameEntry>,
     data: BTreeMap<ObjectId, DataEntry>,
+    /// Bytes of the data objects names hold (each once): `data`'s bound entries,
+    /// summed as they change (status asks for it after every command).
+    named_bytes: u64,
     /// Allocations not bound yet, by their request and by expiry.
     pending_by_creator: BTreeMap<(ClientId, u64), ObjectId>,
     pending_expiry: BTreeSet<(VirtualInstant, ObjectId)>,
@@ -353,6 +356,7 @@ impl Mds {
             full: Vec::new(),
             names: BTreeMap::new(),
             data: BTreeMap::new(),
+            named_bytes: 0,
             pending_by_creator: BTreeMap::new(),
             pending_expiry: BTreeSet::new(),
             frees: frees::FreeLog::new(layout.servers().len()),

@@ -334,7 +334,7 @@ impl Mds {
 
     /// Bytes of the data objects names hold (each once).
     pub fn bytes_named(&self) -> u64 {
-        self.data.values().filter(|d| d.pending.is_none()).map(|d| d.size_bytes).sum()
+        self.named_bytes
     }
 
     /// Whether `object` is a data object a name holds or an allocation is writing.
@@ -353,9 +353,12 @@ impl Mds {
     ) {
         assert!(!self.data.contains_key(&object), "C5: data object {object:?} made twice");
         self.next_object = self.next_object.max(object.0 + 1);
-        if let Some((creator, expires)) = pending {
-            self.pending_by_creator.insert(creator, object);
-            self.pending_expiry.insert((expires, object));
+        match pending {
+            Some((creator, expires)) => {
+                self.pending_by_creator.insert(creator, object);
+                self.pending_expiry.insert((expires, object));
+            }
+            None => self.named_bytes += size_bytes,
         }
         self.data.insert(object, DataEntry { size_bytes, chunk_groups, pending });
     }
@@ -380,6 +383,7 @@ impl Mds {
             if let Some((creator, expires)) = entry.pending.take() {
                 self.pending_by_creator.remove(&creator);
                 self.pending_expiry.remove(&(expires, *object));
+                self.named_bytes += entry.size_bytes;
             }
         }
         self.next_object = self.next_object.max(generation + 1);
@@ -401,9 +405,12 @@ impl Mds {
     /// be freed everywhere a grace from now.
     pub(super) fn free_data(&mut self, object: ObjectId) {
         let Some(entry) = self.data.remove(&object) else { return };
-        if let Some((creator, expires)) = entry.pending {
-            self.pending_by_creator.remove(&creator);
-            self.pending_expiry.remove(&(expires, object));
+        match entry.pending {
+            Some((creator, expires)) => {
+                self.pending_by_creator.remove(&creator);
+                self.pending_expiry.remove(&(expires, object));
+            }
+            None => self.named_bytes -= entry.size_bytes,
         }
         let seq = self.frees.next_seq();
         let spec = FreeSpec {

@@ -894,12 +894,15 @@ fn a_bind_replaces_a_names_data_and_the_old_data_is_freed_after_the_grace() {
     let first = h.allocate(1, 3 << 20);
     assert!(first.name.is_empty() && first.data.len() == 1 && first.chunk_groups.len() == 3);
     assert_eq!(h.allocate(1, 3 << 20).object, first.object, "a retried allocation");
+    assert_eq!(h.mds.bytes_named(), 0, "an allocation is named by nobody yet");
     let bound = h.bind(bind(2, "k", vec![first.object])).unwrap();
+    assert_eq!(h.mds.bytes_named(), 3 << 20);
     assert_eq!((bound.object, bound.attrs.clone()), (first.object, b"attrs of 2".to_vec()));
     assert_eq!(h.bind(bind(2, "k", vec![first.object])).unwrap(), bound, "a retried bind");
     let second = h.allocate(3, 4096);
     let rebound = h.bind(bind(4, "k", vec![second.object])).unwrap();
     assert!(rebound.generation > bound.generation);
+    assert_eq!(h.mds.bytes_named(), 4096, "the replaced data is named no more");
     assert_eq!(h.mds.frees_queued(), 1);
     let holders: Vec<ServerId> = {
         let mut all: Vec<ServerId> =
