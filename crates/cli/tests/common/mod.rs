@@ -115,7 +115,7 @@ impl Cluster {
         let log = std::fs::OpenOptions::new()
             .create(true)
             .append(true)
-            .open(self.path.with_file_name(format!("{}.log", args.join("-"))))
+            .open(self.path.with_file_name(log_name(args)))
             .unwrap();
         command
             .args(args)
@@ -250,4 +250,16 @@ macro_rules! eventually {
             tokio::time::sleep(std::time::Duration::from_millis(200)).await;
         }
     }};
+}
+
+/// The file a role's standard error goes to: its arguments joined by `-` (so
+/// `server --id 3` logs to `server---id-3.log`), a path among them made one name.
+fn log_name(args: &[&str]) -> String {
+    let name: String = args
+        .join("-")
+        .chars()
+        .map(|c| if c.is_ascii_alphanumeric() || "-.:_".contains(c) { c } else { '_' })
+        .take(150)
+        .collect();
+    format!("{name}.log")
 }
