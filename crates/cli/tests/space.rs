@@ -65,6 +65,39 @@ async fn settled_disk(cluster: &Cluster) -> u64 {
     panic!("the cluster's directory never settled: {recent:?}");
 }
 
+/// The bytes on disk of each entry of the cluster's directory, and of each file of
+/// its MDS's and its servers' directories, largest first: where a residue is.
+fn where_it_is(cluster: &Cluster) -> String {
+    let mut sizes = Vec::new();
+    let dir = cluster_dir(cluster);
+    for entry in std::fs::read_dir(dir).unwrap().flatten() {
+        let path = entry.path();
+        let name = entry.file_name().to_string_lossy().into_owned();
+        let inner = std::fs::read_dir(&path).into_iter().flatten().flatten();
+        if name == "mds" || name.starts_with("server-") {
+            for file in inner {
+                let file_name = file.file_name().to_string_lossy().into_owned();
+                sizes.push((format!("{name}/{file_name}"), bytes_of(&file.path())));
+            }
+        } else {
+            sizes.push((name, bytes_of(&path)));
+        }
+    }
+    sizes.sort_by_key(|entry| std::cmp::Reverse(entry.1));
+    let largest = sizes.iter().take(12).map(|(name, bytes)| format!("{name} {bytes} B"));
+    largest.collect::<Vec<_>>().join(", ")
+}
+
+/// The bytes on disk of a file or a directory's tree; 0 for one gone meanwhile.
+fn bytes_of(path: &Path) -> u64 {
+    use std::os::unix::fs::MetadataExt;
+    match std::fs::metadata(path) {
+        Ok(metadata) if metadata.is_dir() => disk_bytes(path),
+        Ok(metadata) => metadata.blocks() * 512,
+        Err(_) => 0,
+    }
+}
+
 /// Every byte any server held for deleted data is freed: each server holds r copies'
 /// share of what the names hold, the free log is empty.
 fn freed_everything(mds: &MdsReport) -> bool {
@@ -158,8 +191,7 @@ async fn deletes_and_overwrites_give_the_space_back_also_on_sleepers() {
         asleep(&mds).is_empty() && freed_everything(&mds) && mds.space.stored_bytes == 0
     });
     let woken = settled_disk(&cluster).await;
-    let mds = disk_bytes(&cluster_dir(&cluster).join("mds"));
-    eprintln!("after waking them: {woken} B on disk (fresh {fresh} B), {mds} B of it the MDS's");
+    eprintln!("after waking them: {woken} B on disk (fresh {fresh} B): {}", where_it_is(&cluster));
     assert!(back_to_fresh(woken, fresh), "{woken} B on disk, fresh {fresh} B");
     drop(gateway);
     cluster.stop_all();
