@@ -899,6 +899,7 @@ fn sim_gear_studies_a_generated_load_with_documented_keys_and_names_bad_input() 
     let output = somnus(&["sim", "gear", "--load", bad.to_str().unwrap()]);
     assert!(!output.status.success());
     assert!(String::from_utf8_lossy(&output.stderr).contains("bad.csv:2: field block_req_count"));
+    std::fs::remove_dir_all(&dir).unwrap();
 }
 
 #[test]
@@ -957,4 +958,5 @@ fn sim_sierra_gears_a_trace_through_the_cluster_simulation() {
     let output = somnus(&["sim", "sierra", "--trace", trace, "--timescale", "7"]);
     assert_eq!(output.status.code(), Some(1));
     assert!(String::from_utf8_lossy(&output.stderr).contains("timescale 7 s: must divide a day"));
+    std::fs::remove_dir_all(&dir).unwrap();
 }
