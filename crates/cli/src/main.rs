@@ -5,6 +5,7 @@
 #[macro_use]
 mod output;
 
+mod allocator;
 mod bench_cluster;
 mod bench_cmd;
 mod bench_ec;
@@ -36,7 +37,8 @@ mod up_cmd;
 /// mimalloc rather than the system's allocator: a simulated cluster makes about a
 /// dozen small allocations per request, spread over hundreds of nodes' state, and
 /// mimalloc's per-size pages keep them closer together (`somnus bench cluster` at
-/// 300 servers: about 15% more requests per second than glibc's malloc).
+/// 300 servers: about 15% more requests per second than glibc's malloc). Its setting
+/// is in `allocator`.
 #[global_allocator]
 static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
@@ -140,6 +142,7 @@ enum Command {
 }
 
 fn main() -> ExitCode {
+    allocator::keep_freed_memory_a_while();
     let cli = Cli::parse();
     match run(cli.command) {
         Ok(()) => ExitCode::SUCCESS,
