@@ -660,10 +660,14 @@ impl LogVolume {
     }
 
     /// Collects every segment collection may take, once a segment's worth of records
-    /// came since the last collection or an append found the log full; returns the
-    /// bytes it wrote (copies).
+    /// came since the last collection or an append found the log full, or once the
+    /// log holds no live byte past its head segment (every write reclaimed or
+    /// dropped: an idle logger would otherwise keep its dead segments until it logged
+    /// again); returns the bytes it wrote (copies).
     pub fn collect(&mut self) -> u64 {
-        if self.collect_next_at_used.is_some_and(|at| self.log.used_bytes() < at) {
+        let used = self.log.used_bytes();
+        let all_dead = self.log.live_bytes() == 0 && used > SEGMENT_BYTES;
+        if !all_dead && self.collect_next_at_used.is_some_and(|at| used < at) {
             return 0;
         }
         let written = match self.log.collect() {
@@ -982,6 +986,29 @@ mod tests {
     #[test]
     fn a_logger_restored_from_a_rewritten_index_answers_the_same() {
         restored_answers_the_same(3);
+    }
+
+    #[test]
+    fn a_logger_left_with_no_live_record_collects_its_dead_segments() {
+        let group = ChunkGroupId(0);
+        let mut log = LogVolume::new(16 << 20, 64 << 20);
+        let mib = 1 << 20;
+        let writes: Vec<UnstableWrite> =
+            (0..12).map(|i| write(i * mib, (i + 1) * mib, i + 1)).collect();
+        for w in &writes {
+            log.append_batch(group, Epoch(1), std::slice::from_ref(w));
+        }
+        // A collection with every record live: nothing to take; the next waits for a
+        // segment's worth of new records.
+        assert_eq!(log.collect(), 0);
+        let full = log.used_bytes();
+        assert!(full >= 12 * mib, "used {full}");
+        // Every record reclaimed: the sealed segments go though no record came since.
+        let records: Vec<LogRecord> = writes.iter().map(|w| record(1, w)).collect();
+        assert!(log.invalidate_batch(group, &records));
+        assert_eq!(log.live_bytes(), 0);
+        log.collect();
+        assert!(log.used_bytes() <= 2 * SEGMENT_BYTES, "used {} of {full}", log.used_bytes());
     }
 
     #[test]
