@@ -653,13 +653,7 @@ async fn the_simulator_and_the_runtime_agree_on_a_trace_and_a_gear_schedule() {
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
     let output = replay.wait_with_output().unwrap();
-    assert!(output.status.success(), "{}", String::from_utf8_lossy(&output.stderr));
-    let json: serde_json::Value = serde_json::from_slice(&output.stdout).unwrap();
-    let config = &json["configs"][0];
-    assert_eq!(
-        (config["errors"].as_u64(), config["requests_unfinished"].as_u64()),
-        (Some(0), Some(0))
-    );
+    replay_served_everything(&output);
     // Settled as the simulator's end is: every server on (or asleep), primaries still
     // for a second (10 s of the cluster's clock).
     let mut last = Vec::new();
@@ -798,13 +792,7 @@ async fn the_simulator_and_the_runtime_agree_on_bytes_stored_after_a_trace_with_
         .stdin(Stdio::null())
         .output()
         .unwrap();
-    assert!(output.status.success(), "{}", String::from_utf8_lossy(&output.stderr));
-    let json: serde_json::Value = serde_json::from_slice(&output.stdout).unwrap();
-    let config = &json["configs"][0];
-    assert_eq!(
-        (config["errors"].as_u64(), config["requests_unfinished"].as_u64()),
-        (Some(0), Some(0))
-    );
+    replay_served_everything(&output);
     // Every server on, every free applied, the servers' reports steady.
     let mut last = Vec::new();
     eventually!(Duration::from_secs(90), "every free applied and the reports steady", {
@@ -1148,4 +1136,15 @@ fn awake_at_middles(samples: &[Sample], intervals: usize, interval_s: f64) -> Ve
             (distance(sample) <= 1.0).then_some(sample.servers_on as usize)
         })
         .collect()
+}
+
+/// A `somnus replay --json` that succeeded with no request failed or unfinished.
+fn replay_served_everything(output: &std::process::Output) {
+    assert!(output.status.success(), "{}", String::from_utf8_lossy(&output.stderr));
+    let json: serde_json::Value = serde_json::from_slice(&output.stdout).unwrap();
+    let config = &json["configs"][0];
+    assert_eq!(
+        (config["errors"].as_u64(), config["requests_unfinished"].as_u64()),
+        (Some(0), Some(0))
+    );
 }

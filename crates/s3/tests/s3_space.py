@@ -100,6 +100,12 @@ def verify(bucket):
     round_ = int(os.environ.get("S3_ROUND", "0"))
     wanted = [(k, round_, SMALL) for k in small_keys()] + [(k, 0, LARGE) for k in large_keys()]
 
+    read_back(bucket, wanted, "verify")
+
+
+def read_back(bucket, wanted, phase):
+    """GETs every (key, round, size) of `wanted`; exits naming the first that differs."""
+
     def same(item):
         key, r, size = item
         got = S3.get_object(Bucket=bucket, Key=key)["Body"].read()
@@ -108,8 +114,8 @@ def verify(bucket):
     with ThreadPoolExecutor(WORKERS) as pool:
         wrong = [k for k in pool.map(same, wanted) if k]
     if wrong:
-        sys.exit(f"verify: {len(wrong)} objects differ, the first {wrong[0]}")
-    print(f"verify: {len(wanted)} objects read back whole")
+        sys.exit(f"{phase}: {len(wrong)} objects differ, the first {wrong[0]}")
+    print(f"{phase}: {len(wanted)} objects read back whole")
 
 
 def delete(bucket):
@@ -150,17 +156,7 @@ def fill_until_full(bucket):
 
 def verify_full(bucket):
     stored = int(os.environ["S3_STORED"])
-    keys = [f"full/{n:05}" for n in range(stored)]
-
-    def same(key):
-        got = S3.get_object(Bucket=bucket, Key=key)["Body"].read()
-        return key if got != body(key, 0, FULL) else None
-
-    with ThreadPoolExecutor(WORKERS) as pool:
-        wrong = [k for k in pool.map(same, keys) if k]
-    if wrong:
-        sys.exit(f"verify-full: {len(wrong)} objects differ, the first {wrong[0]}")
-    print(f"verify-full: {stored} objects read back whole")
+    read_back(bucket, [(f"full/{n:05}", 0, FULL) for n in range(stored)], "verify-full")
 
 
 def orphans(bucket):
