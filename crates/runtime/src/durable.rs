@@ -117,6 +117,14 @@ pub fn disk_bytes(dir: &Path) -> std::io::Result<u64> {
     Ok(total)
 }
 
+/// `path` opened for direct writes (`O_DIRECT`: around the page cache), if its file
+/// system has them (tmpfs has not).
+pub(crate) fn open_direct(path: &Path) -> Option<File> {
+    use std::os::unix::fs::OpenOptionsExt;
+    let flags = nix::fcntl::OFlag::O_DIRECT.bits();
+    OpenOptions::new().write(true).custom_flags(flags).open(path).ok()
+}
+
 /// Allocates the first `size_bytes` of `file` (`fallocate`); where the filesystem
 /// cannot, only sets its length (sparse: a later write may find the disk full).
 pub fn allocate(file: &File, size_bytes: u64) -> std::io::Result<()> {

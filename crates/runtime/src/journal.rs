@@ -151,11 +151,9 @@ impl<T: Entry> Journal<T> {
     /// [`Journal::open`], its appends then written around the page cache when the
     /// file system can and the journal ends on 4 KiB (module docs).
     pub fn open_direct(path: &Path) -> Result<(Journal<T>, Vec<T>), JournalError> {
-        use std::os::unix::fs::OpenOptionsExt;
         let (mut journal, ops) = Journal::open(path)?;
         if journal.bytes.is_multiple_of(DIRECT_ALIGN as u64) {
-            let flags = nix::fcntl::OFlag::O_DIRECT.bits();
-            journal.direct = OpenOptions::new().write(true).custom_flags(flags).open(path).ok();
+            journal.direct = crate::durable::open_direct(path);
         }
         Ok((journal, ops))
     }

@@ -83,13 +83,6 @@ pub fn locate(dir: &Path, chunk: ChunkId, block: u64) -> std::io::Result<Option<
     Ok(None)
 }
 
-/// `path` opened for direct writes, if its file system has them.
-fn open_direct(path: &Path) -> Option<File> {
-    use std::os::unix::fs::OpenOptionsExt;
-    let flags = nix::fcntl::OFlag::O_DIRECT.bits();
-    OpenOptions::new().write(true).custom_flags(flags).open(path).ok()
-}
-
 /// A buffer whose bytes start on a block boundary in memory, as direct I/O needs.
 #[derive(Debug, Default)]
 struct AlignedBuffer {
@@ -552,7 +545,7 @@ impl Packs {
             blocks.push((slot, block));
         }
         self.free.add(Slot { pack, index: free_from }, high - free_from);
-        self.direct.push(open_direct(path));
+        self.direct.push(durable::open_direct(path));
         self.files.push(Arc::new(file));
         self.high.push(high);
         self.stats.packs += 1;
@@ -579,7 +572,7 @@ impl Packs {
         let path = self.path(pack);
         durable::replace_sized(&path, &pack_header(pack), PACK_BYTES)?;
         let file = OpenOptions::new().read(true).write(true).open(&path)?;
-        self.direct.push(open_direct(&path));
+        self.direct.push(durable::open_direct(&path));
         self.files.push(Arc::new(file));
         self.high.push(0);
         self.stats.packs += 1;
