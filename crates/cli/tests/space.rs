@@ -217,7 +217,8 @@ async fn orphans_of_every_kind_are_found_and_freed() {
     let gateway = start_gateway(&cluster, &["--abandoned-after", "0.0011"]);
     run(&gateway, "orphans", "orphans", &[]);
 
-    // A PUT of 64 MiB, its gateway killed once some of it is written.
+    // A PUT of 64 MiB that sends half and stalls, its gateway killed once some of it
+    // is written: the object is never whole, however fast the machine.
     let mut doomed = start_gateway(&cluster, &[]);
     let before = cluster.mds_status().await.space.stored_bytes;
     let mut put = doomed
@@ -230,6 +231,7 @@ async fn orphans_of_every_kind_are_found_and_freed() {
         cluster.mds_status().await.space.stored_bytes >= before + REPLICAS * 8 * MIB
     });
     doomed.kill();
+    let _ = put.kill();
     let _ = put.wait();
 
     // The upload is swept (its parts are named until then), then every orphan freed.

@@ -18,7 +18,8 @@ Phases:
   orphans    create BUCKET; 20 times two PUTs of one key at once (1 MiB each, both
              answered 200, the key then holds one of them whole); then an upload of
              two 5 MiB parts left unfinished
-  put-large  one PUT of 64 MiB (killed with its gateway by the test)
+  put-large  one PUT of 64 MiB that sends its first 32 MiB and then waits, the rest
+             unsent, until the gateway closes the connection (the test kills it)
   uploads    print `uploads: N`, the unfinished uploads of BUCKET
 
 S3_SMALL_COUNT and S3_LARGE_COUNT change the counts of fill, overwrite and verify.
@@ -29,10 +30,13 @@ round is the number of overwrites done (0, 1 or 2), given by S3_ROUND.
 """
 
 import hashlib
+import http.client
 import os
+import select
 import sys
 import threading
 import time
+import urllib.parse
 from concurrent.futures import ThreadPoolExecutor
 
 import boto3
@@ -184,8 +188,19 @@ def orphans(bucket):
 
 
 def put_large(bucket):
-    S3.put_object(Bucket=bucket, Key="doomed", Body=body("doomed", 0, 64 << 20))
-    print("put-large: stored (its gateway was not killed in time)")
+    """Sends half of a 64 MiB PUT and stalls, so that the object is never whole: the
+    test kills the gateway once some of it is stored, whatever the machine's speed."""
+    size, sent = 64 << 20, 32 << 20
+    url = urllib.parse.urlsplit(S3.generate_presigned_url(
+        "put_object", Params={"Bucket": bucket, "Key": "doomed"}, ExpiresIn=600))
+    connection = http.client.HTTPConnection(url.hostname, url.port, timeout=600)
+    connection.putrequest("PUT", f"{url.path}?{url.query}")
+    connection.putheader("Content-Length", str(size))
+    connection.endheaders()
+    connection.send(body("doomed", 0, sent))
+    readable, _, _ = select.select([connection.sock], [], [], 600)
+    print("put-large: the gateway closed the connection" if readable
+          else "put-large: still open after 600 s")
 
 
 def uploads(bucket):
