@@ -6,9 +6,11 @@
 //! per chunk: a small object costs its blocks, and the write path creates no file.
 //!
 //! The core's [`ChunkStore`](somnus_core::cluster::store::ChunkStore) calls this as it
-//! changes blocks ([`ChunkData`]). Writes go to the page cache: the journal made each
-//! change durable before the core applied it, and a checkpoint syncs the packs before
-//! it removes the journals that hold their writes.
+//! changes blocks ([`ChunkData`]). A block's bytes are written around the page cache
+//! where the file system allows (`O_DIRECT`), its slot's header through it; neither is
+//! synced at once: the journal made each change durable before the core applied it,
+//! and a checkpoint syncs the packs before it removes the journals that hold their
+//! writes.
 //!
 //! Room is reserved before a change is made durable ([`Packs::prepare`]): the slots of
 //! the blocks it writes that have none yet are taken and their space allocated
