@@ -289,7 +289,7 @@ impl ClusterClient {
             Target::Name(name) => ClientOp::Read { name: name.to_owned(), range: part },
             Target::Data(object) => ClientOp::ReadFrom { object: object.clone(), range: part },
         });
-        let mut out = BytesMut::zeroed(range.size_bytes() as usize);
+        let mut placed = Vec::new();
         for result in self.run_bounded(ops.collect()).await {
             let ClientOutcome::Read(pieces) = result? else { continue };
             for (chunk, piece) in pieces {
@@ -297,14 +297,10 @@ impl ClusterClient {
                 // The piece's range is within its chunk: place it in the object.
                 let at = u64::from(chunk.chunk.0) * self.chunk_size_bytes + piece.range.start;
                 let Some(at) = at.checked_sub(range.start) else { continue };
-                let at = at as usize;
-                let end = (at + bytes.len()).min(out.len());
-                if at < end {
-                    out[at..end].copy_from_slice(&bytes[..end - at]);
-                }
+                placed.push((at as usize, bytes.clone()));
             }
         }
-        Ok(out.freeze())
+        Ok(assemble(range.size_bytes() as usize, placed))
     }
 
     /// One write of `range` (whole blocks, at most a request's size) carrying the
@@ -360,6 +356,38 @@ impl ClusterClient {
     }
 }
 
+/// `len` bytes made of `placed` (each at its offset; zeros where none is). Pieces that
+/// tile the whole are joined without zeroing first, and a single one is returned as
+/// it came (a slice of the frame it arrived in): a megabyte's GET then costs no
+/// memset and no copy in the gateway.
+fn assemble(len: usize, mut placed: Vec<(usize, Bytes)>) -> Bytes {
+    placed.sort_by_key(|(at, _)| *at);
+    let mut end = 0;
+    let tiled = placed.iter().all(|(at, bytes)| {
+        let whole = *at == end;
+        end += bytes.len();
+        whole
+    }) && end == len;
+    if tiled {
+        if let [(_, only)] = placed.as_slice() {
+            return only.clone();
+        }
+        let mut out = BytesMut::with_capacity(len);
+        for (_, bytes) in &placed {
+            out.extend_from_slice(bytes);
+        }
+        return out.freeze();
+    }
+    let mut out = BytesMut::zeroed(len);
+    for (at, bytes) in placed {
+        let end = (at + bytes.len()).min(len);
+        if at < end {
+            out[at..end].copy_from_slice(&bytes[..end - at]);
+        }
+    }
+    out.freeze()
+}
+
 /// `range` cut at request-size boundaries of the object.
 pub(crate) fn cut(range: ByteRange) -> Vec<ByteRange> {
     let mut parts = Vec::new();
@@ -408,5 +436,48 @@ async fn drive(
                 }
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn bytes(fill: u8, len: usize) -> Bytes {
+        Bytes::from(vec![fill; len])
+    }
+
+    #[test]
+    fn a_single_piece_covering_the_range_is_returned_without_a_copy() {
+        let only = bytes(7, 4096);
+        let out = assemble(4096, vec![(0, only.clone())]);
+        assert_eq!(out.as_ptr(), only.as_ptr());
+        assert_eq!(out, only);
+    }
+
+    #[test]
+    fn pieces_that_tile_the_range_are_joined_in_place_order() {
+        let out = assemble(8192, vec![(4096, bytes(2, 4096)), (0, bytes(1, 4096))]);
+        assert_eq!(&out[..4096], &[1; 4096][..]);
+        assert_eq!(&out[4096..], &[2; 4096][..]);
+    }
+
+    #[test]
+    fn a_range_no_piece_covers_reads_as_zeros() {
+        let out = assemble(12288, vec![(8192, bytes(3, 4096)), (0, bytes(1, 4096))]);
+        assert_eq!(out.len(), 12288);
+        assert_eq!(&out[..4096], &[1; 4096][..]);
+        assert_eq!(&out[4096..8192], &[0; 4096][..]);
+        assert_eq!(&out[8192..], &[3; 4096][..]);
+        assert_eq!(assemble(4096, Vec::new()), bytes(0, 4096));
+    }
+
+    #[test]
+    fn a_piece_past_the_end_is_cut() {
+        let out = assemble(4096, vec![(0, bytes(5, 8192))]);
+        assert_eq!(out, bytes(5, 4096));
+        let out = assemble(4096, vec![(2048, bytes(5, 4096))]);
+        assert_eq!(&out[..2048], &[0; 2048][..]);
+        assert_eq!(&out[2048..], &[5; 2048][..]);
     }
 }

@@ -846,9 +846,8 @@ impl Packs {
         chunk: ChunkId,
         blocks: std::ops::Range<u64>,
     ) -> std::io::Result<Result<Bytes, Vec<u64>>> {
-        let count = (blocks.end - blocks.start) as usize;
-        let mut out = vec![0u8; count * BLOCK_BYTES as usize];
-        let Some(slots) = self.index.get(&chunk) else { return Ok(Ok(out.into())) };
+        let len = (blocks.end - blocks.start) as usize * BLOCK_BYTES as usize;
+        let Some(slots) = self.index.get(&chunk) else { return Ok(Ok(vec![0u8; len].into())) };
         // Runs of blocks in consecutive slots of one pack: (first slot, first block, length).
         let mut runs: Vec<(Slot, u64, u32)> = Vec::new();
         for block in blocks.clone() {
@@ -870,11 +869,13 @@ impl Packs {
         }
         let mut bad = Vec::new();
         let mut headers = Vec::new();
+        let mut out = Vec::with_capacity(len);
         for (slot, first, len) in runs {
             let file = &self.files[slot.pack as usize];
             let at = ((first - blocks.start) * BLOCK_BYTES) as usize;
-            let data = &mut out[at..at + len as usize * BLOCK_BYTES as usize];
-            file.read_exact_at(data, slot.data_at())?;
+            out.resize(at, 0); // blocks never written read as zeros
+            append_at(file, slot.data_at(), len as usize * BLOCK_BYTES as usize, &mut out)?;
+            let data = &out[at..];
             headers.resize(len as usize * SLOT_HEADER_BYTES as usize, 0);
             file.read_exact_at(&mut headers, slot.header_at())?;
             let blocks_read = data.chunks(BLOCK_BYTES as usize);
@@ -894,8 +895,27 @@ impl Packs {
                 }
             }
         }
+        out.resize(len, 0);
         Ok(if bad.is_empty() { Ok(out.into()) } else { Err(bad) })
     }
+}
+
+/// Appends `len` bytes of `file` from `offset` to `out`, without zeroing them first
+/// (`read_to_end` reads into the vector's spare room): zeroing a megabyte before
+/// reading into it was a tenth of a loaded server's CPU. Through the file's position,
+/// which nothing else uses: blocks are written with `pwrite`, and the packs' reads
+/// are one at a time under their lock.
+fn append_at(file: &File, offset: u64, len: usize, out: &mut Vec<u8>) -> std::io::Result<()> {
+    use std::io::{Read, Seek, SeekFrom};
+    let mut reader = file;
+    reader.seek(SeekFrom::Start(offset))?;
+    let before = out.len();
+    reader.take(len as u64).read_to_end(out)?;
+    if out.len() - before != len {
+        let message = format!("{} of {len} bytes at {offset}", out.len() - before);
+        return Err(std::io::Error::new(std::io::ErrorKind::UnexpectedEof, message));
+    }
+    Ok(())
 }
 
 /// The packs, shared by the store (which writes and reads their blocks) and the disk
@@ -1111,6 +1131,36 @@ mod tests {
         assert_eq!(ones.len(), 1);
         assert_eq!(ones[0].version, Version(8));
         assert_eq!(packs.index[&chunk(1)].get(0).unwrap().index, 1);
+    }
+
+    /// Goal: a read across blocks in slots far apart and blocks never written gives
+    /// each block's bytes in its place and zeros in the holes, from any first block.
+    #[test]
+    fn a_read_places_each_run_and_zeros_the_holes() {
+        let dir = tempfile::tempdir().unwrap();
+        let (mut packs, _) = open(dir.path());
+        // Blocks 5..8 first, then another chunk, then blocks 0..2: three runs of
+        // slots, none next to another in block order.
+        for (first, blocks, fill) in [(5u64, 3u64, 0xa5u8), (0, 2, 0xa0)] {
+            packs.reserve(chunk(1), first..first + blocks, &mut Reservation::default()).unwrap();
+            let data = vec![fill; (blocks * BLOCK_BYTES) as usize];
+            packs.write(ChunkGroupId(1), chunk(1), first, Version(5), Stamp(7), &data).unwrap();
+            put(&mut packs, 10 + first, 1, 0xee);
+        }
+        let block = BLOCK_BYTES as usize;
+        let read = packs.read(chunk(1), 0..10).unwrap().unwrap();
+        let expected: Vec<u8> = (0..10u64)
+            .flat_map(|b| match b {
+                0..2 => vec![0xa0; block],
+                5..8 => vec![0xa5; block],
+                _ => vec![0; block],
+            })
+            .collect();
+        assert_eq!(read.len(), expected.len());
+        assert!(read == expected, "blocks out of place");
+        let read = packs.read(chunk(1), 1..6).unwrap().unwrap();
+        assert!(read[..block] == expected[block..2 * block]);
+        assert!(read[block..] == expected[2 * block..6 * block]);
     }
 
     /// The runs of a chunk's slots agree with a plain map under random inserts and

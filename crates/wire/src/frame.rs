@@ -20,7 +20,7 @@
 //! more than one frame's limit. The checksum covers the body and the attachment, so
 //! a flipped bit anywhere past the header is refused rather than decoded.
 
-use bytes::{Buf, BytesMut};
+use bytes::{Buf, Bytes, BytesMut};
 
 use somnus_core::cluster::{Message, Payload};
 
@@ -83,20 +83,41 @@ impl WireError {
 pub fn encode(frame: &Frame, max: usize, out: &mut Vec<u8>) -> Result<(), WireError> {
     match frame {
         Frame::Message(message) => encode_message(message, max, out),
-        other => encode_body(other, &[], max, out),
+        other => encode_body(other, &[], max, out, Attach::Copied),
     }
 }
 
 /// As [`encode`] for `Frame::Message(message)`, without moving the message into one.
 pub fn encode_message(message: &Message, max: usize, out: &mut Vec<u8>) -> Result<(), WireError> {
+    let attachment = attachment_of(message);
+    let parts: Vec<&[u8]> = attachment.iter().map(|p| &p[..]).collect();
+    encode_body(&MessageFrame::Message(message), &parts, max, out, Attach::Copied)
+}
+
+/// As [`encode_message`], without copying the payloads' bytes: `out` gets the
+/// frame's header and body, and the rest of the frame is returned as parts (each
+/// payload's length, then its bytes, sharing the message's) to send after `out` in
+/// order, with one vectored write. A megabyte's copy is then the socket's alone.
+pub fn encode_message_parts(
+    message: &Message,
+    max: usize,
+    out: &mut Vec<u8>,
+) -> Result<Vec<Bytes>, WireError> {
+    let attachment = attachment_of(message);
+    let parts: Vec<&[u8]> = attachment.iter().map(|p| &p[..]).collect();
+    encode_body(&MessageFrame::Message(message), &parts, max, out, Attach::Apart)?;
+    Ok(attachment)
+}
+
+/// The attachment of `message`: each payload's slot length, then its bytes (shared).
+fn attachment_of(message: &Message) -> Vec<Bytes> {
     let payloads = message.payloads();
-    let lengths: Vec<[u8; 4]> = payloads.iter().map(|p| slot_length(p).to_le_bytes()).collect();
-    let mut attachment: Vec<&[u8]> = Vec::with_capacity(2 * payloads.len());
-    for (length, payload) in lengths.iter().zip(&payloads) {
-        attachment.push(length);
-        attachment.extend(payload.bytes().map(|b| &b[..]));
+    let mut attachment = Vec::with_capacity(2 * payloads.len());
+    for payload in payloads {
+        attachment.push(Bytes::copy_from_slice(&slot_length(payload).to_le_bytes()));
+        attachment.extend(payload.bytes().cloned());
     }
-    encode_body(&MessageFrame::Message(message), &attachment, max, out)
+    attachment
 }
 
 /// Appends `payloads` to `out` in the attachment's layout (each a length, then its
@@ -140,11 +161,20 @@ enum MessageFrame<'a> {
     Message(&'a Message),
 }
 
+/// Whether [`encode_body`] copies the attachment after the body or leaves it to be
+/// sent apart (the checksum covers it either way).
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Attach {
+    Copied,
+    Apart,
+}
+
 fn encode_body(
     frame: &impl serde::Serialize,
     attachment: &[&[u8]],
     max: usize,
     out: &mut Vec<u8>,
+    attach: Attach,
 ) -> Result<(), WireError> {
     let body = postcard::to_allocvec(frame).map_err(|error| WireError::Malformed {
         what: "frame to encode",
@@ -156,18 +186,24 @@ fn encode_body(
         return Err(WireError::TooLarge { length, max });
     }
     let start = out.len();
-    out.reserve(4 + length);
+    let copied = if attach == Attach::Copied { attached } else { 0 };
+    out.reserve(HEADER_BYTES + body.len() + copied);
     out.extend_from_slice(&[0; HEADER_BYTES]);
     out.extend_from_slice(&body);
-    for part in attachment {
-        out.extend_from_slice(part);
+    if attach == Attach::Copied {
+        for part in attachment {
+            out.extend_from_slice(part);
+        }
     }
     let body_len = body.len();
     let header = &mut out[start..start + HEADER_BYTES];
     header[0..4].copy_from_slice(&(length as u32).to_le_bytes());
     header[4] = WIRE_VERSION;
     header[9..13].copy_from_slice(&(body_len as u32).to_le_bytes());
-    let crc = crc32c::crc32c(&out[start + 9..]);
+    let mut crc = crc32c::crc32c(&out[start + 9..]);
+    if attach == Attach::Apart {
+        crc = attachment.iter().fold(crc, |crc, part| crc32c::crc32c_append(crc, part));
+    }
     out[start + 5..start + 9].copy_from_slice(&crc.to_le_bytes());
     Ok(())
 }

@@ -16,7 +16,7 @@ mod secret;
 
 pub use frame::{
     Decoded, FRAME_BYTES_MAX_DEFAULT, FrameDecoder, HEADER_BYTES, WIRE_VERSION, WireError,
-    append_payloads, encode, encode_message, fill_payloads,
+    append_payloads, encode, encode_message, encode_message_parts, fill_payloads,
 };
 pub use handshake::{AuthError, Handshake, Side, Step};
 pub use secret::{ClusterSecret, SECRET_BYTES, SecretError};

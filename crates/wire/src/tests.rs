@@ -99,6 +99,22 @@ fn a_message_encoded_by_reference_is_the_same_bytes() {
 }
 
 #[test]
+fn a_message_encoded_in_parts_is_the_same_bytes() {
+    for message in every_message() {
+        let mut head = Vec::new();
+        let parts =
+            crate::encode_message_parts(&message, FRAME_BYTES_MAX_DEFAULT, &mut head).unwrap();
+        let payload_bytes: usize =
+            message.payloads().iter().filter_map(|p| p.bytes()).map(|b| b.len()).sum();
+        let whole = wire(&Frame::Message(message));
+        assert_eq!(head.len() + parts.iter().map(|p| p.len()).sum::<usize>(), whole.len());
+        assert!(whole.len() - head.len() >= payload_bytes, "the payloads are not in the head");
+        let joined: Vec<u8> = head.iter().chain(parts.iter().flatten()).copied().collect();
+        assert_eq!(joined, whole);
+    }
+}
+
+#[test]
 fn a_frame_fed_a_byte_at_a_time_comes_out_whole_once() {
     let hello = Frame::Hello(Hello { peer: Peer::Server(ServerId(4)), nonce: [3; 32] });
     let bytes = wire(&hello);
