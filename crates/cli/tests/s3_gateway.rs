@@ -167,6 +167,43 @@ async fn races_leave_every_object_whole(cluster: &Cluster) {
     // The claim kept for a retry is swept with the upload gone: a retry is refused.
     let retry = store.complete_upload("races", "mp", &upload, &listed, &none).await;
     assert!(matches!(retry, Err(StoreError::NoSuchUpload(_))), "{retry:?}");
+    a_completion_stopped_half_way_is_swept(cluster, &store).await;
+}
+
+/// A completion that stops once it holds its upload (its gateway died) keeps other
+/// completions and aborts off it while its claim is fresh; the sweep then takes the
+/// upload with its claim, so that nothing stays that nothing can release.
+async fn a_completion_stopped_half_way_is_swept(cluster: &Cluster, store: &somnus_s3::Store) {
+    use somnus_s3::StoreError;
+    let upload = store.create_upload("races", "stopped", Default::default()).await.unwrap();
+    let part = pattern(5, 1000).to_vec();
+    let put = store.put_part("races", "stopped", &upload, 1, 1000, body(part), None);
+    let listed = vec![(1, put.await.unwrap().etag)];
+    let none = somnus_s3::WriteConditions::default();
+    // Polled a step at a time until its claim is there, then dropped.
+    let claim = format!("s3/c/races/{upload}");
+    let client = cluster.client();
+    let mut completion =
+        Box::pin(store.complete_upload("races", "stopped", &upload, &listed, &none));
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
+    while client.stat(&claim).await.is_err() {
+        let step = futures::FutureExt::now_or_never(completion.as_mut());
+        assert!(step.is_none(), "the completion finished before it was stopped: {step:?}");
+        assert!(tokio::time::Instant::now() < deadline, "no claim in 30 s");
+        tokio::time::sleep(Duration::from_millis(1)).await;
+    }
+    drop(completion);
+    let wrong = [(1, "0123456789abcdef0123456789abcdef".to_owned())];
+    let other = store.complete_upload("races", "stopped", &upload, &wrong, &none).await;
+    assert!(matches!(other, Err(StoreError::UploadFinishing(_))), "{other:?}");
+    let abort = store.abort_upload("races", "stopped", &upload).await;
+    assert!(matches!(abort, Err(StoreError::UploadFinishing(_))), "a fresh claim holds: {abort:?}");
+    assert_eq!(store.sweep_uploads(0).await.unwrap(), 1, "the stopped completion's upload swept");
+    assert!(client.stat(&claim).await.is_err(), "its claim went with it");
+    let abort = store.abort_upload("races", "stopped", &upload).await;
+    assert!(matches!(abort, Err(StoreError::NoSuchUpload(_))), "{abort:?}");
+    let retry = store.complete_upload("races", "stopped", &upload, &listed, &none).await;
+    assert!(matches!(retry, Err(StoreError::NoSuchUpload(_))), "{retry:?}");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

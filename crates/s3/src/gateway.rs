@@ -102,6 +102,7 @@ fn s3(error: StoreError) -> S3Error {
         StoreError::NoSuchUpload(_) => C::NoSuchUpload,
         StoreError::UploadFinishing(_) => C::OperationAborted,
         StoreError::NoPartsListed => C::MalformedXML,
+        StoreError::TooManyPartsListed(_) => C::InvalidArgument,
         StoreError::InvalidPart(_) => C::InvalidPart,
         StoreError::InvalidPartOrder => C::InvalidPartOrder,
         StoreError::EntityTooSmall { .. } => C::EntityTooSmall,

@@ -22,6 +22,10 @@ pub const PART_NUMBER_MAX: u32 = 10_000;
 
 type Result<T> = std::result::Result<T, StoreError>;
 
+/// How long after a completion took an upload an abort may take it over: a
+/// completion binds within seconds, or its client gave up long before.
+pub const COMPLETION_STALE_AFTER_MS: i64 = 15 * 60 * 1000;
+
 /// A part as an upload's listing shows it.
 #[derive(Debug, Clone)]
 pub struct PartInfo {
@@ -211,6 +215,11 @@ impl Store {
         listed: &[(u32, String)],
         conditions: &WriteConditions,
     ) -> Result<ObjectRecord> {
+        // Refused before anything is read or claimed: a list no upload can match
+        // must not take the upload from a valid completion or an abort.
+        if listed.len() > PART_NUMBER_MAX as usize {
+            return Err(StoreError::TooManyPartsListed(listed.len()));
+        }
         let listed: Vec<(u32, String)> =
             listed.iter().map(|(n, e)| (*n, e.trim_matches('"').to_owned())).collect();
         let upload_record = match self.upload(bucket, key, upload).await {
@@ -313,21 +322,35 @@ impl Store {
         current.map(|s| s.record).filter(|c| c.etag == multipart_etag(listed)).ok_or_else(missing)
     }
 
-    /// Deletes the upload and every part of it.
+    /// Deletes the upload and every part of it; refused while a completion holds
+    /// the upload, for [`COMPLETION_STALE_AFTER_MS`] at most.
     pub async fn abort_upload(&self, bucket: &str, key: &str, upload: &str) -> Result<()> {
         self.upload(bucket, key, upload).await?;
-        if !self.discard_upload(bucket, upload).await? {
+        let stale_before = now_ms() - COMPLETION_STALE_AFTER_MS;
+        if !self.discard_upload(bucket, upload, Some(stale_before)).await? {
             return Err(StoreError::UploadFinishing(upload.to_owned()));
         }
         Ok(())
     }
 
     /// Takes the upload's claim for an abort and deletes the upload with its parts
-    /// (their data freed); `false`, with nothing done, if a completion has taken it.
-    async fn discard_upload(&self, bucket: &str, upload: &str) -> Result<bool> {
+    /// (their data freed); `false`, with nothing done, if a completion has taken it,
+    /// unless it took it before `stale_before_ms`: a completion that has not bound
+    /// the upload by then stopped half way (its gateway died, or it failed and could
+    /// not give the claim back), and its claim goes with the upload. Were it still
+    /// running, its bind, which takes the upload's names, would find them gone and
+    /// change nothing.
+    async fn discard_upload(
+        &self,
+        bucket: &str,
+        upload: &str,
+        stale_before_ms: Option<i64>,
+    ) -> Result<bool> {
         let abort = UploadClaim { completion: None, claimed_ms: now_ms() };
+        let stale = |claimed_ms: i64| stale_before_ms.is_some_and(|cutoff| claimed_ms < cutoff);
         match self.take_claim(bucket, upload, &abort).await? {
             Claim::Ours | Claim::Theirs(Some(UploadClaim { completion: None, .. })) => {}
+            Claim::Theirs(Some(UploadClaim { claimed_ms, .. })) if stale(claimed_ms) => {}
             Claim::Theirs(_) => return Ok(false),
         }
         let mut names: Vec<String> = self
@@ -368,9 +391,11 @@ impl Store {
         let now = now_ms();
         for (bucket, _) in self.buckets().await? {
             for (upload, record) in self.uploads(&bucket).await? {
-                // An upload a completion has taken is left to it (or its retry).
+                // An upload a completion has taken is left to it (or its retry) for
+                // as long as an upload is, then swept with it.
+                let stale_before = Some(now - older_than_ms);
                 if now - record.created_ms > older_than_ms
-                    && self.discard_upload(&bucket, &upload).await?
+                    && self.discard_upload(&bucket, &upload, stale_before).await?
                 {
                     swept += 1;
                 }

@@ -60,6 +60,8 @@ pub enum StoreError {
     UploadFinishing(String),
     #[error("a completion lists one part at least")]
     NoPartsListed,
+    #[error("a completion lists {0} parts: an upload has 10,000 at most")]
+    TooManyPartsListed(usize),
     #[error("{0}")]
     InvalidPart(String),
     #[error("parts must be listed in ascending order of their numbers")]

@@ -1109,6 +1109,27 @@ def _():
     expect_eq(read(name, "mp-twice"), b"new part", "the object")
 
 
+@check("multipart: a completion listing 100,000 parts -> InvalidArgument 400; the upload "
+       "still completes, or aborts")
+def _():
+    name = plain_bucket()
+    for key in ("mp-many-complete", "mp-many-abort"):
+        upload = S3.create_multipart_upload(Bucket=name, Key=key)["UploadId"]
+        etag = S3.upload_part(Bucket=name, Key=key, UploadId=upload, PartNumber=1,
+                              Body=b"the only part")["ETag"]
+        many = [(n, etag) for n in range(1, 100_001)]
+        expect_error("InvalidArgument", 400, complete, name=name, key=key, upload=upload,
+                     parts=many)
+        if key == "mp-many-complete":
+            complete(name, key, upload, [(1, etag)])
+            expect_eq(read(name, key), b"the only part", "the object")
+        else:
+            answer = S3.abort_multipart_upload(Bucket=name, Key=key, UploadId=upload)
+            expect_eq(status_of(answer), 204, "AbortMultipartUpload status")
+            expect_error("NoSuchUpload", 404, S3.list_parts, Bucket=name, Key=key,
+                         UploadId=upload)
+
+
 @check("multipart: after abort, upload_part and list_parts -> NoSuchUpload 404", quick=True)
 def _():
     name = plain_bucket()
