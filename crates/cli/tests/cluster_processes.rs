@@ -70,6 +70,28 @@ async fn objects_are_read_back_and_survive_a_restart_of_the_whole_cluster() {
     for (n, size) in sizes.iter().enumerate() {
         assert_eq!(client.get(&format!("object-{n}")).await.unwrap(), pattern(n as u64, *size));
     }
+    let mut dirs = vec![cluster.file.mds.data_dir.clone()];
+    dirs.extend(cluster.file.servers.iter().map(|s| s.data_dir.clone()));
+    for dir in dirs {
+        only_its_owner_reads(&dir);
+    }
+}
+
+/// Every directory and file under `dir`, and `dir` itself, is its owner's alone: a
+/// cluster's data is no other local user's to read.
+fn only_its_owner_reads(dir: &std::path::Path) {
+    use std::os::unix::fs::PermissionsExt;
+    let mode = std::fs::metadata(dir).unwrap().permissions().mode() & 0o777;
+    assert_eq!(mode & 0o077, 0, "{} has mode {mode:o}", dir.display());
+    for entry in std::fs::read_dir(dir).unwrap() {
+        let path = entry.unwrap().path();
+        if path.is_dir() {
+            only_its_owner_reads(&path);
+        } else {
+            let mode = std::fs::metadata(&path).unwrap().permissions().mode() & 0o777;
+            assert_eq!(mode & 0o077, 0, "{} has mode {mode:o}", path.display());
+        }
+    }
 }
 
 /// A stream of writes to one object while `victim` (chosen from the first chunk's

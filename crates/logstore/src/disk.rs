@@ -98,7 +98,9 @@ impl FsDisk {
             .take_while(|path| !path.as_os_str().is_empty() && !path.exists())
             .map(Path::to_path_buf)
             .collect();
-        std::fs::create_dir_all(&dir)?;
+        // Readable by their owner alone: the log holds the users' data.
+        std::os::unix::fs::DirBuilderExt::mode(std::fs::DirBuilder::new().recursive(true), 0o700)
+            .create(&dir)?;
         for created in missing.iter().rev() {
             let parent = match created.parent() {
                 Some(parent) if !parent.as_os_str().is_empty() => parent,
@@ -165,8 +167,9 @@ impl Disk for FsDisk {
     }
 
     fn create(&self, name: &str) -> io::Result<Arc<dyn DiskFile>> {
-        let file =
-            OpenOptions::new().read(true).write(true).create_new(true).open(self.dir.join(name))?;
+        let mut options = OpenOptions::new();
+        std::os::unix::fs::OpenOptionsExt::mode(&mut options, 0o600);
+        let file = options.read(true).write(true).create_new(true).open(self.dir.join(name))?;
         Ok(Arc::new(FsFile(file)))
     }
 
@@ -202,7 +205,12 @@ impl Disk for FsDisk {
     fn lock(&self, exclusive: bool) -> io::Result<Box<dyn Any + Send + Sync>> {
         let path = self.dir.join("LOCK");
         let file = if exclusive {
-            OpenOptions::new().read(true).write(true).create(true).truncate(false).open(&path)?
+            std::os::unix::fs::OpenOptionsExt::mode(&mut OpenOptions::new(), 0o600)
+                .read(true)
+                .write(true)
+                .create(true)
+                .truncate(false)
+                .open(&path)?
         } else {
             // A reader must not create files; without a LOCK file there is no writer.
             match File::open(&path) {

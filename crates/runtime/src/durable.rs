@@ -38,8 +38,25 @@ pub fn replace_allocated(path: &Path, bytes: &[u8], size_bytes: u64) -> std::io:
     sync_dir(path.parent().unwrap_or(Path::new(".")))
 }
 
+/// Creates `dir` and its missing parents readable by their owner alone (0700): they
+/// hold the users' data, the journals and the MDS's commands, which no other local
+/// user may read. A directory that exists keeps its mode (the operator's choice).
+pub fn create_private_dir_all(dir: &Path) -> std::io::Result<()> {
+    use std::os::unix::fs::DirBuilderExt;
+    std::fs::DirBuilder::new().recursive(true).mode(0o700).create(dir)
+}
+
+/// Options that create a file readable and writable by its owner alone (0600), as
+/// every file of a server's or the MDS's data is.
+pub fn private_file() -> OpenOptions {
+    use std::os::unix::fs::OpenOptionsExt;
+    let mut options = OpenOptions::new();
+    options.mode(0o600);
+    options
+}
+
 fn write_new(tmp: &Path, bytes: &[u8], size_bytes: u64) -> std::io::Result<()> {
-    let mut file = OpenOptions::new().write(true).create(true).truncate(true).open(tmp)?;
+    let mut file = private_file().write(true).create(true).truncate(true).open(tmp)?;
     file.write_all(bytes)?;
     if size_bytes > bytes.len() as u64 {
         allocate(&file, size_bytes)?;
@@ -52,7 +69,7 @@ fn write_new(tmp: &Path, bytes: &[u8], size_bytes: u64) -> std::io::Result<()> {
 pub fn replace_sized(path: &Path, bytes: &[u8], size_bytes: u64) -> std::io::Result<()> {
     let tmp = temporary(path);
     let written = (|| {
-        let mut file = OpenOptions::new().write(true).create(true).truncate(true).open(&tmp)?;
+        let mut file = private_file().write(true).create(true).truncate(true).open(&tmp)?;
         file.write_all(bytes)?;
         file.set_len(size_bytes.max(bytes.len() as u64))?;
         file.sync_all()

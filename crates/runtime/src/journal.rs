@@ -101,7 +101,7 @@ impl<T: Entry> Journal<T> {
         let io = |source| JournalError::Io { path: path.to_owned(), source };
         let created = !path.exists();
         let file =
-            OpenOptions::new().read(true).append(true).create(true).open(path).map_err(io)?;
+            durable::private_file().read(true).append(true).create(true).open(path).map_err(io)?;
         if created {
             // The new file's name made durable before anything appended to it is.
             durable::sync_dir(path.parent().unwrap_or(Path::new("."))).map_err(io)?;

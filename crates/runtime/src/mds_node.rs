@@ -63,8 +63,12 @@ pub fn open(
     clock: &Clock,
 ) -> Result<(CommandLog, Mds), CommandLogError> {
     // A directory that cannot be made shows as the store's error, which names the path.
-    let _ = std::fs::create_dir_all(dir);
-    let (log, commands) = CommandLog::open(&dir.join("commands.redb"))?;
+    let _ = crate::durable::create_private_dir_all(dir);
+    let path = dir.join("commands.redb");
+    let (log, commands) = CommandLog::open(&path)?;
+    // redb creates its file as the umask allows: the names and records are the
+    // users', for its owner alone, as every data file of the cluster is.
+    let _ = std::fs::set_permissions(&path, std::os::unix::fs::PermissionsExt::from_mode(0o600));
     let mds = Mds::restore(config, layout, clock.now(), commands);
     Ok((log, mds))
 }

@@ -430,7 +430,7 @@ impl Packs {
         errors: IoErrors,
     ) -> Result<(Packs, Vec<FoundBlock>), PackError> {
         let dir_error = |source| PackError::Dir { path: dir.to_owned(), source };
-        std::fs::create_dir_all(dir).map_err(dir_error)?;
+        durable::create_private_dir_all(dir).map_err(dir_error)?;
         let mut packs = Packs {
             dir: dir.to_owned(),
             chunk_blocks: chunk_size_bytes.div_ceil(BLOCK_BYTES),
