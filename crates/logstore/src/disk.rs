@@ -167,9 +167,8 @@ impl Disk for FsDisk {
     }
 
     fn create(&self, name: &str) -> io::Result<Arc<dyn DiskFile>> {
-        let mut options = OpenOptions::new();
-        std::os::unix::fs::OpenOptionsExt::mode(&mut options, 0o600);
-        let file = options.read(true).write(true).create_new(true).open(self.dir.join(name))?;
+        let file =
+            owner_only().read(true).write(true).create_new(true).open(self.dir.join(name))?;
         Ok(Arc::new(FsFile(file)))
     }
 
@@ -205,12 +204,7 @@ impl Disk for FsDisk {
     fn lock(&self, exclusive: bool) -> io::Result<Box<dyn Any + Send + Sync>> {
         let path = self.dir.join("LOCK");
         let file = if exclusive {
-            std::os::unix::fs::OpenOptionsExt::mode(&mut OpenOptions::new(), 0o600)
-                .read(true)
-                .write(true)
-                .create(true)
-                .truncate(false)
-                .open(&path)?
+            owner_only().read(true).write(true).create(true).truncate(false).open(&path)?
         } else {
             // A reader must not create files; without a LOCK file there is no writer.
             match File::open(&path) {
@@ -231,4 +225,12 @@ impl Disk for FsDisk {
             Err(std::fs::TryLockError::Error(error)) => Err(error),
         }
     }
+}
+
+/// Options that create a file readable and writable by its owner alone (0600): the
+/// log holds the users' data.
+fn owner_only() -> OpenOptions {
+    let mut options = OpenOptions::new();
+    std::os::unix::fs::OpenOptionsExt::mode(&mut options, 0o600);
+    options
 }

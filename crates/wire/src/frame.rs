@@ -89,8 +89,9 @@ pub fn encode(frame: &Frame, max: usize, out: &mut Vec<u8>) -> Result<(), WireEr
 
 /// As [`encode`] for `Frame::Message(message)`, without moving the message into one.
 pub fn encode_message(message: &Message, max: usize, out: &mut Vec<u8>) -> Result<(), WireError> {
-    let attachment = attachment_of(message);
-    let parts: Vec<&[u8]> = attachment.iter().map(|p| &p[..]).collect();
+    let payloads = message.payloads();
+    let slots = slots_of(&payloads);
+    let parts: Vec<&[u8]> = slots.iter().flat_map(|(length, bytes)| [&length[..], bytes]).collect();
     encode_body(&MessageFrame::Message(message), &parts, max, out, Attach::Copied)
 }
 
@@ -103,21 +104,28 @@ pub fn encode_message_parts(
     max: usize,
     out: &mut Vec<u8>,
 ) -> Result<Vec<Bytes>, WireError> {
-    let attachment = attachment_of(message);
-    let parts: Vec<&[u8]> = attachment.iter().map(|p| &p[..]).collect();
+    let payloads = message.payloads();
+    let slots = slots_of(&payloads);
+    let parts: Vec<&[u8]> = slots.iter().flat_map(|(length, bytes)| [&length[..], bytes]).collect();
     encode_body(&MessageFrame::Message(message), &parts, max, out, Attach::Apart)?;
-    Ok(attachment)
+    // The same slots as parts of their own: each length field, then the payload's
+    // bytes shared (no copy).
+    Ok(payloads
+        .iter()
+        .flat_map(|p| {
+            let length = Bytes::copy_from_slice(&slot_length(p).to_le_bytes());
+            std::iter::once(length).chain(p.bytes().cloned())
+        })
+        .collect())
 }
 
-/// The attachment of `message`: each payload's slot length, then its bytes (shared).
-fn attachment_of(message: &Message) -> Vec<Bytes> {
-    let payloads = message.payloads();
-    let mut attachment = Vec::with_capacity(2 * payloads.len());
-    for payload in payloads {
-        attachment.push(Bytes::copy_from_slice(&slot_length(payload).to_le_bytes()));
-        attachment.extend(payload.bytes().cloned());
-    }
-    attachment
+/// The attachment's slots of `payloads`: each one's length field and its bytes (none
+/// for a slot without a payload).
+fn slots_of<'a>(payloads: &[&'a Payload]) -> Vec<([u8; 4], &'a [u8])> {
+    payloads
+        .iter()
+        .map(|p| (slot_length(p).to_le_bytes(), p.bytes().map_or(&[][..], |b| &b[..])))
+        .collect()
 }
 
 /// Appends `payloads` to `out` in the attachment's layout (each a length, then its
