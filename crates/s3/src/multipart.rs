@@ -327,7 +327,7 @@ impl Store {
     pub async fn abort_upload(&self, bucket: &str, key: &str, upload: &str) -> Result<()> {
         self.upload(bucket, key, upload).await?;
         let stale_before = now_ms() - COMPLETION_STALE_AFTER_MS;
-        if !self.discard_upload(bucket, upload, Some(stale_before)).await? {
+        if !self.discard_upload(bucket, upload, stale_before).await? {
             return Err(StoreError::UploadFinishing(upload.to_owned()));
         }
         Ok(())
@@ -344,13 +344,13 @@ impl Store {
         &self,
         bucket: &str,
         upload: &str,
-        stale_before_ms: Option<i64>,
+        stale_before_ms: i64,
     ) -> Result<bool> {
         let abort = UploadClaim { completion: None, claimed_ms: now_ms() };
-        let stale = |claimed_ms: i64| stale_before_ms.is_some_and(|cutoff| claimed_ms < cutoff);
         match self.take_claim(bucket, upload, &abort).await? {
             Claim::Ours | Claim::Theirs(Some(UploadClaim { completion: None, .. })) => {}
-            Claim::Theirs(Some(UploadClaim { claimed_ms, .. })) if stale(claimed_ms) => {}
+            Claim::Theirs(Some(UploadClaim { claimed_ms, .. })) if claimed_ms < stale_before_ms => {
+            }
             Claim::Theirs(_) => return Ok(false),
         }
         let mut names: Vec<String> = self
@@ -393,9 +393,8 @@ impl Store {
             for (upload, record) in self.uploads(&bucket).await? {
                 // An upload a completion has taken is left to it (or its retry) for
                 // as long as an upload is, then swept with it.
-                let stale_before = Some(now - older_than_ms);
                 if now - record.created_ms > older_than_ms
-                    && self.discard_upload(&bucket, &upload, stale_before).await?
+                    && self.discard_upload(&bucket, &upload, now - older_than_ms).await?
                 {
                     swept += 1;
                 }
