@@ -113,8 +113,9 @@ pub async fn run_mds(path: &Path) -> Result<(), ProcessError> {
     let layout = file.layout()?;
     let clock = Clock::start(file.cluster.time_scale);
     let (log, mut mds) = mds_node::open(&file.mds.data_dir, file.config(), &layout, &clock)?;
-    // A restarted MDS starts its scheduler again with every server on (it kept no
-    // history of the load): the plan it restored is replaced by all on.
+    // A restarted MDS starts its scheduler again: with the operator's override if
+    // one was set (the gear set or held stays), else with every server on (it kept no
+    // history of the load).
     if let Some(config) = file.scheduler_config().map_err(ProcessError::Profile)? {
         mds.enable_scheduler(config).map_err(ProcessError::Profile)?;
     }

@@ -297,6 +297,22 @@ impl GearScheduler {
         *sum = sum.plus(load);
     }
 
+    /// A scheduler just made, put back where a restarted MDS's durable state says the
+    /// operator left it: `mode`, with the gear groups in the order that leads with
+    /// `first`; under `Hold`, the plan `held` (the one restored). Decisions it makes
+    /// are polled as any other.
+    pub fn resume(&mut self, now: VirtualInstant, mode: GearMode, held: PowerPlan, first: u32) {
+        self.rotation = u64::from(first % self.config.replicas.max(1));
+        match mode {
+            GearMode::Auto => {}
+            GearMode::Hold => {
+                self.mode = GearMode::Hold;
+                self.apply(now, held, Reason::Override);
+            }
+            GearMode::Set(_) => self.set_mode(now, mode),
+        }
+    }
+
     /// The operator's override, applied at once.
     pub fn set_mode(&mut self, now: VirtualInstant, mode: GearMode) {
         self.handle_timeout(now);

@@ -4,7 +4,7 @@
 
 use somnus_types::VirtualInstant;
 
-use super::Mds;
+use super::{Command, Mds};
 use crate::cluster::ServerPower;
 use crate::gear::{GearMode, GearScheduler, LoadSample, PowerPlan, SchedulerConfig};
 
@@ -12,8 +12,10 @@ const NANOS_PER_SECOND: i128 = 1_000_000_000;
 
 impl Mds {
     /// Lets a scheduler of `config` decide the gear from now on. Its r, g_min and gear
-    /// group sizes are the MDS's own. It starts with every server on and no history
-    /// (a restarted MDS wakes its servers and learns the load again).
+    /// group sizes are the MDS's own. It keeps the operator's override (a restarted
+    /// MDS holds the gear the operator set or held, in the order it had); left to
+    /// itself it starts with every server on and no history (a restarted MDS wakes its
+    /// servers and learns the load again).
     pub fn enable_scheduler(&mut self, mut config: SchedulerConfig) -> Result<(), String> {
         config.replicas = self.config.replicas;
         config.gear_min = self.config.gear_min;
@@ -27,7 +29,9 @@ impl Mds {
         }
         config.group_sizes = sizes;
         config.validate()?;
-        let scheduler = GearScheduler::new(config, self.now);
+        let mut scheduler = GearScheduler::new(config, self.now);
+        let first = self.order.first().copied().unwrap_or(0);
+        scheduler.resume(self.now, self.gear_override, self.plan, first);
         let (plan, order) = (scheduler.plan(), scheduler.order());
         self.scheduler = Some(Box::new(scheduler));
         if (plan, &order) != (self.plan, &self.order) {
@@ -47,6 +51,9 @@ impl Mds {
     /// The operator's override: to the scheduler if there is one; without one the
     /// gear is the operator's, and only `Set` changes it.
     pub(super) fn gear_mode(&mut self, mode: GearMode) {
+        if self.scheduler.is_some() && mode != self.gear_override {
+            self.commit(Command::SetGearMode { mode });
+        }
         match self.scheduler.as_mut() {
             Some(scheduler) => {
                 scheduler.set_mode(self.now, mode);

@@ -191,6 +191,11 @@ pub enum Command {
     TrimFrees {
         seqs: Vec<u64>,
     },
+    /// The operator's override of the gear scheduler (`somnus gear set N|hold|auto`),
+    /// which a restarted MDS gives its new scheduler.
+    SetGearMode {
+        mode: GearMode,
+    },
 }
 
 /// What the MDS dropped or did, for tests and metrics.
@@ -304,6 +309,9 @@ pub struct Mds {
     /// Which servers the gear keeps on: the plan and the gear groups in its order.
     plan: PowerPlan,
     order: Vec<u32>,
+    /// The operator's override, given to a scheduler the shell enables (durable, so a
+    /// restarted MDS keeps the gear the operator set).
+    gear_override: GearMode,
     /// Each server's place among its gear group's servers, by id (a partial group
     /// keeps its first servers on).
     rank: Vec<u32>,
@@ -365,6 +373,7 @@ impl Mds {
             next_object: 1,
             plan: PowerPlan { full_groups: config.replicas, partial: 0 },
             order: (0..config.replicas).collect(),
+            gear_override: GearMode::Auto,
             rank: Vec::new(),
             scheduler: None,
             io_server: None,
@@ -642,6 +651,7 @@ impl Mds {
                 self.frees.reserve(*next_seq);
             }
             Command::TrimFrees { seqs } => self.frees.trim(seqs),
+            Command::SetGearMode { mode } => self.gear_override = *mode,
             Command::SetPrimary { group, epoch, server } => {
                 let entry = &mut self.groups[group.index()];
                 assert!(*epoch >= entry.epoch, "C1: {group} epoch {epoch} below {}", entry.epoch);

@@ -3,7 +3,8 @@
 //! the command log once the log has grown (`CommandLog::compact`), so a restart
 //! replays a command per object and per changed group, not every command ever.
 //!
-//! The snapshot is the difference from `Mds::new` on the layout: the gear, the
+//! The snapshot is the difference from `Mds::new` on the layout: the gear (and the
+//! operator's override of its scheduler), the
 //! servers' power, each group's replicas (a replacement per slot that changed), its
 //! rebuilds, primary and epoch, logger view and kept-on flag, every name with its data,
 //! every allocation not bound yet, the free log, and the next object id (a deleted
@@ -12,6 +13,7 @@
 use somnus_types::ObjectId;
 
 use super::{Command, Mds};
+use crate::gear::GearMode;
 use crate::layout::Layout;
 
 impl Mds {
@@ -24,6 +26,9 @@ impl Mds {
             partial: self.plan.partial,
             order: self.order.clone(),
         }];
+        if self.gear_override != GearMode::Auto {
+            commands.push(Command::SetGearMode { mode: self.gear_override });
+        }
         for (index, (now, then)) in self.servers.iter().zip(&base.servers).enumerate() {
             if now.power != then.power {
                 let server = somnus_types::ServerId(index as u32);
@@ -146,9 +151,10 @@ impl Mds {
             .chain(self.frees.specs().iter().map(|f| format!("free {f:?}")))
             .collect();
         format!(
-            "plan {:?} {:?} next {} led {:?} down {:?} lost {:?}\n{power:?}\n{}\n{}",
+            "plan {:?} {:?} {:?} next {} led {:?} down {:?} lost {:?}\n{power:?}\n{}\n{}",
             self.plan,
             self.order,
+            self.gear_override,
             self.next_object,
             self.led,
             self.down,

@@ -799,6 +799,39 @@ fn an_operator_holds_sets_and_gives_back_the_gear() {
 }
 
 #[test]
+fn a_restarted_mds_keeps_the_gear_the_operator_set() {
+    // Goal: `gear set 1` and `gear set hold` survive the MDS's restart (from its whole
+    // log and from a snapshot): the new scheduler keeps the plan, wakes nobody, and
+    // the gear groups keep their order.
+    for mode in [GearMode::Set(1), GearMode::Hold] {
+        let mut h = scheduled();
+        if mode == GearMode::Hold {
+            // Gear 1 by the load, then held there.
+            h.reads_per_s = 20;
+            h.run_until(400, |h| h.servers_on() == 3);
+        }
+        h.event(MdsEvent::GearMode { mode });
+        h.run_until(10, |h| h.servers_on() == 3);
+        h.run(5);
+        let (plan, order) = (h.mds.plan().0, h.mds.plan().1.to_vec());
+        let scheduler = h.mds.scheduler().unwrap().config().clone();
+        let snapshot = h.mds.snapshot(&layout());
+        for commands in [h.persisted.clone(), snapshot] {
+            let mut restarted = Mds::restore(h.config, &layout(), h.now, commands);
+            restarted.enable_scheduler(scheduler.clone()).unwrap();
+            assert_eq!(restarted.plan(), (plan, order.as_slice()), "{mode:?}");
+            assert_eq!(restarted.planned_on_count(), 3, "{mode:?}: the restart woke servers");
+            let actions = std::iter::from_fn(|| restarted.poll_action());
+            let woken = actions.filter(|a| {
+                matches!(a, MdsAction::WakeServer(_) | MdsAction::Persist(Command::SetPlan { .. }))
+            });
+            assert_eq!(woken.count(), 0, "{mode:?}");
+            assert_eq!(restarted.scheduler().unwrap().mode(), mode);
+        }
+    }
+}
+
+#[test]
 fn a_partial_group_in_a_rotated_order_keeps_exactly_its_servers_on() {
     // Goal: a plan of one whole gear group and one server of the next, in the order
     // [2, 0, 1], keeps gear group 2 and the first server of gear group 0 on.
