@@ -255,8 +255,9 @@ async fn orphans_of_every_kind_are_found_and_freed() {
 
 /// Every server keeps its data on a 96 MiB tmpfs of its own (`unshare -rm`); 1 MiB
 /// objects are stored through S3 until the gateway answers 503 "no space". What was
-/// stored before reads back whole; once those objects are deleted (and the grace
-/// passed) PUTs are taken again.
+/// stored before reads back whole; every other operation's answer on the full cluster
+/// says what it did; once those objects are deleted (and the grace passed) PUTs are
+/// taken again.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_full_cluster_refuses_puts_and_deleting_makes_room() {
     if !clients_installed() {
@@ -293,6 +294,11 @@ async fn a_full_cluster_refuses_puts_and_deleting_makes_room() {
     assert!(text.contains("FULL"), "no server says it is full: {text}");
     run(&gateway, "verify", "kept", &small);
     run(&gateway, "verify-full", "filler", &[("S3_STORED", &stored)]);
+    // Every operation on the full cluster: its answer says what it did (a DELETE and
+    // a CreateBucket were once refused 503 and took effect all the same).
+    let answers = run(&gateway, "refusals", "filler", &[("S3_STORED", &stored)]);
+    eprintln!("{answers}");
+    assert!(answers.contains("refusals: DELETE: ok"), "deleting must work on a full disk");
 
     run(&gateway, "delete", "filler", &[]);
     eventually!(Duration::from_secs(60), "the deleted objects freed and no server full", {

@@ -15,6 +15,12 @@ Phases:
              "no space"; prints `stored N` (the objects acknowledged) and the refusal
   verify-full
              read back the first S3_STORED objects fill-until-full stored
+  refusals   on the full cluster fill-until-full left (S3_STORED objects stored): each
+             operation a client would send (PUT new and over a key, DELETE, multi-object
+             DELETE, CopyObject, CreateBucket, DeleteBucket, a multipart upload's
+             create, part, completion and abort); whatever each answers, the state
+             after it must say the same (an error changed nothing, a success did what
+             it says); prints one line per operation with its answer
   orphans    create BUCKET; 20 times two PUTs of one key at once (1 MiB each, both
              answered 200, the key then holds one of them whole); then an upload of
              two 5 MiB parts left unfinished
@@ -163,6 +169,132 @@ def verify_full(bucket):
     read_back(bucket, [(f"full/{n:05}", 0, FULL) for n in range(stored)], "verify-full")
 
 
+def answer(call):
+    """None if `call` succeeded, else the error's code and HTTP status."""
+    try:
+        call()
+        return None
+    except ClientError as error:
+        return (error.response["Error"].get("Code"),
+                error.response["ResponseMetadata"]["HTTPStatusCode"])
+
+
+def content(bucket, key):
+    """The object's bytes, or None if there is none."""
+    try:
+        return S3.get_object(Bucket=bucket, Key=key)["Body"].read()
+    except ClientError as error:
+        if error.response["Error"].get("Code") == "NoSuchKey":
+            return None
+        raise
+
+
+def bucket_exists(bucket):
+    try:
+        S3.head_bucket(Bucket=bucket)
+        return True
+    except ClientError as error:
+        if error.response["ResponseMetadata"]["HTTPStatusCode"] == 404:
+            return False
+        raise
+
+
+def said(what, error, done, undone):
+    """Checks that the answer `error` (None: success) says what happened: `done` is
+    whether the state is as the success would leave it, `undone` as before."""
+    print(f"refusals: {what}: {'ok' if error is None else f'{error[0]} {error[1]}'}")
+    if error is None and not done:
+        sys.exit(f"refusals: {what} answered success and did not take effect")
+    if error is not None and not undone:
+        sys.exit(f"refusals: {what} answered {error} and took effect")
+
+
+def refusals(bucket):
+    stored = int(os.environ["S3_STORED"])
+    assert stored >= 6, stored
+    key = "refusal/new"
+    data = body(key, 0, FULL)
+    error = answer(lambda: S3.put_object(Bucket=bucket, Key=key, Body=data))
+    now = content(bucket, key)
+    said("PUT of a new key", error, now == data, now is None)
+
+    old_key = "full/00000"
+    old, new = body(old_key, 0, FULL), body(old_key, 1, FULL)
+    error = answer(lambda: S3.put_object(Bucket=bucket, Key=old_key, Body=new))
+    now = content(bucket, old_key)
+    said("PUT over a key", error, now == new, now == old)
+
+    gone = "full/00001"
+    error = answer(lambda: S3.delete_object(Bucket=bucket, Key=gone))
+    now = content(bucket, gone)
+    said("DELETE", error, now is None, now == body(gone, 0, FULL))
+
+    keys = ["full/00002", "full/00003"]
+    result = {}
+
+    def delete_many():
+        result.update(S3.delete_objects(
+            Bucket=bucket, Delete={"Objects": [{"Key": k} for k in keys]}))
+    error = answer(delete_many)
+    deleted = {d["Key"] for d in result.get("Deleted", [])}
+    for k in keys:
+        now = content(bucket, k)
+        said(f"multi-object DELETE of {k}", None if k in deleted else ("refused", 0),
+             now is None, now == body(k, 0, FULL))
+    if error is not None:
+        said("multi-object DELETE", error, False, True)
+
+    source, copy = "full/00004", "refusal/copy"
+    error = answer(lambda: S3.copy_object(
+        Bucket=bucket, Key=copy, CopySource={"Bucket": bucket, "Key": source}))
+    now = content(bucket, copy)
+    said("CopyObject", error, now == body(source, 0, FULL), now is None)
+
+    made = f"{bucket}-made"
+    error = answer(lambda: S3.create_bucket(Bucket=made))
+    exists = bucket_exists(made)
+    said("CreateBucket", error, exists, not exists)
+    if exists:
+        error = answer(lambda: S3.delete_bucket(Bucket=made))
+        exists = bucket_exists(made)
+        said("DeleteBucket", error, not exists, exists)
+
+    upload = {}
+
+    def create_upload():
+        upload.update(S3.create_multipart_upload(Bucket=bucket, Key="refusal/multi"))
+    error = answer(create_upload)
+    listed = [u["UploadId"] for u in
+              S3.list_multipart_uploads(Bucket=bucket).get("Uploads", [])]
+    said("CreateMultipartUpload", error, upload.get("UploadId") in listed, not upload)
+    if not upload:
+        return
+    upload_id = upload["UploadId"]
+    part_data = body("refusal/multi", 0, 5 << 20)
+    part = {}
+
+    def upload_part():
+        part.update(S3.upload_part(Bucket=bucket, Key="refusal/multi", UploadId=upload_id,
+                                   PartNumber=1, Body=part_data))
+    error = answer(upload_part)
+    parts = S3.list_parts(Bucket=bucket, Key="refusal/multi",
+                          UploadId=upload_id).get("Parts", [])
+    said("UploadPart", error, [p["PartNumber"] for p in parts] == [1], parts == [])
+    if part:
+        error = answer(lambda: S3.complete_multipart_upload(
+            Bucket=bucket, Key="refusal/multi", UploadId=upload_id,
+            MultipartUpload={"Parts": [{"PartNumber": 1, "ETag": part["ETag"]}]}))
+        now = content(bucket, "refusal/multi")
+        said("CompleteMultipartUpload", error, now == part_data, now is None)
+        if error is None:
+            return
+    error = answer(lambda: S3.abort_multipart_upload(
+        Bucket=bucket, Key="refusal/multi", UploadId=upload_id))
+    listed = [u["UploadId"] for u in
+              S3.list_multipart_uploads(Bucket=bucket).get("Uploads", [])]
+    said("AbortMultipartUpload", error, upload_id not in listed, upload_id in listed)
+
+
 def orphans(bucket):
     S3.create_bucket(Bucket=bucket)
     for n in range(20):
@@ -209,7 +341,8 @@ def uploads(bucket):
 
 PHASES = {"orphans": orphans, "put-large": put_large, "uploads": uploads,
           "fill": fill, "overwrite": overwrite, "verify": verify, "delete": delete,
-          "fill-until-full": fill_until_full, "verify-full": verify_full}
+          "fill-until-full": fill_until_full, "verify-full": verify_full,
+          "refusals": refusals}
 
 if __name__ == "__main__":
     if len(sys.argv) != 3 or sys.argv[1] not in PHASES:
