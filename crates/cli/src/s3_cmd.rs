@@ -74,6 +74,7 @@ pub(crate) fn run(args: S3Args) -> Result<()> {
         );
     }
     let abandoned_after = std::time::Duration::from_secs_f64(args.abandoned_after * 3600.0);
+    somnus_runtime::open_files::raise_limit_and_say("s3");
     runtime()?.block_on(async move {
         let listener = tokio::net::TcpListener::bind(args.listen)
             .await

@@ -164,11 +164,12 @@ pub(crate) fn run(args: &ClusterArgs) -> Result<()> {
             format!("FAIL ({} violations)", report.violation_count)
         };
         outln!(
-            "seed {seed}: {verdict}: {} ops ({} writes, {} reads), {} crashes, {} partitions, {} corruptions, {} gear shifts, {} lost ({:.1} MiB rebuilt), {} view changes, {} writes logged, {} reclaimed, {} reads from loggers, {} client retries, {} replaced ({} frees, {} logged writes dropped, {} orphans), {:.1} virtual s",
+            "seed {seed}: {verdict}: {} ops ({} writes, {} reads), {} crashes, {} MDS crashes, {} partitions, {} corruptions, {} gear shifts, {} lost ({:.1} MiB rebuilt), {} view changes, {} writes logged, {} reclaimed, {} reads from loggers, {} client retries, {} replaced ({} frees, {} logged writes dropped, {} orphans), {:.1} virtual s",
             report.ops,
             report.writes,
             report.reads,
             report.crashes,
+            report.mds_crashes,
             report.partitions,
             report.corruptions,
             report.gear_shifts,
@@ -196,19 +197,21 @@ pub(crate) fn run(args: &ClusterArgs) -> Result<()> {
         totals.messages += report.messages;
         totals.disk_ios += report.disk_ios;
         totals.crashes += report.crashes;
+        totals.mds_crashes += report.mds_crashes;
         totals.writes_logged += report.writes_logged;
         totals.reads_from_loggers += report.reads_from_loggers;
         totals.violation_count += report.violation_count;
     }
     let seeds = args.seeds.end() - args.seeds.start() + 1;
     outln!(
-        "{seeds} seeds, {} failing, {} violations; {} ops, {} messages, {} disk I/Os, {} crashes, {} writes logged, {} reads from loggers in {:.2} s",
+        "{seeds} seeds, {} failing, {} violations; {} ops, {} messages, {} disk I/Os, {} crashes, {} MDS crashes, {} writes logged, {} reads from loggers in {:.2} s",
         failing.len(),
         totals.violation_count,
         totals.ops,
         totals.messages,
         totals.disk_ios,
         totals.crashes,
+        totals.mds_crashes,
         totals.writes_logged,
         totals.reads_from_loggers,
         started.elapsed().as_secs_f64()

@@ -238,6 +238,69 @@ async fn a_gear_shift_down_under_load_sleeps_servers_and_back_up_reclaims() {
     assert!(saved > 0.0, "sleeping saved no modelled energy: {saved}");
 }
 
+/// Restarts are known for what they are: a server SIGKILLed after ten minutes of the
+/// cluster's clock and restarted at once (its clock back at 0) is heard at its first
+/// heartbeat: still `on`, leading again within two failure timeouts, no sleeper woken
+/// for it (its heartbeats were dropped as stale for as long as it had run). And the
+/// operator's `gear set 1` outlives a SIGKILL of the MDS (it was lost: gear 3, and
+/// every server woken).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_restarted_server_is_heard_at_once_and_the_gear_outlives_the_mds() {
+    // Alone: ten minutes at 10x with failure timeouts of 0.6 s, which a sibling test's
+    // load on two cores could stretch.
+    let _machine = alone();
+    use somnus_runtime::cluster_file::GearSection;
+    const SCALE: f64 = 10.0;
+    let section = ClusterSection { time_scale: SCALE, ..Cluster::section() };
+    let mut cluster = Cluster::unstarted_geared(section, Some(GearSection::default()));
+    cluster.start_processes();
+    let started = tokio::time::Instant::now();
+    let limit = Duration::from_secs(30);
+    eventually!(limit, "the MDS answers", http::mds_report(&cluster.file).await.is_ok());
+    cluster.operator("/gear/1").await.unwrap();
+    eventually!(limit, "six servers asleep in gear 1", asleep(&cluster.mds_status().await) == 6);
+    let mds = cluster.mds_status().await;
+    let on: Vec<u32> =
+        mds.servers.iter().filter(|s| s.power == ServerPower::On).map(|s| s.id).collect();
+    assert_eq!(on.len(), 3, "{:?}", mds.servers);
+    let victim = ServerId(on[0]);
+
+    // Ten minutes of the cluster's clock, then a SIGKILL and a restart at once.
+    let ten_minutes = Duration::from_secs_f64(600.0 / SCALE);
+    tokio::time::sleep_until(started + ten_minutes).await;
+    let failed = cluster.mds_status().await.counters.servers_failed;
+    cluster.kill_server(victim);
+    cluster.restart_server(victim);
+    let timeout = cluster.file.config().failure_timeout.as_secs_f64() / SCALE;
+    let two_timeouts = Duration::from_secs_f64(2.0 * timeout);
+    let restarted = tokio::time::Instant::now();
+    // Leading as the server itself reports (the MDS lists its old grants until their
+    // leases run out).
+    eventually!(two_timeouts + Duration::from_secs(1), "the restarted server leads again", {
+        let reports = http::server_reports(&cluster.file).await;
+        reports[victim.index()].as_ref().is_some_and(|report| report.leads > 0)
+    });
+    assert!(restarted.elapsed() <= two_timeouts, "leading again took {:?}", restarted.elapsed());
+    // Past two more timeouts: never declared failed, and no sleeper woken for it.
+    tokio::time::sleep(two_timeouts).await;
+    let mds = cluster.mds_status().await;
+    assert_eq!(mds.servers[victim.index()].power, ServerPower::On);
+    assert_eq!(mds.counters.servers_failed, failed, "the restart read as a failure");
+    assert_eq!((mds.gear, asleep(&mds)), (1, 6), "a sleeper was woken");
+
+    // The MDS SIGKILLed and restarted: still gear 1, and nobody woken in 15 s of the
+    // cluster's clock and more.
+    cluster.kill_mds();
+    cluster.restart_mds();
+    eventually!(limit, "the MDS answers again", http::mds_report(&cluster.file).await.is_ok());
+    let watch = tokio::time::Instant::now() + Duration::from_secs_f64(30.0 / SCALE);
+    while tokio::time::Instant::now() < watch {
+        let mds = cluster.mds_status().await;
+        assert_eq!((mds.gear, asleep(&mds)), (1, 6), "the gear was lost with the MDS");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
 /// `server remove`: the MDS rebuilds a copy of each of the server's groups on the
 /// others, so every group has r copies again and a further kill loses nothing.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

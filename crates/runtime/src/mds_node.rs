@@ -256,13 +256,15 @@ mod tests {
             ask(&mut mds, &mut log, create(request));
             compact_after(&mds, &mut log, &layout, 20).unwrap();
         }
-        assert_eq!(log.logged(), 5, "compacted at 20, five since");
+        // Each create is two commands: the object, and its request answered.
+        assert_eq!(log.logged(), 10, "compacted at 20, five creates since");
         ask(&mut mds, &mut log, Message::DeleteObject { request: 90, name: "o24".into() });
         drop(log);
         let (reopened, commands) = CommandLog::open(&path).unwrap();
-        assert_eq!(reopened.logged(), 6, "five creates and a delete after the snapshot");
-        // The snapshot: the gear, the 20 objects then, the free log, the reserved ids.
-        assert_eq!(commands.len(), 23 + 6);
+        assert_eq!(reopened.logged(), 12, "five creates and a delete after the snapshot");
+        // The snapshot: the gear, the 20 objects then, the free log, the reserved ids,
+        // the requests answered.
+        assert_eq!(commands.len(), 24 + 12);
         let restored = Mds::restore(file.config(), &layout, VirtualInstant::ZERO, commands);
         assert_eq!(restored.object_count(), 24);
         for request in 0..24 {

@@ -109,6 +109,7 @@ fn on_signal() -> Result<watch::Receiver<bool>, ProcessError> {
 
 /// Runs the MDS of the cluster file at `path` until a signal.
 pub async fn run_mds(path: &Path) -> Result<(), ProcessError> {
+    crate::open_files::raise_limit_and_say("mds");
     let file = Arc::new(ClusterFile::load(path)?);
     let layout = file.layout()?;
     let clock = Clock::start(file.cluster.time_scale);
@@ -232,6 +233,7 @@ fn mds_report(
 
 /// Runs server `id` of the cluster file at `path` until a signal.
 pub async fn run_server(path: &Path, id: u32) -> Result<(), ProcessError> {
+    crate::open_files::raise_limit_and_say(&format!("server {id}"));
     let file = Arc::new(ClusterFile::load(path)?);
     let section = file.servers.get(id as usize).ok_or(ProcessError::NoSuchServer(id))?.clone();
     let config = file.config();

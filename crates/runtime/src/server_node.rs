@@ -46,6 +46,8 @@ pub enum ServerNodeError {
     Disk(#[from] ServerDiskError),
     #[error(transparent)]
     Log(#[from] FileLogError),
+    #[error(transparent)]
+    Incarnation(#[from] crate::incarnation::IncarnationError),
 }
 
 /// How often the server publishes its status, at the least (real time): its status
@@ -80,7 +82,8 @@ pub struct ServerStatus {
     pub journal_bytes: u64,
 }
 
-/// Opens server `id`'s state in `dir`: its replicas and its logger.
+/// Opens server `id`'s state in `dir`: its replicas and its logger, in a new
+/// incarnation.
 pub fn open_durable(
     dir: &Path,
     id: ServerId,
@@ -93,7 +96,8 @@ pub fn open_durable(
         config.chunk_size_bytes,
         config.logger_capacity_bytes,
     )?;
-    Ok((Arc::new(Mutex::new(disk)), Durable { store, log }))
+    let incarnation = crate::incarnation::next(dir)?;
+    Ok((Arc::new(Mutex::new(disk)), Durable { store, log, incarnation }))
 }
 
 /// The server's inputs.

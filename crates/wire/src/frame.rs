@@ -28,7 +28,7 @@ use crate::Frame;
 use crate::handshake::AuthError;
 
 /// The version this build writes and the only one it reads.
-pub const WIRE_VERSION: u8 = 5;
+pub const WIRE_VERSION: u8 = 6;
 
 /// Bytes of the header: length, version, checksum, body length.
 pub const HEADER_BYTES: usize = 13;

@@ -3,8 +3,8 @@
 use somnus_core::cluster::{
     BindCondition, BindRequest, ChunkId, ChunkIndex, DvlHandoff, Epoch, GroupView, HeldObject,
     LeaseGrant, LeaseRenewal, ListedObject, LogRecord, LoggedExtent, Message, MetadataError,
-    ObjectInfo, ObjectRef, Payload, Piece, ReplyBody, RequestError, ServerPower, SpaceReport,
-    Stamp, UnstableWrite,
+    ObjectInfo, ObjectRef, Payload, Piece, ReplyBody, RequestError, ServerPower, ServerTime,
+    SpaceReport, Stamp, UnstableWrite,
 };
 use somnus_core::gear::LoadSample;
 use somnus_types::{ByteRange, ChunkGroupId, ObjectId, ServerId, Version, VirtualInstant};
@@ -44,7 +44,7 @@ pub fn every_message() -> Vec<Message> {
     };
     vec![
         Message::Heartbeat {
-            sent_at: VirtualInstant(1_000_000),
+            sent_at: ServerTime { incarnation: 3, at: VirtualInstant(1_000_000) },
             power: ServerPower::Draining,
             leads: vec![(group, epoch)],
             full: true,
@@ -63,7 +63,7 @@ pub fn every_message() -> Vec<Message> {
             }),
         },
         Message::HeartbeatReply(Box::new(LeaseRenewal {
-            sent_at: VirtualInstant(5),
+            sent_at: ServerTime { incarnation: 3, at: VirtualInstant(5) },
             renewed: vec![(group, epoch)],
             revoked: vec![(ChunkGroupId(1), Epoch(1))],
             down: vec![ServerId(8)],
@@ -75,7 +75,7 @@ pub fn every_message() -> Vec<Message> {
         })),
         Message::GrantLease(Box::new(LeaseGrant {
             view: view.clone(),
-            lease_from: VirtualInstant(9),
+            lease_from: ServerTime { incarnation: 2, at: VirtualInstant(9) },
             logger_view: vec![ServerId(2)],
             handoff: Some(handoff.clone()),
             rebuilding: vec![ServerId(6)],
@@ -85,7 +85,7 @@ pub fn every_message() -> Vec<Message> {
         Message::MigratePrimary { group, epoch, target: ServerId(4) },
         Message::CancelLease { group, epoch, handoff },
         Message::EnterStandby,
-        Message::Standby { sent_at: VirtualInstant(33) },
+        Message::Standby { sent_at: ServerTime { incarnation: 1, at: VirtualInstant(33) } },
         Message::StandbyAnswer { sleep: true },
         Message::SetLoggerView { group, epoch, seq: 4, loggers: vec![ServerId(2), ServerId(5)] },
         Message::LoggerViewSet { group, epoch, seq: 4 },

@@ -246,10 +246,10 @@ proptest! {
     }
 }
 
-/// The bytes of every sample message at wire version 5, kept in the repository: a
+/// The bytes of every sample message at wire version 6, kept in the repository: a
 /// change to a message's fields or to the order of `Message`'s variants changes
 /// them, and must come with a new wire version (docs/format/wire.md).
-const FIXTURE: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/fixtures/v5-messages.bin");
+const FIXTURE: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/fixtures/v6-messages.bin");
 
 fn fixture_bytes() -> Vec<u8> {
     let mut stream = Vec::new();
@@ -260,7 +260,7 @@ fn fixture_bytes() -> Vec<u8> {
 }
 
 #[test]
-fn the_format_has_not_drifted_from_version_5() {
+fn the_format_has_not_drifted_from_version_6() {
     let kept = std::fs::read(FIXTURE).unwrap();
     assert!(kept == fixture_bytes(), "the wire format changed: see docs/format/wire.md");
     let frames = decode_all(&kept).unwrap();

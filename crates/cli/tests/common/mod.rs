@@ -182,6 +182,17 @@ impl Cluster {
         self.servers[id.index()] = Some(self.spawn(&["server", "--id", &id.0.to_string()]));
     }
 
+    pub(crate) fn kill_mds(&mut self) {
+        let mut child = self.mds.take().expect("the MDS runs");
+        child.kill().unwrap();
+        child.wait().unwrap();
+    }
+
+    pub(crate) fn restart_mds(&mut self) {
+        assert!(self.mds.is_none());
+        self.mds = Some(self.spawn(&["mds"]));
+    }
+
     /// SIGTERM to every process, and a wait for each to exit.
     pub(crate) fn stop_all(&mut self) {
         use nix::sys::signal::{Signal, kill};

@@ -1,7 +1,7 @@
 //! The messages of the cluster protocol, one enum for every role (docs/protocol.md,
 //! "Messages"), and the small types they carry.
 
-use somnus_types::{ByteRange, ChunkGroupId, ObjectId, ServerId, VirtualInstant};
+use somnus_types::{ByteRange, ChunkGroupId, ObjectId, ServerId, VirtualDuration, VirtualInstant};
 
 use super::{Payload, ServerPower};
 use crate::Version;
@@ -72,6 +72,38 @@ impl ChunkId {
             let chunk = ChunkId { object, chunk: ChunkIndex(index as u32) };
             (chunk, ByteRange::from_bounds(start, end))
         })
+    }
+}
+
+/// A moment on a storage server's clock, which starts at 0 with its process: the
+/// process's incarnation (greater than every one before it on its disk, so a restart
+/// is never older than the run before it) and the time since it started. Ordered by
+/// incarnation first: a restarted server's heartbeats are newer than the last run's,
+/// however long that ran.
+#[derive(
+    Clone,
+    Copy,
+    Debug,
+    Default,
+    PartialEq,
+    Eq,
+    PartialOrd,
+    Ord,
+    Hash,
+    serde::Serialize,
+    serde::Deserialize,
+)]
+pub struct ServerTime {
+    pub incarnation: u64,
+    pub at: VirtualInstant,
+}
+
+impl ServerTime {
+    /// Whether a lease counted from `self` has run out by `later` (a later incarnation
+    /// has no lease of an earlier one: its process lost it with its memory).
+    pub fn lease_ran_out(self, lease: VirtualDuration, later: ServerTime) -> bool {
+        self.incarnation < later.incarnation
+            || (self.incarnation == later.incarnation && self.at.saturating_add(lease) <= later.at)
     }
 }
 
@@ -295,7 +327,9 @@ impl DvlHandoff {
 /// leading `revoked` (a view change it has not heard of).
 #[derive(Clone, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct LeaseRenewal {
-    pub sent_at: VirtualInstant,
+    /// The heartbeat's send time, echoed: a server drops a reply to an earlier
+    /// incarnation's heartbeat.
+    pub sent_at: ServerTime,
     pub renewed: Vec<(ChunkGroupId, Epoch)>,
     pub revoked: Vec<(ChunkGroupId, Epoch)>,
     /// The servers that do not serve now (asleep, waking, failed, removed): their
@@ -325,7 +359,9 @@ pub struct LeaseRenewal {
 #[derive(Clone, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct LeaseGrant {
     pub view: GroupView,
-    pub lease_from: VirtualInstant,
+    /// The send time of the primary's heartbeat the lease counts from: a grant to an
+    /// earlier incarnation is dropped.
+    pub lease_from: ServerTime,
     pub logger_view: Vec<ServerId>,
     pub handoff: Option<DvlHandoff>,
     /// Replicas whose copy is being rebuilt (R1): the primary copies the group's
@@ -372,7 +408,7 @@ pub enum MetadataError {
 pub enum Message {
     /// A server is alive; `leads` are the groups it serves as primary, with epochs.
     Heartbeat {
-        sent_at: VirtualInstant,
+        sent_at: ServerTime,
         power: ServerPower,
         leads: Vec<(ChunkGroupId, Epoch)>,
         /// The server's disk has less free space than its reserve.
@@ -406,7 +442,7 @@ pub enum Message {
     /// A server is ready to sleep (sent once its primaries have moved, again until
     /// answered); heartbeats it sent before `sent_at` are stale from then on.
     Standby {
-        sent_at: VirtualInstant,
+        sent_at: ServerTime,
     },
     /// The MDS's answer: sleep (it is recorded asleep, its peers log for it), or stay
     /// on (a gear shift back up, or a primary granted since).

@@ -13,8 +13,8 @@ pub mod store;
 pub use message::{
     BindCondition, BindRequest, ChunkId, ChunkIndex, ClientId, DvlHandoff, Epoch, GroupView,
     HeldObject, LeaseGrant, LeaseRenewal, ListedObject, LogRecord, LoggedExtent, Message,
-    MetadataError, ObjectInfo, ObjectRef, Peer, Piece, ReplyBody, RequestError, SpaceReport, Stamp,
-    UnstableWrite,
+    MetadataError, ObjectInfo, ObjectRef, Peer, Piece, ReplyBody, RequestError, ServerTime,
+    SpaceReport, Stamp, UnstableWrite,
 };
 pub use payload::Payload;
 

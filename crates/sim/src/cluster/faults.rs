@@ -30,10 +30,14 @@ pub enum FaultKind {
     /// 2 s later, and it never comes back; its replicas are rebuilt on the other
     /// servers of its gear group.
     Lost,
+    /// The MDS crashes (every 12 s on average; its soft state is lost) and restarts
+    /// 1-10 s later from its persisted commands, half the time from a snapshot of
+    /// them, with its clock back at 0.
+    MdsCrash,
 }
 
 impl FaultKind {
-    pub const ALL: [FaultKind; 10] = [
+    pub const ALL: [FaultKind; 11] = [
         FaultKind::Loss,
         FaultKind::Duplication,
         FaultKind::Delay,
@@ -44,6 +48,7 @@ impl FaultKind {
         FaultKind::FullDisk,
         FaultKind::Gear,
         FaultKind::Lost,
+        FaultKind::MdsCrash,
     ];
 
     pub fn name(self) -> &'static str {
@@ -58,6 +63,7 @@ impl FaultKind {
             FaultKind::FullDisk => "full-disk",
             FaultKind::Gear => "gear",
             FaultKind::Lost => "lost",
+            FaultKind::MdsCrash => "mds-crash",
         }
     }
 }

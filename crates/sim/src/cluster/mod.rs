@@ -33,7 +33,7 @@ use somnus_core::cluster::client::{
     Client, ClientAction, ClientError, ClientEvent, ClientOp, ClientOutcome,
 };
 use somnus_core::cluster::logvolume::{LogVolume, ModelLog};
-use somnus_core::cluster::mds::{Mds, MdsAction, MdsEvent};
+use somnus_core::cluster::mds::{Command, Mds, MdsAction, MdsEvent};
 use somnus_core::cluster::server::{
     Broken, Durable, Server, ServerAction, ServerCounters, ServerEvent,
 };
@@ -165,6 +165,8 @@ pub struct SeedReport {
     pub messages: u64,
     pub disk_ios: u64,
     pub crashes: u64,
+    /// Restarts of the MDS (the `mds-crash` fault).
+    pub mds_crashes: u64,
     pub partitions: u64,
     pub corruptions: u64,
     pub view_changes: u64,
@@ -218,6 +220,7 @@ const CORRUPT_EVERY_S: f64 = 2.0;
 const SLOW_EVERY_S: f64 = 5.0;
 const SLOWDOWN: f64 = 10.0;
 const GEAR_EVERY_S: f64 = 7.0;
+const MDS_CRASH_EVERY_S: f64 = 12.0;
 /// A logger's room under the full-disk fault.
 const FULL_LOGGER_BYTES: u64 = 8 << 20;
 /// The simulation's graces and scans (docs/space.md), short so that a seed frees what
@@ -245,6 +248,8 @@ enum Event {
     ClientNext(u32),
     Crash,
     Restart(u32),
+    MdsCrash,
+    MdsRestart,
     Partition,
     PartitionEnd(u32),
     Corrupt,
@@ -281,6 +286,9 @@ struct ServerSlot {
     /// The disk of a crashed server, until it restarts.
     down_store: Option<Durable>,
     incarnation: u32,
+    /// When its process started, on the simulation's clock: the server's own clock
+    /// counts from there (0 at each restart, as a real process's does).
+    started: VirtualInstant,
     rack: RackId,
     disk: Disk,
     slow: bool,
@@ -367,6 +375,13 @@ pub struct ClusterSim<'t> {
     rng: Pcg64,
     events: EventQueue<Event>,
     mds: Mds,
+    /// What the MDS restarts from: its persisted commands (kept only when it crashes
+    /// among the faults) and the layout it was made on; when its process started (its
+    /// clock counts from there); whether it is down.
+    mds_log: Vec<Command>,
+    layout: Layout,
+    mds_started: VirtualInstant,
+    mds_down: bool,
     servers: Vec<ServerSlot>,
     clients: Vec<ClientSlot>,
     timers: Vec<Option<VirtualInstant>>,
@@ -421,6 +436,7 @@ fn durable(logger: LoggerBackend, server: u32, config: &ClusterConfig) -> Durabl
     Durable {
         store: ChunkStore::new(config.chunk_size_bytes),
         log: LogVolume::on(config.chunk_size_bytes, backend),
+        incarnation: 0,
     }
 }
 
@@ -462,6 +478,7 @@ impl<'t> ClusterSim<'t> {
                 )),
                 down_store: None,
                 incarnation: 0,
+                started: start,
                 rack: layout.servers()[s as usize].rack,
                 disk: Disk::default(),
                 slow: false,
@@ -509,6 +526,10 @@ impl<'t> ClusterSim<'t> {
             rng: Pcg64::seed_from_u64(seed),
             events: EventQueue::new(),
             mds: Mds::new(config, &layout, start),
+            mds_log: Vec::new(),
+            layout,
+            mds_started: start,
+            mds_down: false,
             servers,
             clients,
             timers: vec![None; nodes as usize],
@@ -594,6 +615,7 @@ impl<'t> ClusterSim<'t> {
             (FaultKind::Corrupt, CORRUPT_EVERY_S, Event::Corrupt),
             (FaultKind::SlowDisk, SLOW_EVERY_S, Event::SlowDisk),
             (FaultKind::Gear, GEAR_EVERY_S, Event::Gear),
+            (FaultKind::MdsCrash, MDS_CRASH_EVERY_S, Event::MdsCrash),
         ];
         for (kind, every, event) in plan {
             if faults.has(kind) {
@@ -646,6 +668,8 @@ impl<'t> ClusterSim<'t> {
             Event::ClientNext(c) => self.client_next(c),
             Event::Crash => self.crash(),
             Event::Restart(s) => self.restart(s),
+            Event::MdsCrash => self.crash_mds(),
+            Event::MdsRestart => self.restart_mds(),
             Event::Partition => self.partition(),
             Event::PartitionEnd(s) if !self.healed => {
                 self.set_cut(s, None);
@@ -667,6 +691,11 @@ impl<'t> ClusterSim<'t> {
             Event::ReplaySample => self.replay_sample(),
             Event::ReplayCompute => self.replay_compute(),
             Event::Lose => self.lose(),
+            Event::DeclareLost(s) if self.mds_down => {
+                // The operator's command finds no MDS: tried again a second later.
+                let at = self.now() + VirtualDuration::from_secs(1);
+                self.events.schedule(at, Event::DeclareLost(s));
+            }
             Event::DeclareLost(s) => {
                 self.trace(|| format!("s{s} declared lost"));
                 self.feed_mds(MdsEvent::DeclareLost { server: ServerId(s) });
@@ -712,6 +741,9 @@ impl<'t> ClusterSim<'t> {
     fn heal(&mut self) {
         self.healed = true;
         self.trace(|| "heal: faults end, workload stops".to_owned());
+        if self.mds_down {
+            self.restart_mds();
+        }
         // Top gear: every server wakes, so every DVL can be reclaimed.
         self.feed_mds(MdsEvent::GearSet { gear: self.spec.replicas });
         for s in 0..self.spec.servers {
@@ -807,17 +839,27 @@ impl<'t> ClusterSim<'t> {
     }
 
     fn feed_mds(&mut self, event: MdsEvent) {
-        let now = self.now();
+        if self.mds_down {
+            return;
+        }
+        // The MDS's own clock, which starts at 0 with its process.
+        let now = VirtualInstant::ZERO + self.now().duration_since(self.mds_started);
         self.mds.handle(now, event);
         self.drain(Node::Mds);
     }
 
     fn feed_server(&mut self, s: u32, event: ServerEvent) {
-        let now = self.now();
+        let now = self.server_clock(s);
         if let Some(server) = self.servers[s as usize].server.as_mut() {
             server.handle(now, event);
         }
         self.drain(Node::Server(s));
+    }
+
+    /// Now on server `s`'s own clock.
+    fn server_clock(&self, s: u32) -> VirtualInstant {
+        let started = self.servers[s as usize].started;
+        VirtualInstant::ZERO + self.now().duration_since(started)
     }
 
     fn feed_client(&mut self, c: u32, event: ClientEvent) {
@@ -832,7 +874,11 @@ impl<'t> ClusterSim<'t> {
             Node::Mds => {
                 while let Some(action) = self.mds.poll_action() {
                     match action {
-                        MdsAction::Persist(_) => {}
+                        MdsAction::Persist(command) => {
+                            if self.spec.faults.has(FaultKind::MdsCrash) {
+                                self.mds_log.push(command);
+                            }
+                        }
                         MdsAction::Send { to, message } => self.send(Peer::Mds, to, message),
                         MdsAction::WakeServer(s) => {
                             let now = self.now();
@@ -844,7 +890,12 @@ impl<'t> ClusterSim<'t> {
                         }
                     }
                 }
-                let deadline = self.mds.poll_timeout();
+                // The MDS's deadline is on its own clock.
+                let started = self.mds_started;
+                let deadline = self
+                    .mds
+                    .poll_timeout()
+                    .map(|at| started.saturating_add(at.duration_since(VirtualInstant::ZERO)));
                 self.arm(node, deadline);
             }
             Node::Server(s) => {
@@ -869,8 +920,12 @@ impl<'t> ClusterSim<'t> {
                         }
                     }
                 }
+                // The server's deadline is on its own clock.
+                let slot = &self.servers[s as usize];
                 let deadline =
-                    self.servers[s as usize].server.as_ref().and_then(Server::poll_timeout);
+                    slot.server.as_ref().and_then(Server::poll_timeout).map(|at| {
+                        slot.started.saturating_add(at.duration_since(VirtualInstant::ZERO))
+                    });
                 self.arm(node, deadline);
             }
             Node::Client(c) => {
@@ -1460,6 +1515,45 @@ impl<'t> ClusterSim<'t> {
         self.trace(|| format!("crash s{s}"));
     }
 
+    /// The MDS stops: its soft state is gone, messages to it are lost, and it restarts
+    /// a little later. Half the time its log is compacted first (as the runtime does
+    /// once the log has grown), so that it restarts from a snapshot.
+    fn crash_mds(&mut self) {
+        if self.healed || self.mds_down {
+            return;
+        }
+        self.report.mds_crashes += 1;
+        self.mds_down = true;
+        if self.rng.random_bool(0.5) {
+            self.mds_log = self.mds.snapshot(&self.layout);
+        }
+        let index = self.node_index(Node::Mds);
+        self.timers[index] = None;
+        let powers: Vec<_> =
+            (0..self.spec.servers).map(|s| self.mds.server_power(ServerId(s))).collect();
+        self.trace(|| format!("crash mds (servers {powers:?})"));
+        let down = VirtualDuration::from_millis(self.rng.random_range(1_000..=10_000));
+        let at = self.now() + down;
+        self.events.schedule(at, Event::MdsRestart);
+        self.again(MDS_CRASH_EVERY_S, Event::MdsCrash);
+    }
+
+    /// The MDS restarts from its persisted commands, its clock at 0.
+    fn restart_mds(&mut self) {
+        if !self.mds_down {
+            return;
+        }
+        let commands = self.mds_log.iter().cloned();
+        self.mds = Mds::restore(self.config, &self.layout, VirtualInstant::ZERO, commands);
+        self.mds.set_broken(self.spec.broken);
+        self.mds_started = self.now();
+        self.mds_down = false;
+        let powers: Vec<_> =
+            (0..self.spec.servers).map(|s| self.mds.server_power(ServerId(s))).collect();
+        self.trace(|| format!("restart mds (servers {powers:?})"));
+        self.drain(Node::Mds);
+    }
+
     /// The `lost` fault: a server crashes and never returns; the operator declares it
     /// lost a little later. Tried again a second later when no server may go down.
     fn lose(&mut self) {
@@ -1490,14 +1584,17 @@ impl<'t> ClusterSim<'t> {
     fn restart(&mut self, s: u32) {
         let now = self.now();
         let slot = &mut self.servers[s as usize];
-        let Some(durable) = slot.down_store.take() else { return };
+        let Some(mut durable) = slot.down_store.take() else { return };
         // A restarted server comes up on (a power cycle, if it crashed asleep).
         if slot.meter.sleeping() {
             slot.meter.wake(now);
         }
+        // A new process: a new incarnation, and its clock starts at 0.
+        durable.incarnation += 1;
+        slot.started = now;
         let topology = self.topology.clone();
-        let broken = self.spec.broken;
-        slot.server = Some(Server::new(ServerId(s), self.config, topology, durable, now, broken));
+        let (broken, zero) = (self.spec.broken, VirtualInstant::ZERO);
+        slot.server = Some(Server::new(ServerId(s), self.config, topology, durable, zero, broken));
         self.trace(|| format!("restart s{s}"));
         self.drain(Node::Server(s));
     }

@@ -29,7 +29,7 @@ use somnus_types::{ChunkGroupId, GearGroupId, ObjectId, RackId, ServerId, Virtua
 
 use super::{
     ClientId, ClusterConfig, DvlHandoff, Epoch, GroupView, LeaseGrant, LeaseRenewal, Message, Peer,
-    ServerPower, SpaceReport, WAKE_RESEND,
+    ServerPower, ServerTime, SpaceReport, WAKE_RESEND,
 };
 use crate::gear::{GearMode, GearScheduler, IoServerController, PowerPlan};
 use crate::layout::Layout;
@@ -196,6 +196,18 @@ pub enum Command {
     SetGearMode {
         mode: GearMode,
     },
+    /// Creates and deletes answered (whatever the answer): a duplicate of one, however
+    /// late, is answered again and changes nothing, also after a restart.
+    AnsweredRequests {
+        requests: Vec<(ClientId, u64)>,
+    },
+    /// `server` went to sleep on its `Standby` sent at `sent_at`: a heartbeat it sent
+    /// before is stale, also when the network delivers it after a restart of the MDS
+    /// (it once read as the sleeper back on, which the MDS then waited for in vain).
+    SleptAt {
+        server: ServerId,
+        sent_at: ServerTime,
+    },
 }
 
 /// What the MDS dropped or did, for tests and metrics.
@@ -217,8 +229,10 @@ struct ServerEntry {
     rack: RackId,
     gear_group: GearGroupId,
     power: ServerPower,
-    /// The send time of its last heartbeat, and when the MDS received it (soft state).
-    heartbeat_sent: Option<VirtualInstant>,
+    /// The send time of its last heartbeat (its clock, in its incarnation: a restarted
+    /// server's are newer whatever its clock reads), and when the MDS received it
+    /// (soft state).
+    heartbeat_sent: Option<ServerTime>,
     heartbeat_received: VirtualInstant,
     /// When the MDS last sent its wake, while it has it waking (soft state): sent
     /// again every `WAKE_RESEND`, as a real NIC may miss a packet while its host
@@ -237,7 +251,7 @@ struct GroupEntry {
     /// the server's clock (none for grants from before an MDS restart): a heartbeat
     /// that does not list the group shows the grant lost (`regrant_lost`).
     granted_at: VirtualInstant,
-    granted_from: Option<VirtualInstant>,
+    granted_from: Option<ServerTime>,
     /// Until when the primary may lead, as the MDS counts it (soft state).
     lease_expires: Option<VirtualInstant>,
     /// The DVL state to hand to the next primary (a migration), or none (recover).
@@ -301,10 +315,10 @@ pub struct Mds {
     frees: frees::FreeLog,
     /// Each server's disk, as its last heartbeat told (soft state).
     space: Vec<SpaceReport>,
-    /// Deletes answered lately, by request (soft state): a retry or a duplicate of one
-    /// is answered again and deletes nothing, so that it cannot delete the name made
-    /// again since.
-    deletes_answered: namespace::Answered,
+    /// Creates and deletes answered lately, by request (durable: a command each): a
+    /// retry or a duplicate of one is answered again and changes nothing, so that it
+    /// cannot delete the name made again since, nor make again one deleted since.
+    answered: namespace::Answered,
     next_object: u64,
     /// Which servers the gear keeps on: the plan and the gear groups in its order.
     plan: PowerPlan,
@@ -369,7 +383,7 @@ impl Mds {
             pending_expiry: BTreeSet::new(),
             frees: frees::FreeLog::new(layout.servers().len()),
             space: vec![SpaceReport::default(); layout.servers().len()],
-            deletes_answered: namespace::Answered::default(),
+            answered: namespace::Answered::default(),
             next_object: 1,
             plan: PowerPlan { full_groups: config.replicas, partial: 0 },
             order: (0..config.replicas).collect(),
@@ -446,6 +460,13 @@ impl Mds {
             entry.granted_from = None;
             entry.lease_expires = entry.primary.map(|_| lease_end);
             mds.index_lease(ChunkGroupId(index as u32));
+        }
+        // A free queued before its server was declared lost waits for it again (the
+        // free log's waits are derived, not commands): no free waits for a lost one.
+        for index in 0..mds.servers.len() {
+            if mds.servers[index].power == ServerPower::Removed {
+                mds.forget_frees_of(ServerId(index as u32));
+            }
         }
         // A server it had waking is sent its wake again (the wake timeout counts from
         // now): the packets of the MDS before the restart may all have been missed.
@@ -652,6 +673,15 @@ impl Mds {
             }
             Command::TrimFrees { seqs } => self.frees.trim(seqs),
             Command::SetGearMode { mode } => self.gear_override = *mode,
+            Command::SleptAt { server, sent_at } => {
+                let entry = &mut self.servers[server.index()];
+                entry.heartbeat_sent = entry.heartbeat_sent.max(Some(*sent_at));
+            }
+            Command::AnsweredRequests { requests } => {
+                for (client, request) in requests {
+                    self.answered.add(*client, *request);
+                }
+            }
             Command::SetPrimary { group, epoch, server } => {
                 let entry = &mut self.groups[group.index()];
                 assert!(*epoch >= entry.epoch, "C1: {group} epoch {epoch} below {}", entry.epoch);
@@ -747,7 +777,7 @@ impl Mds {
                 // Load once per heartbeat: a duplicate (same send time) is not new.
                 let new = self.servers[server.index()].heartbeat_sent.is_none_or(|l| sent_at > l);
                 if new {
-                    self.report_load(sent_at, &load);
+                    self.report_load(sent_at.at, &load);
                     self.space_reported(server, *space);
                 }
                 self.heartbeat(server, sent_at, &leads, full)
@@ -787,7 +817,7 @@ impl Mds {
     fn heartbeat(
         &mut self,
         server: ServerId,
-        sent_at: VirtualInstant,
+        sent_at: ServerTime,
         leads: &[(ChunkGroupId, Epoch)],
         full: bool,
     ) {
@@ -870,7 +900,7 @@ impl Mds {
     fn regrant_lost(
         &mut self,
         server: ServerId,
-        sent_at: VirtualInstant,
+        sent_at: ServerTime,
         leads: &[(ChunkGroupId, Epoch)],
     ) {
         let (now, interval, lease) = (self.now, self.config.heartbeat_interval, self.config.lease);
@@ -878,7 +908,7 @@ impl Mds {
             .filter(|index| {
                 let entry = &self.groups[*index];
                 let ran_out = match entry.granted_from {
-                    Some(from) => from.saturating_add(lease) <= sent_at,
+                    Some(from) => from.lease_ran_out(lease, sent_at),
                     None => entry.granted_at.saturating_add(interval) <= now,
                 };
                 entry.primary == Some(server)

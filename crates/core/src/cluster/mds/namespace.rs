@@ -36,8 +36,16 @@ pub const BIND_OBJECTS_MAX: usize = 10_000;
 impl Mds {
     pub(super) fn handle_client_message(&mut self, client: ClientId, message: Message) {
         let (request, answer) = match message {
+            // A create answered before, sent again (a retry, or a duplicate the network
+            // held for seconds): answered as a lookup, never made again, so that it
+            // cannot bring back a name deleted since.
+            Message::CreateObject { request, name, .. } if self.answered.holds(client, request) => {
+                (request, self.info(&name).map(found(request)))
+            }
             Message::CreateObject { request, name, size_bytes } => {
-                (request, self.create(&name, size_bytes, (client, request)).map(found(request)))
+                let answer = self.create(&name, size_bytes, (client, request));
+                self.answer_once(client, request);
+                (request, answer.map(found(request)))
             }
             Message::AllocateObject { request, size_bytes } => {
                 (request, self.allocate(size_bytes, (client, request)).map(found(request)))
@@ -51,25 +59,21 @@ impl Mds {
             }
             // A delete's retry (or a duplicate the network made) is answered as the
             // first was: it must not delete the name made again since.
-            Message::DeleteObject { request, name }
-                if self.deletes_answered.holds(client, request) =>
-            {
+            Message::DeleteObject { request, name } if self.answered.holds(client, request) => {
                 (request, Ok(Message::ObjectDeleted { request, name }))
             }
-            Message::DeleteObjects { request, .. }
-                if self.deletes_answered.holds(client, request) =>
-            {
+            Message::DeleteObjects { request, .. } if self.answered.holds(client, request) => {
                 (request, Ok(Message::ObjectDeleted { request, name: String::new() }))
             }
             Message::DeleteObject { request, name } => {
                 let answer = self.delete(&name).map(|()| Message::ObjectDeleted { request, name });
-                self.deletes_answered.add(client, request);
+                self.answer_once(client, request);
                 (request, answer)
             }
             Message::DeleteObjects { request, names } => {
                 let answer =
                     self.delete_many(names).map(|name| Message::ObjectDeleted { request, name });
-                self.deletes_answered.add(client, request);
+                self.answer_once(client, request);
                 (request, answer)
             }
             Message::ReleaseObject { request, object } => {
@@ -89,6 +93,11 @@ impl Mds {
         };
         let message = answer.unwrap_or_else(|error| Message::MetadataRefused { request, error });
         self.send(Peer::Client(client), message);
+    }
+
+    /// Records that `request` of `client` is answered, durably before the answer goes.
+    fn answer_once(&mut self, client: ClientId, request: u64) {
+        self.commit(Command::AnsweredRequests { requests: vec![(client, request)] });
     }
 
     fn create(
@@ -450,14 +459,19 @@ pub(super) struct Answered {
 }
 
 impl Answered {
+    /// Every request held, oldest first (a snapshot's).
+    pub(super) fn requests(&self) -> Vec<(ClientId, u64)> {
+        self.order.iter().copied().collect()
+    }
+
     /// Far more than a client's requests in flight over a retry's lifetime.
     const KEPT: usize = 1 << 16;
 
-    fn holds(&self, client: ClientId, request: u64) -> bool {
+    pub(super) fn holds(&self, client: ClientId, request: u64) -> bool {
         self.held.contains(&(client, request))
     }
 
-    fn add(&mut self, client: ClientId, request: u64) {
+    pub(super) fn add(&mut self, client: ClientId, request: u64) {
         if self.held.insert((client, request)) {
             self.order.push_back((client, request));
         }

@@ -3,10 +3,10 @@
 //! serve; a failure wakes the sleeping replicas of the failed server's groups; a
 //! sleeping server is never declared failed.
 
-use somnus_types::{ChunkGroupId, ServerId, VirtualInstant};
+use somnus_types::{ChunkGroupId, ServerId};
 
 use super::{Command, Mds, MdsAction};
-use crate::cluster::{DvlHandoff, Message, Peer, ServerPower};
+use crate::cluster::{DvlHandoff, Message, Peer, ServerPower, ServerTime};
 use crate::gear::PowerPlan;
 
 impl Mds {
@@ -152,7 +152,7 @@ impl Mds {
     /// The server announced standby: its peers log for it from now on (P2).
     /// A drained server may sleep; the answer is sent (again) to every `Standby`, so a
     /// lost one is repaired, and the server sleeps only once the MDS records it asleep.
-    pub(super) fn standby(&mut self, server: ServerId, sent_at: VirtualInstant) {
+    pub(super) fn standby(&mut self, server: ServerId, sent_at: ServerTime) {
         // A heartbeat sent before the standby and delivered late must not read as the
         // server coming back.
         let entry = &mut self.servers[server.index()];
@@ -171,6 +171,7 @@ impl Mds {
         };
         if sleep && power == ServerPower::Draining {
             self.commit(Command::SetPower { server, power: ServerPower::Asleep });
+            self.commit(Command::SleptAt { server, sent_at });
         }
         self.send(Peer::Server(server), Message::StandbyAnswer { sleep });
     }

@@ -7,12 +7,13 @@
 //! operator's override of its scheduler), the
 //! servers' power, each group's replicas (a replacement per slot that changed), its
 //! rebuilds, primary and epoch, logger view and kept-on flag, every name with its data,
-//! every allocation not bound yet, the free log, and the next object id (a deleted
-//! object's id is never given again).
+//! every allocation not bound yet, the free log, the next object id (a deleted
+//! object's id is never given again), and the creates and deletes answered lately.
 
 use somnus_types::ObjectId;
 
 use super::{Command, Mds};
+use crate::cluster::ServerPower;
 use crate::gear::GearMode;
 use crate::layout::Layout;
 
@@ -33,6 +34,9 @@ impl Mds {
             if now.power != then.power {
                 let server = somnus_types::ServerId(index as u32);
                 commands.push(Command::SetPower { server, power: now.power });
+                if let (ServerPower::Asleep, Some(sent_at)) = (now.power, now.heartbeat_sent) {
+                    commands.push(Command::SleptAt { server, sent_at });
+                }
             }
         }
         for (index, (now, then)) in self.groups.iter().zip(&base.groups).enumerate() {
@@ -63,6 +67,10 @@ impl Mds {
         let next_seq = self.frees.next_seq();
         commands.push(Command::QueueFrees { frees: self.frees.specs(), next_seq });
         commands.push(Command::ReserveObjectIds { next: ObjectId(self.next_object) });
+        let requests = self.answered.requests();
+        if !requests.is_empty() {
+            commands.push(Command::AnsweredRequests { requests });
+        }
         commands
     }
 
@@ -151,7 +159,7 @@ impl Mds {
             .chain(self.frees.specs().iter().map(|f| format!("free {f:?}")))
             .collect();
         format!(
-            "plan {:?} {:?} {:?} next {} led {:?} down {:?} lost {:?}\n{power:?}\n{}\n{}",
+            "plan {:?} {:?} {:?} next {} led {:?} down {:?} lost {:?} answered {:?}\n{power:?}\n{}\n{}",
             self.plan,
             self.order,
             self.gear_override,
@@ -159,6 +167,7 @@ impl Mds {
             self.led,
             self.down,
             self.lost,
+            self.answered.requests(),
             groups.join("\n"),
             objects.join("\n")
         )

@@ -32,7 +32,7 @@ use super::logvolume::LogVolume;
 use super::store::{ChunkStore, StoreOp};
 use super::{
     ClusterConfig, Epoch, HeldObject, LeaseGrant, LeaseRenewal, LogRecord, Message, Peer,
-    ServerPower, SpaceReport, Topology, UnstableWrite,
+    ServerPower, ServerTime, SpaceReport, Topology, UnstableWrite,
 };
 use crate::gear::LoadMeter;
 use crate::slab::{Key, Slab};
@@ -126,11 +126,14 @@ pub enum Broken {
     FreeNamed,
 }
 
-/// What a storage server keeps across a crash: its replicas and its logger's log.
+/// What a storage server keeps across a crash: its replicas, its logger's log, and
+/// its incarnation (the shell gives each run of the server a greater one, persisted
+/// before it sends anything).
 #[derive(Debug)]
 pub struct Durable {
     pub store: ChunkStore,
     pub log: LogVolume,
+    pub incarnation: u64,
 }
 
 impl Durable {
@@ -139,6 +142,7 @@ impl Durable {
         Durable {
             store: ChunkStore::new(config.chunk_size_bytes),
             log: LogVolume::new(config.chunk_size_bytes, config.logger_capacity_bytes),
+            incarnation: 0,
         }
     }
 }
@@ -278,6 +282,8 @@ impl ReplicaWork {
 
 pub struct Server {
     id: ServerId,
+    /// This run's incarnation: its clock (`now`) counts from its start.
+    incarnation: u64,
     config: ClusterConfig,
     topology: Arc<Topology>,
     broken: Option<Broken>,
@@ -356,6 +362,7 @@ impl Server {
     ) -> Server {
         let mut server = Server {
             id,
+            incarnation: durable.incarnation,
             config,
             topology,
             broken,
@@ -407,7 +414,7 @@ impl Server {
 
     /// What survives a crash.
     pub fn into_durable(self) -> Durable {
-        Durable { store: self.store, log: self.log }
+        Durable { store: self.store, log: self.log, incarnation: self.incarnation }
     }
 
     /// Whether every DVL this server leads is empty (the simulation's end check).
@@ -550,16 +557,28 @@ impl Server {
             .is_some_and(|at| at.saturating_add(self.config.retry_interval) <= self.now)
         {
             self.standby_sent_at = Some(self.now);
-            self.send(Peer::Mds, Message::Standby { sent_at: self.now });
+            self.send(Peer::Mds, Message::Standby { sent_at: self.time() });
         }
         self.primaries_timer();
+    }
+
+    /// Now, as the MDS is told it: this run's clock, in this run's incarnation.
+    fn time(&self) -> ServerTime {
+        ServerTime { incarnation: self.incarnation, at: self.now }
+    }
+
+    /// `time` on this run's clock, if it is of this run (a message answering an earlier
+    /// run of this server is not).
+    fn own_time(&self, time: ServerTime) -> Option<VirtualInstant> {
+        (time.incarnation == self.incarnation).then_some(time.at)
     }
 
     fn heartbeat(&mut self) {
         let (power, leads, full) = (self.power, self.leads(), self.is_full());
         let load = self.load.take(self.now);
         let space = Box::new(self.space());
-        let message = Message::Heartbeat { sent_at: self.now, power, leads, full, load, space };
+        let sent_at = self.time();
+        let message = Message::Heartbeat { sent_at, power, leads, full, load, space };
         self.send(Peer::Mds, message);
         self.next_heartbeat = self.now.saturating_add(self.config.heartbeat_interval);
     }
@@ -643,6 +662,12 @@ impl Server {
                     frees,
                     frees_through,
                 } = *reply;
+                // The answer to an earlier run's heartbeat: its leases and lists are
+                // that run's (this one has its own heartbeats answered).
+                let Some(sent_at) = self.own_time(sent_at) else {
+                    self.counters.messages_dropped += 1;
+                    return;
+                };
                 self.leases_renewed(sent_at, &renewed, &revoked);
                 self.frees_received(frees, frees_through);
                 self.lost = lost.into_iter().collect();
@@ -681,7 +706,7 @@ impl Server {
             Message::EnterStandby => {
                 if self.led.is_empty() {
                     self.standby_sent_at = Some(self.now);
-                    self.send(Peer::Mds, Message::Standby { sent_at: self.now });
+                    self.send(Peer::Mds, Message::Standby { sent_at: self.time() });
                 }
             }
             Message::StandbyAnswer { sleep } => {

@@ -17,7 +17,7 @@ use super::{Broken, Io, Server, disk_position};
 use crate::cluster::store::BLOCK_BYTES;
 use crate::cluster::{
     ChunkId, DvlHandoff, Epoch, GroupView, LogRecord, Message, Payload, Peer, Piece, ReplyBody,
-    RequestError, Stamp, UnstableWrite,
+    RequestError, ServerTime, Stamp, UnstableWrite,
 };
 
 /// Bits of a version below the epoch: 2^40 writes per epoch.
@@ -270,7 +270,10 @@ impl Server {
     /// Whether a grant of `view` with a lease from `lease_from` is taken: its lease
     /// still runs, its epoch is newer than the one this server leads, and the view
     /// names this server (a late or repeated grant is dropped).
-    pub(super) fn grant_is_new(&self, view: &GroupView, lease_from: VirtualInstant) -> bool {
+    /// A grant to an earlier run of this server is not (its lease counts on that run's
+    /// clock).
+    pub(super) fn grant_is_new(&self, view: &GroupView, lease_from: ServerTime) -> bool {
+        let Some(lease_from) = self.own_time(lease_from) else { return false };
         let lease_until = lease_from.saturating_add(self.config.lease);
         let known = self.led.get(&view.group).map(|led| led.epoch);
         lease_until > self.now
@@ -281,7 +284,7 @@ impl Server {
     pub(super) fn granted(
         &mut self,
         view: GroupView,
-        lease_from: VirtualInstant,
+        lease_from: ServerTime,
         logger_view: Vec<ServerId>,
         handoff: Option<DvlHandoff>,
         rebuilding: Vec<ServerId>,
@@ -290,7 +293,7 @@ impl Server {
             self.counters.messages_dropped += 1;
             return;
         }
-        let lease_until = lease_from.saturating_add(self.config.lease);
+        let lease_until = lease_from.at.saturating_add(self.config.lease);
         self.replicas_of.insert(view.group, view.replicas.clone());
         self.step_down(view.group);
         let group = view.group;

@@ -443,9 +443,11 @@ impl Server {
                 gone.push(*record);
                 continue;
             };
-            if extent.holders.iter().all(|l| lost.contains(l)) {
-                // R3: every copy in the log is gone with its logger; as when no holder
-                // shows a byte, the record is done with (the replicas decide).
+            if extent.holders.iter().all(|l| lost.contains(l) || read.empty_at.contains(l)) {
+                // R3: every copy in the log is gone with its logger, or shows no byte
+                // (a holder declared lost after the others answered empty counts
+                // here, not only at an answer); as when no holder shows a byte, the
+                // record is done with (the replicas decide).
                 if let Some(extent) = led.dvl.extents.get_mut(record) {
                     extent.applied = replicas.clone();
                 }
