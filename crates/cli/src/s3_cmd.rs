@@ -41,8 +41,27 @@ pub(crate) struct S3Args {
     /// The access log's size before it is rotated (to FILE.1 .. FILE.4), MiB.
     #[arg(long, default_value_t = 64, value_name = "MIB", value_parser = clap::value_parser!(u64).range(1..=1 << 20))]
     access_log_mib: u64,
+    /// Connections served at once; one more is answered 503 SlowDown and closed.
+    #[arg(long, default_value_t = 4096, value_name = "N", value_parser = clap::value_parser!(u64).range(1..=1 << 20))]
+    max_connections: u64,
+    /// Seconds a client has to send a request's headers once it sent their first
+    /// byte (a connection sending them slower is closed).
+    #[arg(long, default_value_t = 10.0, value_name = "SECONDS")]
+    header_timeout_s: f64,
+    /// Seconds a connection may stay open with no request under way and no byte sent
+    /// either way (then it is closed; S3 clients open another).
+    #[arg(long, default_value_t = 60.0, value_name = "SECONDS")]
+    idle_timeout_s: f64,
     #[command(flatten)]
     cluster: ClusterArg,
+}
+
+/// A positive number of seconds from the flag `flag`.
+fn seconds(flag: &str, value: f64) -> Result<std::time::Duration> {
+    if !(value.is_finite() && value > 0.0 && value <= 86_400.0) {
+        anyhow::bail!("{flag} {value}: must be a number of seconds above 0 (a day at most)");
+    }
+    Ok(std::time::Duration::from_secs_f64(value))
 }
 
 /// The keys the gateway accepts: the flags', the environment's, or the file's.
@@ -74,6 +93,11 @@ pub(crate) fn run(args: S3Args) -> Result<()> {
         );
     }
     let abandoned_after = std::time::Duration::from_secs_f64(args.abandoned_after * 3600.0);
+    let limits = somnus_s3::Limits {
+        max_connections: args.max_connections as usize,
+        header_timeout: seconds("--header-timeout-s", args.header_timeout_s)?,
+        idle_timeout: seconds("--idle-timeout-s", args.idle_timeout_s)?,
+    };
     somnus_runtime::open_files::raise_limit_and_say("s3");
     runtime()?.block_on(async move {
         let listener = tokio::net::TcpListener::bind(args.listen)
@@ -108,7 +132,7 @@ pub(crate) fn run(args: S3Args) -> Result<()> {
         let stop = async {
             let _ = tokio::signal::ctrl_c().await;
         };
-        somnus_s3::serve_logged(listener, service, stop, log).await?;
+        somnus_s3::serve_logged(listener, service, stop, log, limits).await?;
         Ok(())
     })
 }

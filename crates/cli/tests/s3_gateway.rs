@@ -294,3 +294,145 @@ fn the_demo_stores_through_s3_sleeps_at_night_and_reads_everything_back() {
     assert!(left.is_empty(), "{} processes of the demo left", left.len());
     assert!(dir.join("logs/mds.log").exists());
 }
+
+/// How long until the gateway closes `connection` (reads end), at most `limit`.
+fn closed_within(connection: &mut std::net::TcpStream, limit: Duration) -> Option<Duration> {
+    use std::io::Read;
+    let started = Instant::now();
+    connection.set_read_timeout(Some(Duration::from_millis(100))).unwrap();
+    let mut buffer = [0u8; 4096];
+    while started.elapsed() < limit {
+        match connection.read(&mut buffer) {
+            Ok(0) => return Some(started.elapsed()),
+            Ok(_) => {}
+            Err(e)
+                if matches!(
+                    e.kind(),
+                    std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut
+                ) => {}
+            Err(_) => return Some(started.elapsed()),
+        }
+    }
+    None
+}
+
+/// An unsigned request's answer on `connection` (the gateway refuses it 403 without
+/// asking the cluster), read up to its end; keeps the connection open.
+fn unsigned_request(connection: &mut std::net::TcpStream) -> String {
+    use std::io::{Read, Write};
+    connection.write_all(b"GET /bucket HTTP/1.1\r\nHost: gateway\r\n\r\n").unwrap();
+    connection.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+    let mut answer = Vec::new();
+    let mut buffer = [0u8; 4096];
+    while !String::from_utf8_lossy(&answer).contains("</Error>") {
+        let n = connection.read(&mut buffer).unwrap();
+        assert!(n > 0, "closed before its answer: {}", String::from_utf8_lossy(&answer));
+        answer.extend_from_slice(&buffer[..n]);
+    }
+    String::from_utf8_lossy(&answer).into_owned()
+}
+
+/// CPU seconds process `pid` has used (user and system).
+fn cpu_seconds(pid: u32) -> f64 {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap();
+    let fields: Vec<&str> = stat.rsplit(')').next().unwrap().split_whitespace().collect();
+    let ticks: f64 = fields[11].parse::<f64>().unwrap() + fields[12].parse::<f64>().unwrap();
+    ticks / 100.0
+}
+
+/// The gateway's bounds on connections (no cluster needed: unsigned requests are
+/// refused at the gateway). A slowloris is closed after the header timeout, an idle
+/// keep-alive connection after the idle timeout and not before; past the cap a
+/// connection is answered 503 SlowDown and closed, and served again once others close;
+/// and out of file descriptors the accept loop backs off instead of spinning (it
+/// took 55-93 % of a core while new clients timed out), serving again once they are
+/// back.
+#[test]
+fn the_gateway_bounds_its_connections() {
+    use std::io::{Read, Write};
+    use std::net::TcpStream;
+    let cluster = Cluster::unstarted(1.0);
+    let limits = ["--max-connections", "8", "--header-timeout-s", "1", "--idle-timeout-s", "2"];
+    let gateway = start_gateway(&cluster, &limits);
+
+    // A slowloris: the headers begun, a byte every 200 ms, never finished.
+    let mut slow = TcpStream::connect(gateway.address).unwrap();
+    slow.write_all(b"GET /bucket HTTP/1.1\r\nHost: gateway\r\n").unwrap();
+    let started = Instant::now();
+    let mut closed = None;
+    while started.elapsed() < Duration::from_secs(10) {
+        if slow.write_all(b"X").is_err() {
+            closed = Some(started.elapsed());
+            break;
+        }
+        if let Some(after) = closed_within(&mut slow, Duration::from_millis(200)) {
+            closed = Some(started.elapsed().max(after));
+            break;
+        }
+    }
+    let closed = closed.expect("a slowloris held its connection 10 s");
+    assert!(closed < Duration::from_secs(4), "the slowloris was closed after {closed:?}");
+
+    // Idle after a request: closed after about 2 s, not before.
+    let mut idle = TcpStream::connect(gateway.address).unwrap();
+    let answer = unsigned_request(&mut idle);
+    assert!(answer.starts_with("HTTP/1.1 403"), "{answer}");
+    let after = closed_within(&mut idle, Duration::from_secs(10)).expect("idle held 10 s");
+    assert!(after >= Duration::from_millis(1_500), "closed after {after:?}, idle 2 s");
+    assert!(after < Duration::from_secs(5), "closed after {after:?}, idle 2 s");
+
+    // The cap: eight open, the ninth refused with S3's SlowDown; served again after.
+    let mut open: Vec<TcpStream> =
+        (0..8).map(|_| TcpStream::connect(gateway.address).unwrap()).collect();
+    for connection in &mut open {
+        assert!(unsigned_request(connection).starts_with("HTTP/1.1 403"));
+    }
+    let mut ninth = TcpStream::connect(gateway.address).unwrap();
+    ninth.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+    let mut refusal = String::new();
+    ninth.read_to_string(&mut refusal).unwrap();
+    assert!(refusal.starts_with("HTTP/1.1 503") && refusal.contains("<Code>SlowDown</Code>"));
+    assert!(refusal.contains("8 connections"), "{refusal}");
+    drop(open);
+    let served = Instant::now();
+    loop {
+        let mut again = TcpStream::connect(gateway.address).unwrap();
+        let mut first = [0u8; 12];
+        again.write_all(b"GET /bucket HTTP/1.1\r\nHost: gateway\r\n\r\n").unwrap();
+        again.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+        again.read_exact(&mut first).unwrap();
+        if &first == b"HTTP/1.1 403" {
+            break;
+        }
+        assert!(served.elapsed() < Duration::from_secs(5), "not served again once others closed");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    drop(gateway);
+
+    // Out of descriptors: 64 at most (soft and hard), 120 clients connected.
+    let mut limited = Command::new("sh");
+    limited.args(["-c", r#"ulimit -n 64 && exec "$0" "$@""#, env!("CARGO_BIN_EXE_somnus")]);
+    let gateway = common::s3::start_gateway_by(&cluster, limited, &[]);
+    let flood: Vec<TcpStream> =
+        (0..120).filter_map(|_| TcpStream::connect(gateway.address).ok()).collect();
+    assert!(flood.len() > 64, "only {} clients connected", flood.len());
+    std::thread::sleep(Duration::from_millis(500));
+    let (cpu, wall) = (cpu_seconds(gateway.child.id()), Instant::now());
+    std::thread::sleep(Duration::from_secs(2));
+    let share = (cpu_seconds(gateway.child.id()) - cpu) / wall.elapsed().as_secs_f64();
+    assert!(share < 0.2, "out of descriptors the gateway used {:.0} % of a core", share * 100.0);
+    drop(flood);
+    let mut back = None;
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while back.is_none() && Instant::now() < deadline {
+        if let Ok(mut connection) = TcpStream::connect(gateway.address) {
+            connection.set_read_timeout(Some(Duration::from_secs(2))).unwrap();
+            let sent = connection.write_all(b"GET /bucket HTTP/1.1\r\nHost: gateway\r\n\r\n");
+            let mut first = [0u8; 12];
+            if sent.is_ok() && connection.read_exact(&mut first).is_ok() {
+                back = Some(first);
+            }
+        }
+    }
+    assert_eq!(back.as_ref().map(|b| &b[..]), Some(&b"HTTP/1.1 403"[..]), "not served again");
+}

@@ -8,6 +8,7 @@
 pub mod bench;
 pub mod client;
 mod compat;
+pub mod connections;
 pub mod gateway;
 pub mod keys;
 mod layout;
@@ -19,5 +20,6 @@ pub mod serve;
 pub mod sigv4;
 pub mod store;
 
+pub use connections::Limits;
 pub use serve::{Credentials, serve, serve_logged, service, sweep_abandoned_uploads};
 pub use store::{EtagMatch, Store, StoreError, WriteConditions};

@@ -1,7 +1,8 @@
 //! The gateway's HTTP server: S3 over HTTP/1.1 on a TCP listener, every connection
 //! with TCP_NODELAY (without it a small GET's last segment waits for the client's
 //! delayed ACK, about 40 ms, as Garage's users found), every request signed with
-//! AWS Signature V4 by a key the gateway knows (anonymous requests are refused).
+//! AWS Signature V4 by a key the gateway knows (anonymous requests are refused), every
+//! connection within the gateway's bounds (`connections`).
 
 use std::future::Future;
 use std::sync::Arc;
@@ -13,6 +14,7 @@ use s3s::{S3Result, s3_error};
 use tokio::net::TcpListener;
 
 use crate::compat::{self, RequestIds};
+use crate::connections::{self, Activity, Limits, Open, Watched};
 use crate::gateway::Gateway;
 use crate::observe::{self, AccessLog, Answered};
 use crate::store::Store;
@@ -52,44 +54,54 @@ pub fn service(store: Store, credentials: &[Credentials]) -> S3Service {
     builder.build()
 }
 
-/// Serves `service` on `listener` until `shutdown` completes; connections then
-/// open end with their requests in flight.
+/// Serves `service` on `listener` until `shutdown` completes, within the default
+/// [`Limits`]; connections then open end with their requests in flight.
 pub async fn serve(
     listener: TcpListener,
     service: S3Service,
     shutdown: impl Future<Output = ()>,
 ) -> std::io::Result<()> {
-    serve_logged(listener, service, shutdown, None).await
+    serve_logged(listener, service, shutdown, None, Limits::default()).await
 }
 
-/// [`serve`], each request also written to `log` (and always to the metrics).
+/// [`serve`] within `limits`, each request also written to `log` (and always to the
+/// metrics).
 pub async fn serve_logged(
     listener: TcpListener,
     service: S3Service,
     shutdown: impl Future<Output = ()>,
     log: Option<AccessLog>,
+    limits: Limits,
 ) -> std::io::Result<()> {
     let service = Arc::new(service);
     let ids = Arc::new(RequestIds::new());
+    let open = Arc::new(Open::default());
     let mut shutdown = std::pin::pin!(shutdown);
+    let mut backoff = std::time::Duration::ZERO;
     loop {
-        let (socket, _) = tokio::select! {
-            accepted = listener.accept() => match accepted {
-                Ok(accepted) => accepted,
-                // A connection that failed before it was accepted is the client's
-                // business; the listener goes on.
-                Err(_) => continue,
-            },
+        let socket = tokio::select! {
+            socket = connections::accept(&listener, &mut backoff) => socket,
             () = &mut shutdown => return Ok(()),
         };
         let _ = socket.set_nodelay(true);
-        let service = as_s3_answers((*service).clone(), ids.clone(), log.clone());
+        let Some(slot) = open.take(limits.max_connections) else {
+            tokio::spawn(connections::refuse(socket, limits.max_connections));
+            continue;
+        };
+        let activity = Activity::new();
+        let service = as_s3_answers((*service).clone(), ids.clone(), log.clone(), activity.clone());
         tokio::spawn(async move {
+            let _slot = slot;
+            let io = TokioIo::new(Watched::new(socket, activity.clone()));
             let connection = hyper::server::conn::http1::Builder::new()
                 .keep_alive(true)
-                .serve_connection(TokioIo::new(socket), service);
-            // A client that goes away mid-request ends only its connection.
-            let _ = connection.await;
+                .serve_connection(io, service);
+            // A client that goes away mid-request ends only its connection; one that
+            // outlives a bound (no request under way) is dropped, which closes it.
+            tokio::select! {
+                _ = connection => {}
+                _ = connections::watch(&activity, &limits) => {}
+            }
         });
     }
 }
@@ -101,11 +113,13 @@ pub async fn serve_logged(
 /// (`Transfer-Encoding: chunked`) given the decoded length it declares. After it: a HEAD
 /// that asked for a range answered 206 (s3s answers it 200, with the range's length
 /// and Content-Range right), a listing's control characters encoded, a request id on
-/// every answer, and the request counted, timed and logged.
+/// every answer, and the request counted, timed and logged. Meanwhile the request is
+/// under way on its connection (`activity`), which no bound closes.
 fn as_s3_answers(
     service: S3Service,
     ids: Arc<RequestIds>,
     log: Option<AccessLog>,
+    activity: Arc<Activity>,
 ) -> impl hyper::service::Service<
     http::Request<hyper::body::Incoming>,
     Response = s3s::HttpResponse,
@@ -113,6 +127,7 @@ fn as_s3_answers(
     Future = impl Future<Output = Result<s3s::HttpResponse, s3s::HttpError>> + Send,
 > + Clone {
     hyper::service::service_fn(move |mut request: http::Request<hyper::body::Incoming>| {
+        let under_way = activity.request();
         let started = tokio::time::Instant::now();
         let id = ids.next();
         let method = request.method().clone();
@@ -159,6 +174,7 @@ fn as_s3_answers(
                 seconds: started.elapsed().as_secs_f64(),
             };
             observe::record(&answered, log.as_ref());
+            drop(under_way);
             Ok(response)
         }
     })

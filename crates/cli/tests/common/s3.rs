@@ -67,12 +67,18 @@ impl Gateway {
 /// Starts `somnus s3` for `cluster` on a free loopback port, `extra` flags added;
 /// returns once it listens.
 pub(crate) fn start_gateway(cluster: &Cluster, extra: &[&str]) -> Gateway {
+    start_gateway_by(cluster, Command::new(env!("CARGO_BIN_EXE_somnus")), extra)
+}
+
+/// [`start_gateway`], the process started by `command` (the binary, or a wrapper
+/// that runs it).
+pub(crate) fn start_gateway_by(cluster: &Cluster, command: Command, extra: &[&str]) -> Gateway {
     let address = free_ports(1)[0];
     let listen = address.to_string();
     let mut args =
         vec!["s3", "--listen", &listen, "--access-key", ACCESS_KEY, "--secret-key", SECRET_KEY];
     args.extend_from_slice(extra);
-    let child = cluster.spawn(&args);
+    let child = cluster.spawn_in(command, &args);
     let gateway = Gateway { child, address };
     let deadline = Instant::now() + Duration::from_secs(30);
     while TcpStream::connect(address).is_err() {
