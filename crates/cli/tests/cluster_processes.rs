@@ -406,6 +406,67 @@ async fn bad_connections_against_a_running_server_are_refused_counted_and_it_ser
 
 /// With no cluster running, `status`, `gear set` and `ls` fail within seconds,
 /// saying no cluster answers.
+/// Resident memory of process `pid`, bytes.
+fn resident_bytes(pid: u32) -> u64 {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
+    let line = status.lines().find(|l| l.starts_with("VmRSS:")).unwrap();
+    line.split_whitespace().nth(1).unwrap().parse::<u64>().unwrap() * 1024
+}
+
+/// Strangers cannot make a process hold memory: 256 connections to the MDS and 256 to
+/// a server, each sending a frame of the largest length the wire allows (16 MiB and
+/// 64 KiB) without a handshake, leave both within 64 MB of what they held before
+/// (64 such connections once took the MDS from 23 MB to 851 MB). It serves on.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn unauthenticated_frames_cost_the_receiver_no_memory() {
+    let _machine = shared();
+    use tokio::io::AsyncWriteExt;
+    let cluster = Cluster::start();
+    let client = cluster.client();
+    client.put("before", pattern(1, 10_000)).await.unwrap();
+    let targets = [
+        (cluster.mds.as_ref().unwrap().id(), cluster.file.mds.address),
+        (cluster.servers[3].as_ref().unwrap().id(), cluster.file.servers[3].address),
+    ];
+    let before: Vec<u64> = targets.iter().map(|(pid, _)| resident_bytes(*pid)).collect();
+    let length = somnus_wire::FRAME_BYTES_MAX_DEFAULT as u32;
+    let mut senders = tokio::task::JoinSet::new();
+    for (_, address) in targets {
+        for _ in 0..256 {
+            senders.spawn(async move {
+                let Ok(mut stream) = tokio::net::TcpStream::connect(address).await else {
+                    return None;
+                };
+                let junk = vec![0xA5u8; 64 << 10];
+                let send = async {
+                    stream.write_all(&length.to_le_bytes()).await?;
+                    for _ in 0..256 {
+                        stream.write_all(&junk).await?;
+                    }
+                    std::io::Result::Ok(())
+                };
+                let _ = tokio::time::timeout(Duration::from_secs(5), send).await;
+                Some(stream)
+            });
+        }
+    }
+    // Every connection held open while the memory is read.
+    let mut held = Vec::new();
+    while let Some(stream) = senders.join_next().await {
+        held.extend(stream.unwrap());
+    }
+    assert!(held.len() >= 256, "only {} connections made", held.len());
+    for ((pid, _), before) in targets.iter().zip(&before) {
+        let after = resident_bytes(*pid);
+        let grew = after.saturating_sub(*before);
+        eprintln!("pid {pid}: {before} B resident before, {after} B after");
+        assert!(grew < 64 << 20, "pid {pid} grew {grew} B for strangers' frames");
+    }
+    drop(held);
+    let read = client.get("before").await.unwrap();
+    assert_eq!(read, pattern(1, 10_000));
+}
+
 #[test]
 fn commands_fail_fast_when_no_cluster_answers() {
     let cluster = Cluster::unstarted(1.0);

@@ -420,7 +420,7 @@ async fn drive(
                 }
                 None => return,
             },
-            Some(Inbound { from, message }) = inbox.recv() => {
+            Some(Inbound { from, message, .. }) = inbox.recv() => {
                 ClientEvent::MessageReceived { from, message }
             }
             () = clock.sleep_until(client.poll_timeout()) => ClientEvent::TimerFired,

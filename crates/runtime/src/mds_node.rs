@@ -94,7 +94,7 @@ pub async fn run(
     loop {
         let event = tokio::select! {
             inbound = inputs.inbox.recv() => match inbound {
-                Some(Inbound { from, message }) => MdsEvent::MessageReceived { from, message },
+                Some(Inbound { from, message, .. }) => MdsEvent::MessageReceived { from, message },
                 None => break,
             },
             Some(event) = inputs.operator.recv() => event,
@@ -113,7 +113,7 @@ pub async fn run(
         // of their answers goes out. Under many clients at once, a command waits for
         // one sync instead of one per command before it.
         for _ in 1..GROUP_EVENTS_MAX {
-            let Ok(Inbound { from, message }) = inputs.inbox.try_recv() else { break };
+            let Ok(Inbound { from, message, .. }) = inputs.inbox.try_recv() else { break };
             mds.handle(clock.now(), MdsEvent::MessageReceived { from, message });
         }
         let changed = carry_out(&mut mds, &mut log, &outbox, wake.as_ref())?;

@@ -155,7 +155,7 @@ pub async fn run(
     loop {
         let event = tokio::select! {
             inbound = inputs.inbox.recv() => match inbound {
-                Some(Inbound { from, message }) => {
+                Some(Inbound { from, message, .. }) => {
                     node.arrived(from, &message);
                     ServerEvent::MessageReceived { from, message }
                 }

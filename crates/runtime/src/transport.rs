@@ -12,13 +12,13 @@ use std::time::Duration;
 use bytes::BytesMut;
 use somnus_core::cluster::{Message, Peer};
 use somnus_wire::{
-    ClusterSecret, Decoded, FRAME_BYTES_MAX_DEFAULT, Frame, FrameDecoder, Handshake, Hello,
-    NONCE_BYTES, Side, Step, WireError,
+    ClusterSecret, Decoded, FRAME_BYTES_MAX_DEFAULT, Frame, FrameDecoder,
+    HANDSHAKE_FRAME_BYTES_MAX, Handshake, Hello, NONCE_BYTES, Side, Step, WireError,
 };
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::tcp::{OwnedReadHalf, OwnedWriteHalf};
 use tokio::net::{TcpListener, TcpStream};
-use tokio::sync::{Semaphore, mpsc};
+use tokio::sync::{OwnedSemaphorePermit, Semaphore, mpsc};
 
 /// Who this process is on the wire, and the limits it holds its peers to.
 #[derive(Clone, Debug)]
@@ -31,7 +31,18 @@ pub struct Identity {
     pub handshake_timeout: Duration,
     /// Connections served at once; more are closed at once and counted.
     pub connections_max: usize,
+    /// Room for the frames of authenticated peers received and not yet taken by the
+    /// state machine, in KiB, shared by every connection of the process: a reader
+    /// waits for room before it reads a large frame (TCP then slows its sender).
+    pub inbound_room: Arc<Semaphore>,
 }
+
+/// The process's room for inbound frames by default (in KiB: 256 MiB).
+pub const INBOUND_ROOM_KIB: usize = 256 << 10;
+
+/// Frames up to this size are read without waiting for room (a heartbeat, a request
+/// without data): a reader holds at most one at a time.
+const ROOM_FREE_BYTES: usize = 64 << 10;
 
 impl Identity {
     /// The defaults: 16 MiB frames, 5 s to authenticate, 4096 connections.
@@ -42,6 +53,7 @@ impl Identity {
             frame_bytes_max: FRAME_BYTES_MAX_DEFAULT,
             handshake_timeout: Duration::from_secs(5),
             connections_max: 4096,
+            inbound_room: Arc::new(Semaphore::new(INBOUND_ROOM_KIB)),
         }
     }
 }
@@ -147,29 +159,55 @@ impl WireCounters {
     }
 }
 
-/// The reading half of a connection: whole frames out of the byte stream.
+/// The reading half of a connection: whole frames out of the byte stream. Before
+/// the peer is authenticated it buffers one handshake frame at most
+/// (`HANDSHAKE_FRAME_BYTES_MAX`); after, a frame over `ROOM_FREE_BYTES` is read once
+/// the process's inbound room has its size, held until the state machine takes it.
 #[derive(Debug)]
 pub struct FrameReader {
     read: OwnedReadHalf,
     buf: BytesMut,
     decoder: FrameDecoder,
+    /// None before authentication.
+    room: Option<Arc<Semaphore>>,
+    held: Option<OwnedSemaphorePermit>,
 }
 
 impl FrameReader {
     /// The next frame; `None` when the peer closed the connection between frames.
     pub async fn next(&mut self) -> Result<Option<Decoded>, ConnError> {
         loop {
+            if let (Some(room), None) = (&self.room, &self.held)
+                && let Some(bytes) = self.decoder.pending_bytes(&self.buf)?
+                && bytes > ROOM_FREE_BYTES
+            {
+                let kib = bytes.div_ceil(1024).min(INBOUND_ROOM_KIB) as u32;
+                let permit = room.clone().acquire_many_owned(kib).await;
+                self.held = Some(permit.map_err(|_| ConnError::ClosedEarly)?);
+            }
             if let Some(decoded) = self.decoder.decode(&mut self.buf)? {
                 return Ok(Some(decoded));
             }
             if self.buf.capacity() == self.buf.len() {
-                self.buf.reserve(64 << 10);
+                let step = if self.room.is_some() { 64 << 10 } else { HANDSHAKE_FRAME_BYTES_MAX };
+                self.buf.reserve(step);
             }
             if self.read.read_buf(&mut self.buf).await? == 0 {
                 self.decoder.at_end(&self.buf)?;
                 return Ok(None);
             }
         }
+    }
+
+    /// The room the last frame took, given with it to whoever holds the frame.
+    pub fn take_room(&mut self) -> Option<OwnedSemaphorePermit> {
+        self.held.take()
+    }
+
+    /// The peer is authenticated: frames up to `frame_bytes_max`, within `room`.
+    fn authenticated(&mut self, frame_bytes_max: usize, room: Arc<Semaphore>) {
+        self.decoder = FrameDecoder::new(frame_bytes_max);
+        self.room = Some(room);
     }
 }
 
@@ -240,7 +278,28 @@ pub struct Inbound {
     pub from: Peer,
     /// With its payloads, from the frame's attachment.
     pub message: Message,
+    /// The inbound room its frame took, given back when the receiver takes it apart.
+    pub room: Room,
 }
+
+/// Room held in the process's inbound budget (none for a small frame).
+#[derive(Debug, Default)]
+pub struct Room(#[allow(dead_code)] Option<OwnedSemaphorePermit>);
+
+impl Clone for Room {
+    /// A copy holds no room (tests clone what they received).
+    fn clone(&self) -> Room {
+        Room(None)
+    }
+}
+
+impl PartialEq for Room {
+    fn eq(&self, _: &Room) -> bool {
+        true
+    }
+}
+
+impl Eq for Room {}
 
 /// Connects to `addr` and authenticates both ways, all within the handshake timeout.
 pub async fn connect(addr: SocketAddr, identity: &Identity) -> Result<Connection, ConnError> {
@@ -267,10 +326,13 @@ async fn handshake(
 ) -> Result<Connection, ConnError> {
     stream.set_nodelay(true)?;
     let (read, write) = stream.into_split();
+    // A stranger gets room for one handshake frame, nothing more.
     let mut reader = FrameReader {
         read,
-        buf: BytesMut::with_capacity(64 << 10),
-        decoder: FrameDecoder::new(identity.frame_bytes_max),
+        buf: BytesMut::with_capacity(HANDSHAKE_FRAME_BYTES_MAX),
+        decoder: FrameDecoder::new(HANDSHAKE_FRAME_BYTES_MAX),
+        room: None,
+        held: None,
     };
     let mut writer = FrameWriter { write, out: Vec::new(), max: identity.frame_bytes_max };
     let own = Hello { peer: identity.peer, nonce: fresh_nonce()? };
@@ -280,7 +342,10 @@ async fn handshake(
         let Some(decoded) = reader.next().await? else { return Err(ConnError::ClosedEarly) };
         match handshake.receive(decoded.frame).map_err(WireError::from)? {
             Step::Send(frame) => writer.send(&frame).await?,
-            Step::Authenticated(peer) => return Ok(Connection { peer, reader, writer }),
+            Step::Authenticated(peer) => {
+                reader.authenticated(identity.frame_bytes_max, identity.inbound_room.clone());
+                return Ok(Connection { peer, reader, writer });
+            }
         }
     }
 }
@@ -352,7 +417,7 @@ pub async fn pump(
             });
             return counters.count_refused(&ConnError::Wire(unexpected));
         };
-        let inbound = Inbound { from, message };
+        let inbound = Inbound { from, message, room: Room(reader.take_room()) };
         if inbox.send(inbound).await.is_err() {
             return;
         }

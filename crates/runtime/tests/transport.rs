@@ -206,3 +206,51 @@ async fn connections_past_the_limit_are_closed_and_counted() {
     refused(&counters, "too_many", 1).await;
     task.abort();
 }
+
+/// Before the handshake a stranger gets room for one handshake frame: a length over
+/// it is refused as oversized before any of the frame is read, however much the
+/// authenticated limit allows.
+#[tokio::test]
+async fn a_stranger_cannot_make_the_receiver_buffer_a_large_frame() {
+    let (addr, counters, mut received, task) = listener(server_identity()).await;
+    // A length within the authenticated limit (1 MiB), never within a handshake's.
+    let mut bytes = ((1u32 << 20) - 64).to_le_bytes().to_vec();
+    bytes.extend(std::iter::repeat_n(0u8, 64 << 10));
+    send_raw(addr, &bytes).await;
+    refused(&counters, "oversized", 1).await;
+    round_trip(addr, &mut received, 1).await;
+    task.abort();
+}
+
+/// After the handshake, large frames are read only within the process's inbound
+/// room: with room for 2 MiB, a third 900 KiB write is not read off the socket until
+/// the receiver takes one of the first two.
+#[tokio::test]
+async fn large_frames_wait_for_room_until_the_receiver_takes_one() {
+    let mut identity = server_identity();
+    identity.inbound_room = Arc::new(tokio::sync::Semaphore::new(2 << 10));
+    let (addr, _counters, mut received, task) = listener(identity).await;
+    let client = Identity::new(Peer::Client(ClientId(7)), secret(1));
+    let mut connection = transport::connect(addr, &client).await.unwrap();
+    let writer = tokio::spawn(async move {
+        for request in 1..=3u64 {
+            let message = write_of(request, vec![request as u8; 900 << 10]);
+            connection.writer.send_message(&message).await.unwrap();
+        }
+        connection
+    });
+    // The first two arrive; the third waits for room, however long.
+    let mut first = Vec::new();
+    for _ in 0..2 {
+        first.push(tokio::time::timeout(PATIENCE, received.recv()).await.unwrap().unwrap());
+    }
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert!(received.try_recv().is_err(), "a third large frame was read without room");
+    // Taken apart, the first gives its room back: the third is read.
+    let Inbound { message, .. } = first.remove(0);
+    drop(message);
+    let third = tokio::time::timeout(PATIENCE, received.recv()).await.unwrap().unwrap();
+    assert!(matches!(third.message, Message::ClientWrite { request: 3, .. }));
+    let _connection = writer.await.unwrap();
+    task.abort();
+}

@@ -292,6 +292,12 @@ impl FrameDecoder {
         Ok(Some(Decoded { frame, wire_bytes: 4 + length }))
     }
 
+    /// The whole length (its field included) of the frame at the front of `buf`,
+    /// once its length field is there and checked; nothing is reserved for it.
+    pub fn pending_bytes(&self, buf: &BytesMut) -> Result<Option<usize>, WireError> {
+        Ok(self.length(buf)?.map(|length| 4 + length))
+    }
+
     /// The length field at the front of `buf`, once it is there and checked.
     fn length(&self, buf: &BytesMut) -> Result<Option<usize>, WireError> {
         let Some(field) = buf.get(0..4) else { return Ok(None) };

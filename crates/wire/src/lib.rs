@@ -49,6 +49,10 @@ impl Frame {
 /// Bytes of a handshake nonce.
 pub const NONCE_BYTES: usize = 32;
 
+/// The largest frame a peer may send before it is authenticated: a `Hello` or a
+/// `Proof` takes well under this, so a stranger makes the receiver buffer no more.
+pub const HANDSHAKE_FRAME_BYTES_MAX: usize = 256;
+
 #[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct Hello {
     /// The role and id the sender speaks as.
