@@ -6,7 +6,6 @@
 //! grace period).
 
 use std::path::{Path, PathBuf};
-use std::process::Stdio;
 use std::time::Duration;
 
 use anyhow::{Context, Result, bail};
@@ -15,7 +14,6 @@ use somnus_core::gear::Policy;
 use somnus_runtime::cluster_file::{ClusterFile, ClusterSection, GearSection};
 use somnus_runtime::ports::{self, loopback_ports};
 use somnus_runtime::secret_file;
-use tokio::process::{Child, Command};
 
 use crate::cluster_cmd::{DEFAULT_DIR, runtime};
 
@@ -138,10 +136,8 @@ pub(crate) fn create_cluster(
     ClusterFile::load(path).map_err(Into::into)
 }
 
-pub(crate) struct Running {
-    pub(crate) name: String,
-    pub(crate) child: Child,
-}
+pub(crate) use crate::children::Running;
+use crate::children::Spec;
 
 async fn supervise(
     exe: &Path,
@@ -200,34 +196,19 @@ pub(crate) fn start_all(
     logs: &Path,
 ) -> Result<Vec<Running>> {
     std::fs::create_dir_all(logs).with_context(|| format!("cannot create {}", logs.display()))?;
-    let cluster = path.to_string_lossy().into_owned();
+    let cluster = path.as_os_str().to_owned();
     let mut roles =
-        vec![("mds".to_owned(), vec!["mds".to_owned(), "--cluster".into(), cluster.clone()])];
+        vec![("mds".to_owned(), vec!["mds".into(), "--cluster".into(), cluster.clone()])];
     for server in &file.servers {
-        let args = vec![
-            "server".to_owned(),
-            "--id".into(),
-            server.id.to_string(),
-            "--cluster".into(),
-            cluster.clone(),
-        ];
+        let id = server.id.to_string();
+        let args =
+            vec!["server".into(), "--id".into(), id.into(), "--cluster".into(), cluster.clone()];
         roles.push((format!("server-{}", server.id), args));
     }
     let mut children = Vec::new();
     for (name, args) in roles {
-        let log = std::fs::File::create(logs.join(format!("{name}.log")))
-            .with_context(|| format!("cannot create the log of {name}"))?;
-        let mut command = Command::new(exe);
-        command
-            .args(&args)
-            .stdin(Stdio::null())
-            .stdout(log.try_clone()?)
-            .stderr(log)
-            .kill_on_drop(true);
-        // A cluster never outlives the `up` that started it, however `up` ends.
-        command.env(STOP_WITH_PARENT, std::process::id().to_string());
-        let child = command.spawn().with_context(|| format!("cannot start {name}"))?;
-        children.push(Running { name, child });
+        let log = logs.join(format!("{name}.log"));
+        children.push(Running::start(Spec { name, program: exe.to_owned(), args, log })?);
     }
     Ok(children)
 }
@@ -250,61 +231,37 @@ pub(crate) fn start_s3(
         );
         return Ok(None);
     }
-    // The gateway prints its secret key: its log is its owner's only.
-    let log = {
-        use std::os::unix::fs::OpenOptionsExt;
-        std::fs::OpenOptions::new()
-            .write(true)
-            .create(true)
-            .truncate(true)
-            .mode(0o600)
-            .open(logs.join("s3.log"))
-            .context("cannot create the log of s3")?
-    };
-    // A log made by an earlier version keeps its mode when opened: set it.
-    log.set_permissions(std::os::unix::fs::PermissionsExt::from_mode(0o600))?;
     let http = loopback_ports(1, address.port().saturating_add(1)).ok().map(|ports| ports[0]);
-    let mut command = Command::new(exe);
-    command.args(["s3", "--listen", &address.to_string(), "--access-log"]);
-    command.arg(logs.join("s3-access.log"));
+    let mut args: Vec<std::ffi::OsString> = vec!["s3".into(), "--listen".into()];
+    args.push(address.to_string().into());
+    args.push("--access-log".into());
+    args.push(logs.join("s3-access.log").into());
     if let Some(http) = http {
-        command.args(["--http", &http.to_string()]);
+        args.push("--http".into());
+        args.push(http.to_string().into());
     }
-    command
-        .args(["--cluster"])
-        .arg(path)
-        .stdin(Stdio::null())
-        .stdout(log.try_clone()?)
-        .stderr(log)
-        .kill_on_drop(true)
-        .env(STOP_WITH_PARENT, std::process::id().to_string());
-    let child = command.spawn().context("cannot start the S3 gateway")?;
-    Ok(Some((Running { name: "s3".into(), child }, address, http)))
+    args.push("--cluster".into());
+    args.push(path.as_os_str().to_owned());
+    // The gateway prints its secret key: its log, as every child's, is its owner's only.
+    let spec = Spec { name: "s3".into(), program: exe.to_owned(), args, log: logs.join("s3.log") };
+    let running = Running::start(spec).context("cannot start the S3 gateway")?;
+    Ok(Some((running, address, http)))
 }
 
-/// Returns on SIGINT or SIGTERM; a child that ends meanwhile is reported.
+/// Returns on SIGINT or SIGTERM; a child that exits meanwhile is said and started
+/// again after a backoff (1 s, doubling at each exit in a row, at most 60 s).
 async fn wait_for_stop(children: &mut [Running]) -> Result<()> {
     use tokio::signal::unix::{SignalKind, signal};
     let mut interrupt = signal(SignalKind::interrupt())?;
     let mut terminate = signal(SignalKind::terminate())?;
-    let mut reported = vec![false; children.len()];
     loop {
         tokio::select! {
             _ = interrupt.recv() => return Ok(()),
             _ = terminate.recv() => return Ok(()),
             () = tokio::time::sleep(Duration::from_millis(500)) => {}
         }
-        for (index, running) in children.iter_mut().enumerate() {
-            if reported[index] {
-                continue;
-            }
-            if let Ok(Some(status)) = running.child.try_wait() {
-                reported[index] = true;
-                noteln!("somnus: {} exited ({status}); see its log", running.name);
-            }
-        }
-        if reported.iter().all(|r| *r) {
-            bail!("every process of the cluster has exited");
+        for running in children.iter_mut() {
+            running.supervise()?;
         }
     }
 }

@@ -118,6 +118,20 @@ fn processes_of(cluster: &Path) -> Vec<String> {
     found
 }
 
+/// The process id of the one process whose command line names `cluster` and `role`
+/// (`server --id 4`), if there is one.
+fn pid_of(cluster: &Path, role: &str) -> Option<i32> {
+    let needle = cluster.to_string_lossy().into_owned();
+    for entry in std::fs::read_dir("/proc").unwrap().flatten() {
+        let Ok(cmdline) = std::fs::read(entry.path().join("cmdline")) else { continue };
+        let cmdline = String::from_utf8_lossy(&cmdline).replace('\0', " ");
+        if cmdline.contains(&needle) && cmdline.contains(role) {
+            return entry.file_name().to_str()?.parse().ok();
+        }
+    }
+    None
+}
+
 /// Waits up to 20 s until `count` processes name `cluster` (a child just forked
 /// shows its parent's command line until it executes its own).
 fn wait_for_processes(cluster: &Path, count: usize) {
@@ -187,9 +201,10 @@ fn until_it_succeeds(args: &[&str], cluster: &Path) -> std::process::Output {
 
 /// `somnus up` starts eleven processes (an MDS, nine servers and the S3 gateway) and
 /// says how to reach them; SIGTERM stops them
-/// all (exit 0); a second `up` on the same directory serves what the first stored;
-/// Ctrl-C (SIGINT) stops that one too; and a third, SIGKILLed, leaves none behind
-/// (its children stop with it).
+/// all (exit 0); a second `up` on the same directory serves what the first stored,
+/// starts a SIGKILLed server again (its log appended to, not truncated); Ctrl-C
+/// (SIGINT) stops that one too; and a third, SIGKILLed, leaves none behind (its
+/// children stop with it).
 #[test]
 fn up_starts_a_cluster_keeps_its_state_and_stops_everything_on_a_signal() {
     use nix::sys::signal::{Signal, kill};
@@ -222,6 +237,21 @@ fn up_starts_a_cluster_keeps_its_state_and_stops_everything_on_a_signal() {
     let get = until_it_succeeds(&["get", "kept", output.to_str().unwrap()], &cluster);
     assert!(get.status.success(), "{}", said(&get));
     assert!(std::fs::read(&output).unwrap() == pattern(5, 300_000));
+    // A server that dies is started again (its log keeps what it said before).
+    let role = "server --id 4 ";
+    let victim = pid_of(&cluster, role).expect("server 4 runs");
+    kill(Pid::from_raw(victim), Signal::SIGKILL).unwrap();
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while pid_of(&cluster, role).is_none_or(|pid| pid == victim) {
+        assert!(Instant::now() < deadline, "server 4 was not started again");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    let log = std::fs::read_to_string(data_dir.join("logs/server-4.log")).unwrap();
+    let starts = log.lines().filter(|l| l.starts_with("somnus up: started server-4")).count();
+    assert_eq!(starts, 3, "two runs of up and a restart, in one log:\n{log}");
+    assert!(log.contains("server-4 exited (signal: 9") && log.contains("starting it again in"));
+    let get = until_it_succeeds(&["get", "kept", output.to_str().unwrap()], &cluster);
+    assert!(get.status.success(), "{}", said(&get));
     kill(Pid::from_raw(second.id() as i32), Signal::SIGINT).unwrap();
     assert!(exited_within(&mut second, Duration::from_secs(30)).success());
     wait_for_processes(&cluster, 0);
