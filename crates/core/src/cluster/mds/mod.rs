@@ -208,6 +208,9 @@ pub enum Command {
         server: ServerId,
         sent_at: ServerTime,
     },
+    /// A failed server came back: the groups P4 kept on (their primaries could not
+    /// log) are kept on no longer; a primary that still cannot log asks again.
+    ReleaseKeptOn,
 }
 
 /// What the MDS dropped or did, for tests and metrics.
@@ -724,6 +727,11 @@ impl Mds {
                 }
             }
             Command::KeepReplicasOn { group } => self.groups[group.index()].kept_on = true,
+            Command::ReleaseKeptOn => {
+                for group in &mut self.groups {
+                    group.kept_on = false;
+                }
+            }
             Command::ReplaceReplica { group, lost, with } => {
                 let entry = &mut self.groups[group.index()];
                 if let Some(slot) = entry.replicas.iter_mut().find(|r| **r == *lost) {
@@ -839,6 +847,7 @@ impl Mds {
         self.index_server(server);
         let entry = &self.servers[server.index()];
         let came_back = !matches!(entry.power, ServerPower::On | ServerPower::Draining);
+        let was_failed = entry.power == ServerPower::Failed;
         let stays_on = self.keeps_on(server);
         if came_back {
             // Back from sleep or a failure; in a gear that has it off, it drains again.
@@ -882,7 +891,12 @@ impl Mds {
         self.assign_leaderless(server);
         if came_back {
             self.rebalance_after_wakes();
-            // Servers that covered for this one while it was away may sleep again.
+            // Servers that covered for this one while it was away may sleep again;
+            // back from a failure, those P4 woke too (the loggers it brings back may
+            // be what they lacked; a sleeper woken for them is what they asked for).
+            if was_failed && self.groups.iter().any(|g| g.kept_on) {
+                self.commit(Command::ReleaseKeptOn);
+            }
             self.settle_power();
         }
     }

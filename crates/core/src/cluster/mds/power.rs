@@ -64,7 +64,8 @@ impl Mds {
     }
 
     /// P4: a primary that cannot log a write gets its replicas back: those draining
-    /// stay on, those asleep wake, and the gear leaves them on until it shifts again.
+    /// stay on, those asleep wake, and they stay on until the gear shifts again or a
+    /// failed server comes back (then the primary asks again if it still cannot log).
     pub(super) fn keep_replicas_on(&mut self, group: ChunkGroupId) {
         if self.groups[group.index()].kept_on {
             return;
