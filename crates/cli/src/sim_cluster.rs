@@ -29,7 +29,8 @@ pub(crate) struct ClusterArgs {
     #[arg(long, default_value_t = 4, value_parser = clap::value_parser!(u32).range(1..=4096))]
     clients: u32,
     /// Fault kinds: `all`, `none`, or a list of loss, duplication, delay, partition,
-    /// crash, corrupt, slow-disk, full-disk, gear, lost (README: what each does).
+    /// crash, corrupt, slow-disk, full-disk, gear, lost, mds-crash (README: what each
+    /// does).
     #[arg(long, default_value = "all", value_parser = FaultSet::parse)]
     faults: FaultSet,
     /// Virtual seconds of workload under faults; the heal and quiesce follow.
