@@ -151,7 +151,8 @@ impl ProcessLog {
     pub(crate) fn append(&self, line: &[u8]) {
         let mut guard = self.file.lock().unwrap_or_else(PoisonError::into_inner);
         if guard.1 > 0 && guard.1 + line.len() as u64 + 1 > LOG_BYTES_MAX {
-            match self.rotate() {
+            let rotated = somnus_runtime::durable::rotate_log(&self.path, LOGS_KEPT);
+            match rotated.and_then(|()| open_append(&self.path)) {
                 Ok(file) => *guard = (file, 0),
                 Err(error) => eprintln!("somnus: cannot rotate {}: {error}", self.path.display()),
             }
@@ -163,27 +164,10 @@ impl ProcessLog {
             Err(error) => eprintln!("somnus: cannot write {}: {error}", self.path.display()),
         }
     }
-
-    /// `path` becomes `path.1`, `path.1` becomes `path.2`, ..., the oldest goes; a new
-    /// file in its place.
-    fn rotate(&self) -> std::io::Result<std::fs::File> {
-        let numbered = |n: u32| {
-            let mut name = self.path.clone().into_os_string();
-            name.push(format!(".{n}"));
-            PathBuf::from(name)
-        };
-        let _ = std::fs::remove_file(numbered(LOGS_KEPT));
-        for n in (1..LOGS_KEPT).rev() {
-            let _ = std::fs::rename(numbered(n), numbered(n + 1));
-        }
-        std::fs::rename(&self.path, numbered(1))?;
-        open_append(&self.path)
-    }
 }
 
 fn open_append(path: &Path) -> std::io::Result<std::fs::File> {
-    use std::os::unix::fs::OpenOptionsExt;
-    std::fs::OpenOptions::new().create(true).append(true).mode(0o600).open(path)
+    somnus_runtime::durable::private_file().create(true).append(true).open(path)
 }
 
 #[cfg(test)]

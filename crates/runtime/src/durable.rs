@@ -4,6 +4,22 @@ use std::fs::{File, OpenOptions};
 use std::io::Write;
 use std::path::{Path, PathBuf};
 
+/// Rotates the log at `path`: `path.N-1` becomes `path.N` (the old `path.N`, the
+/// oldest of `keep`, goes), ..., `path` becomes `path.1`; the caller opens a new
+/// `path` as it opened the first.
+pub fn rotate_log(path: &Path, keep: u32) -> std::io::Result<()> {
+    let numbered = |n: u32| {
+        let mut name = path.to_owned().into_os_string();
+        name.push(format!(".{n}"));
+        PathBuf::from(name)
+    };
+    let _ = std::fs::remove_file(numbered(keep));
+    for n in (1..keep).rev() {
+        let _ = std::fs::rename(numbered(n), numbered(n + 1));
+    }
+    std::fs::rename(path, numbered(1))
+}
+
 /// Syncs the directory `dir`, so that files created, renamed or removed in it stay so
 /// after a crash.
 pub fn sync_dir(dir: &Path) -> std::io::Result<()> {

@@ -211,16 +211,7 @@ impl Writer {
 
     /// `path` becomes `path.1`, `path.1` becomes `path.2`, ..., the oldest goes.
     fn rotate(&mut self) -> std::io::Result<()> {
-        let numbered = |n: u32| {
-            let mut name = self.path.clone().into_os_string();
-            name.push(format!(".{n}"));
-            PathBuf::from(name)
-        };
-        let _ = std::fs::remove_file(numbered(self.keep));
-        for n in (1..self.keep).rev() {
-            let _ = std::fs::rename(numbered(n), numbered(n + 1));
-        }
-        std::fs::rename(&self.path, numbered(1))?;
+        somnus_runtime::durable::rotate_log(&self.path, self.keep)?;
         self.file = std::fs::OpenOptions::new().create(true).append(true).open(&self.path)?;
         self.size = 0;
         Ok(())
