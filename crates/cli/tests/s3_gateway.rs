@@ -344,6 +344,7 @@ fn cpu_seconds(pid: u32) -> f64 {
 /// refused at the gateway). A slowloris is closed after the header timeout, an idle
 /// keep-alive connection after the idle timeout and not before; past the cap a
 /// connection is answered 503 SlowDown and closed, and served again once others close;
+/// a refusal given before its request's body was read says the connection closes;
 /// and out of file descriptors the accept loop backs off instead of spinning (it
 /// took 55-93 % of a core while new clients timed out), serving again once they are
 /// back.
@@ -380,6 +381,20 @@ fn the_gateway_bounds_its_connections() {
     let after = closed_within(&mut idle, Duration::from_secs(10)).expect("idle held 10 s");
     assert!(after >= Duration::from_millis(1_500), "closed after {after:?}, idle 2 s");
     assert!(after < Duration::from_secs(5), "closed after {after:?}, idle 2 s");
+    assert!(!answer.to_lowercase().contains("connection: close"), "{answer}");
+
+    // A refusal given before its body was read (a PUT whose client waits for 100
+    // Continue) says `Connection: close`, as the connection then closes: a client that
+    // reused it (boto3 did, under load) saw it closed under its next request.
+    let mut expecting = TcpStream::connect(gateway.address).unwrap();
+    expecting
+        .write_all(b"PUT /bucket/key HTTP/1.1\r\nHost: gateway\r\nContent-Length: 1\r\nExpect: 100-continue\r\n\r\n")
+        .unwrap();
+    expecting.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+    let mut refusal = String::new();
+    expecting.read_to_string(&mut refusal).unwrap();
+    assert!(refusal.starts_with("HTTP/1.1 403"), "{refusal}");
+    assert!(refusal.to_lowercase().contains("connection: close"), "{refusal}");
 
     // The cap: eight open, the ninth refused with S3's SlowDown; served again after.
     let mut open: Vec<TcpStream> =

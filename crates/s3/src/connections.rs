@@ -284,3 +284,59 @@ impl AsyncWrite for Watched {
         Pin::new(&mut self.socket).poll_shutdown(cx)
     }
 }
+
+/// A request's body that tells whether it was read to its end. An answer given before
+/// its request's body was read (a refusal of an `Expect: 100-continue` PUT, whose
+/// client then never sends the body) leaves the connection unusable for the next
+/// request: hyper closes it after the answer, and a client that reused it meanwhile
+/// saw it closed under its next request. Such an answer says `Connection: close`.
+pub struct ReadToEnd<B> {
+    body: B,
+    ended: Arc<std::sync::atomic::AtomicBool>,
+}
+
+impl<B: hyper::body::Body + Unpin> ReadToEnd<B> {
+    /// `body`, and a flag that is set once it has been read to its end.
+    pub fn new(body: B) -> (ReadToEnd<B>, Arc<std::sync::atomic::AtomicBool>) {
+        let ended = Arc::new(std::sync::atomic::AtomicBool::new(body.is_end_stream()));
+        (ReadToEnd { body, ended: ended.clone() }, ended)
+    }
+}
+
+impl<B: hyper::body::Body + Unpin> hyper::body::Body for ReadToEnd<B> {
+    type Data = B::Data;
+    type Error = B::Error;
+
+    fn poll_frame(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<hyper::body::Frame<B::Data>, B::Error>>> {
+        let polled = Pin::new(&mut self.body).poll_frame(cx);
+        if matches!(polled, Poll::Ready(None)) || self.body.is_end_stream() {
+            self.ended.store(true, Ordering::Release);
+        }
+        polled
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.body.is_end_stream()
+    }
+
+    fn size_hint(&self) -> hyper::body::SizeHint {
+        self.body.size_hint()
+    }
+}
+
+/// Says `Connection: close` on `response` unless its request's body was read to its
+/// end (`ended`).
+pub fn close_unless_read(
+    response: &mut http::Response<s3s::Body>,
+    ended: &std::sync::atomic::AtomicBool,
+) {
+    if !ended.load(Ordering::Acquire) {
+        counter!("somnus_s3_connections_closed_total", "why" => "body_unread").increment(1);
+        response
+            .headers_mut()
+            .insert(http::header::CONNECTION, http::HeaderValue::from_static("close"));
+    }
+}

@@ -14,7 +14,7 @@ use s3s::{S3Result, s3_error};
 use tokio::net::TcpListener;
 
 use crate::compat::{self, RequestIds};
-use crate::connections::{self, Activity, Limits, Open, Watched};
+use crate::connections::{self, Activity, Limits, Open, ReadToEnd, Watched};
 use crate::gateway::Gateway;
 use crate::observe::{self, AccessLog, Answered};
 use crate::store::Store;
@@ -143,8 +143,14 @@ fn as_s3_answers(
             .or_else(|| compat::two_signatures_refused(request.headers(), &query))
             .or_else(|| compat::out_of_scope_refused(&method, request.headers()))
             .or_else(|| compat::storage_class_refused(request.headers()));
+        let (parts, body) = request.into_parts();
+        let (body, body_read) = ReadToEnd::new(body);
+        let request = http::Request::from_parts(parts, s3s::Body::http_body(body));
         let call = match refused {
-            None => Ok(hyper::service::Service::call(&service, request)),
+            None => {
+                let service = service.clone();
+                Ok(async move { service.call(request).await })
+            }
             Some(error) => Err(error),
         };
         let log = log.clone();
@@ -162,6 +168,7 @@ fn as_s3_answers(
                 escape_control_characters(&mut response);
             }
             compat::with_request_id(&mut response, &id);
+            connections::close_unless_read(&mut response, &body_read);
             let code = response.body().bytes().filter(|_| response.status().as_u16() >= 400);
             let answered = Answered {
                 id: &id,
