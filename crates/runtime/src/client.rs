@@ -43,6 +43,8 @@ pub enum ClientError {
     TimedOut(std::time::Duration),
     #[error("cannot draw a client id: {0}")]
     Entropy(String),
+    #[error(transparent)]
+    Tls(#[from] crate::tls::TlsError),
 }
 
 type Reply = oneshot::Sender<ClientOutcome>;
@@ -89,7 +91,7 @@ impl ClusterClient {
         // Ids with the top bit set are the runtime's clients (the simulator counts
         // its clients from 0).
         let id = ClientId(u32::from_le_bytes(id) | 1 << 31);
-        let identity = Arc::new(Identity::new(Peer::Client(id), secret));
+        let identity = Arc::new(Identity::on(file.cluster.wire, Peer::Client(id), secret)?);
         let (inbox_tx, inbox) = mpsc::channel(1024);
         let outbox =
             Outbox::new(identity, file.clone(), Arc::new(WireCounters::default()), inbox_tx);

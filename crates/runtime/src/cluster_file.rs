@@ -136,6 +136,28 @@ pub struct ClusterSection {
     /// that died between its data and its bind).
     #[serde(default = "default_pending_grace", skip_serializing_if = "is_default_pending_grace")]
     pub pending_grace_s: f64,
+    /// How the cluster's processes speak to each other: `tls` (the default) or `plain`.
+    #[serde(default, skip_serializing_if = "Wire::is_tls")]
+    pub wire: Wire,
+}
+
+/// The cluster wire's protection (`[cluster] wire`).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Wire {
+    /// TLS 1.3, each process with a certificate of the cluster's CA naming its role
+    /// and id: nobody without the secret can read, alter, replay or relay a frame.
+    #[default]
+    Tls,
+    /// Frames in the clear, authenticated only at the connection's start: for a
+    /// network only the cluster's machines can reach (and to measure TLS's cost).
+    Plain,
+}
+
+impl Wire {
+    fn is_tls(&self) -> bool {
+        *self == Wire::Tls
+    }
 }
 
 /// Seconds (checked to be finite and within a year) as a duration.
@@ -188,6 +210,7 @@ impl Default for ClusterSection {
             disk_reserve_bytes: default_disk_reserve(),
             free_grace_s: default_free_grace(),
             pending_grace_s: default_pending_grace(),
+            wire: Wire::Tls,
         }
     }
 }

@@ -29,4 +29,5 @@ pub mod secret_file;
 pub mod server_disk;
 pub mod server_node;
 pub mod status;
+pub mod tls;
 pub mod transport;

@@ -110,7 +110,7 @@ impl Outbox {
         mut rx: mpsc::UnboundedReceiver<Message>,
     ) {
         let counters = self.counters.clone();
-        let connection = match transport::connect(address, &self.identity).await {
+        let connection = match transport::connect(address, peer, &self.identity).await {
             Ok(connection) if connection.peer == peer => connection,
             Ok(_) | Err(_) => {
                 // Unreachable (or not who the book says): what was queued is lost, as

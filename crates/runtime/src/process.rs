@@ -32,6 +32,8 @@ pub enum ProcessError {
     File(#[from] crate::cluster_file::ClusterFileError),
     #[error(transparent)]
     Secret(#[from] secret_file::SecretFileError),
+    #[error(transparent)]
+    Tls(#[from] crate::tls::TlsError),
     #[error("cannot listen on {address}: {source}")]
     Listen { address: std::net::SocketAddr, source: std::io::Error },
     #[error("the cluster file has no server {0}")]
@@ -67,7 +69,7 @@ async fn wire(
     secret: ClusterSecret,
     peer: Peer,
 ) -> Result<Wiring, ProcessError> {
-    let identity = Arc::new(Identity::new(peer, secret));
+    let identity = Arc::new(Identity::on(file.cluster.wire, peer, secret)?);
     let counters = Arc::new(WireCounters::default());
     let (inbox_tx, inbox) = mpsc::channel(4096);
     let outbox = Outbox::new(identity.clone(), file.clone(), counters.clone(), inbox_tx.clone());

@@ -1,7 +1,8 @@
 //! Connections between somnus processes: TCP streams of wire frames
-//! (docs/format/wire.md), each authenticated by the cluster's secret before a message
-//! passes. A connection that sends anything else is refused, counted by why, and
-//! closed; the listener goes on serving the others.
+//! (docs/format/wire.md) inside TLS 1.3 (`tls`), each end proving by certificate that
+//! it is the peer it says, then by the handshake of frames that it knows the cluster's
+//! secret, before a message passes. A connection that sends anything else is refused,
+//! counted by why, and closed; the listener goes on serving the others.
 
 use std::io::IoSlice;
 use std::net::SocketAddr;
@@ -15,10 +16,12 @@ use somnus_wire::{
     ClusterSecret, Decoded, FRAME_BYTES_MAX_DEFAULT, Frame, FrameDecoder,
     HANDSHAKE_FRAME_BYTES_MAX, Handshake, Hello, NONCE_BYTES, Side, Step, WireError,
 };
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
-use tokio::net::tcp::{OwnedReadHalf, OwnedWriteHalf};
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::{OwnedSemaphorePermit, Semaphore, mpsc};
+
+use crate::cluster_file::Wire;
+use crate::tls::{self, TlsError, WireTls};
 
 /// Who this process is on the wire, and the limits it holds its peers to.
 #[derive(Clone, Debug)]
@@ -35,6 +38,8 @@ pub struct Identity {
     /// state machine, in KiB, shared by every connection of the process: a reader
     /// waits for room before it reads a large frame (TCP then slows its sender).
     pub inbound_room: Arc<Semaphore>,
+    /// TLS on every connection; `None` on a cluster whose file says `wire = "plain"`.
+    pub tls: Option<Arc<WireTls>>,
 }
 
 /// The process's room for inbound frames by default (in KiB: 256 MiB).
@@ -45,16 +50,26 @@ pub const INBOUND_ROOM_KIB: usize = 256 << 10;
 const ROOM_FREE_BYTES: usize = 64 << 10;
 
 impl Identity {
-    /// The defaults: 16 MiB frames, 5 s to authenticate, 4096 connections.
-    pub fn new(peer: Peer, secret: ClusterSecret) -> Identity {
-        Identity {
+    /// The defaults: TLS, 16 MiB frames, 5 s to authenticate, 4096 connections.
+    pub fn new(peer: Peer, secret: ClusterSecret) -> Result<Identity, TlsError> {
+        Identity::on(Wire::Tls, peer, secret)
+    }
+
+    /// The defaults on `wire`.
+    pub fn on(wire: Wire, peer: Peer, secret: ClusterSecret) -> Result<Identity, TlsError> {
+        let tls = match wire {
+            Wire::Tls => Some(Arc::new(WireTls::new(&secret, peer)?)),
+            Wire::Plain => None,
+        };
+        Ok(Identity {
             peer,
             secret,
             frame_bytes_max: FRAME_BYTES_MAX_DEFAULT,
             handshake_timeout: Duration::from_secs(5),
             connections_max: 4096,
             inbound_room: Arc::new(Semaphore::new(INBOUND_ROOM_KIB)),
-        }
+            tls,
+        })
     }
 }
 
@@ -73,10 +88,14 @@ pub enum ConnError {
     TooMany { limit: usize },
     #[error("no fresh nonce from the operating system: {0}")]
     Entropy(String),
+    #[error("TLS: {0}")]
+    Tls(std::io::Error),
+    #[error("the peer is {got:?}, not {expected:?} (its certificate or its handshake says so)")]
+    WrongPeer { expected: Option<Peer>, got: Peer },
 }
 
 /// Every kind of refusal a listener counts, as `ConnError::kind` names them.
-pub const REFUSAL_KINDS: [&str; 13] = [
+pub const REFUSAL_KINDS: [&str; 15] = [
     "oversized",
     "malformed",
     "unknown_version",
@@ -90,9 +109,21 @@ pub const REFUSAL_KINDS: [&str; 13] = [
     "too_many",
     "io",
     "entropy",
+    "tls",
+    "wrong_peer",
 ];
 
 impl ConnError {
+    /// A read's error: TLS's (a record that does not decrypt: altered, replayed or
+    /// not TLS) or the socket's.
+    fn from_read(error: std::io::Error) -> ConnError {
+        if error.get_ref().is_some_and(|inner| inner.is::<rustls::Error>()) {
+            ConnError::Tls(error)
+        } else {
+            ConnError::Io(error)
+        }
+    }
+
     /// A short, stable name for counters and metrics labels: one of `REFUSAL_KINDS`.
     pub fn kind(&self) -> &'static str {
         match self {
@@ -102,6 +133,8 @@ impl ConnError {
             ConnError::ClosedEarly => "closed_early",
             ConnError::TooMany { .. } => "too_many",
             ConnError::Entropy(_) => "entropy",
+            ConnError::Tls(_) => "tls",
+            ConnError::WrongPeer { .. } => "wrong_peer",
         }
     }
 }
@@ -163,9 +196,8 @@ impl WireCounters {
 /// the peer is authenticated it buffers one handshake frame at most
 /// (`HANDSHAKE_FRAME_BYTES_MAX`); after, a frame over `ROOM_FREE_BYTES` is read once
 /// the process's inbound room has its size, held until the state machine takes it.
-#[derive(Debug)]
 pub struct FrameReader {
-    read: OwnedReadHalf,
+    read: Box<dyn AsyncRead + Send + Unpin>,
     buf: BytesMut,
     decoder: FrameDecoder,
     /// None before authentication.
@@ -192,7 +224,7 @@ impl FrameReader {
                 let step = if self.room.is_some() { 64 << 10 } else { HANDSHAKE_FRAME_BYTES_MAX };
                 self.buf.reserve(step);
             }
-            if self.read.read_buf(&mut self.buf).await? == 0 {
+            if self.read.read_buf(&mut self.buf).await.map_err(ConnError::from_read)? == 0 {
                 self.decoder.at_end(&self.buf)?;
                 return Ok(None);
             }
@@ -211,14 +243,19 @@ impl FrameReader {
     }
 }
 
+impl std::fmt::Debug for FrameReader {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("FrameReader").field("buffered", &self.buf.len()).finish_non_exhaustive()
+    }
+}
+
 /// Payload bytes from which a message's payloads are written from where they are
 /// rather than copied into the frame's buffer first.
 const SEND_APART_FROM_BYTES: usize = 64 << 10;
 
 /// The writing half of a connection.
-#[derive(Debug)]
 pub struct FrameWriter {
-    write: OwnedWriteHalf,
+    write: Box<dyn AsyncWrite + Send + Unpin>,
     out: Vec<u8>,
     max: usize,
 }
@@ -254,13 +291,22 @@ impl FrameWriter {
             }
             IoSlice::advance_slices(&mut slices, written);
         }
+        // TLS holds records until flushed.
+        self.write.flush().await?;
         Ok(())
     }
 
     /// Writes the frame encoded in `out`.
     async fn flush_out(&mut self) -> Result<(), ConnError> {
         self.write.write_all(&self.out).await?;
+        self.write.flush().await?;
         Ok(())
+    }
+}
+
+impl std::fmt::Debug for FrameWriter {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("FrameWriter").field("max", &self.max).finish_non_exhaustive()
     }
 }
 
@@ -301,11 +347,17 @@ impl PartialEq for Room {
 
 impl Eq for Room {}
 
-/// Connects to `addr` and authenticates both ways, all within the handshake timeout.
-pub async fn connect(addr: SocketAddr, identity: &Identity) -> Result<Connection, ConnError> {
+/// Connects to `peer` at `addr` and authenticates both ways, all within the
+/// handshake timeout; an answer from any other peer is refused before this side shows
+/// who it is.
+pub async fn connect(
+    addr: SocketAddr,
+    peer: Peer,
+    identity: &Identity,
+) -> Result<Connection, ConnError> {
     let attempt = async {
         let stream = TcpStream::connect(addr).await?;
-        handshake(stream, identity, Side::Initiator).await
+        handshake(stream, identity, Some(peer)).await
     };
     tokio::time::timeout(identity.handshake_timeout, attempt)
         .await
@@ -314,18 +366,20 @@ pub async fn connect(addr: SocketAddr, identity: &Identity) -> Result<Connection
 
 /// Authenticates a connection a listener accepted, within the handshake timeout.
 pub async fn accept(stream: TcpStream, identity: &Identity) -> Result<Connection, ConnError> {
-    tokio::time::timeout(identity.handshake_timeout, handshake(stream, identity, Side::Acceptor))
+    tokio::time::timeout(identity.handshake_timeout, handshake(stream, identity, None))
         .await
         .map_err(|_| ConnError::HandshakeTimeout(identity.handshake_timeout))?
 }
 
+/// Authenticates a connection: as the dialer of `dialed`, or as the acceptor (`None`).
 async fn handshake(
     stream: TcpStream,
     identity: &Identity,
-    side: Side,
+    dialed: Option<Peer>,
 ) -> Result<Connection, ConnError> {
     stream.set_nodelay(true)?;
-    let (read, write) = stream.into_split();
+    let side = if dialed.is_some() { Side::Initiator } else { Side::Acceptor };
+    let (read, write, certificate) = secure(stream, identity, dialed).await?;
     // A stranger gets room for one handshake frame, nothing more.
     let mut reader = FrameReader {
         read,
@@ -343,9 +397,55 @@ async fn handshake(
         match handshake.receive(decoded.frame).map_err(WireError::from)? {
             Step::Send(frame) => writer.send(&frame).await?,
             Step::Authenticated(peer) => {
+                let named = certificate.as_ref().is_none_or(|c| tls::names(c, peer));
+                if dialed.is_some_and(|dialed| dialed != peer) || !named {
+                    return Err(ConnError::WrongPeer { expected: dialed, got: peer });
+                }
                 reader.authenticated(identity.frame_bytes_max, identity.inbound_room.clone());
                 return Ok(Connection { peer, reader, writer });
             }
+        }
+    }
+}
+
+type Halves = (
+    Box<dyn AsyncRead + Send + Unpin>,
+    Box<dyn AsyncWrite + Send + Unpin>,
+    Option<rustls::pki_types::CertificateDer<'static>>,
+);
+
+/// The connection's TLS session, if the identity has TLS: as the dialer, with the
+/// answering end's certificate checked to name `dialed`; as the acceptor, with the
+/// dialer's certificate (checked to be the cluster CA's) returned to be checked
+/// against the peer it then claims.
+async fn secure(
+    stream: TcpStream,
+    identity: &Identity,
+    dialed: Option<Peer>,
+) -> Result<Halves, ConnError> {
+    let Some(tls) = &identity.tls else {
+        let (read, write) = stream.into_split();
+        return Ok((Box::new(read), Box::new(write), None));
+    };
+    match dialed {
+        Some(peer) => {
+            let connector = tokio_rustls::TlsConnector::from(tls.client.clone());
+            let stream =
+                connector.connect(tls::peer_name(peer), stream).await.map_err(ConnError::Tls)?;
+            let (read, write) = tokio::io::split(stream);
+            Ok((Box::new(read), Box::new(write), None))
+        }
+        None => {
+            let acceptor = tokio_rustls::TlsAcceptor::from(tls.server.clone());
+            let stream = acceptor.accept(stream).await.map_err(ConnError::Tls)?;
+            let certificate = stream.get_ref().1.peer_certificates().and_then(|c| c.first());
+            let certificate = certificate.map(|c| c.clone().into_owned());
+            if certificate.is_none() {
+                let refused = std::io::Error::other("the peer showed no certificate");
+                return Err(ConnError::Tls(refused));
+            }
+            let (read, write) = tokio::io::split(stream);
+            Ok((Box::new(read), Box::new(write), certificate))
         }
     }
 }

@@ -1,6 +1,8 @@
 //! The transport over real loopback sockets: an authenticated peer's messages arrive;
 //! garbage, truncated, oversized, unauthenticated and wrong-secret connections are
-//! refused and counted by kind, and the listener goes on serving.
+//! refused and counted by kind, and the listener goes on serving. Frames meet the
+//! decoder first on the plain wire; on TLS (the default) garbage meets TLS first
+//! (`wire_tls.rs`).
 
 #![allow(clippy::unwrap_used, clippy::expect_used)] // Test helpers may panic.
 
@@ -8,6 +10,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use somnus_core::cluster::{ChunkId, ChunkIndex, ClientId, Epoch, Message, Payload, Peer, Stamp};
+use somnus_runtime::cluster_file::Wire;
 use somnus_runtime::transport::{self, Identity, Inbound, WireCounters};
 use somnus_types::{ByteRange, ChunkGroupId, ObjectId, ServerId};
 use somnus_wire::{ClusterSecret, Frame, Hello};
@@ -45,12 +48,14 @@ async fn listener(
     (addr, counters, received, task)
 }
 
-fn server_identity() -> Identity {
-    let mut identity = Identity::new(Peer::Server(ServerId(2)), secret(1));
+fn server_identity(wire: Wire) -> Identity {
+    let mut identity = Identity::on(wire, Peer::Server(ServerId(2)), secret(1)).unwrap();
     identity.frame_bytes_max = 1 << 20;
     identity.handshake_timeout = Duration::from_millis(500);
     identity
 }
+
+const SERVER: Peer = Peer::Server(ServerId(2));
 
 /// A client's write of `data`: a message with a payload.
 fn write_of(request: u64, data: Vec<u8>) -> Message {
@@ -67,9 +72,14 @@ fn write_of(request: u64, data: Vec<u8>) -> Message {
 }
 
 /// Connects as a client, sends one message with a payload, and checks it arrives.
-async fn round_trip(addr: std::net::SocketAddr, received: &mut mpsc::Receiver<Inbound>, n: u32) {
-    let identity = Identity::new(Peer::Client(ClientId(n)), secret(1));
-    let mut connection = transport::connect(addr, &identity).await.unwrap();
+async fn round_trip(
+    wire: Wire,
+    addr: std::net::SocketAddr,
+    received: &mut mpsc::Receiver<Inbound>,
+    n: u32,
+) {
+    let identity = Identity::on(wire, Peer::Client(ClientId(n)), secret(1)).unwrap();
+    let mut connection = transport::connect(addr, SERVER, &identity).await.unwrap();
     assert_eq!(connection.peer, Peer::Server(ServerId(2)));
     let message = write_of(n.into(), vec![n as u8; 4096]);
     connection.writer.send_message(&message).await.unwrap();
@@ -109,13 +119,14 @@ fn frame(frame: &Frame) -> Vec<u8> {
 
 #[tokio::test]
 async fn bad_connections_are_refused_and_counted_and_the_listener_keeps_serving() {
-    let (addr, counters, mut received, task) = listener(server_identity()).await;
-    round_trip(addr, &mut received, 1).await;
+    let plain = Wire::Plain;
+    let (addr, counters, mut received, task) = listener(server_identity(plain)).await;
+    round_trip(plain, addr, &mut received, 1).await;
 
     // An HTTP request: its first four bytes read as a length of half a gigabyte.
     send_raw(addr, b"GET / HTTP/1.1\r\nHost: x\r\n\r\n").await;
     refused(&counters, "oversized", 1).await;
-    round_trip(addr, &mut received, 2).await;
+    round_trip(plain, addr, &mut received, 2).await;
 
     // A plausible length, then bytes whose checksum does not match.
     send_raw(
@@ -164,8 +175,8 @@ async fn bad_connections_are_refused_and_counted_and_the_listener_keeps_serving(
     refused(&counters, "unexpected_frame", 1).await;
 
     // A process of another cluster: it fails at its end too.
-    let stranger = Identity::new(Peer::Client(ClientId(5)), secret(2));
-    let error = transport::connect(addr, &stranger).await.unwrap_err();
+    let stranger = Identity::on(plain, Peer::Client(ClientId(5)), secret(2)).unwrap();
+    let error = transport::connect(addr, SERVER, &stranger).await.unwrap_err();
     assert_eq!(error.kind(), "wrong_secret", "{error}");
     refused(&counters, "wrong_secret", 1).await;
 
@@ -175,7 +186,7 @@ async fn bad_connections_are_refused_and_counted_and_the_listener_keeps_serving(
     drop(silent);
 
     // After all of it, still serving; no refused peer's message reached the inbox.
-    round_trip(addr, &mut received, 3).await;
+    round_trip(plain, addr, &mut received, 3).await;
     assert_eq!(counters.authenticated(), 3);
     assert!(received.try_recv().is_err());
     task.abort();
@@ -183,20 +194,20 @@ async fn bad_connections_are_refused_and_counted_and_the_listener_keeps_serving(
 
 #[tokio::test]
 async fn a_frame_over_the_limit_after_the_handshake_ends_the_connection() {
-    let (addr, counters, mut received, task) = listener(server_identity()).await;
-    let identity = Identity::new(Peer::Client(ClientId(1)), secret(1));
-    let mut connection = transport::connect(addr, &identity).await.unwrap();
+    let (addr, counters, mut received, task) = listener(server_identity(Wire::Tls)).await;
+    let identity = Identity::new(Peer::Client(ClientId(1)), secret(1)).unwrap();
+    let mut connection = transport::connect(addr, SERVER, &identity).await.unwrap();
     // The client's own limit (16 MiB) lets it send what the server's (1 MiB) refuses.
     connection.writer.send_message(&write_of(1, vec![7u8; 2 << 20])).await.ok();
     refused(&counters, "oversized", 1).await;
     assert!(received.try_recv().is_err());
-    round_trip(addr, &mut received, 2).await;
+    round_trip(Wire::Tls, addr, &mut received, 2).await;
     task.abort();
 }
 
 #[tokio::test]
 async fn connections_past_the_limit_are_closed_and_counted() {
-    let mut identity = server_identity();
+    let mut identity = server_identity(Wire::Tls);
     identity.connections_max = 2;
     identity.handshake_timeout = Duration::from_secs(5);
     let (addr, counters, _received, task) = listener(identity).await;
@@ -212,13 +223,14 @@ async fn connections_past_the_limit_are_closed_and_counted() {
 /// authenticated limit allows.
 #[tokio::test]
 async fn a_stranger_cannot_make_the_receiver_buffer_a_large_frame() {
-    let (addr, counters, mut received, task) = listener(server_identity()).await;
+    let plain = Wire::Plain;
+    let (addr, counters, mut received, task) = listener(server_identity(plain)).await;
     // A length within the authenticated limit (1 MiB), never within a handshake's.
     let mut bytes = ((1u32 << 20) - 64).to_le_bytes().to_vec();
     bytes.extend(std::iter::repeat_n(0u8, 64 << 10));
     send_raw(addr, &bytes).await;
     refused(&counters, "oversized", 1).await;
-    round_trip(addr, &mut received, 1).await;
+    round_trip(plain, addr, &mut received, 1).await;
     task.abort();
 }
 
@@ -227,11 +239,11 @@ async fn a_stranger_cannot_make_the_receiver_buffer_a_large_frame() {
 /// the receiver takes one of the first two.
 #[tokio::test]
 async fn large_frames_wait_for_room_until_the_receiver_takes_one() {
-    let mut identity = server_identity();
+    let mut identity = server_identity(Wire::Tls);
     identity.inbound_room = Arc::new(tokio::sync::Semaphore::new(2 << 10));
     let (addr, _counters, mut received, task) = listener(identity).await;
-    let client = Identity::new(Peer::Client(ClientId(7)), secret(1));
-    let mut connection = transport::connect(addr, &client).await.unwrap();
+    let client = Identity::new(Peer::Client(ClientId(7)), secret(1)).unwrap();
+    let mut connection = transport::connect(addr, SERVER, &client).await.unwrap();
     let writer = tokio::spawn(async move {
         for request in 1..=3u64 {
             let message = write_of(request, vec![request as u8; 900 << 10]);

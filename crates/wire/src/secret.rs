@@ -62,6 +62,13 @@ impl ClusterSecret {
         hash.as_bytes().iter().map(|byte| format!("{byte:02x}")).collect()
     }
 
+    /// A key for `context` (a string naming its one use), derived from the secret with
+    /// BLAKE3's key derivation: knowing it tells nothing of the secret or of another
+    /// context's key.
+    pub fn derived_key(&self, context: &str) -> [u8; SECRET_BYTES] {
+        blake3::derive_key(context, &self.0)
+    }
+
     /// Whether `token` is the operator token (compared in constant time).
     pub fn is_operator_token(&self, token: &str) -> bool {
         let expected = blake3::keyed_hash(&self.0, b"somnus operator token v1");
