@@ -70,6 +70,16 @@ pub(crate) fn run(command: BenchCommand) -> Result<()> {
     }
 }
 
+/// The median of `values` (the mean of the middle two of an even count; 0 of none).
+pub(crate) fn median_f64(mut values: Vec<f64>) -> f64 {
+    values.sort_by(f64::total_cmp);
+    match values.len() {
+        0 => 0.0,
+        n if n % 2 == 1 => values[n / 2],
+        n => (values[n / 2 - 1] + values[n / 2]) / 2.0,
+    }
+}
+
 pub(crate) fn median(mut samples: Vec<Duration>) -> Duration {
     samples.sort();
     samples[samples.len() / 2]

@@ -19,7 +19,7 @@ use bytes::Bytes;
 use clap::Args;
 use hdrhistogram::Histogram;
 use somnus_runtime::client::ClusterClient;
-use somnus_runtime::cluster_file::{ClusterFile, ClusterSection};
+use somnus_runtime::cluster_file::{ClusterFile, ClusterSection, Wire};
 use somnus_runtime::http;
 use somnus_runtime::ports::{self, loopback_ports};
 use somnus_runtime::secret_file;
@@ -39,22 +39,30 @@ pub(crate) struct BenchRuntimeArgs {
     dir: Option<PathBuf>,
     /// Seconds each client measurement runs.
     #[arg(long, default_value_t = 10)]
-    seconds: u64,
+    pub(crate) seconds: u64,
     /// Requests in flight through the client.
     #[arg(long, default_value_t = 8)]
-    in_flight: usize,
+    pub(crate) in_flight: usize,
     /// Chunk groups per server (9 servers; 12 makes 108 groups, 72 of whose
     /// primaries move at a gear-down from 3 to 1; 16 makes 96 of 144).
     #[arg(long, default_value_t = 16)]
-    groups_per_server: u32,
+    pub(crate) groups_per_server: u32,
+    /// Instead: the cost of the cluster wire's TLS. Two clusters, one with
+    /// `wire = "plain"`, one with TLS (the default), measured in alternating rounds;
+    /// medians and their ratios.
+    #[arg(long)]
+    compare_wire: bool,
+    /// Rounds of `--compare-wire`.
+    #[arg(long, default_value_t = 3, value_parser = clap::value_parser!(u32).range(1..=100))]
+    pub(crate) rounds: u32,
 }
 
 /// One measurement: throughput and latency.
-struct Figure {
-    mib_s: f64,
-    ops_s: f64,
-    p50_ms: f64,
-    p99_ms: f64,
+pub(crate) struct Figure {
+    pub(crate) mib_s: f64,
+    pub(crate) ops_s: f64,
+    pub(crate) p50_ms: f64,
+    pub(crate) p99_ms: f64,
 }
 
 fn figure(histogram: &Histogram<u64>, bytes: u64, elapsed: Duration) -> Figure {
@@ -81,6 +89,9 @@ pub(crate) fn run(args: &BenchRuntimeArgs) -> Result<()> {
         }
     };
     std::fs::create_dir_all(&dir).with_context(|| format!("cannot create {}", dir.display()))?;
+    if args.compare_wire {
+        return runtime()?.block_on(crate::bench_wire::compare(args, &dir));
+    }
     runtime()?.block_on(bench(args, &dir))
 }
 
@@ -89,7 +100,7 @@ async fn bench(args: &BenchRuntimeArgs, dir: &Path) -> Result<()> {
     noteln!("raw write + fdatasync loop in {} ...", dir.display());
     let raw_small = tokio::task::block_in_place(|| raw_fsync(dir, 4096, seconds))?;
     let raw_large = tokio::task::block_in_place(|| raw_fsync(dir, 1 << 20, seconds))?;
-    let cluster = LocalCluster::start(dir, args.groups_per_server).await?;
+    let cluster = LocalCluster::start(dir, args.groups_per_server, Wire::Tls, "cluster").await?;
     let client = cluster.client()?;
     let mut rows = Vec::new();
     for (size, label, raw) in [(4096u64, "4 KiB", raw_small), (1 << 20, "1 MiB", raw_large)] {
@@ -175,7 +186,7 @@ fn raw_fsync(dir: &Path, size: u64, seconds: Duration) -> Result<Figure> {
 }
 
 /// `in_flight` tasks writing (or reading) `size` at rotating offsets of `object`.
-async fn closed_loop(
+pub(crate) async fn closed_loop(
     client: &ClusterClient,
     object: &str,
     size: u64,
@@ -284,23 +295,29 @@ async fn rebuild(cluster: &LocalCluster, client: &ClusterClient) -> Result<(u64,
     Ok((rebuilt(&cluster.servers().await) - before, took))
 }
 
-/// A 9-server cluster of child processes in `dir/cluster`, started as `somnus up`
+/// A 9-server cluster of child processes in `dir/<name>`, started as `somnus up`
 /// starts its own.
-struct LocalCluster {
+pub(crate) struct LocalCluster {
     path: PathBuf,
     file: Arc<ClusterFile>,
     children: Vec<Running>,
 }
 
 impl LocalCluster {
-    async fn start(dir: &Path, groups_per_server: u32) -> Result<LocalCluster> {
-        let base = dir.join("cluster");
+    pub(crate) async fn start(
+        dir: &Path,
+        groups_per_server: u32,
+        wire: Wire,
+        name: &str,
+    ) -> Result<LocalCluster> {
+        let base = dir.join(name);
         std::fs::create_dir_all(&base)?;
         let path = base.join("cluster.toml");
         let ports = loopback_ports(20, ports::DEFAULT_BASE)?;
         let cluster = ClusterSection {
             groups_per_server,
             logger_capacity_bytes: 1 << 30,
+            wire,
             ..ClusterSection::default()
         };
         let file = ClusterFile::on(cluster, ports[0], ports[1..10].iter().copied())
@@ -321,7 +338,7 @@ impl LocalCluster {
         Ok(cluster)
     }
 
-    fn client(&self) -> Result<ClusterClient> {
+    pub(crate) fn client(&self) -> Result<ClusterClient> {
         let secret = secret_file::load(&ClusterFile::secret_path(&self.path))?;
         Ok(ClusterClient::start(self.file.clone(), secret)?)
     }
@@ -341,7 +358,7 @@ impl LocalCluster {
         Ok(())
     }
 
-    async fn stop(mut self) {
+    pub(crate) async fn stop(mut self) {
         stop_all(&mut self.children).await;
     }
 }

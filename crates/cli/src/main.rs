@@ -12,6 +12,7 @@ mod bench_ec;
 mod bench_runtime;
 mod bench_s3;
 mod bench_trace;
+mod bench_wire;
 mod children;
 mod cluster_cmd;
 mod demo;

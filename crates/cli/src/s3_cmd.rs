@@ -52,6 +52,13 @@ pub(crate) struct S3Args {
     /// either way (then it is closed; S3 clients open another).
     #[arg(long, default_value_t = 60.0, value_name = "SECONDS")]
     idle_timeout_s: f64,
+    /// Serve HTTPS (TLS 1.3 and 1.2) with this certificate chain, as PEM (the
+    /// gateway's own certificate first); with --tls-key.
+    #[arg(long, value_name = "FILE", requires = "tls_key")]
+    tls_cert: Option<std::path::PathBuf>,
+    /// The private key of --tls-cert, as PEM (PKCS#8, PKCS#1 or SEC1).
+    #[arg(long, value_name = "FILE", requires = "tls_cert")]
+    tls_key: Option<std::path::PathBuf>,
     #[command(flatten)]
     cluster: ClusterArg,
 }
@@ -98,6 +105,11 @@ pub(crate) fn run(args: S3Args) -> Result<()> {
         header_timeout: seconds("--header-timeout-s", args.header_timeout_s)?,
         idle_timeout: seconds("--idle-timeout-s", args.idle_timeout_s)?,
     };
+    let tls = match (&args.tls_cert, &args.tls_key) {
+        (Some(cert), Some(key)) => Some(somnus_s3::https::server_config(cert, key)?),
+        _ => None,
+    };
+    let scheme = if tls.is_some() { "https" } else { "http" };
     somnus_runtime::open_files::raise_limit_and_say("s3");
     runtime()?.block_on(async move {
         let listener = tokio::net::TcpListener::bind(args.listen)
@@ -122,17 +134,17 @@ pub(crate) fn run(args: S3Args) -> Result<()> {
         somnus_s3::sweep_abandoned_uploads(store.clone(), abandoned_after, sweeper);
         let service = somnus_s3::service(store, std::slice::from_ref(&credentials));
         let address = listener.local_addr()?;
-        outln!("S3 gateway of {} on http://{address} (region us-east-1)", path.display())?;
+        outln!("S3 gateway of {} on {scheme}://{address} (region us-east-1)", path.display())?;
         outln!("  access key {}", credentials.access_key)?;
         outln!("  secret key {}", credentials.secret_key)?;
         outln!(
-            "  try: AWS_ACCESS_KEY_ID={} AWS_SECRET_ACCESS_KEY={} aws --endpoint-url http://{address} s3 ls",
+            "  try: AWS_ACCESS_KEY_ID={} AWS_SECRET_ACCESS_KEY={} aws --endpoint-url {scheme}://{address} s3 ls",
             credentials.access_key, credentials.secret_key
         )?;
         let stop = async {
             let _ = tokio::signal::ctrl_c().await;
         };
-        somnus_s3::serve_logged(listener, service, stop, log, limits).await?;
+        somnus_s3::serve_logged(listener, service, stop, log, limits, tls).await?;
         Ok(())
     })
 }

@@ -416,8 +416,7 @@ async fn bad_connections_against_a_running_server_are_refused_counted_and_it_ser
     )
     .unwrap();
     let server = somnus_core::cluster::Peer::Server(ServerId(3));
-    let error =
-        somnus_runtime::transport::connect(address, server, &stranger).await.unwrap_err();
+    let error = somnus_runtime::transport::connect(address, server, &stranger).await.unwrap_err();
     assert_eq!(error.kind(), "tls", "{error}");
     let count = |report: &ServerReport, kind: &str| {
         report.wire.refused.iter().find(|(k, _)| k == kind).map_or(0, |(_, n)| *n)

@@ -451,3 +451,83 @@ fn the_gateway_bounds_its_connections() {
     }
     assert_eq!(back.as_ref().map(|b| &b[..]), Some(&b"HTTP/1.1 403"[..]), "not served again");
 }
+
+/// A self-signed certificate for `localhost` and 127.0.0.1 and its key, as PEM files
+/// in `dir`.
+fn self_signed(dir: &std::path::Path, name: &str) -> (String, String) {
+    let names = vec!["localhost".to_owned(), "127.0.0.1".to_owned()];
+    let certified = rcgen::generate_simple_self_signed(names).unwrap();
+    let cert = dir.join(format!("{name}.pem"));
+    let key = dir.join(format!("{name}.key"));
+    std::fs::write(&cert, certified.cert.pem()).unwrap();
+    std::fs::write(&key, certified.signing_key.serialize_pem()).unwrap();
+    (cert.to_string_lossy().into_owned(), key.to_string_lossy().into_owned())
+}
+
+/// `somnus s3 --tls-cert --tls-key` serves HTTPS: boto3 and the AWS CLI (the quick
+/// suite, trusting the certificate through AWS_CA_BUNDLE) and `somnus bench s3`
+/// (`--ca-cert`) store and read over it; a client that does not trust the
+/// certificate is refused by its own TLS, a plain HTTP request gets no S3 answer, and
+/// the gateway serves on.
+#[test]
+fn real_s3_clients_speak_https_to_the_gateway() {
+    if !clients_installed() {
+        return;
+    }
+    let cluster = Cluster::start();
+    let dir = cluster.path.parent().unwrap().to_owned();
+    let (cert, key) = self_signed(&dir, "gateway");
+    let mut gateway = start_gateway(&cluster, &["--tls-cert", &cert, "--tls-key", &key]);
+    gateway.endpoint = format!("https://localhost:{}", gateway.address.port());
+
+    let quick =
+        gateway.python("s3_clients.py", &[], &[("S3_SUITE", "quick"), ("AWS_CA_BUNDLE", &cert)]);
+    eprintln!("over HTTPS:\n{quick}");
+
+    let bench = |ca: &str| {
+        let output = cluster.cli(&[
+            "bench",
+            "s3",
+            "--endpoint",
+            &gateway.endpoint,
+            "--ca-cert",
+            ca,
+            "--seconds",
+            "1",
+            "--sizes",
+            "4096",
+            "--concurrency",
+            "2",
+            "--access-key",
+            ACCESS_KEY,
+            "--secret-key",
+            SECRET_KEY,
+            "--bucket",
+            "https-bench",
+        ]);
+        let text = String::from_utf8_lossy(&output.stdout).into_owned()
+            + &String::from_utf8_lossy(&output.stderr);
+        (output.status.success(), text)
+    };
+    let (ok, text) = bench(&cert);
+    assert!(ok, "{text}");
+    let get = text.lines().find(|l| l.trim_start().starts_with("GET")).expect("a GET row");
+    let ops: u64 = get.split_whitespace().nth(2).unwrap().parse().unwrap();
+    assert!(ops > 0, "{text}");
+
+    let (stranger, _) = self_signed(&dir, "stranger");
+    let (ok, text) = bench(&stranger);
+    assert!(!ok && text.contains("certificate"), "{text}");
+
+    use std::io::{Read, Write};
+    let mut plain = std::net::TcpStream::connect(gateway.address).unwrap();
+    plain.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+    plain.write_all(b"GET / HTTP/1.1\r\nHost: localhost\r\n\r\n").unwrap();
+    let mut answer = Vec::new();
+    let _ = plain.read_to_end(&mut answer);
+    assert!(!answer.starts_with(b"HTTP/"), "{}", String::from_utf8_lossy(&answer));
+
+    let (ok, text) = bench(&cert);
+    assert!(ok, "not served after the refusals: {text}");
+    drop(gateway);
+}

@@ -16,8 +16,8 @@
 use std::sync::Arc;
 
 use rcgen::{
-    BasicConstraints, CertificateParams, DistinguishedName, DnType, ExtendedKeyUsagePurpose,
-    IsCa, Issuer, KeyPair, KeyUsagePurpose, PKCS_ED25519, SanType, SerialNumber,
+    BasicConstraints, CertificateParams, DistinguishedName, DnType, ExtendedKeyUsagePurpose, IsCa,
+    Issuer, KeyPair, KeyUsagePurpose, PKCS_ED25519, SanType, SerialNumber,
 };
 use rustls::pki_types::{CertificateDer, PrivateKeyDer, PrivatePkcs8KeyDer, ServerName};
 use rustls::{ClientConfig, RootCertStore, ServerConfig};
@@ -34,6 +34,8 @@ pub enum TlsError {
     Config(#[from] rustls::Error),
     #[error("cannot configure TLS client verification: {0}")]
     Verifier(#[from] rustls::server::VerifierBuilderError),
+    #[error("{0:?} is not a DNS name")]
+    Name(String),
 }
 
 /// The BLAKE3 context of the CA's key; a new one makes a new CA.
@@ -63,9 +65,11 @@ impl WireTls {
         let roots = Arc::new(roots);
         let versions = [&rustls::version::TLS13];
 
-        let verifier =
-            rustls::server::WebPkiClientVerifier::builder_with_provider(roots.clone(), provider.clone())
-                .build()?;
+        let verifier = rustls::server::WebPkiClientVerifier::builder_with_provider(
+            roots.clone(),
+            provider.clone(),
+        )
+        .build()?;
         let server = ServerConfig::builder_with_provider(provider.clone())
             .with_protocol_versions(&versions)?
             .with_client_cert_verifier(verifier)
@@ -78,26 +82,32 @@ impl WireTls {
     }
 }
 
-/// The name `peer`'s certificate carries, and the one a dialer asks for.
-pub fn peer_name(peer: Peer) -> ServerName<'static> {
+/// The name `peer`'s certificate carries, and the one a dialer asks for (a DNS name
+/// of digits, letters, dots and dashes: always valid).
+pub fn peer_name(peer: Peer) -> Result<ServerName<'static>, TlsError> {
     let name = match peer {
         Peer::Mds => format!("mds.{DOMAIN}"),
         Peer::Server(id) => format!("server-{}.{DOMAIN}", id.0),
         Peer::Client(id) => format!("client-{}.{DOMAIN}", id.0),
     };
-    ServerName::try_from(name).expect("a peer's name is a valid DNS name")
+    ServerName::try_from(name.clone()).map_err(|_| TlsError::Name(name))
 }
 
 /// Whether `certificate` (a peer's, already verified to be the CA's) names `peer`.
 pub fn names(certificate: &CertificateDer<'_>, peer: Peer) -> bool {
-    webpki::EndEntityCert::try_from(certificate)
-        .is_ok_and(|cert| cert.verify_is_valid_for_subject_name(&peer_name(peer)).is_ok())
+    let (Ok(cert), Ok(name)) = (webpki::EndEntityCert::try_from(certificate), peer_name(peer))
+    else {
+        return false;
+    };
+    cert.verify_is_valid_for_subject_name(&name).is_ok()
 }
 
 /// The CA's key, from the secret: PKCS#8 v1 of an Ed25519 seed (RFC 8410).
 fn ca_key(secret: &ClusterSecret) -> Result<KeyPair, rcgen::Error> {
-    const PKCS8_ED25519_SEED_PREFIX: [u8; 16] =
-        [0x30, 0x2e, 0x02, 0x01, 0x00, 0x30, 0x05, 0x06, 0x03, 0x2b, 0x65, 0x70, 0x04, 0x22, 0x04, 0x20];
+    const PKCS8_ED25519_SEED_PREFIX: [u8; 16] = [
+        0x30, 0x2e, 0x02, 0x01, 0x00, 0x30, 0x05, 0x06, 0x03, 0x2b, 0x65, 0x70, 0x04, 0x22, 0x04,
+        0x20,
+    ];
     let mut der = PKCS8_ED25519_SEED_PREFIX.to_vec();
     der.extend_from_slice(&secret.derived_key(CA_KEY_CONTEXT));
     KeyPair::from_pkcs8_der_and_sign_algo(&PrivatePkcs8KeyDer::from(der), &PKCS_ED25519)
@@ -123,7 +133,7 @@ fn own_certificate(
     issuer: &Issuer<'_, KeyPair>,
 ) -> Result<(Vec<CertificateDer<'static>>, PrivateKeyDer<'static>), TlsError> {
     let key = KeyPair::generate_for(&PKCS_ED25519)?;
-    let name = peer_name(own).to_str().into_owned();
+    let name = peer_name(own)?.to_str().into_owned();
     let mut params = CertificateParams::default();
     params.distinguished_name = DistinguishedName::new();
     params.distinguished_name.push(DnType::CommonName, name.clone());

@@ -430,8 +430,9 @@ async fn secure(
     match dialed {
         Some(peer) => {
             let connector = tokio_rustls::TlsConnector::from(tls.client.clone());
-            let stream =
-                connector.connect(tls::peer_name(peer), stream).await.map_err(ConnError::Tls)?;
+            let name =
+                tls::peer_name(peer).map_err(|e| ConnError::Tls(std::io::Error::other(e)))?;
+            let stream = connector.connect(name, stream).await.map_err(ConnError::Tls)?;
             let (read, write) = tokio::io::split(stream);
             Ok((Box::new(read), Box::new(write), None))
         }

@@ -3,18 +3,17 @@
 //! request in flight on a connection of its own, for a given time per phase; ops/s,
 //! MiB/s and latency percentiles per phase.
 
-use std::net::SocketAddr;
 use std::time::Duration;
 
 use bytes::Bytes;
 
-pub use crate::client::{BenchError, Connection};
+pub use crate::client::{BenchError, Connection, Endpoint};
 use crate::sigv4::Signer;
 
 /// What to measure.
 pub struct BenchConfig {
-    /// `host:port` of the endpoint (HTTP).
-    pub address: SocketAddr,
+    /// The endpoint (HTTP or HTTPS).
+    pub endpoint: Endpoint,
     pub signer: Signer,
     pub bucket: String,
     pub concurrency: usize,
@@ -64,7 +63,7 @@ async fn client_phase(
     stored: u64,
     until: tokio::time::Instant,
 ) -> Result<(Vec<u64>, u64, u64), BenchError> {
-    let mut connection = Connection::open(config.address).await?;
+    let mut connection = Connection::open(&config.endpoint).await?;
     let (mut latencies, mut errors, mut n) = (Vec::new(), 0u64, 0u64);
     while tokio::time::Instant::now() < until {
         let (method, body, index) = match &put {
@@ -105,7 +104,7 @@ pub async fn run(
     config: &BenchConfig,
     mut progress: impl FnMut(&Phase),
 ) -> Result<Vec<Phase>, BenchError> {
-    let mut admin = Connection::open(config.address).await?;
+    let mut admin = Connection::open(&config.endpoint).await?;
     let bucket_path = format!("/{}", config.bucket);
     let (status, answer) = admin.send(&config.signer, "PUT", &bucket_path, Bytes::new()).await?;
     let created = (200..300).contains(&status);
@@ -201,7 +200,7 @@ async fn cleanup(
     bucket_created: bool,
 ) -> Result<(), BenchError> {
     let deletes = (0..config.concurrency).map(|client| async move {
-        let mut connection = Connection::open(config.address).await?;
+        let mut connection = Connection::open(&config.endpoint).await?;
         for (size, counts) in stored {
             for n in 0..counts.get(client).copied().unwrap_or(0) {
                 let path = format!("/{}/{}", config.bucket, key(*size, client, n));
@@ -212,7 +211,7 @@ async fn cleanup(
     });
     futures::future::try_join_all(deletes).await?;
     if bucket_created {
-        let mut admin = Connection::open(config.address).await?;
+        let mut admin = Connection::open(&config.endpoint).await?;
         admin.send(&config.signer, "DELETE", &format!("/{}", config.bucket), Bytes::new()).await?;
     }
     Ok(())

@@ -21,6 +21,39 @@ pub enum BenchError {
     Refused { request: String, status: u16, body: String },
     #[error("measuring the disk: {0}")]
     Disk(String),
+    #[error("TLS with {0}: {1}")]
+    Tls(SocketAddr, std::io::Error),
+}
+
+/// Where an endpoint is and how to speak to it: HTTP, or HTTPS to a host name the
+/// endpoint's certificate names.
+#[derive(Clone)]
+pub struct Endpoint {
+    pub address: SocketAddr,
+    /// `host:port` as the requests name it (and sign it).
+    host: String,
+    tls: Option<(std::sync::Arc<rustls::ClientConfig>, rustls::pki_types::ServerName<'static>)>,
+}
+
+impl Endpoint {
+    pub fn http(address: SocketAddr) -> Endpoint {
+        Endpoint { address, host: address.to_string(), tls: None }
+    }
+
+    /// HTTPS to `address`, whose certificate must name `host` and be signed by an
+    /// authority in the PEM file `ca`.
+    pub fn https(
+        address: SocketAddr,
+        host: &str,
+        ca: &std::path::Path,
+    ) -> Result<Endpoint, crate::https::HttpsError> {
+        let tls = crate::https::client_config(ca, host)?;
+        Ok(Endpoint { address, host: format!("{host}:{}", address.port()), tls: Some(tls) })
+    }
+
+    pub fn is_https(&self) -> bool {
+        self.tls.is_some()
+    }
 }
 
 /// A connection to the endpoint, signing every request.
@@ -35,15 +68,32 @@ fn unix_now() -> i64 {
 }
 
 impl Connection {
-    pub async fn open(address: SocketAddr) -> Result<Connection, BenchError> {
+    pub async fn open(endpoint: &Endpoint) -> Result<Connection, BenchError> {
+        let address = endpoint.address;
         let stream = tokio::net::TcpStream::connect(address)
             .await
             .map_err(|e| BenchError::Connect(address, e))?;
         let _ = stream.set_nodelay(true);
-        let (sender, connection) =
-            hyper::client::conn::http1::handshake(TokioIo::new(stream)).await?;
-        tokio::spawn(connection);
-        Ok(Connection { sender, host: address.to_string() })
+        let sender = match &endpoint.tls {
+            None => {
+                let (sender, connection) =
+                    hyper::client::conn::http1::handshake(TokioIo::new(stream)).await?;
+                tokio::spawn(connection);
+                sender
+            }
+            Some((config, name)) => {
+                let connector = tokio_rustls::TlsConnector::from(config.clone());
+                let stream = connector
+                    .connect(name.clone(), stream)
+                    .await
+                    .map_err(|e| BenchError::Tls(address, e))?;
+                let (sender, connection) =
+                    hyper::client::conn::http1::handshake(TokioIo::new(stream)).await?;
+                tokio::spawn(connection);
+                sender
+            }
+        };
+        Ok(Connection { sender, host: endpoint.host.clone() })
     }
 
     /// Sends one signed request (`path` is `/bucket/key`, not yet percent-encoded);

@@ -220,19 +220,20 @@ pub async fn watch(activity: &Activity, limits: &Limits) -> Expired {
     }
 }
 
-/// A connection's socket that records each read and write that moved bytes.
-pub struct Watched {
-    socket: TcpStream,
+/// A connection's stream (a socket, or TLS over one) that records each read and write
+/// that moved bytes.
+pub struct Watched<S> {
+    socket: S,
     activity: Arc<Activity>,
 }
 
-impl Watched {
-    pub fn new(socket: TcpStream, activity: Arc<Activity>) -> Watched {
+impl<S> Watched<S> {
+    pub fn new(socket: S, activity: Arc<Activity>) -> Watched<S> {
         Watched { socket, activity }
     }
 }
 
-impl AsyncRead for Watched {
+impl<S: AsyncRead + Unpin> AsyncRead for Watched<S> {
     fn poll_read(
         mut self: Pin<&mut Self>,
         cx: &mut Context<'_>,
@@ -247,7 +248,7 @@ impl AsyncRead for Watched {
     }
 }
 
-impl AsyncWrite for Watched {
+impl<S: AsyncWrite + Unpin> AsyncWrite for Watched<S> {
     fn poll_write(
         mut self: Pin<&mut Self>,
         cx: &mut Context<'_>,

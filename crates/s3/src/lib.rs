@@ -10,6 +10,7 @@ pub mod client;
 mod compat;
 pub mod connections;
 pub mod gateway;
+pub mod https;
 pub mod keys;
 mod layout;
 pub mod legacy;

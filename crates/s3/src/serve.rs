@@ -61,18 +61,21 @@ pub async fn serve(
     service: S3Service,
     shutdown: impl Future<Output = ()>,
 ) -> std::io::Result<()> {
-    serve_logged(listener, service, shutdown, None, Limits::default()).await
+    serve_logged(listener, service, shutdown, None, Limits::default(), None).await
 }
 
 /// [`serve`] within `limits`, each request also written to `log` (and always to the
-/// metrics).
+/// metrics), over HTTPS when given `tls` (the TLS handshake within the header
+/// timeout).
 pub async fn serve_logged(
     listener: TcpListener,
     service: S3Service,
     shutdown: impl Future<Output = ()>,
     log: Option<AccessLog>,
     limits: Limits,
+    tls: Option<Arc<rustls::ServerConfig>>,
 ) -> std::io::Result<()> {
+    let tls = tls.map(tokio_rustls::TlsAcceptor::from);
     let service = Arc::new(service);
     let ids = Arc::new(RequestIds::new());
     let open = Arc::new(Open::default());
@@ -90,19 +93,48 @@ pub async fn serve_logged(
         };
         let activity = Activity::new();
         let service = as_s3_answers((*service).clone(), ids.clone(), log.clone(), activity.clone());
+        let tls = tls.clone();
         tokio::spawn(async move {
             let _slot = slot;
-            let io = TokioIo::new(Watched::new(socket, activity.clone()));
-            let connection = hyper::server::conn::http1::Builder::new()
-                .keep_alive(true)
-                .serve_connection(io, service);
-            // A client that goes away mid-request ends only its connection; one that
-            // outlives a bound (no request under way) is dropped, which closes it.
-            tokio::select! {
-                _ = connection => {}
-                _ = connections::watch(&activity, &limits) => {}
+            let Some(tls) = tls else {
+                return serve_connection(socket, service, activity, limits).await;
+            };
+            let handshake = tokio::time::timeout(limits.header_timeout, tls.accept(socket));
+            match handshake.await {
+                Ok(Ok(stream)) => serve_connection(stream, service, activity, limits).await,
+                Ok(Err(_)) | Err(_) => {
+                    metrics::counter!("somnus_s3_connections_closed_total", "why" => "tls")
+                        .increment(1);
+                }
             }
         });
+    }
+}
+
+/// Serves one connection's requests until it closes or outlives a bound of
+/// `limits`.
+async fn serve_connection<S, F>(
+    stream: S,
+    service: impl hyper::service::Service<
+        http::Request<hyper::body::Incoming>,
+        Response = s3s::HttpResponse,
+        Error = s3s::HttpError,
+        Future = F,
+    >,
+    activity: Arc<Activity>,
+    limits: Limits,
+) where
+    S: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send + 'static,
+    F: Future<Output = Result<s3s::HttpResponse, s3s::HttpError>> + Send + 'static,
+{
+    let io = TokioIo::new(Watched::new(stream, activity.clone()));
+    let connection =
+        hyper::server::conn::http1::Builder::new().keep_alive(true).serve_connection(io, service);
+    // A client that goes away mid-request ends only its connection; one that outlives
+    // a bound (no request under way) is dropped, which closes it.
+    tokio::select! {
+        _ = connection => {}
+        _ = connections::watch(&activity, &limits) => {}
     }
 }
 

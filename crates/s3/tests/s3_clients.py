@@ -37,7 +37,8 @@ import urllib.parse
 import urllib.request
 import xml.etree.ElementTree as ET
 from datetime import datetime, timedelta, timezone
-from http.client import HTTPConnection
+import ssl
+from http.client import HTTPConnection, HTTPSConnection
 
 import boto3
 import botocore.handlers
@@ -51,6 +52,9 @@ SECRET = os.environ["S3_SECRET_KEY"]
 SUITE = os.environ.get("S3_SUITE", "full")
 BUDGET_S = 900  # checks not started by then are reported failed, not run
 REGION = "us-east-1"
+# An https:// endpoint is checked against AWS_CA_BUNDLE, as boto3 and the AWS CLI do.
+TLS = (ssl.create_default_context(cafile=os.environ.get("AWS_CA_BUNDLE"))
+       if ENDPOINT.startswith("https://") else None)
 MIB = 1 << 20
 RUN = f"s3c-{secrets.token_hex(4)}"  # every bucket of this run starts with it
 
@@ -242,7 +246,7 @@ def http(method, url, body=None, headers=None):
     """A plain HTTP request (urllib); (status, headers, body) even for an error status."""
     request = urllib.request.Request(url, data=body, method=method, headers=headers or {})
     try:
-        with urllib.request.urlopen(request, timeout=30) as answer:
+        with urllib.request.urlopen(request, timeout=30, context=TLS) as answer:
             return answer.status, answer.headers, answer.read()
     except urllib.error.HTTPError as error:
         return error.code, error.headers, error.read()
@@ -1329,7 +1333,7 @@ def chunked_put(bucket, key, body, chunk=64 * 1024, tamper=False, framing="lengt
         if tamper and piece:  # one bit flipped after signing
             piece, tamper = bytes([piece[0] ^ 1]) + piece[1:], False
         encoded.append(f"{len(piece):x};chunk-signature={previous}\r\n".encode() + piece + b"\r\n")
-    connection = HTTPConnection(url.hostname, url.port, timeout=30)
+    connection = new_connection(url)
     try:
         if framing == "te-chunked":
             headers["transfer-encoding"] = "chunked"
@@ -1411,9 +1415,14 @@ def send(connection, method, path, query="", headers=None, body=b""):
     return answer.status, answer.headers, answer.read()
 
 
-def connect():
-    url = urllib.parse.urlsplit(ENDPOINT)
+def new_connection(url):
+    if TLS:
+        return HTTPSConnection(url.hostname, url.port, timeout=30, context=TLS)
     return HTTPConnection(url.hostname, url.port, timeout=30)
+
+
+def connect():
+    return new_connection(urllib.parse.urlsplit(ENDPOINT))
 
 
 @check("list: control characters in keys are escaped (&#x1;) in a listing without "

@@ -11,7 +11,7 @@ use std::time::Duration;
 use bytes::Bytes;
 use rand::{Rng, RngCore, SeedableRng};
 use rand_pcg::Pcg64Mcg;
-use somnus_s3::client::Connection;
+use somnus_s3::client::{Connection, Endpoint};
 use somnus_s3::sigv4::Signer;
 use tokio::sync::Semaphore;
 use tokio::time::Instant;
@@ -128,7 +128,7 @@ pub(crate) async fn run_day(config: LoadConfig, ledger: Arc<Ledger>, start: Inst
             let connection = idle.lock().unwrap_or_else(PoisonError::into_inner).pop();
             let connection = match connection {
                 Some(connection) => Some(connection),
-                None => Connection::open(config.address).await.ok(),
+                None => Connection::open(&Endpoint::http(config.address)).await.ok(),
             };
             let outcome = match connection {
                 Some(mut connection) => {
@@ -241,7 +241,7 @@ pub(crate) async fn read_back(
                     break;
                 };
                 if connection.is_none() {
-                    connection = Connection::open(config.address).await.ok();
+                    connection = Connection::open(&Endpoint::http(config.address)).await.ok();
                 }
                 let outcome = match connection.as_mut() {
                     Some(c) => get_and_check(&config, c, number).await,
@@ -337,13 +337,13 @@ mod tests {
     async fn the_read_back_check_catches_wrong_bytes() {
         let right = object_bytes(3, 7, 1000);
         let address = canned_server(right.clone()).await;
-        let mut connection = Connection::open(address).await.unwrap();
+        let mut connection = Connection::open(&Endpoint::http(address)).await.unwrap();
         assert_eq!(get_and_check(&config(address), &mut connection, 7).await, Ok(()));
         let mut flipped = right.to_vec();
         flipped[500] ^= 1;
         for wrong in [Bytes::from(flipped), object_bytes(3, 8, 1000)] {
             let address = canned_server(wrong).await;
-            let mut connection = Connection::open(address).await.unwrap();
+            let mut connection = Connection::open(&Endpoint::http(address)).await.unwrap();
             let outcome = get_and_check(&config(address), &mut connection, 7).await;
             assert!(outcome.unwrap_err().contains("not the bytes PUT"));
         }

@@ -20,7 +20,7 @@ use somnus_core::gear::{Capability, Gearing, Policy};
 use somnus_runtime::cluster_file::{ClusterFile, ClusterSection, GearSection};
 use somnus_runtime::http;
 use somnus_runtime::status::{MdsReport, ServerReport};
-use somnus_s3::client::Connection;
+use somnus_s3::client::{Connection, Endpoint};
 use somnus_s3::sigv4::Signer;
 use tokio::time::Instant;
 
@@ -264,7 +264,7 @@ async fn wait_until_ready(
         if !all_on || mds.groups.iter().any(|g| g.primary.is_none()) {
             continue;
         }
-        let Ok(mut connection) = Connection::open(address).await else { continue };
+        let Ok(mut connection) = Connection::open(&Endpoint::http(address)).await else { continue };
         let bucket = format!("/{BUCKET}");
         match connection.send(signer, "PUT", &bucket, bytes::Bytes::new()).await {
             Ok((200, _)) => return Ok(()),

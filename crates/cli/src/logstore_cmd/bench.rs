@@ -221,14 +221,7 @@ pub(crate) fn run(args: &BenchArgs) -> Result<()> {
     result
 }
 
-fn median(mut values: Vec<f64>) -> f64 {
-    values.sort_by(f64::total_cmp);
-    match values.len() {
-        0 => 0.0,
-        n if n % 2 == 1 => values[n / 2],
-        n => (values[n / 2 - 1] + values[n / 2]) / 2.0,
-    }
-}
+use crate::bench_cmd::median_f64 as median;
 
 /// One configuration measured over all rounds.
 #[derive(Default)]

@@ -17,6 +17,8 @@ pub(crate) const SECRET_KEY: &str = "somnus-test-secret";
 pub(crate) struct Gateway {
     pub(crate) child: Child,
     pub(crate) address: SocketAddr,
+    /// What clients are given: http://ADDRESS unless a test serves HTTPS.
+    pub(crate) endpoint: String,
 }
 
 impl Drop for Gateway {
@@ -55,7 +57,7 @@ impl Gateway {
         command
             .arg(path)
             .args(args)
-            .env("S3_ENDPOINT", format!("http://{}", self.address))
+            .env("S3_ENDPOINT", &self.endpoint)
             .env("S3_ACCESS_KEY", ACCESS_KEY)
             .env("S3_SECRET_KEY", SECRET_KEY)
             .envs(env.iter().copied())
@@ -79,7 +81,7 @@ pub(crate) fn start_gateway_by(cluster: &Cluster, command: Command, extra: &[&st
         vec!["s3", "--listen", &listen, "--access-key", ACCESS_KEY, "--secret-key", SECRET_KEY];
     args.extend_from_slice(extra);
     let child = cluster.spawn_in(command, &args);
-    let gateway = Gateway { child, address };
+    let gateway = Gateway { child, address, endpoint: format!("http://{address}") };
     let deadline = Instant::now() + Duration::from_secs(30);
     while TcpStream::connect(address).is_err() {
         assert!(Instant::now() < deadline, "the gateway does not listen on {address}");
