@@ -11,7 +11,7 @@ use std::time::Duration;
 use anyhow::{Context, Result, bail};
 use clap::Args;
 use somnus_core::gear::Policy;
-use somnus_runtime::cluster_file::{ClusterFile, ClusterSection, GearSection};
+use somnus_runtime::cluster_file::{ClusterFile, ClusterSection, GearSection, Wire};
 use somnus_runtime::ports::{self, loopback_ports};
 use somnus_runtime::secret_file;
 
@@ -44,6 +44,12 @@ pub(crate) struct UpArgs {
     /// minute and a day 24 minutes.
     #[arg(long, default_value_t = 3600)]
     gear_interval_s: u64,
+    /// How the cluster's processes speak (first run only): `tls` (TLS 1.3, each
+    /// process with a certificate of the cluster's CA, derived from its secret) or
+    /// `plain` (frames in the clear, authenticated only when a connection starts: for
+    /// a network nobody else can reach, and to measure what TLS costs).
+    #[arg(long, default_value = "tls")]
+    wire: WireChoice,
     /// The address of the S3 gateway `up` starts beside the cluster (`somnus s3`),
     /// with the keys of `s3-credentials` in the data directory, printed at start.
     #[arg(long, default_value = "127.0.0.1:9000", value_name = "ADDR")]
@@ -89,12 +95,22 @@ pub(crate) fn run(args: UpArgs) -> Result<()> {
     runtime()?.block_on(supervise(&exe, &path, &file, s3))
 }
 
+#[derive(Clone, Copy, clap::ValueEnum)]
+pub(crate) enum WireChoice {
+    Tls,
+    Plain,
+}
+
 /// Writes a new cluster's file and secret into the data directory.
 fn first_run(args: &UpArgs, path: &Path) -> Result<ClusterFile> {
     let cluster = ClusterSection {
         replicas: args.replicas,
         racks: args.racks,
         time_scale: args.time_scale,
+        wire: match args.wire {
+            WireChoice::Tls => Wire::Tls,
+            WireChoice::Plain => Wire::Plain,
+        },
         ..ClusterSection::default()
     };
     let policy = match args.gear_scheduler {

@@ -402,13 +402,8 @@ pub struct Reservation(Vec<(ChunkId, u32)>);
 pub struct Packs {
     dir: PathBuf,
     chunk_blocks: u64,
-    /// Shared with a checkpoint, which syncs them without holding these packs.
-    files: Vec<Arc<File>>,
-    /// Per pack, the same file opened for direct writes of blocks (none where the file
-    /// system has no `O_DIRECT`): a block's bytes go to the disk around the page
-    /// cache, whose copy of every byte written cost more CPU than anything else a
-    /// loaded server did. The slots' headers go through the cache.
-    direct: Vec<Option<File>>,
+    /// The packs' files, a bounded number open at once.
+    open: OpenPacks,
     /// Memory aligned for direct writes, reused: a write's bytes are copied in.
     aligned: AlignedBuffer,
     index: BTreeMap<ChunkId, ChunkSlots>,
@@ -434,8 +429,7 @@ impl Packs {
         let mut packs = Packs {
             dir: dir.to_owned(),
             chunk_blocks: chunk_size_bytes.div_ceil(BLOCK_BYTES),
-            files: Vec::new(),
-            direct: Vec::new(),
+            open: OpenPacks::new(dir, OPEN_PACKS_MAX),
             aligned: AlignedBuffer::default(),
             index: BTreeMap::new(),
             free: FreeSlots::default(),
@@ -547,8 +541,8 @@ impl Packs {
             blocks.push((slot, block));
         }
         self.free.add(Slot { pack, index: free_from }, high - free_from);
-        self.direct.push(durable::open_direct(path));
-        self.files.push(Arc::new(file));
+        drop(file);
+        self.open.count += 1;
         self.high.push(high);
         self.stats.packs += 1;
         Ok(blocks)
@@ -567,15 +561,13 @@ impl Packs {
     /// A new pack, made whole (its header, its length) under a temporary name, synced
     /// and renamed into place, its directory synced.
     fn new_pack(&mut self) -> std::io::Result<()> {
-        let pack = self.files.len() as u32;
+        let pack = self.open.count;
         if pack >= PACKS_MAX {
             return Err(std::io::Error::other(format!("{PACKS_MAX} packs: no more")));
         }
         let path = self.path(pack);
         durable::replace_sized(&path, &pack_header(pack), PACK_BYTES)?;
-        let file = OpenOptions::new().read(true).write(true).open(&path)?;
-        self.direct.push(durable::open_direct(&path));
-        self.files.push(Arc::new(file));
+        self.open.count += 1;
         self.high.push(0);
         self.stats.packs += 1;
         Ok(())
@@ -590,7 +582,7 @@ impl Packs {
         if self.high.last().is_none_or(|high| *high == SLOTS_PER_PACK) {
             self.new_pack()?;
         }
-        let pack = self.files.len() as u32 - 1;
+        let pack = self.open.count - 1;
         let high = &mut self.high[pack as usize];
         let taken = want.min(SLOTS_PER_PACK - *high);
         let slot = Slot { pack, index: *high };
@@ -615,11 +607,9 @@ impl Packs {
             // Consecutive blocks get consecutive slots where the free runs allow.
             let run = missing.iter().zip(missing[0]..).take_while(|(b, want)| **b == *want).count();
             let (slot, taken) = self.take_slots(run as u32)?;
-            let allocated = durable::allocate_range(
-                &self.files[slot.pack as usize],
-                slot.data_at(),
-                u64::from(taken) * BLOCK_BYTES,
-            );
+            let allocated = self.open.file(slot.pack, &self.dirty).and_then(|open| {
+                durable::allocate_range(&open.file, slot.data_at(), u64::from(taken) * BLOCK_BYTES)
+            });
             let entry = self.index.entry(chunk).or_default();
             for (i, block) in missing.drain(..taken as usize).enumerate() {
                 entry.insert(block, Slot { pack: slot.pack, index: slot.index + i as u32 });
@@ -681,11 +671,12 @@ impl Packs {
     /// Gives the space of `count` slots from `slot` back to the filesystem: their
     /// headers zeroed, their blocks punched out.
     fn punch(&mut self, slot: Slot, count: u32) {
-        let file = &self.files[slot.pack as usize];
         let zeros = vec![0u8; (u64::from(count) * SLOT_HEADER_BYTES) as usize];
-        let headers = file.write_all_at(&zeros, slot.header_at());
-        let punched = durable::punch_hole(file, slot.data_at(), u64::from(count) * BLOCK_BYTES);
-        if let Err(error) = headers.and(punched) {
+        let punched = self.open.file(slot.pack, &self.dirty).and_then(|open| {
+            open.file.write_all_at(&zeros, slot.header_at())?;
+            durable::punch_hole(&open.file, slot.data_at(), u64::from(count) * BLOCK_BYTES)
+        });
+        if let Err(error) = punched {
             let path = self.path(slot.pack);
             self.error(format!("freeing slots from {} of {}: {error}", slot.index, path.display()));
         }
@@ -718,8 +709,9 @@ impl Packs {
                 continue;
             }
             let at = Slot { pack: slot.pack, index: from }.header_at();
-            let file = &self.files[slot.pack as usize];
-            if let Err(error) = durable::punch_hole(file, at, BLOCK_BYTES) {
+            let punched = (self.open.file(slot.pack, &self.dirty))
+                .and_then(|open| durable::punch_hole(&open.file, at, BLOCK_BYTES));
+            if let Err(error) = punched {
                 let path = self.path(slot.pack);
                 self.error(format!("freeing header block {block} of {}: {error}", path.display()));
             }
@@ -746,7 +738,7 @@ impl Packs {
             stamp: block.stamp,
             data_crc: block.crc,
         };
-        let file = &self.files[slot.pack as usize];
+        let file = &self.open.file(slot.pack, &self.dirty)?.file;
         file.write_all_at(&block.data, slot.data_at())?;
         file.write_all_at(&header.encode(), slot.header_at())?;
         if let Some(slots) = self.index.get_mut(&block.chunk)
@@ -770,7 +762,8 @@ impl Packs {
     /// taken again at the next.
     fn take_dirty(&mut self) -> Vec<Arc<File>> {
         let dirty = std::mem::take(&mut self.dirty);
-        dirty.iter().filter_map(|pack| self.files.get(*pack as usize).cloned()).collect()
+        // A written pack is never closed before it is taken here (`OpenPacks::file`).
+        dirty.iter().filter_map(|pack| self.open.open.get(pack).map(|o| o.file.clone())).collect()
     }
 
     /// Writes consecutive blocks from `first`, all of `version` by `stamp`: per run of
@@ -815,11 +808,12 @@ impl Packs {
         for (slot, block, len) in runs {
             let from = ((block - first) as u64 * BLOCK_BYTES) as usize;
             let bytes = &data[from..from + (u64::from(len) * BLOCK_BYTES) as usize];
-            let file = &self.files[slot.pack as usize];
-            match &self.direct[slot.pack as usize] {
+            let open = self.open.file(slot.pack, &self.dirty)?;
+            match &open.direct {
                 Some(direct) => direct.write_all_at(self.aligned.holding(bytes), slot.data_at())?,
-                None => file.write_all_at(bytes, slot.data_at())?,
+                None => open.file.write_all_at(bytes, slot.data_at())?,
             }
+            let file = open.file.clone();
             let mut headers = Vec::with_capacity((u64::from(len) * SLOT_HEADER_BYTES) as usize);
             for (i, block_bytes) in bytes.chunks(BLOCK_BYTES as usize).enumerate() {
                 let header = Header {
@@ -842,7 +836,7 @@ impl Packs {
     /// the blocks that fail their check. Consecutive slots are read at once, their
     /// headers too: a megabyte is two reads, not five hundred.
     fn read(
-        &self,
+        &mut self,
         chunk: ChunkId,
         blocks: std::ops::Range<u64>,
     ) -> std::io::Result<Result<Bytes, Vec<u64>>> {
@@ -871,7 +865,7 @@ impl Packs {
         let mut headers = Vec::new();
         let mut out = Vec::with_capacity(len);
         for (slot, first, len) in runs {
-            let file = &self.files[slot.pack as usize];
+            let file = &self.open.file(slot.pack, &self.dirty)?.file;
             let at = ((first - blocks.start) * BLOCK_BYTES) as usize;
             out.resize(at, 0); // blocks never written read as zeros
             append_at(file, slot.data_at(), len as usize * BLOCK_BYTES as usize, &mut out)?;
@@ -897,6 +891,66 @@ impl Packs {
         }
         out.resize(len, 0);
         Ok(if bad.is_empty() { Ok(out.into()) } else { Err(bad) })
+    }
+}
+
+/// Packs whose files are open at most at once (two descriptors each: 512 for 32 GiB
+/// of packs in use). A server once kept a file open per chunk and stopped with "Too
+/// many open files" near the usual limit of 1,024.
+const OPEN_PACKS_MAX: usize = if cfg!(test) { 2 } else { 256 };
+
+/// One pack's open files.
+#[derive(Debug)]
+struct OpenPack {
+    /// Shared with a checkpoint, which syncs it without holding the packs.
+    file: Arc<File>,
+    /// The same file opened for direct writes of blocks (none where the file system
+    /// has no `O_DIRECT`): a block's bytes go to the disk around the page cache, whose
+    /// copy of every byte written cost more CPU than anything else a loaded server
+    /// did. The slots' headers go through the cache.
+    direct: Option<File>,
+    /// When it was last used (a count of uses).
+    used: u64,
+}
+
+/// The packs' files, opened when used and closed, least recently used first, past
+/// `max` open; a pack written since its last sync is never closed (its sync must see
+/// the errors of its writes, which Linux reports on the descriptors open when they
+/// happened).
+#[derive(Debug)]
+struct OpenPacks {
+    dir: PathBuf,
+    /// Packs there are (numbered from 0).
+    count: u32,
+    open: BTreeMap<u32, OpenPack>,
+    uses: u64,
+    max: usize,
+}
+
+impl OpenPacks {
+    fn new(dir: &Path, max: usize) -> OpenPacks {
+        OpenPacks { dir: dir.to_owned(), count: 0, open: BTreeMap::new(), uses: 0, max }
+    }
+
+    /// Pack `pack`'s files, opened if need be (closing the least recently used one not
+    /// in `dirty` past the bound).
+    fn file(&mut self, pack: u32, dirty: &BTreeSet<u32>) -> std::io::Result<&OpenPack> {
+        self.uses += 1;
+        if !self.open.contains_key(&pack) {
+            if self.open.len() >= self.max {
+                let unwritten = self.open.iter().filter(|(p, _)| !dirty.contains(p));
+                if let Some((&oldest, _)) = unwritten.min_by_key(|(_, open)| open.used) {
+                    self.open.remove(&oldest);
+                }
+            }
+            let path = self.dir.join(pack_name(pack));
+            let file = OpenOptions::new().read(true).write(true).open(&path)?;
+            let direct = durable::open_direct(&path);
+            self.open.insert(pack, OpenPack { file: Arc::new(file), direct, used: 0 });
+        }
+        let open = self.open.get_mut(&pack).ok_or_else(|| std::io::Error::other("no pack"))?;
+        open.used = self.uses;
+        Ok(open)
     }
 }
 
@@ -1113,7 +1167,14 @@ mod tests {
         put(&mut packs, 1, 1, 0x11);
         let old_header = {
             let mut header = [0u8; 64];
-            packs.files[0].read_exact_at(&mut header, slot_header_at(0)).unwrap();
+            let none = BTreeSet::new();
+            packs
+                .open
+                .file(0, &none)
+                .unwrap()
+                .file
+                .read_exact_at(&mut header, slot_header_at(0))
+                .unwrap();
             header
         };
         packs.free_chunk(chunk(1));
@@ -1124,7 +1185,14 @@ mod tests {
         let slot = packs.index[&chunk(1)].get(0).unwrap();
         assert_eq!(slot.index, 1);
         // Object 9 took slot 0; put object 1's old header back over it.
-        packs.files[0].write_all_at(&old_header, slot_header_at(0)).unwrap();
+        let none = BTreeSet::new();
+        packs
+            .open
+            .file(0, &none)
+            .unwrap()
+            .file
+            .write_all_at(&old_header, slot_header_at(0))
+            .unwrap();
         drop(packs);
         let (packs, found) = open(dir.path());
         let ones: Vec<&FoundBlock> = found.iter().filter(|b| b.chunk == chunk(1)).collect();
@@ -1165,6 +1233,48 @@ mod tests {
 
     /// The runs of a chunk's slots agree with a plain map under random inserts and
     /// removals.
+    /// Descriptors this process holds open on files in `dir`.
+    fn open_in(dir: &Path) -> usize {
+        let fds = std::fs::read_dir("/proc/self/fd").unwrap();
+        fds.filter_map(|fd| std::fs::read_link(fd.ok()?.path()).ok())
+            .filter(|target| target.starts_with(dir))
+            .count()
+    }
+
+    /// However many packs there are, at most `OPEN_PACKS_MAX` are open (two
+    /// descriptors each), the least recently used closed first, never one written
+    /// since its last sync; what a closed pack holds is read back when it is opened
+    /// again.
+    #[test]
+    fn open_files_are_bounded_and_a_written_pack_stays_open_until_synced() {
+        let dir = tempfile::tempdir().unwrap();
+        let (mut packs, _) = open(dir.path());
+        for _ in 0..6 {
+            packs.new_pack().unwrap();
+        }
+        let none = BTreeSet::new();
+        for pack in 0..6 {
+            packs.open.file(pack, &none).unwrap();
+            assert!(packs.open.open.len() <= OPEN_PACKS_MAX);
+            assert!(open_in(dir.path()) <= 2 * OPEN_PACKS_MAX, "{}", open_in(dir.path()));
+        }
+        let written = BTreeSet::from([0]);
+        packs.open.file(0, &none).unwrap();
+        for pack in 1..6 {
+            packs.open.file(pack, &written).unwrap();
+            assert!(packs.open.open.contains_key(&0), "pack 0 closed while written");
+        }
+        // A chunk written, every pack used since, and read back whole.
+        put(&mut packs, 1, 4, 0xab);
+        for pack in 0..6 {
+            packs.open.file(pack, &none).unwrap();
+        }
+        packs.sync_all().unwrap();
+        let read = packs.read(chunk(1), 0..4).unwrap().unwrap();
+        assert!(read.iter().all(|b| *b == 0xab));
+        assert!(open_in(dir.path()) <= 2 * OPEN_PACKS_MAX);
+    }
+
     #[test]
     fn chunk_slots_agree_with_a_map() {
         let mut seed = 0x2545_f491_4f6c_dd1d_u64;

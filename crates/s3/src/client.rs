@@ -25,6 +25,20 @@ pub enum BenchError {
     Tls(SocketAddr, std::io::Error),
 }
 
+/// A TLS error, with what to do about the one people meet most: a self-signed
+/// certificate made as a CA (`openssl req -x509` marks it so by default), which TLS
+/// refuses as a server's own.
+fn with_hint(error: std::io::Error) -> std::io::Error {
+    if error.to_string().contains("CaUsedAsEndEntity") {
+        return std::io::Error::other(format!(
+            "{error}: the endpoint's certificate is marked as a certificate authority, \
+             which a server's own must not be (make it with `-addext \
+             basicConstraints=critical,CA:FALSE`, or sign it with a CA and trust that)"
+        ));
+    }
+    error
+}
+
 /// Where an endpoint is and how to speak to it: HTTP, or HTTPS to a host name the
 /// endpoint's certificate names.
 #[derive(Clone)]
@@ -86,7 +100,7 @@ impl Connection {
                 let stream = connector
                     .connect(name.clone(), stream)
                     .await
-                    .map_err(|e| BenchError::Tls(address, e))?;
+                    .map_err(|e| BenchError::Tls(address, with_hint(e)))?;
                 let (sender, connection) =
                     hyper::client::conn::http1::handshake(TokioIo::new(stream)).await?;
                 tokio::spawn(connection);

@@ -6,8 +6,8 @@
 //! received matches the one it computes for it. The nonces make every proof good for
 //! one connection only (a recorded proof cannot be replayed), and the side label
 //! makes a proof useless in the other direction (a peer cannot reflect ours back).
-//! The handshake authenticates; it does not encrypt: the cluster's network is
-//! trusted not to be read, as Sierra's and Ceph's default setups assume.
+//! The handshake authenticates a connection's start; it neither hides nor protects
+//! the frames after it: the runtime runs it inside TLS (docs/format/wire.md, "TLS").
 
 use somnus_core::cluster::Peer;
 
