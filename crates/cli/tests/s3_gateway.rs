@@ -461,14 +461,17 @@ fn self_signed(dir: &std::path::Path, name: &str) -> (String, String) {
     let key = dir.join(format!("{name}.key"));
     std::fs::write(&cert, certified.cert.pem()).unwrap();
     std::fs::write(&key, certified.signing_key.serialize_pem()).unwrap();
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::set_permissions(&key, std::fs::Permissions::from_mode(0o600)).unwrap();
     (cert.to_string_lossy().into_owned(), key.to_string_lossy().into_owned())
 }
 
 /// `somnus s3 --tls-cert --tls-key` serves HTTPS: boto3 and the AWS CLI (the quick
 /// suite, trusting the certificate through AWS_CA_BUNDLE) and `somnus bench s3`
 /// (`--ca-cert`) store and read over it; a client that does not trust the
-/// certificate is refused by its own TLS, a plain HTTP request gets no S3 answer, and
-/// the gateway serves on.
+/// certificate is refused by its own TLS, a plain HTTP request gets no S3 answer, a
+/// client of TLS 1.2 is served too, and the gateway serves on. A key others can read
+/// is refused at start.
 #[test]
 fn real_s3_clients_speak_https_to_the_gateway() {
     if !clients_installed() {
@@ -477,6 +480,14 @@ fn real_s3_clients_speak_https_to_the_gateway() {
     let cluster = Cluster::start();
     let dir = cluster.path.parent().unwrap().to_owned();
     let (cert, key) = self_signed(&dir, "gateway");
+    let (_, exposed) = self_signed(&dir, "exposed");
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::set_permissions(&exposed, std::fs::Permissions::from_mode(0o644)).unwrap();
+    let refused =
+        cluster.cli(&["s3", "--listen", "127.0.0.1:0", "--tls-cert", &cert, "--tls-key", &exposed]);
+    let stderr = String::from_utf8_lossy(&refused.stderr);
+    assert!(!refused.status.success() && stderr.contains("chmod 600"), "{stderr}");
+
     let mut gateway = start_gateway(&cluster, &["--tls-cert", &cert, "--tls-key", &key]);
     gateway.endpoint = format!("https://localhost:{}", gateway.address.port());
 
@@ -526,6 +537,18 @@ fn real_s3_clients_speak_https_to_the_gateway() {
     let mut answer = Vec::new();
     let _ = plain.read_to_end(&mut answer);
     assert!(!answer.starts_with(b"HTTP/"), "{}", String::from_utf8_lossy(&answer));
+
+    let tls12 = format!(
+        "import socket, ssl; c = ssl.create_default_context(cafile={cert:?}); \
+         c.maximum_version = ssl.TLSVersion.TLSv1_2; \
+         s = c.wrap_socket(socket.create_connection(('localhost', {})), server_hostname='localhost'); \
+         s.sendall(b'GET / HTTP/1.1\\r\\nHost: localhost\\r\\n\\r\\n'); \
+         print(s.version(), s.recv(12).decode())",
+        gateway.address.port()
+    );
+    let output = Command::new("python3").args(["-c", &tls12]).output().unwrap();
+    let said = String::from_utf8_lossy(&output.stdout);
+    assert_eq!(said.trim(), "TLSv1.2 HTTP/1.1 403", "{}", String::from_utf8_lossy(&output.stderr));
 
     let (ok, text) = bench(&cert);
     assert!(ok, "not served after the refusals: {text}");

@@ -18,7 +18,7 @@ use somnus_core::cluster::{Message, Peer};
 use tokio::net::TcpListener;
 use tokio::sync::mpsc;
 
-use crate::transport::{self, FrameWriter, Identity, Inbound, WireCounters};
+use crate::transport::{self, ConnError, FrameWriter, Identity, Inbound, WireCounters};
 
 /// Where peers listen.
 pub trait AddressBook: Send + Sync + 'static {
@@ -112,7 +112,12 @@ impl Outbox {
         let counters = self.counters.clone();
         let connection = match transport::connect(address, peer, &self.identity).await {
             Ok(connection) if connection.peer == peer => connection,
-            Ok(_) | Err(_) => {
+            refused => {
+                // The answering end was not who it should be: counted as the acceptor
+                // counts what it refuses (an unreachable peer is not counted).
+                if let Err(error @ (ConnError::Tls(_) | ConnError::WrongPeer { .. })) = &refused {
+                    counters.count_refused(error);
+                }
                 // Unreachable (or not who the book says): what was queued is lost, as
                 // on a lost link; wait a little so that a dead peer is not dialled in a
                 // loop.

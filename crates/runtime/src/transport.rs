@@ -224,7 +224,14 @@ impl FrameReader {
                 let step = if self.room.is_some() { 64 << 10 } else { HANDSHAKE_FRAME_BYTES_MAX };
                 self.buf.reserve(step);
             }
-            if self.read.read_buf(&mut self.buf).await.map_err(ConnError::from_read)? == 0 {
+            let read = match self.read.read_buf(&mut self.buf).await {
+                Ok(read) => read,
+                // A peer that closes its end without TLS's closing message (every
+                // process, when it drops a connection) ends it as a close would.
+                Err(error) if error.kind() == std::io::ErrorKind::UnexpectedEof => 0,
+                Err(error) => return Err(ConnError::from_read(error)),
+            };
+            if read == 0 {
                 self.decoder.at_end(&self.buf)?;
                 return Ok(None);
             }

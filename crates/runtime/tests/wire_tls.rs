@@ -248,3 +248,22 @@ async fn strangers_and_impostors_are_refused_by_the_acceptor() {
     assert_eq!(counters.authenticated(), 1);
     task.abort();
 }
+
+/// A peer that drops its connection (as every process does, without TLS's closing
+/// message) ends it as a close: nothing is counted as refused.
+#[tokio::test]
+async fn a_connection_dropped_by_its_peer_is_no_refusal() {
+    let (mds, counters, mut received, task) = listener(MDS).await;
+    let dialer = Identity::new(CLIENT, secret()).unwrap();
+    for _ in 0..3 {
+        let mut connection = transport::connect(mds, MDS, &dialer).await.unwrap();
+        connection.writer.send_message(&command()).await.unwrap();
+        tokio::time::timeout(PATIENCE, received.recv()).await.unwrap().unwrap();
+        drop(connection);
+    }
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let refused: Vec<_> = counters.refusals().filter(|(_, n)| *n > 0).collect();
+    assert!(refused.is_empty(), "clean closes counted: {refused:?}");
+    assert_eq!(counters.authenticated(), 3);
+    task.abort();
+}

@@ -62,7 +62,9 @@ impl Endpoint {
         ca: &std::path::Path,
     ) -> Result<Endpoint, crate::https::HttpsError> {
         let tls = crate::https::client_config(ca, host)?;
-        Ok(Endpoint { address, host: format!("{host}:{}", address.port()), tls: Some(tls) })
+        // An IPv6 address is written in brackets before its port.
+        let authority = if host.contains(':') { format!("[{host}]") } else { host.to_owned() };
+        Ok(Endpoint { address, host: format!("{authority}:{}", address.port()), tls: Some(tls) })
     }
 
     pub fn is_https(&self) -> bool {

@@ -20,6 +20,8 @@ pub enum HttpsError {
     Server(rustls::Error),
     #[error("{host:?} is not a host name or address a certificate could name")]
     Host { host: String },
+    #[error("the private key {path} can be read by others (mode {mode:o}); run `chmod 600 {path}`")]
+    Exposed { path: PathBuf, mode: u32 },
 }
 
 fn provider() -> Arc<rustls::crypto::CryptoProvider> {
@@ -45,6 +47,13 @@ fn certificates(path: &Path) -> Result<Vec<CertificateDer<'static>>, HttpsError>
 /// `key` (PKCS#8, PKCS#1 or SEC1 PEM), serving HTTP/1.1.
 pub fn server_config(cert: &Path, key: &Path) -> Result<Arc<rustls::ServerConfig>, HttpsError> {
     let chain = certificates(cert)?;
+    use std::os::unix::fs::PermissionsExt;
+    let metadata = std::fs::metadata(key)
+        .map_err(|error| HttpsError::File { path: key.to_owned(), what: error.to_string() })?;
+    let mode = metadata.permissions().mode() & 0o777;
+    if mode & 0o077 != 0 {
+        return Err(HttpsError::Exposed { path: key.to_owned(), mode });
+    }
     let key = PrivateKeyDer::from_pem_file(key).map_err(|error| HttpsError::File {
         path: key.to_owned(),
         what: format!("no private key read: {error}"),

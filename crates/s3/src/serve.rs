@@ -88,7 +88,12 @@ pub async fn serve_logged(
         };
         let _ = socket.set_nodelay(true);
         let Some(slot) = open.take(limits.max_connections) else {
-            tokio::spawn(connections::refuse(socket, limits.max_connections));
+            // Over HTTPS an answer in the clear would read as a TLS error: closed.
+            if tls.is_none() {
+                tokio::spawn(connections::refuse(socket, limits.max_connections));
+            } else {
+                metrics::counter!("somnus_s3_connections_refused_total").increment(1);
+            }
             continue;
         };
         let activity = Activity::new();
