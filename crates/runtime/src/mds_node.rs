@@ -107,6 +107,15 @@ pub async fn run(
         };
         let timer = matches!(event, MdsEvent::TimerFired);
         let full_before = mds.full_servers().to_vec();
+        if timer {
+            // What came before the timer was due is heard before it: an MDS held up (a
+            // commit's sync on a loaded disk) must not fail a server whose heartbeat
+            // waits in its inbox.
+            for _ in 0..GROUP_EVENTS_MAX {
+                let Ok(Inbound { from, message, .. }) = inputs.inbox.try_recv() else { break };
+                mds.handle(clock.now(), MdsEvent::MessageReceived { from, message });
+            }
+        }
         mds.handle(clock.now(), event);
         // Group commit: the messages already waiting are handled as well, and the
         // commands of them all made durable in one transaction (one sync) before any
@@ -235,6 +244,68 @@ mod tests {
             if let MdsAction::Persist(command) = action {
                 log.append(&command).unwrap();
             }
+        }
+    }
+
+    /// No addresses: what the MDS sends is dropped.
+    struct Nowhere;
+
+    impl crate::net::AddressBook for Nowhere {
+        fn address(&self, _: Peer) -> Option<std::net::SocketAddr> {
+            None
+        }
+    }
+
+    /// An MDS held up past the failure timeout (a slow commit) finds its timer due and
+    /// every server's heartbeat waiting in its inbox: it hears them first and fails
+    /// nobody. Eight times over: were the two taken in any order (tokio's `select!`
+    /// picks at random among ready branches), one of the eight would fail servers.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn heartbeats_waiting_when_the_failure_timer_is_due_are_heard_first() {
+        use somnus_core::cluster::{ServerPower, ServerTime};
+        use somnus_types::ServerId;
+        let (file, layout) = (test_file(), test_file().layout().unwrap());
+        for round in 0..8 {
+            let dir = tempfile::tempdir().unwrap();
+            // 20 times real time: the 6 s failure timeout is 300 ms.
+            let clock = Clock::start(20.0);
+            let mds = Mds::new(file.config(), &layout, clock.now());
+            let (log, _) = CommandLog::open(&dir.path().join("commands.redb")).unwrap();
+            tokio::time::sleep(std::time::Duration::from_millis(400)).await;
+            let (inbox_tx, inbox) = mpsc::channel(1024);
+            for server in 0..file.servers.len() as u32 {
+                let heartbeat = Message::Heartbeat {
+                    sent_at: ServerTime { incarnation: 1, at: clock.now() },
+                    power: ServerPower::On,
+                    leads: Vec::new(),
+                    full: false,
+                    load: Vec::new(),
+                    space: Box::default(),
+                };
+                let from = Peer::Server(ServerId(server));
+                let inbound = Inbound { from, message: heartbeat, room: Default::default() };
+                inbox_tx.send(inbound).await.unwrap();
+            }
+            let secret = somnus_wire::ClusterSecret::from_bytes([1; 32]);
+            let identity =
+                crate::transport::Identity::on(crate::cluster_file::Wire::Plain, Peer::Mds, secret)
+                    .unwrap();
+            let counters = Arc::new(crate::transport::WireCounters::default());
+            let (replies, _) = mpsc::channel(16);
+            let outbox = Outbox::new(Arc::new(identity), Arc::new(Nowhere), counters, replies);
+            let (_operator_tx, operator) = mpsc::unbounded_channel();
+            let (stop, shutdown) = watch::channel(false);
+            let inputs = MdsInputs { inbox, operator, shutdown };
+            let (status, mut seen) = watch::channel(MdsStatus::default());
+            let wake: Arc<dyn Fn(ServerId) + Send + Sync> = Arc::new(|_| {});
+            let task =
+                tokio::spawn(run(mds, log, layout.clone(), clock, outbox, wake, inputs, status));
+            // Heard (published) within 100 ms: well inside the next 300 ms timeout.
+            tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+            let failed = seen.borrow_and_update().counters.servers_failed;
+            stop.send(true).unwrap();
+            task.await.unwrap().unwrap();
+            assert_eq!(failed, 0, "round {round}: servers failed with heartbeats waiting");
         }
     }
 
