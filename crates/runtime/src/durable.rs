@@ -62,6 +62,14 @@ pub fn create_private_dir_all(dir: &Path) -> std::io::Result<()> {
     std::fs::DirBuilder::new().recursive(true).mode(0o700).create(dir)
 }
 
+/// The mode of the file at `path` if others than its owner may read or write it (a
+/// secret, a key: refused then), or `None` if it is its owner's alone.
+pub fn exposed_mode(path: &Path) -> std::io::Result<Option<u32>> {
+    use std::os::unix::fs::PermissionsExt;
+    let mode = std::fs::metadata(path)?.permissions().mode() & 0o777;
+    Ok((mode & 0o077 != 0).then_some(mode))
+}
+
 /// Options that create a file readable and writable by its owner alone (0600), as
 /// every file of a server's or the MDS's data is.
 pub fn private_file() -> OpenOptions {

@@ -111,20 +111,14 @@ pub async fn run(
             // What came before the timer was due is heard before it: an MDS held up (a
             // commit's sync on a loaded disk) must not fail a server whose heartbeat
             // waits in its inbox.
-            for _ in 0..GROUP_EVENTS_MAX {
-                let Ok(Inbound { from, message, .. }) = inputs.inbox.try_recv() else { break };
-                mds.handle(clock.now(), MdsEvent::MessageReceived { from, message });
-            }
+            hear_waiting(&mut mds, &mut inputs.inbox, &clock, GROUP_EVENTS_MAX);
         }
         mds.handle(clock.now(), event);
         // Group commit: the messages already waiting are handled as well, and the
         // commands of them all made durable in one transaction (one sync) before any
         // of their answers goes out. Under many clients at once, a command waits for
         // one sync instead of one per command before it.
-        for _ in 1..GROUP_EVENTS_MAX {
-            let Ok(Inbound { from, message, .. }) = inputs.inbox.try_recv() else { break };
-            mds.handle(clock.now(), MdsEvent::MessageReceived { from, message });
-        }
+        hear_waiting(&mut mds, &mut inputs.inbox, &clock, GROUP_EVENTS_MAX - 1);
         let changed = carry_out(&mut mds, &mut log, &outbox, wake.as_ref())?;
         compact_if_due(&mds, &mut log, &layout)?;
         // What status shows changes by a command (a client's `put` then `status` sees
@@ -137,6 +131,14 @@ pub async fn run(
     }
     publish(&mds, &status);
     Ok(())
+}
+
+/// Hands `mds` the messages waiting in `inbox`, `max` at most.
+fn hear_waiting(mds: &mut Mds, inbox: &mut mpsc::Receiver<Inbound>, clock: &Clock, max: usize) {
+    for _ in 0..max {
+        let Ok(Inbound { from, message, .. }) = inbox.try_recv() else { break };
+        mds.handle(clock.now(), MdsEvent::MessageReceived { from, message });
+    }
 }
 
 /// Events handled at most before their commands are made durable together.

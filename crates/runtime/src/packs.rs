@@ -1104,6 +1104,11 @@ mod tests {
         assert_eq!(packs.stats.slots_reserved, 0);
     }
 
+    /// Pack 0's file, opened if need be.
+    fn first_pack(packs: &mut Packs) -> Arc<File> {
+        packs.open.file(0, &BTreeSet::new()).unwrap().file.clone()
+    }
+
     fn allocated(dir: &Path) -> u64 {
         std::fs::metadata(dir.join(pack_name(0))).unwrap().blocks() * 512
     }
@@ -1165,18 +1170,8 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let (mut packs, _) = open(dir.path());
         put(&mut packs, 1, 1, 0x11);
-        let old_header = {
-            let mut header = [0u8; 64];
-            let none = BTreeSet::new();
-            packs
-                .open
-                .file(0, &none)
-                .unwrap()
-                .file
-                .read_exact_at(&mut header, slot_header_at(0))
-                .unwrap();
-            header
-        };
+        let mut old_header = [0u8; 64];
+        first_pack(&mut packs).read_exact_at(&mut old_header, slot_header_at(0)).unwrap();
         packs.free_chunk(chunk(1));
         put(&mut packs, 9, 1, 0x99);
         let data = vec![0x55u8; BLOCK_BYTES as usize];
@@ -1185,14 +1180,7 @@ mod tests {
         let slot = packs.index[&chunk(1)].get(0).unwrap();
         assert_eq!(slot.index, 1);
         // Object 9 took slot 0; put object 1's old header back over it.
-        let none = BTreeSet::new();
-        packs
-            .open
-            .file(0, &none)
-            .unwrap()
-            .file
-            .write_all_at(&old_header, slot_header_at(0))
-            .unwrap();
+        first_pack(&mut packs).write_all_at(&old_header, slot_header_at(0)).unwrap();
         drop(packs);
         let (packs, found) = open(dir.path());
         let ones: Vec<&FoundBlock> = found.iter().filter(|b| b.chunk == chunk(1)).collect();

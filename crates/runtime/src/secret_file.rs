@@ -3,7 +3,7 @@
 
 use std::fs::{self, File, OpenOptions};
 use std::io::Write;
-use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
+use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Path, PathBuf};
 
 use somnus_wire::{ClusterSecret, SECRET_BYTES, SecretError};
@@ -54,8 +54,7 @@ pub fn create(path: &Path) -> Result<ClusterSecret, SecretFileError> {
 /// Reads the secret at `path`, refusing a file that others can read.
 pub fn load(path: &Path) -> Result<ClusterSecret, SecretFileError> {
     let read_error = |source| SecretFileError::Read { path: path.to_owned(), source };
-    let mode = fs::metadata(path).map_err(read_error)?.permissions().mode() & 0o777;
-    if mode & 0o077 != 0 {
+    if let Some(mode) = crate::durable::exposed_mode(path).map_err(read_error)? {
         return Err(SecretFileError::Exposed { path: path.to_owned(), mode });
     }
     let text = fs::read_to_string(path).map_err(read_error)?;
@@ -65,6 +64,8 @@ pub fn load(path: &Path) -> Result<ClusterSecret, SecretFileError> {
 
 #[cfg(test)]
 mod tests {
+    use std::os::unix::fs::PermissionsExt;
+
     use super::*;
 
     #[test]

@@ -10,42 +10,19 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use somnus_core::cluster::{ChunkId, ChunkIndex, ClientId, Epoch, Message, Payload, Peer, Stamp};
+mod common;
+
+use common::{PATIENCE, listener, refused};
 use somnus_runtime::cluster_file::Wire;
-use somnus_runtime::transport::{self, Identity, Inbound, WireCounters};
+use somnus_runtime::transport::{self, Identity, Inbound};
 use somnus_types::{ByteRange, ChunkGroupId, ObjectId, ServerId};
 use somnus_wire::{ClusterSecret, Frame, Hello};
 use tokio::io::AsyncWriteExt;
-use tokio::net::{TcpListener, TcpStream};
+use tokio::net::TcpStream;
 use tokio::sync::mpsc;
-
-/// Every wait in these tests is bounded by this.
-const PATIENCE: Duration = Duration::from_secs(10);
 
 fn secret(byte: u8) -> ClusterSecret {
     ClusterSecret::from_bytes([byte; 32])
-}
-
-/// A listener on loopback that pumps every authenticated peer's messages into one inbox.
-async fn listener(
-    identity: Identity,
-) -> (std::net::SocketAddr, Arc<WireCounters>, mpsc::Receiver<Inbound>, tokio::task::JoinHandle<()>)
-{
-    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let addr = listener.local_addr().unwrap();
-    let counters = Arc::new(WireCounters::default());
-    let (inbox, received) = mpsc::channel(64);
-    let pump_counters = counters.clone();
-    let task = tokio::spawn(transport::serve(
-        listener,
-        Arc::new(identity),
-        counters.clone(),
-        move |connection| {
-            let (reader, from) = (connection.reader, connection.peer);
-            // The writer is dropped: these tests only send to the listener.
-            tokio::spawn(transport::pump(reader, from, inbox.clone(), pump_counters.clone()));
-        },
-    ));
-    (addr, counters, received, task)
 }
 
 fn server_identity(wire: Wire) -> Identity {
@@ -87,20 +64,6 @@ async fn round_trip(
     assert_eq!(inbound.from, Peer::Client(ClientId(n)));
     // Equal messages carry equal payloads: the bytes came through the attachment.
     assert_eq!(inbound.message, message);
-}
-
-/// Waits until `kind` has been counted `n` times.
-async fn refused(counters: &WireCounters, kind: &str, n: u64) {
-    let deadline = tokio::time::Instant::now() + PATIENCE;
-    while counters.refused(kind) < n {
-        assert!(
-            tokio::time::Instant::now() < deadline,
-            "{kind} never counted: {:?}",
-            counters.refusals().collect::<Vec<_>>()
-        );
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
-    assert_eq!(counters.refused(kind), n, "{kind}");
 }
 
 /// A raw connection that writes `bytes` and then closes its sending side.

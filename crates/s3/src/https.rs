@@ -47,11 +47,9 @@ fn certificates(path: &Path) -> Result<Vec<CertificateDer<'static>>, HttpsError>
 /// `key` (PKCS#8, PKCS#1 or SEC1 PEM), serving HTTP/1.1.
 pub fn server_config(cert: &Path, key: &Path) -> Result<Arc<rustls::ServerConfig>, HttpsError> {
     let chain = certificates(cert)?;
-    use std::os::unix::fs::PermissionsExt;
-    let metadata = std::fs::metadata(key)
+    let exposed = somnus_runtime::durable::exposed_mode(key)
         .map_err(|error| HttpsError::File { path: key.to_owned(), what: error.to_string() })?;
-    let mode = metadata.permissions().mode() & 0o777;
-    if mode & 0o077 != 0 {
+    if let Some(mode) = exposed {
         return Err(HttpsError::Exposed { path: key.to_owned(), mode });
     }
     let key = PrivateKeyDer::from_pem_file(key).map_err(|error| HttpsError::File {

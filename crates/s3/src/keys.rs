@@ -7,7 +7,7 @@
 
 use std::fs::{self, OpenOptions};
 use std::io::Write;
-use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
+use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Path, PathBuf};
 
 use crate::serve::Credentials;
@@ -61,8 +61,7 @@ fn create(path: &Path) -> Result<Credentials, KeysError> {
 
 fn load(path: &Path) -> Result<Credentials, KeysError> {
     let io = |source| KeysError::Io { path: path.to_owned(), source };
-    let mode = fs::metadata(path).map_err(io)?.permissions().mode() & 0o777;
-    if mode & 0o077 != 0 {
+    if let Some(mode) = somnus_runtime::durable::exposed_mode(path).map_err(io)? {
         return Err(KeysError::Exposed { path: path.to_owned(), mode });
     }
     let text = fs::read_to_string(path).map_err(io)?;
@@ -90,6 +89,8 @@ fn load(path: &Path) -> Result<Credentials, KeysError> {
 
 #[cfg(test)]
 mod tests {
+    use std::os::unix::fs::PermissionsExt;
+
     use super::*;
 
     #[test]
