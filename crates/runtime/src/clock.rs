@@ -30,6 +30,11 @@ impl Clock {
         self.start + Duration::from_nanos(real.min(u64::MAX as f64 / 2.0) as u64)
     }
 
+    /// The real time `duration` of the clock's takes.
+    pub fn real_of(&self, duration: somnus_types::VirtualDuration) -> Duration {
+        Duration::from_secs_f64(duration.as_secs_f64() / self.scale)
+    }
+
     /// Sleeps until the clock reads `at`; forever for `None`.
     pub async fn sleep_until(&self, at: Option<VirtualInstant>) {
         match at {

@@ -8,7 +8,8 @@
 //! on tokio's blocking pool, so the task goes on serving meanwhile, and changes that
 //! arrive during one sync go together in the next. A checkpoint, in order with the
 //! changes, starts a new journal, then finishes on a thread of its own while the
-//! changes after it go on into the new journal (`checkpoint.rs`).
+//! changes after it go on into the new journal (`checkpoint.rs`). Asked to, it punches
+//! out the slots of freed chunks, a batch between syncs, off the server's task.
 
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -19,6 +20,7 @@ use somnus_core::cluster::store::StoreOp;
 use somnus_types::IoId;
 use tokio::sync::mpsc;
 
+use crate::packs::SharedPacks;
 use crate::server_disk::{Groups, ServerDisk, ServerDiskError};
 
 /// Changes taken into one sync at most: a bound on a batch's memory and latency.
@@ -31,6 +33,9 @@ pub enum Job {
     Change(IoId, StoreOp),
     /// Checkpoint: `groups` are the store's, every change sent before applied.
     Checkpoint(Groups),
+    /// Punch out the slots of the chunks freed so far, a batch at a time between
+    /// the other jobs, until none is left ([`crate::packs::SharedPacks::punch_released`]).
+    Punch,
 }
 
 /// What one sync made of the writes sent, in the order they were sent, or how a
@@ -60,11 +65,25 @@ pub fn spawn(
 ) -> (mpsc::UnboundedSender<Job>, mpsc::UnboundedReceiver<Durable>) {
     let (jobs, mut incoming) = mpsc::unbounded_channel::<Job>();
     let (report, done) = mpsc::unbounded_channel();
+    let packs = disk.lock().map(|disk| disk.packs()).ok();
     tokio::spawn(async move {
         let mut next = None;
+        let mut punching = false;
         loop {
+            // A batch of punches between jobs, so a stream of changes never starves them.
+            if punching {
+                punching = match &packs {
+                    Some(packs) => punch(packs).await,
+                    None => false,
+                };
+            }
             let job = match next.take() {
                 Some(job) => job,
+                None if punching => match incoming.try_recv() {
+                    Ok(job) => job,
+                    Err(mpsc::error::TryRecvError::Empty) => continue,
+                    Err(mpsc::error::TryRecvError::Disconnected) => return,
+                },
                 None => match incoming.recv().await {
                     Some(job) => job,
                     None => return,
@@ -72,11 +91,16 @@ pub fn spawn(
             };
             let outcome = match job {
                 Job::Checkpoint(groups) => begin_checkpoint(&disk, groups, &report).await,
+                Job::Punch => {
+                    punching = true;
+                    None
+                }
                 Job::Change(io, op) => {
                     let mut batch = vec![(io, op)];
                     while batch.len() < BATCH_MAX {
                         match incoming.try_recv() {
                             Ok(Job::Change(io, op)) => batch.push((io, op)),
+                            Ok(Job::Punch) => punching = true,
                             Ok(checkpoint) => {
                                 next = Some(checkpoint);
                                 break;
@@ -111,6 +135,12 @@ async fn sync(disk: &Arc<Mutex<ServerDisk>>, batch: Vec<(IoId, StoreOp)>) -> Dur
     })
     .await
     .unwrap_or_else(|error| Err(ServerDiskError::Io(format!("the journal's sync failed: {error}"))))
+}
+
+/// Punches out a batch of freed slots; whether any are left.
+async fn punch(packs: &SharedPacks) -> bool {
+    let packs = packs.clone();
+    tokio::task::spawn_blocking(move || packs.punch_released()).await.unwrap_or(false)
 }
 
 /// Starts a new journal at once, and finishes the checkpoint on a thread of its own,

@@ -8,8 +8,8 @@
 use std::path::Path;
 use std::sync::Arc;
 
-use somnus_core::cluster::ClusterConfig;
 use somnus_core::cluster::mds::{Mds, MdsAction, MdsCounters, MdsEvent};
+use somnus_core::cluster::{ClusterConfig, ServerPower};
 use somnus_core::layout::Layout;
 use somnus_types::{ChunkGroupId, ServerId};
 use tokio::sync::{mpsc, watch};
@@ -107,13 +107,22 @@ pub async fn run(
         };
         let timer = matches!(event, MdsEvent::TimerFired);
         let full_before = mds.full_servers().to_vec();
+        let failed_before = mds.counters().servers_failed;
         if timer {
             // What came before the timer was due is heard before it: an MDS held up (a
             // commit's sync on a loaded disk) must not fail a server whose heartbeat
             // waits in its inbox.
             hear_waiting(&mut mds, &mut inputs.inbox, &clock, GROUP_EVENTS_MAX);
         }
+        // Only a timer fails servers: their power before it, to log those it fails.
+        let power_before: Vec<ServerPower> = match timer {
+            true => (0..mds.server_count()).map(|s| mds.server_power(ServerId(s as u32))).collect(),
+            false => Vec::new(),
+        };
         mds.handle(clock.now(), event);
+        if mds.counters().servers_failed > failed_before {
+            tell_failures(&mds, &clock, &power_before);
+        }
         // Group commit: the messages already waiting are handled as well, and the
         // commands of them all made durable in one transaction (one sync) before any
         // of their answers goes out. Under many clients at once, a command waits for
@@ -131,6 +140,24 @@ pub async fn run(
     }
     publish(&mds, &status);
     Ok(())
+}
+
+/// Logs each server failed by the event just handled, with how long it was silent:
+/// an operator (and a soak) can tell a dead server from a busy one.
+fn tell_failures(mds: &Mds, clock: &Clock, before: &[ServerPower]) {
+    let now = clock.now();
+    for (index, was) in before.iter().enumerate() {
+        let server = ServerId(index as u32);
+        if *was == ServerPower::Failed || mds.server_power(server) != ServerPower::Failed {
+            continue;
+        }
+        let silent = now.saturating_duration_since(mds.heard_from(server));
+        eprintln!(
+            "mds: server {index} failed: no heartbeat for {:.1} s of cluster time ({:.2} s real)",
+            silent.as_secs_f64(),
+            clock.real_of(silent).as_secs_f64()
+        );
+    }
 }
 
 /// Hands `mds` the messages waiting in `inbox`, `max` at most.

@@ -2,8 +2,16 @@
 //! files of 4 KiB slots, each slot one block of one chunk with a header of its owner,
 //! version, stamp and CRC-32C. A chunk takes the slots of the blocks written to it,
 //! nothing more; a freed chunk's slots are punched out of their files (the space goes
-//! back to the filesystem at once) and taken again by later writes. No file is made
-//! per chunk: a small object costs its blocks, and the write path creates no file.
+//! back to the filesystem) and taken again by later writes. No file is made per chunk:
+//! a small object costs its blocks, and the write path creates no file.
+//!
+//! A free is applied on the server's task, which also heartbeats: there it only takes
+//! the chunks' slots from them, under one hold of the packs. The disk worker
+//! punches them out a batch at a time ([`SharedPacks::punch_released`]): thousands of
+//! frees at a grace's end are seconds of `fallocate`, which on the server's task kept
+//! its heartbeats from the MDS until the MDS took the server for dead. Released slots
+//! are taken by no write until punched, and a checkpoint punches every one before it
+//! syncs the packs (the journals that hold the frees go only after that).
 //!
 //! The core's [`ChunkStore`](somnus_core::cluster::store::ChunkStore) calls this as it
 //! changes blocks ([`ChunkData`]). A block's bytes are written around the page cache
@@ -22,6 +30,7 @@ use std::fs::{File, OpenOptions};
 use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+use tokio::time::Instant;
 
 use bytes::Bytes;
 use somnus_core::cluster::store::{BLOCK_BYTES, ChunkData, StoreOp};
@@ -412,6 +421,11 @@ pub struct Packs {
     high: Vec<u32>,
     /// Packs written since the last sync.
     dirty: BTreeSet<u32>,
+    /// Runs of slots of freed chunks, not punched out yet: free for no write until
+    /// they are.
+    released: Vec<(Slot, u32)>,
+    /// Whether the disk worker was asked to punch them and has not found them done.
+    punch_asked: bool,
     stats: PackStats,
     errors: IoErrors,
 }
@@ -435,6 +449,8 @@ impl Packs {
             free: FreeSlots::default(),
             high: Vec::new(),
             dirty: BTreeSet::new(),
+            released: Vec::new(),
+            punch_asked: false,
             stats: PackStats::default(),
             errors,
         };
@@ -683,16 +699,35 @@ impl Packs {
         self.dirty.insert(slot.pack);
     }
 
-    /// Frees every slot of `chunk`.
-    fn free_chunk(&mut self, chunk: ChunkId) {
+    /// Takes every slot of `chunk` from it: the chunk reads as never written from now
+    /// on, and its slots wait to be punched out ([`Packs::punch_released`]).
+    fn release_chunk(&mut self, chunk: ChunkId) {
         let Some(slots) = self.index.remove(&chunk) else { return };
         self.stats.slots_used -= slots.blocks() - slots.reserved.len() as u64;
         self.stats.slots_reserved -= slots.reserved.len() as u64;
-        for (slot, count) in slots.slots() {
+        self.released.extend(slots.slots());
+    }
+
+    /// Punches out runs of released slots, which become free: at most `runs`, and
+    /// none begun past `until`; whether any are left.
+    fn punch_released(&mut self, runs: usize, until: Option<Instant>) -> bool {
+        for _ in 0..runs {
+            if until.is_some_and(|until| Instant::now() >= until) {
+                break;
+            }
+            let Some((slot, count)) = self.released.pop() else { break };
             self.punch(slot, count);
             self.free.add(slot, count);
             self.punch_free_headers(slot, count);
         }
+        !self.released.is_empty()
+    }
+
+    /// Frees every slot of `chunk` at once.
+    #[cfg(test)]
+    fn free_chunk(&mut self, chunk: ChunkId) {
+        self.release_chunk(chunk);
+        self.punch_released(usize::MAX, None);
     }
 
     /// Gives back the header blocks among those of `count` slots from `slot` whose
@@ -899,6 +934,12 @@ impl Packs {
 /// many open files" near the usual limit of 1,024.
 const OPEN_PACKS_MAX: usize = if cfg!(test) { 2 } else { 256 };
 
+/// Runs of released slots punched out under one hold of the packs at most, and for
+/// how long at most (a punch on a loaded disk can take milliseconds): the server's
+/// task, which reads and writes blocks under the same hold, waits no longer.
+const PUNCH_BATCH: usize = 64;
+const PUNCH_HOLD: std::time::Duration = std::time::Duration::from_millis(10);
+
 /// One pack's open files.
 #[derive(Debug)]
 struct OpenPack {
@@ -977,11 +1018,17 @@ fn append_at(file: &File, offset: u64, len: usize, out: &mut Vec<u8>) -> std::io
 /// ([`SharedPacks::prepare`]): a full disk then fails the change before it is durable,
 /// never a block's write after it.
 #[derive(Clone, Debug)]
-pub struct SharedPacks(Arc<Mutex<Packs>>);
+pub struct SharedPacks {
+    packs: Arc<Mutex<Packs>>,
+    /// The stats last read, for a reader that finds the packs held (by the disk
+    /// worker's batch of punches): the status tick never waits for the packs.
+    last_stats: Arc<Mutex<PackStats>>,
+}
 
 impl SharedPacks {
     pub fn new(packs: Packs) -> SharedPacks {
-        SharedPacks(Arc::new(Mutex::new(packs)))
+        let last_stats = Arc::new(Mutex::new(packs.stats));
+        SharedPacks { packs: Arc::new(Mutex::new(packs)), last_stats }
     }
 
     /// Reserves, their space allocated, the slots the blocks of `changes` need.
@@ -994,14 +1041,44 @@ impl SharedPacks {
         self.packs().release_reservation(reservation);
     }
 
+    /// What the packs hold; while another holds them, what they held when last read.
     pub fn stats(&self) -> PackStats {
-        self.packs().stats
+        let mut last = self.last_stats.lock().unwrap_or_else(PoisonError::into_inner);
+        match self.packs.try_lock() {
+            Ok(packs) => *last = packs.stats,
+            Err(std::sync::TryLockError::Poisoned(packs)) => *last = packs.into_inner().stats,
+            Err(std::sync::TryLockError::WouldBlock) => {}
+        }
+        *last
+    }
+
+    /// Whether the disk worker should be asked to punch released slots: true once
+    /// for slots released since it last found none left.
+    pub fn ask_punch(&self) -> bool {
+        let mut packs = self.packs();
+        let ask = !packs.released.is_empty() && !packs.punch_asked;
+        packs.punch_asked |= ask;
+        ask
+    }
+
+    /// Punches out a batch of released slots, the packs held for that batch only
+    /// (the server's task reads and writes between batches); whether any are left.
+    pub fn punch_released(&self) -> bool {
+        let mut packs = self.packs();
+        let more = packs.punch_released(PUNCH_BATCH, Some(Instant::now() + PUNCH_HOLD));
+        packs.punch_asked = more;
+        more
+    }
+
+    /// Punches out every released slot, a batch at a time.
+    pub fn punch_all_released(&self) {
+        while self.packs().punch_released(PUNCH_BATCH, Some(Instant::now() + PUNCH_HOLD)) {}
     }
 
     /// The packs; a panic while another held them leaves them as whole as any I/O
     /// error does (what the journal holds is replayed at start).
     fn packs(&self) -> MutexGuard<'_, Packs> {
-        self.0.lock().unwrap_or_else(PoisonError::into_inner)
+        self.packs.lock().unwrap_or_else(PoisonError::into_inner)
     }
 }
 
@@ -1032,8 +1109,11 @@ impl ChunkData for SharedPacks {
 
     /// Syncs every pack written since the last sync (before the journals that made
     /// their writes durable are removed), without holding the packs meanwhile: the
-    /// server's task goes on writing and reading blocks.
+    /// server's task goes on writing and reading blocks. Every slot released before
+    /// is punched out first: no journal that holds a free goes before its slots'
+    /// headers are zero on disk.
     fn sync(&mut self) -> Result<(), String> {
+        self.punch_all_released();
         let (dirty, dir) = {
             let mut packs = self.packs();
             (packs.take_dirty(), packs.dir.display().to_string())
@@ -1057,8 +1137,12 @@ impl ChunkData for SharedPacks {
         }
     }
 
-    fn free_chunk(&mut self, chunk: ChunkId) {
-        self.packs().free_chunk(chunk);
+    /// Releases the chunks' slots; the disk worker punches them out.
+    fn free_chunks(&mut self, chunks: &[ChunkId]) {
+        let mut packs = self.packs();
+        for chunk in chunks {
+            packs.release_chunk(*chunk);
+        }
     }
 }
 
@@ -1143,6 +1227,45 @@ mod tests {
         assert_eq!(found.len(), 257);
         assert!(found.iter().all(|b| b.intact && b.chunk != chunk(2)));
         assert_eq!(packs.stats.slots_used, 257);
+    }
+
+    /// Goal: a free on the server's task punches nothing (thousands of them at a
+    /// grace's end were seconds of `fallocate` there, its heartbeats unsent): the
+    /// chunk reads as unwritten at once, its slots are taken by no write until the
+    /// disk worker punches them out, a batch at a time, and a sync punches every
+    /// one left before the journals that hold the frees can go.
+    #[test]
+    fn a_free_releases_its_slots_and_the_worker_punches_them_out() {
+        let dir = tempfile::tempdir().unwrap();
+        let (mut inner, _) = open(dir.path());
+        for object in 1..=PUNCH_BATCH as u64 + 2 {
+            put(&mut inner, object, 2, object as u8);
+        }
+        let mut packs = SharedPacks::new(inner);
+        let full = allocated(dir.path());
+        let freed: Vec<ChunkId> = (1..=PUNCH_BATCH as u64 + 1).map(chunk).collect();
+        ChunkData::free_chunks(&mut packs, &freed);
+        assert_eq!(allocated(dir.path()), full, "nothing punched on the server's task");
+        assert_eq!(packs.stats().slots_used, 2, "the freed chunks hold no slot");
+        let read = packs.packs().read(chunk(1), 0..2).unwrap().unwrap();
+        assert!(read.iter().all(|b| *b == 0), "a freed chunk reads as unwritten");
+        // A write meanwhile takes a slot of its own, never one waiting to be punched.
+        put(&mut packs.packs(), 1000, 1, 0x77);
+        assert_eq!(packs.packs().high[0], 2 * (PUNCH_BATCH as u32 + 2) + 1);
+        assert!(packs.ask_punch(), "asked once");
+        assert!(!packs.ask_punch(), "not again while the worker is at it");
+        assert!(packs.punch_released(), "a batch at a time: a chunk at least left");
+        assert!(allocated(dir.path()) < full, "a batch's space came back");
+        while packs.punch_released() {}
+        let left = allocated(dir.path());
+        ChunkData::free_chunks(&mut packs, &[chunk(PUNCH_BATCH as u64 + 2)]);
+        assert!(packs.ask_punch(), "asked again for slots released after it was done");
+        ChunkData::sync(&mut packs).unwrap();
+        assert!(allocated(dir.path()) < left, "the sync punched the last one out");
+        assert!(packs.packs().released.is_empty());
+        drop(packs);
+        let (_, found) = open(dir.path());
+        assert_eq!(found.len(), 1, "only the block written since: {found:?}");
     }
 
     /// Goal: a reservation whose change was not made durable goes back whole.

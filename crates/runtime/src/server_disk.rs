@@ -138,6 +138,12 @@ impl DiskWatch {
     pub fn packs(&self) -> PackStats {
         self.files.stats()
     }
+
+    /// Whether to ask the disk worker to punch out the slots of chunks freed since it
+    /// last punched ([`SharedPacks::ask_punch`]).
+    pub fn ask_punch(&self) -> bool {
+        self.files.ask_punch()
+    }
 }
 
 impl ServerDisk {
@@ -177,6 +183,8 @@ impl ServerDisk {
             journal_bytes += opened.bytes();
             journal = Some((opened, seq));
         }
+        // The journals' frees: their slots back before the server serves.
+        files.punch_all_released();
         let (journal, seq) = match journal {
             Some(last) => last,
             None => new_journal(dir, generations.snapshot.unwrap_or(0))?,
@@ -214,6 +222,12 @@ impl ServerDisk {
     /// The errors and checkpoint bound, readable without this disk's lock.
     pub fn watch(&self) -> DiskWatch {
         self.watch.clone()
+    }
+
+    /// The packs, for the disk worker to punch out freed slots without this disk's
+    /// lock.
+    pub fn packs(&self) -> SharedPacks {
+        self.files.clone()
     }
 
     /// Whether the journal has grown past its bound.

@@ -24,6 +24,7 @@
 use std::collections::{BTreeMap, VecDeque};
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
+use std::time::Duration;
 
 use somnus_core::cluster::server::{Durable, Server, ServerAction, ServerCounters, ServerEvent};
 use somnus_core::cluster::store::StoreOp;
@@ -132,6 +133,8 @@ pub async fn run(
     outputs: ServerOutputs,
 ) -> Result<(), ServerDiskError> {
     let ServerOutputs { outbox, status, sleeps } = outputs;
+    let heartbeat_gap_told = (clock.real_of(config.failure_timeout) / 2)
+        .max(clock.real_of(config.heartbeat_interval) * 2);
     let mut server = Server::new(id, config, topology, durable, clock.now(), None);
     let watch = disk.lock().map_err(|_| poisoned())?.watch();
     let (changes, mut durable_ios) = disk_worker::spawn(disk);
@@ -148,6 +151,10 @@ pub async fn run(
         told_no_room: false,
         told_no_room_checkpoint: false,
         last_change: Instant::now(),
+        frees_in_flight: Vec::new(),
+        id,
+        last_heartbeat: None,
+        heartbeat_gap_told,
     };
     node.carry_out(&mut server, &outbox);
     // A sleeping core asks for no timer: status is published on this tick as well.
@@ -240,6 +247,15 @@ struct Node {
     told_no_room_checkpoint: bool,
     /// When a replica change was last sent to the disk worker.
     last_change: Instant,
+    /// Frees sent to the disk worker and not yet reported durable: once one is, and
+    /// applied, the worker is asked to punch out the freed slots.
+    frees_in_flight: Vec<IoId>,
+    id: ServerId,
+    /// When the last heartbeat went out (none while asleep), and the gap between two
+    /// that is logged: half the failure timeout (at least two heartbeat intervals), in
+    /// real time. A server held up that long comes near to looking dead to the MDS.
+    last_heartbeat: Option<Instant>,
+    heartbeat_gap_told: Duration,
 }
 
 /// Client requests tracked at once: beyond it (clients that never hear back), the
@@ -275,6 +291,9 @@ impl Node {
             match action {
                 ServerAction::Send { to, message } => {
                     self.answered(to, &message);
+                    if matches!(message, Message::Heartbeat { .. }) {
+                        self.heartbeat_sent();
+                    }
                     outbox.send(to, message)
                 }
                 ServerAction::Disk { io, write: true, .. } => match server.disk_change(io) {
@@ -284,10 +303,27 @@ impl Node {
                 ServerAction::Disk { io, write: false, .. } => self.ready.push(io),
                 // The core answers nothing but its wake from now on.
                 ServerAction::Sleep => {
+                    self.last_heartbeat = None;
                     let _ = self.sleeps.send(());
                 }
             }
         }
+    }
+
+    /// Logs a heartbeat that went out long after the one before it.
+    fn heartbeat_sent(&mut self) {
+        let now = Instant::now();
+        if let Some(gap) = self.last_heartbeat.map(|last| now - last)
+            && gap > self.heartbeat_gap_told
+        {
+            let told = self.heartbeat_gap_told.as_secs_f64();
+            eprintln!(
+                "server {}: a heartbeat went out {:.2} s after the one before (more than {told:.2} s)",
+                self.id.0,
+                gap.as_secs_f64()
+            );
+        }
+        self.last_heartbeat = Some(now);
     }
 
     /// Tells the core what a sync made of the replica changes sent to the disk worker.
@@ -306,14 +342,20 @@ impl Node {
             // full as soon as writes take the room.
             Synced::Durable(ios) => {
                 self.in_flight -= ios.len();
+                let frees = self.frees_in_flight.len();
+                self.frees_in_flight.retain(|io| !ios.contains(io));
                 self.ready.extend(ios);
                 self.finish_ready(server, outbox, clock);
+                if self.frees_in_flight.len() < frees && self.watch.ask_punch() {
+                    let _ = self.send(Job::Punch);
+                }
                 self.measure_space(server, outbox, clock, disk_dir);
             }
             // No room: none took effect; the core forgets them (their writers send
             // them again) and counts itself full.
             Synced::NoRoom(ios, why) => {
                 self.in_flight -= ios.len();
+                self.frees_in_flight.retain(|io| !ios.contains(io));
                 if !self.told_no_room {
                     eprintln!("server {}: {why}; writes wait for room", id.0);
                     self.told_no_room = true;
@@ -401,6 +443,9 @@ impl Node {
         while let Some((io, change)) = self.held.pop_front() {
             self.in_flight += 1;
             self.last_change = Instant::now();
+            if matches!(change, StoreOp::Free { .. }) {
+                self.frees_in_flight.push(io);
+            }
             self.send(Job::Change(io, change))?;
         }
         Ok(())

@@ -600,6 +600,11 @@ impl Mds {
         self.servers[server.index()].power
     }
 
+    /// When the MDS last heard a heartbeat of `server`.
+    pub fn heard_from(&self, server: ServerId) -> VirtualInstant {
+        self.servers[server.index()].heartbeat_received
+    }
+
     /// The servers whose last heartbeat said their disk is full.
     pub fn full_servers(&self) -> &[ServerId] {
         &self.full

@@ -101,9 +101,10 @@ pub trait ChunkData: std::fmt::Debug + Send {
     /// Makes every block written so far durable (before the shell cuts the journal
     /// that made them durable until now).
     fn sync(&mut self) -> Result<(), String>;
-    /// Frees every block of `chunk` (its object was deleted): the space goes back to
-    /// the disk. Freeing a chunk that holds nothing is no error.
-    fn free_chunk(&mut self, chunk: ChunkId);
+    /// Frees every block of `chunks` (their objects were deleted): the space goes
+    /// back to the disk. Freeing a chunk that holds nothing is no error. All at once:
+    /// a shell that shares its store takes it once for them all.
+    fn free_chunks(&mut self, chunks: &[ChunkId]);
 }
 
 /// Deleted objects a store remembers, so that a late write of one (a primary's
@@ -235,7 +236,7 @@ impl ChunkStore {
             // rebuild's copy) stores nothing; whatever the shell set aside for it
             // goes back.
             if let Some(data) = &mut self.data {
-                data.free_chunk(write.chunk);
+                data.free_chunks(&[write.chunk]);
             }
             return;
         }
@@ -544,6 +545,7 @@ impl ChunkStore {
     /// has passed), their unstable writes and corrupt blocks with them, and remembers
     /// them so that nothing of them is stored again. Idempotent.
     pub fn free(&mut self, objects: &[ObjectId]) {
+        let mut freed = Vec::new();
         for object in objects {
             let first = ChunkId { object: *object, chunk: super::ChunkIndex(0) };
             let last = ChunkId { object: *object, chunk: super::ChunkIndex(u32::MAX) };
@@ -552,17 +554,19 @@ impl ChunkStore {
                 if let Some(record) = self.chunks.remove(&chunk) {
                     self.blocks_held -= record.blocks.written();
                 }
-                if let Some(data) = &mut self.data {
-                    data.free_chunk(chunk);
-                }
+                freed.push(chunk);
             }
             if !self.corrupt.is_empty() {
                 self.corrupt.retain(|(chunk, _)| chunk.object != *object);
             }
             self.freed.insert(*object);
         }
+        if let Some(data) = &mut self.data {
+            data.free_chunks(&freed);
+        }
+        let gone: BTreeSet<ObjectId> = objects.iter().copied().collect();
         for record in self.groups.values_mut() {
-            record.unstable.retain(|w| !objects.contains(&w.chunk.object));
+            record.unstable.retain(|w| !gone.contains(&w.chunk.object));
         }
         while self.freed.len() > FREED_KEPT {
             self.freed.pop_first();
@@ -685,8 +689,8 @@ mod tests {
             Ok(())
         }
 
-        fn free_chunk(&mut self, chunk: ChunkId) {
-            self.0.retain(|(c, _), _| *c != chunk);
+        fn free_chunks(&mut self, chunks: &[ChunkId]) {
+            self.0.retain(|(c, _), _| !chunks.contains(c));
         }
     }
 
