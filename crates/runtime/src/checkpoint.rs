@@ -133,9 +133,13 @@ pub struct Checkpoint {
 impl Checkpoint {
     /// Syncs the packs, writes the snapshot whole and removes the journals and
     /// snapshot it covers. Runs beside the journal's appends; with no room for the
-    /// snapshot ([`ServerDiskError::is_no_space`]) everything is left as it was.
+    /// snapshot ([`ServerDiskError::is_no_space`]) everything is left as it was. An
+    /// I/O error the packs met (a block's write, a free's punch, here or on the disk
+    /// worker) ends it before the journals go: they hold what the packs may lack (a
+    /// freed chunk's headers still on disk would bring it back at a restart).
     pub fn finish(mut self) -> Result<(), ServerDiskError> {
         self.files.sync().map_err(ServerDiskError::Io)?;
+        self.watch.check()?;
         let path = snapshot_path(&self.dir, self.seq);
         let snapshot = encode_snapshot(&self.groups);
         durable::replace(&path, &snapshot)

@@ -472,6 +472,27 @@ mod tests {
         assert_eq!(names(dir.path()), ["groups-0000000000000002.snap", "journal-0000000000000002"]);
     }
 
+    /// A checkpoint does not remove the journals once the packs met an I/O error: a
+    /// free whose punch failed leaves its chunk's headers on disk, and only the
+    /// journal's replay frees it again at a restart.
+    #[test]
+    fn a_checkpoint_keeps_the_journals_after_an_error_of_the_packs() {
+        let dir = tempfile::tempdir().unwrap();
+        let (mut disk, mut store) = ServerDisk::open(dir.path(), CHUNK_BYTES).unwrap();
+        let apply =
+            StoreOp::Apply { group: GROUP, write: write(0, 0, 2, 5, 0xe1), stable: Version(4) };
+        commit(&mut disk, &mut store, vec![apply]);
+        commit(&mut disk, &mut store, vec![StoreOp::Free { objects: vec![ObjectId(7)] }]);
+        disk.watch.errors.lock().unwrap().push("freeing slots: injected".into());
+        let failed = disk.checkpoint(&store).unwrap_err();
+        assert!(failed.to_string().contains("injected"), "{failed}");
+        assert_eq!(names(dir.path()), ["journal-0000000000000000", "journal-0000000000000001"]);
+        drop((disk, store));
+        let (_, store) = ServerDisk::open(dir.path(), CHUNK_BYTES).unwrap();
+        assert!(store.is_freed(ObjectId(7)), "the journal's free replayed");
+        assert_eq!(store.bytes_held(), 0);
+    }
+
     /// An earlier build's `journal` and `groups.snap` are read as generation 0.
     #[test]
     fn the_files_of_an_earlier_build_are_read() {
