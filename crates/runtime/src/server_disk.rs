@@ -351,6 +351,12 @@ mod tests {
         }
     }
 
+    /// A write of `blocks` blocks of chunk 0 from block 0, applied with `stable`.
+    fn apply_new(blocks: u64, version: u64, stable: u64, fill: u8) -> StoreOp {
+        let write = write(0, 0, blocks, version, fill);
+        StoreOp::Apply { group: GROUP, write, stable: Version(stable) }
+    }
+
     /// What the core would do: make durable, then apply.
     fn commit(disk: &mut ServerDisk, store: &mut ChunkStore, ops: Vec<StoreOp>) {
         disk.make_durable(&ops).unwrap();
@@ -479,9 +485,7 @@ mod tests {
     fn a_checkpoint_keeps_the_journals_after_an_error_of_the_packs() {
         let dir = tempfile::tempdir().unwrap();
         let (mut disk, mut store) = ServerDisk::open(dir.path(), CHUNK_BYTES).unwrap();
-        let apply =
-            StoreOp::Apply { group: GROUP, write: write(0, 0, 2, 5, 0xe1), stable: Version(4) };
-        commit(&mut disk, &mut store, vec![apply]);
+        commit(&mut disk, &mut store, vec![apply_new(2, 5, 4, 0xe1)]);
         commit(&mut disk, &mut store, vec![StoreOp::Free { objects: vec![ObjectId(7)] }]);
         disk.watch.errors.lock().unwrap().push("freeing slots: injected".into());
         let failed = disk.checkpoint(&store).unwrap_err();
@@ -498,9 +502,7 @@ mod tests {
     fn the_files_of_an_earlier_build_are_read() {
         let dir = tempfile::tempdir().unwrap();
         let (mut disk, mut store) = ServerDisk::open(dir.path(), CHUNK_BYTES).unwrap();
-        let op =
-            StoreOp::Apply { group: GROUP, write: write(0, 0, 1, 5, 0xd1), stable: Version(0) };
-        commit(&mut disk, &mut store, vec![op]);
+        commit(&mut disk, &mut store, vec![apply_new(1, 5, 0, 0xd1)]);
         let snapshot = encode_snapshot(&store.groups());
         let expected = state(&mut store);
         drop((disk, store));
