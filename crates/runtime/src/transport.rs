@@ -13,7 +13,7 @@ use std::time::Duration;
 use bytes::BytesMut;
 use somnus_core::cluster::{Message, Peer};
 use somnus_wire::{
-    ClusterSecret, Decoded, FRAME_BYTES_MAX_DEFAULT, Frame, FrameDecoder,
+    ClusterSecret, Decoded, FRAME_BYTES_MAX_DEFAULT, Frame, FrameDecoder, Guard,
     HANDSHAKE_FRAME_BYTES_MAX, Handshake, Hello, NONCE_BYTES, Side, Step, WireError,
 };
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
@@ -50,6 +50,12 @@ pub const INBOUND_ROOM_KIB: usize = 256 << 10;
 const ROOM_FREE_BYTES: usize = 64 << 10;
 
 impl Identity {
+    /// What guards frames on this process's connections: TLS's records when it has
+    /// TLS (their AEAD tags make a frame checksum redundant), else the checksum.
+    pub fn guard(&self) -> Guard {
+        if self.tls.is_some() { Guard::Sealed } else { Guard::Checksum }
+    }
+
     /// The defaults: TLS, 16 MiB frames, 5 s to authenticate, 4096 connections.
     pub fn new(peer: Peer, secret: ClusterSecret) -> Result<Identity, TlsError> {
         Identity::on(Wire::Tls, peer, secret)
@@ -244,8 +250,8 @@ impl FrameReader {
     }
 
     /// The peer is authenticated: frames up to `frame_bytes_max`, within `room`.
-    fn authenticated(&mut self, frame_bytes_max: usize, room: Arc<Semaphore>) {
-        self.decoder = FrameDecoder::new(frame_bytes_max);
+    fn authenticated(&mut self, frame_bytes_max: usize, guard: Guard, room: Arc<Semaphore>) {
+        self.decoder = FrameDecoder::new(frame_bytes_max, guard);
         self.room = Some(room);
     }
 }
@@ -265,12 +271,13 @@ pub struct FrameWriter {
     write: Box<dyn AsyncWrite + Send + Unpin>,
     out: Vec<u8>,
     max: usize,
+    guard: Guard,
 }
 
 impl FrameWriter {
     pub async fn send(&mut self, frame: &Frame) -> Result<(), ConnError> {
         self.out.clear();
-        somnus_wire::encode(frame, self.max, &mut self.out)?;
+        somnus_wire::encode(frame, self.max, self.guard, &mut self.out)?;
         self.flush_out().await
     }
 
@@ -282,10 +289,11 @@ impl FrameWriter {
         let attached: usize =
             message.payloads().iter().filter_map(|p| p.bytes()).map(|b| b.len()).sum();
         if attached < SEND_APART_FROM_BYTES {
-            somnus_wire::encode_message(message, self.max, &mut self.out)?;
+            somnus_wire::encode_message(message, self.max, self.guard, &mut self.out)?;
             return self.flush_out().await;
         }
-        let parts = somnus_wire::encode_message_parts(message, self.max, &mut self.out)?;
+        let parts =
+            somnus_wire::encode_message_parts(message, self.max, self.guard, &mut self.out)?;
         let mut slices: Vec<IoSlice<'_>> = std::iter::once(&self.out[..])
             .chain(parts.iter().map(|part| &part[..]))
             .map(IoSlice::new)
@@ -391,11 +399,16 @@ async fn handshake(
     let mut reader = FrameReader {
         read,
         buf: BytesMut::with_capacity(HANDSHAKE_FRAME_BYTES_MAX),
-        decoder: FrameDecoder::new(HANDSHAKE_FRAME_BYTES_MAX),
+        decoder: FrameDecoder::new(HANDSHAKE_FRAME_BYTES_MAX, identity.guard()),
         room: None,
         held: None,
     };
-    let mut writer = FrameWriter { write, out: Vec::new(), max: identity.frame_bytes_max };
+    let mut writer = FrameWriter {
+        write,
+        out: Vec::new(),
+        max: identity.frame_bytes_max,
+        guard: identity.guard(),
+    };
     let own = Hello { peer: identity.peer, nonce: fresh_nonce()? };
     let (mut handshake, hello) = Handshake::start(identity.secret.clone(), side, own);
     writer.send(&hello).await?;
@@ -408,7 +421,8 @@ async fn handshake(
                 if dialed.is_some_and(|dialed| dialed != peer) || !named {
                     return Err(ConnError::WrongPeer { expected: dialed, got: peer });
                 }
-                reader.authenticated(identity.frame_bytes_max, identity.inbound_room.clone());
+                let room = identity.inbound_room.clone();
+                reader.authenticated(identity.frame_bytes_max, identity.guard(), room);
                 return Ok(Connection { peer, reader, writer });
             }
         }

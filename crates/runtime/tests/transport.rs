@@ -76,7 +76,7 @@ async fn send_raw(addr: std::net::SocketAddr, bytes: &[u8]) {
 
 fn frame(frame: &Frame) -> Vec<u8> {
     let mut out = Vec::new();
-    somnus_wire::encode(frame, 1 << 20, &mut out).unwrap();
+    somnus_wire::encode(frame, 1 << 20, somnus_wire::Guard::Checksum, &mut out).unwrap();
     out
 }
 

@@ -182,7 +182,7 @@ async fn a_frame_injected_by_a_relay_is_not_received() {
     assert_eq!(first.message, command());
     let delete = Message::DeleteObject { request: 1, name: "precious".into() };
     let mut frame = Vec::new();
-    somnus_wire::encode_message(&delete, 1 << 20, &mut frame).unwrap();
+    somnus_wire::encode_message(&delete, 1 << 20, somnus_wire::Guard::Sealed, &mut frame).unwrap();
     *relay.inject.lock().await = Some(frame);
     connection.writer.send_message(&command()).await.unwrap();
     refused(&counters, "tls", 1).await;

@@ -18,7 +18,10 @@
 //! The length comes first so a reader knows how much to wait for, and is checked
 //! against the limit before anything is buffered: a peer cannot make a process hold
 //! more than one frame's limit. The checksum covers the body and the attachment, so
-//! a flipped bit anywhere past the header is refused rather than decoded.
+//! a flipped bit anywhere past the header is refused rather than decoded. Inside TLS
+//! ([`Guard::Sealed`]) every record already carries AES-GCM's tag, which refuses any
+//! altered byte with a far stronger check: the field is then 0 and not checked, as
+//! Ceph's msgr2 drops its CRCs in its secure mode.
 
 use bytes::{Buf, Bytes, BytesMut};
 
@@ -28,7 +31,7 @@ use crate::Frame;
 use crate::handshake::AuthError;
 
 /// The version this build writes and the only one it reads.
-pub const WIRE_VERSION: u8 = 6;
+pub const WIRE_VERSION: u8 = 7;
 
 /// Bytes of the header: length, version, checksum, body length.
 pub const HEADER_BYTES: usize = 13;
@@ -77,22 +80,39 @@ impl WireError {
     }
 }
 
+/// What guards a frame's bytes on their way between two processes; both ends of a
+/// connection use the same (the cluster's `wire`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Guard {
+    /// The frame's CRC-32C, written by the sender and checked by the receiver: the
+    /// plain wire.
+    Checksum,
+    /// The connection's authenticated encryption (TLS 1.3): the checksum field is
+    /// written 0 and not checked, which spares two passes over every byte sent.
+    Sealed,
+}
+
 /// Appends `frame` (with a message's payloads as its attachment) to `out` as one wire
 /// frame. Fails only when the frame would be over `max` bytes (the receiver would
 /// refuse it).
-pub fn encode(frame: &Frame, max: usize, out: &mut Vec<u8>) -> Result<(), WireError> {
+pub fn encode(frame: &Frame, max: usize, guard: Guard, out: &mut Vec<u8>) -> Result<(), WireError> {
     match frame {
-        Frame::Message(message) => encode_message(message, max, out),
-        other => encode_body(other, &[], max, out, Attach::Copied),
+        Frame::Message(message) => encode_message(message, max, guard, out),
+        other => encode_body(other, &[], Limits { max, guard }, out, Attach::Copied),
     }
 }
 
 /// As [`encode`] for `Frame::Message(message)`, without moving the message into one.
-pub fn encode_message(message: &Message, max: usize, out: &mut Vec<u8>) -> Result<(), WireError> {
+pub fn encode_message(
+    message: &Message,
+    max: usize,
+    guard: Guard,
+    out: &mut Vec<u8>,
+) -> Result<(), WireError> {
     let payloads = message.payloads();
     let slots = slots_of(&payloads);
     let parts: Vec<&[u8]> = slots.iter().flat_map(|(length, bytes)| [&length[..], bytes]).collect();
-    encode_body(&MessageFrame::Message(message), &parts, max, out, Attach::Copied)
+    encode_body(&MessageFrame::Message(message), &parts, Limits { max, guard }, out, Attach::Copied)
 }
 
 /// As [`encode_message`], without copying the payloads' bytes: `out` gets the
@@ -102,12 +122,19 @@ pub fn encode_message(message: &Message, max: usize, out: &mut Vec<u8>) -> Resul
 pub fn encode_message_parts(
     message: &Message,
     max: usize,
+    guard: Guard,
     out: &mut Vec<u8>,
 ) -> Result<Vec<Bytes>, WireError> {
     let payloads = message.payloads();
     let slots = slots_of(&payloads);
     let parts: Vec<&[u8]> = slots.iter().flat_map(|(length, bytes)| [&length[..], bytes]).collect();
-    encode_body(&MessageFrame::Message(message), &parts, max, out, Attach::Apart)?;
+    encode_body(
+        &MessageFrame::Message(message),
+        &parts,
+        Limits { max, guard },
+        out,
+        Attach::Apart,
+    )?;
     // The same slots as parts of their own: each length field, then the payload's
     // bytes shared (no copy).
     Ok(payloads
@@ -177,10 +204,17 @@ enum Attach {
     Apart,
 }
 
+/// A frame's bound and guard, as the encoder is given them.
+#[derive(Clone, Copy)]
+struct Limits {
+    max: usize,
+    guard: Guard,
+}
+
 fn encode_body(
     frame: &impl serde::Serialize,
     attachment: &[&[u8]],
-    max: usize,
+    Limits { max, guard }: Limits,
     out: &mut Vec<u8>,
     attach: Attach,
 ) -> Result<(), WireError> {
@@ -208,11 +242,13 @@ fn encode_body(
     header[0..4].copy_from_slice(&(length as u32).to_le_bytes());
     header[4] = WIRE_VERSION;
     header[9..13].copy_from_slice(&(body_len as u32).to_le_bytes());
-    let mut crc = crc32c::crc32c(&out[start + 9..]);
-    if attach == Attach::Apart {
-        crc = attachment.iter().fold(crc, |crc, part| crc32c::crc32c_append(crc, part));
+    if guard == Guard::Checksum {
+        let mut crc = crc32c::crc32c(&out[start + 9..]);
+        if attach == Attach::Apart {
+            crc = attachment.iter().fold(crc, |crc, part| crc32c::crc32c_append(crc, part));
+        }
+        out[start + 5..start + 9].copy_from_slice(&crc.to_le_bytes());
     }
-    out[start + 5..start + 9].copy_from_slice(&crc.to_le_bytes());
     Ok(())
 }
 
@@ -229,18 +265,20 @@ pub struct Decoded {
 #[derive(Clone, Copy, Debug)]
 pub struct FrameDecoder {
     max: usize,
+    guard: Guard,
 }
 
 impl Default for FrameDecoder {
     fn default() -> FrameDecoder {
-        FrameDecoder::new(FRAME_BYTES_MAX_DEFAULT)
+        FrameDecoder::new(FRAME_BYTES_MAX_DEFAULT, Guard::Checksum)
     }
 }
 
 impl FrameDecoder {
-    /// A decoder that refuses frames whose length field is over `max`.
-    pub fn new(max: usize) -> FrameDecoder {
-        FrameDecoder { max }
+    /// A decoder that refuses frames whose length field is over `max`, and, under
+    /// [`Guard::Checksum`], frames whose checksum does not match their bytes.
+    pub fn new(max: usize, guard: Guard) -> FrameDecoder {
+        FrameDecoder { max, guard }
     }
 
     /// The next whole frame at the front of `buf`, consumed from it; `None` while
@@ -257,11 +295,17 @@ impl FrameDecoder {
         if version != WIRE_VERSION {
             return Err(WireError::UnknownVersion { version });
         }
-        let expected =
-            u32::from_le_bytes([frame_bytes[1], frame_bytes[2], frame_bytes[3], frame_bytes[4]]);
-        let actual = crc32c::crc32c(&frame_bytes[5..]);
-        if expected != actual {
-            return Err(WireError::BadChecksum { expected, actual });
+        if self.guard == Guard::Checksum {
+            let expected = u32::from_le_bytes([
+                frame_bytes[1],
+                frame_bytes[2],
+                frame_bytes[3],
+                frame_bytes[4],
+            ]);
+            let actual = crc32c::crc32c(&frame_bytes[5..]);
+            if expected != actual {
+                return Err(WireError::BadChecksum { expected, actual });
+            }
         }
         let body_len =
             u32::from_le_bytes([frame_bytes[5], frame_bytes[6], frame_bytes[7], frame_bytes[8]])

@@ -15,7 +15,7 @@ mod handshake;
 mod secret;
 
 pub use frame::{
-    Decoded, FRAME_BYTES_MAX_DEFAULT, FrameDecoder, HEADER_BYTES, WIRE_VERSION, WireError,
+    Decoded, FRAME_BYTES_MAX_DEFAULT, FrameDecoder, Guard, HEADER_BYTES, WIRE_VERSION, WireError,
     append_payloads, encode, encode_message, encode_message_parts, fill_payloads,
 };
 pub use handshake::{AuthError, Handshake, Side, Step};

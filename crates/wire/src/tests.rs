@@ -5,13 +5,13 @@ use somnus_types::ServerId;
 
 use crate::samples::{VARIANTS, every_message, variant};
 use crate::{
-    FRAME_BYTES_MAX_DEFAULT, Frame, FrameDecoder, HEADER_BYTES, Hello, WIRE_VERSION, WireError,
-    encode,
+    FRAME_BYTES_MAX_DEFAULT, Frame, FrameDecoder, Guard, HEADER_BYTES, Hello, WIRE_VERSION,
+    WireError, encode,
 };
 
 fn wire(frame: &Frame) -> Vec<u8> {
     let mut out = Vec::new();
-    encode(frame, FRAME_BYTES_MAX_DEFAULT, &mut out).unwrap();
+    encode(frame, FRAME_BYTES_MAX_DEFAULT, Guard::Checksum, &mut out).unwrap();
     out
 }
 
@@ -36,7 +36,13 @@ fn every_message_and_its_payloads_round_trip() {
 
     let mut stream = Vec::new();
     for message in &samples {
-        encode(&Frame::Message(message.clone()), FRAME_BYTES_MAX_DEFAULT, &mut stream).unwrap();
+        encode(
+            &Frame::Message(message.clone()),
+            FRAME_BYTES_MAX_DEFAULT,
+            Guard::Checksum,
+            &mut stream,
+        )
+        .unwrap();
     }
     let frames = decode_all(&stream).unwrap();
     assert_eq!(frames.len(), samples.len());
@@ -93,7 +99,13 @@ fn an_attachment_that_is_not_its_payloads_is_refused() {
 fn a_message_encoded_by_reference_is_the_same_bytes() {
     for message in every_message() {
         let mut by_reference = Vec::new();
-        crate::encode_message(&message, FRAME_BYTES_MAX_DEFAULT, &mut by_reference).unwrap();
+        crate::encode_message(
+            &message,
+            FRAME_BYTES_MAX_DEFAULT,
+            Guard::Checksum,
+            &mut by_reference,
+        )
+        .unwrap();
         assert_eq!(by_reference, wire(&Frame::Message(message)));
     }
 }
@@ -102,8 +114,13 @@ fn a_message_encoded_by_reference_is_the_same_bytes() {
 fn a_message_encoded_in_parts_is_the_same_bytes() {
     for message in every_message() {
         let mut head = Vec::new();
-        let parts =
-            crate::encode_message_parts(&message, FRAME_BYTES_MAX_DEFAULT, &mut head).unwrap();
+        let parts = crate::encode_message_parts(
+            &message,
+            FRAME_BYTES_MAX_DEFAULT,
+            Guard::Checksum,
+            &mut head,
+        )
+        .unwrap();
         let payload_bytes: usize =
             message.payloads().iter().filter_map(|p| p.bytes()).map(|b| b.len()).sum();
         let whole = wire(&Frame::Message(message));
@@ -222,7 +239,8 @@ fn a_range_that_ends_before_it_starts_is_refused_at_decoding() {
 fn a_frame_over_the_senders_limit_is_not_encoded() {
     let mut out = vec![1, 2, 3];
     let write = every_message().into_iter().find(|m| matches!(m, Message::ReplicaWrite { .. }));
-    let error = encode(&Frame::Message(write.unwrap()), 1000, &mut out).unwrap_err();
+    let error =
+        encode(&Frame::Message(write.unwrap()), 1000, Guard::Checksum, &mut out).unwrap_err();
     assert!(matches!(error, WireError::TooLarge { max: 1000, .. }));
     assert_eq!(out, [1, 2, 3], "nothing appended");
 }
@@ -246,21 +264,22 @@ proptest! {
     }
 }
 
-/// The bytes of every sample message at wire version 6, kept in the repository: a
+/// The bytes of every sample message at wire version 7, kept in the repository: a
 /// change to a message's fields or to the order of `Message`'s variants changes
 /// them, and must come with a new wire version (docs/format/wire.md).
-const FIXTURE: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/fixtures/v6-messages.bin");
+const FIXTURE: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/fixtures/v7-messages.bin");
 
 fn fixture_bytes() -> Vec<u8> {
     let mut stream = Vec::new();
     for message in every_message() {
-        encode(&Frame::Message(message), FRAME_BYTES_MAX_DEFAULT, &mut stream).unwrap();
+        encode(&Frame::Message(message), FRAME_BYTES_MAX_DEFAULT, Guard::Checksum, &mut stream)
+            .unwrap();
     }
     stream
 }
 
 #[test]
-fn the_format_has_not_drifted_from_version_6() {
+fn the_format_has_not_drifted_from_version_7() {
     let kept = std::fs::read(FIXTURE).unwrap();
     assert!(kept == fixture_bytes(), "the wire format changed: see docs/format/wire.md");
     let frames = decode_all(&kept).unwrap();
@@ -273,4 +292,35 @@ fn the_format_has_not_drifted_from_version_6() {
 fn write_fixture() {
     std::fs::create_dir_all(std::path::Path::new(FIXTURE).parent().unwrap()).unwrap();
     std::fs::write(FIXTURE, fixture_bytes()).unwrap();
+}
+
+#[test]
+fn a_sealed_frame_carries_no_checksum_and_a_checksumming_end_refuses_it() {
+    let decoder = FrameDecoder::new(FRAME_BYTES_MAX_DEFAULT, Guard::Sealed);
+    for message in every_message() {
+        let frame = Frame::Message(message.clone());
+        let mut sealed = Vec::new();
+        encode(&frame, FRAME_BYTES_MAX_DEFAULT, Guard::Sealed, &mut sealed).unwrap();
+        let checked = wire(&frame);
+        assert_eq!(sealed[5..9], [0; 4], "no checksum inside TLS");
+        assert_eq!((&sealed[..5], &sealed[9..]), (&checked[..5], &checked[9..]));
+        let mut head = Vec::new();
+        let parts = crate::encode_message_parts(
+            &message,
+            FRAME_BYTES_MAX_DEFAULT,
+            Guard::Sealed,
+            &mut head,
+        )
+        .unwrap();
+        let joined: Vec<u8> = head.iter().chain(parts.iter().flatten()).copied().collect();
+        assert_eq!(joined, sealed);
+
+        // Either field decodes where TLS guards the bytes: it is not read there.
+        for bytes in [&sealed, &checked] {
+            let decoded = decoder.decode(&mut BytesMut::from(&bytes[..])).unwrap().unwrap();
+            assert_eq!(decoded.frame, frame);
+        }
+        // Ends that disagree (one on TLS, one plain) are told so, never misread.
+        assert!(matches!(decode_all(&sealed), Err(WireError::BadChecksum { expected: 0, .. })));
+    }
 }
