@@ -113,22 +113,23 @@ fn a_message_encoded_by_reference_is_the_same_bytes() {
 #[test]
 fn a_message_encoded_in_parts_is_the_same_bytes() {
     for message in every_message() {
-        let mut head = Vec::new();
-        let parts = crate::encode_message_parts(
-            &message,
-            FRAME_BYTES_MAX_DEFAULT,
-            Guard::Checksum,
-            &mut head,
-        )
-        .unwrap();
+        let (head, joined) = in_parts(&message, Guard::Checksum);
         let payload_bytes: usize =
             message.payloads().iter().filter_map(|p| p.bytes()).map(|b| b.len()).sum();
         let whole = wire(&Frame::Message(message));
-        assert_eq!(head.len() + parts.iter().map(|p| p.len()).sum::<usize>(), whole.len());
+        assert_eq!(joined.len(), whole.len());
         assert!(whole.len() - head.len() >= payload_bytes, "the payloads are not in the head");
-        let joined: Vec<u8> = head.iter().chain(parts.iter().flatten()).copied().collect();
         assert_eq!(joined, whole);
     }
+}
+
+/// `message` encoded in parts under `guard`: the head, and the head and parts joined.
+fn in_parts(message: &Message, guard: Guard) -> (Vec<u8>, Vec<u8>) {
+    let mut head = Vec::new();
+    let parts =
+        crate::encode_message_parts(message, FRAME_BYTES_MAX_DEFAULT, guard, &mut head).unwrap();
+    let joined = head.iter().chain(parts.iter().flatten()).copied().collect();
+    (head, joined)
 }
 
 #[test]
@@ -304,16 +305,7 @@ fn a_sealed_frame_carries_no_checksum_and_a_checksumming_end_refuses_it() {
         let checked = wire(&frame);
         assert_eq!(sealed[5..9], [0; 4], "no checksum inside TLS");
         assert_eq!((&sealed[..5], &sealed[9..]), (&checked[..5], &checked[9..]));
-        let mut head = Vec::new();
-        let parts = crate::encode_message_parts(
-            &message,
-            FRAME_BYTES_MAX_DEFAULT,
-            Guard::Sealed,
-            &mut head,
-        )
-        .unwrap();
-        let joined: Vec<u8> = head.iter().chain(parts.iter().flatten()).copied().collect();
-        assert_eq!(joined, sealed);
+        assert_eq!(in_parts(&message, Guard::Sealed).1, sealed);
 
         // Either field decodes where TLS guards the bytes: it is not read there.
         for bytes in [&sealed, &checked] {
