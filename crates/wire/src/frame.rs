@@ -98,7 +98,7 @@ pub enum Guard {
 pub fn encode(frame: &Frame, max: usize, guard: Guard, out: &mut Vec<u8>) -> Result<(), WireError> {
     match frame {
         Frame::Message(message) => encode_message(message, max, guard, out),
-        other => encode_body(other, &[], Limits { max, guard }, out, Attach::Copied),
+        other => encode_body(other, &[], max, guard, out, Attach::Copied),
     }
 }
 
@@ -112,7 +112,7 @@ pub fn encode_message(
     let payloads = message.payloads();
     let slots = slots_of(&payloads);
     let parts: Vec<&[u8]> = slots.iter().flat_map(|(length, bytes)| [&length[..], bytes]).collect();
-    encode_body(&MessageFrame::Message(message), &parts, Limits { max, guard }, out, Attach::Copied)
+    encode_body(&MessageFrame::Message(message), &parts, max, guard, out, Attach::Copied)
 }
 
 /// As [`encode_message`], without copying the payloads' bytes: `out` gets the
@@ -128,13 +128,7 @@ pub fn encode_message_parts(
     let payloads = message.payloads();
     let slots = slots_of(&payloads);
     let parts: Vec<&[u8]> = slots.iter().flat_map(|(length, bytes)| [&length[..], bytes]).collect();
-    encode_body(
-        &MessageFrame::Message(message),
-        &parts,
-        Limits { max, guard },
-        out,
-        Attach::Apart,
-    )?;
+    encode_body(&MessageFrame::Message(message), &parts, max, guard, out, Attach::Apart)?;
     // The same slots as parts of their own: each length field, then the payload's
     // bytes shared (no copy).
     Ok(payloads
@@ -204,17 +198,11 @@ enum Attach {
     Apart,
 }
 
-/// A frame's bound and guard, as the encoder is given them.
-#[derive(Clone, Copy)]
-struct Limits {
-    max: usize,
-    guard: Guard,
-}
-
 fn encode_body(
     frame: &impl serde::Serialize,
     attachment: &[&[u8]],
-    Limits { max, guard }: Limits,
+    max: usize,
+    guard: Guard,
     out: &mut Vec<u8>,
     attach: Attach,
 ) -> Result<(), WireError> {
