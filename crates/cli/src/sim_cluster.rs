@@ -165,7 +165,7 @@ pub(crate) fn run(args: &ClusterArgs) -> Result<()> {
             format!("FAIL ({} violations)", report.violation_count)
         };
         outln!(
-            "seed {seed}: {verdict}: {} ops ({} writes, {} reads), {} crashes, {} MDS crashes, {} partitions, {} corruptions, {} gear shifts, {} lost ({:.1} MiB rebuilt), {} view changes, {} writes logged, {} reclaimed, {} reads from loggers, {} client retries, {} replaced ({} frees, {} logged writes dropped, {} orphans), {:.1} virtual s",
+            "seed {seed}: {verdict}: {} ops ({} writes, {} reads), {} crashes, {} MDS crashes, {} partitions, {} corruptions, {} gear shifts, {} lost ({:.1} MiB rebuilt), {} view changes, {} writes logged, {} reclaimed, {} reads from loggers, {} reads again, {} client retries, {} replaced ({} frees, {} logged writes dropped, {} orphans), {:.1} virtual s",
             report.ops,
             report.writes,
             report.reads,
@@ -180,6 +180,7 @@ pub(crate) fn run(args: &ClusterArgs) -> Result<()> {
             report.writes_logged,
             report.writes_reclaimed,
             report.reads_from_loggers,
+            report.reads_again,
             report.client_retries,
             report.churns,
             report.objects_freed,
@@ -201,11 +202,12 @@ pub(crate) fn run(args: &ClusterArgs) -> Result<()> {
         totals.mds_crashes += report.mds_crashes;
         totals.writes_logged += report.writes_logged;
         totals.reads_from_loggers += report.reads_from_loggers;
+        totals.reads_again += report.reads_again;
         totals.violation_count += report.violation_count;
     }
     let seeds = args.seeds.end() - args.seeds.start() + 1;
     outln!(
-        "{seeds} seeds, {} failing, {} violations; {} ops, {} messages, {} disk I/Os, {} crashes, {} MDS crashes, {} writes logged, {} reads from loggers in {:.2} s",
+        "{seeds} seeds, {} failing, {} violations; {} ops, {} messages, {} disk I/Os, {} crashes, {} MDS crashes, {} writes logged, {} reads from loggers, {} reads again in {:.2} s",
         failing.len(),
         totals.violation_count,
         totals.ops,
@@ -215,6 +217,7 @@ pub(crate) fn run(args: &ClusterArgs) -> Result<()> {
         totals.mds_crashes,
         totals.writes_logged,
         totals.reads_from_loggers,
+        totals.reads_again,
         started.elapsed().as_secs_f64()
     )?;
     if !failing.is_empty() {

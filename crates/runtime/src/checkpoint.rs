@@ -17,8 +17,6 @@
 use std::path::{Path, PathBuf};
 use std::sync::atomic::Ordering;
 
-use somnus_core::cluster::store::ChunkData;
-
 use crate::durable;
 use crate::packs::SharedPacks;
 use crate::server_disk::{DiskWatch, Groups, ServerDiskError, encode_snapshot};
@@ -137,9 +135,8 @@ impl Checkpoint {
     /// I/O error the packs met (a block's write, a free's punch, here or on the disk
     /// worker) ends it before the journals go: they hold what the packs may lack (a
     /// freed chunk's headers still on disk would bring it back at a restart).
-    pub fn finish(mut self) -> Result<(), ServerDiskError> {
+    pub fn finish(self) -> Result<(), ServerDiskError> {
         self.files.sync().map_err(ServerDiskError::Io)?;
-        self.watch.check()?;
         let path = snapshot_path(&self.dir, self.seq);
         let snapshot = encode_snapshot(&self.groups);
         durable::replace(&path, &snapshot)

@@ -4,19 +4,20 @@
 //!
 //! The server's task sends each write's change as the core issues it and hears back,
 //! in order, the ids of the writes now durable; only then does it tell the core
-//! `DiskDone` (the core applies the change and acknowledges). The journal's sync runs
-//! on tokio's blocking pool, so the task goes on serving meanwhile, and changes that
-//! arrive during one sync go together in the next. A checkpoint, in order with the
-//! changes, starts a new journal, then finishes on a thread of its own while the
-//! changes after it go on into the new journal (`checkpoint.rs`). Asked to, it punches
-//! out the slots of freed chunks, a batch between syncs, off the server's task.
+//! `DiskDone` (the core records the change and acknowledges). The journal's sync, and
+//! then the writes of the runs of blocks each change lands on, run on tokio's blocking
+//! pool, so the task goes on serving meanwhile, and changes that arrive during one
+//! sync go together in the next. A checkpoint, in order with the changes, starts a new
+//! journal, then finishes on a thread of its own while the changes after it go on into
+//! the new journal (`checkpoint.rs`). After a free, it punches out the slots of the
+//! freed chunks, a batch between syncs, off the server's task.
 
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use tokio::time::Instant;
 
-use somnus_core::cluster::store::StoreOp;
+use somnus_core::cluster::store::{BlockRun, StoreOp};
 use somnus_types::IoId;
 use tokio::sync::mpsc;
 
@@ -29,13 +30,10 @@ const BATCH_MAX: usize = 256;
 /// What the server's task asks of the worker, in order.
 #[derive(Debug)]
 pub enum Job {
-    /// Make this replica change durable.
-    Change(IoId, StoreOp),
+    /// Make this replica change durable, then write the runs it lands on.
+    Change(IoId, StoreOp, Vec<BlockRun>),
     /// Checkpoint: `groups` are the store's, every change sent before applied.
     Checkpoint(Groups),
-    /// Punch out the slots of the chunks freed so far, a batch at a time between
-    /// the other jobs, until none is left ([`crate::packs::SharedPacks::punch_released`]).
-    Punch,
 }
 
 /// What one sync made of the writes sent, in the order they were sent, or how a
@@ -47,6 +45,8 @@ pub enum Synced {
     /// Not durable, none of them: the disk had no room (said why). The worker goes
     /// on with the next writes.
     NoRoom(Vec<IoId>, String),
+    /// The disk failed them (said how): what of them is durable is unknown.
+    Failed(Vec<IoId>, String),
     /// The checkpoint is done, in this long (begun to finished).
     Checkpointed(Duration),
     /// The checkpoint found no room (said why): the journals stay, the next one
@@ -73,7 +73,15 @@ pub fn spawn(
             // A batch of punches between jobs, so a stream of changes never starves them.
             if punching {
                 punching = match &packs {
-                    Some(packs) => punch(packs).await,
+                    Some(packs) => match punch(packs).await {
+                        Ok(more) => more,
+                        // A freed chunk's headers may stay on disk: the server stops
+                        // (its restart replays the journal that frees it).
+                        Err(error) => {
+                            let _ = report.send(Err(ServerDiskError::Io(error)));
+                            return;
+                        }
+                    },
                     None => false,
                 };
             }
@@ -91,16 +99,11 @@ pub fn spawn(
             };
             let outcome = match job {
                 Job::Checkpoint(groups) => begin_checkpoint(&disk, groups, &report).await,
-                Job::Punch => {
-                    punching = true;
-                    None
-                }
-                Job::Change(io, op) => {
-                    let mut batch = vec![(io, op)];
+                Job::Change(io, op, runs) => {
+                    let mut batch = vec![(io, op, runs)];
                     while batch.len() < BATCH_MAX {
                         match incoming.try_recv() {
-                            Ok(Job::Change(io, op)) => batch.push((io, op)),
-                            Ok(Job::Punch) => punching = true,
+                            Ok(Job::Change(io, op, runs)) => batch.push((io, op, runs)),
                             Ok(checkpoint) => {
                                 next = Some(checkpoint);
                                 break;
@@ -108,6 +111,8 @@ pub fn spawn(
                             Err(_) => break,
                         }
                     }
+                    // A free's slots are released with it: punched out between jobs.
+                    punching |= batch.iter().any(|(_, op, _)| matches!(op, StoreOp::Free { .. }));
                     Some(sync(&disk, batch).await)
                 }
             };
@@ -121,16 +126,26 @@ pub fn spawn(
     (jobs, done)
 }
 
-/// Appends `batch` to the journal and syncs it.
-async fn sync(disk: &Arc<Mutex<ServerDisk>>, batch: Vec<(IoId, StoreOp)>) -> Durable {
+/// Appends `batch` to the journal, syncs it, and writes the runs of its changes.
+async fn sync(
+    disk: &Arc<Mutex<ServerDisk>>,
+    batch: Vec<(IoId, StoreOp, Vec<BlockRun>)>,
+) -> Durable {
     let disk = disk.clone();
     tokio::task::spawn_blocking(move || {
-        let (ios, ops): (Vec<IoId>, Vec<StoreOp>) = batch.into_iter().unzip();
+        let mut ios = Vec::with_capacity(batch.len());
+        let mut ops = Vec::with_capacity(batch.len());
+        let mut runs = Vec::with_capacity(batch.len());
+        for (io, op, run) in batch {
+            ios.push(io);
+            ops.push(op);
+            runs.push(run);
+        }
         let mut disk = lock(&disk)?;
-        match disk.make_durable(&ops) {
+        match disk.make_durable(&ops, &runs) {
             Ok(()) => Ok(Synced::Durable(ios)),
             Err(error) if error.is_no_space() => Ok(Synced::NoRoom(ios, error.to_string())),
-            Err(error) => Err(error),
+            Err(error) => Ok(Synced::Failed(ios, error.to_string())),
         }
     })
     .await
@@ -138,9 +153,12 @@ async fn sync(disk: &Arc<Mutex<ServerDisk>>, batch: Vec<(IoId, StoreOp)>) -> Dur
 }
 
 /// Punches out a batch of freed slots; whether any are left.
-async fn punch(packs: &SharedPacks) -> bool {
+async fn punch(packs: &SharedPacks) -> Result<bool, String> {
     let packs = packs.clone();
-    tokio::task::spawn_blocking(move || packs.punch_released()).await.unwrap_or(false)
+    match tokio::task::spawn_blocking(move || packs.punch_released()).await {
+        Ok(punched) => punched.map_err(|error| error.to_string()),
+        Err(error) => Err(format!("punching freed slots: {error}")),
+    }
 }
 
 /// Starts a new journal at once, and finishes the checkpoint on a thread of its own,
@@ -199,14 +217,14 @@ mod tests {
         let fence = |n: u64| StoreOp::Fence { group: ChunkGroupId(n as u32), epoch: Epoch(n + 1) };
         let (mut back, mut syncs, mut checkpointed) = (Vec::new(), 0, false);
         for n in 0..100u64 {
-            jobs.send(Job::Change(IoId(n), fence(n))).unwrap();
+            jobs.send(Job::Change(IoId(n), fence(n), Vec::new())).unwrap();
         }
         while back.len() < 200 || !checkpointed {
             match done.recv().await.unwrap().unwrap() {
                 Synced::Durable(ios) => {
                     // Applied as the server's task would, in order.
                     for io in &ios {
-                        store.redo(fence(io.0));
+                        store.redo(&fence(io.0));
                     }
                     back.extend(ios);
                     syncs += 1;
@@ -214,7 +232,7 @@ mod tests {
                         // Every change sent applied: checkpoint, then write on.
                         jobs.send(Job::Checkpoint(store.groups())).unwrap();
                         for n in 100..200u64 {
-                            jobs.send(Job::Change(IoId(n), fence(n))).unwrap();
+                            jobs.send(Job::Change(IoId(n), fence(n), Vec::new())).unwrap();
                         }
                     }
                 }

@@ -3,6 +3,7 @@
 //! two shells"). It turns the core's actions into I/O and I/O into the core's events,
 //! and decides nothing of the protocol itself.
 
+pub mod block_reader;
 pub mod checkpoint;
 pub mod client;
 pub mod clock;

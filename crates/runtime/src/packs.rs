@@ -32,9 +32,8 @@ use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use tokio::time::Instant;
 
-use bytes::Bytes;
-use somnus_core::cluster::store::{BLOCK_BYTES, ChunkData, StoreOp};
-use somnus_core::cluster::{ChunkId, ChunkIndex, Stamp};
+use somnus_core::cluster::store::{BLOCK_BYTES, BlockRun, BlocksRead};
+use somnus_core::cluster::{ChunkId, ChunkIndex, Payload, Stamp};
 use somnus_types::{ChunkGroupId, ObjectId, Version};
 
 use crate::durable;
@@ -272,10 +271,6 @@ pub enum PackError {
     Damaged { path: PathBuf, what: String },
 }
 
-/// I/O errors met while the core wrote or read blocks: the core's calls cannot fail, so
-/// the server's task takes these after each step and stops the server on any.
-pub type IoErrors = Arc<Mutex<Vec<String>>>;
-
 /// What the packs hold, for status and metrics.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct PackStats {
@@ -424,20 +419,17 @@ pub struct Packs {
     /// Runs of slots of freed chunks, not punched out yet: free for no write until
     /// they are.
     released: Vec<(Slot, u32)>,
-    /// Whether the disk worker was asked to punch them and has not found them done.
-    punch_asked: bool,
     stats: PackStats,
-    errors: IoErrors,
+    /// The first punch that failed: a freed chunk's headers may be on disk still, so
+    /// no sync succeeds from then on (a checkpoint would remove the journals whose
+    /// replay frees it again at a restart).
+    punch_failed: Option<String>,
 }
 
 impl Packs {
     /// Opens (creating it if need be) the pack directory `dir` for chunks of
     /// `chunk_size_bytes`, and returns every written block found, checked.
-    pub fn open(
-        dir: &Path,
-        chunk_size_bytes: u64,
-        errors: IoErrors,
-    ) -> Result<(Packs, Vec<FoundBlock>), PackError> {
+    pub fn open(dir: &Path, chunk_size_bytes: u64) -> Result<(Packs, Vec<FoundBlock>), PackError> {
         let dir_error = |source| PackError::Dir { path: dir.to_owned(), source };
         durable::create_private_dir_all(dir).map_err(dir_error)?;
         let mut packs = Packs {
@@ -450,9 +442,8 @@ impl Packs {
             high: Vec::new(),
             dirty: BTreeSet::new(),
             released: Vec::new(),
-            punch_asked: false,
             stats: PackStats::default(),
-            errors,
+            punch_failed: None,
         };
         let mut names: Vec<(u32, PathBuf)> = Vec::new();
         for entry in std::fs::read_dir(dir).map_err(dir_error)? {
@@ -497,7 +488,9 @@ impl Packs {
             packs.stats.slots_used += 1;
         }
         for slot in stale {
-            packs.punch(slot, 1);
+            packs
+                .punch(slot, 1)
+                .map_err(|source| PackError::Read { path: packs.path(slot.pack), source })?;
             packs.free.add(slot, 1);
         }
         Ok((packs, found.into_values().map(|(_, block)| block).collect()))
@@ -568,10 +561,10 @@ impl Packs {
         self.dir.join(pack_name(pack))
     }
 
-    fn error(&self, error: String) {
-        if let Ok(mut errors) = self.errors.lock() {
-            errors.push(error);
-        }
+    /// A punch failed: remembered (the first), and returned.
+    fn punch_error(&mut self, error: String) -> std::io::Error {
+        self.punch_failed.get_or_insert_with(|| error.clone());
+        std::io::Error::other(error)
     }
 
     /// A new pack, made whole (its header, its length) under a temporary name, synced
@@ -639,35 +632,37 @@ impl Packs {
         Ok(())
     }
 
-    /// Reserves the slots the blocks of `changes` need, their space allocated; with
-    /// no room, none is left reserved.
-    pub fn prepare(&mut self, changes: &[StoreOp]) -> std::io::Result<Reservation> {
+    /// Reserves the slots the blocks of `runs` need, their space allocated; with no
+    /// room, none is left reserved.
+    pub fn prepare(&mut self, runs: &[BlockRun]) -> std::io::Result<Reservation> {
         let mut reservation = Reservation::default();
-        for change in changes {
-            let reserved = match change {
-                StoreOp::Apply { write, .. } => {
-                    let range = write.range;
-                    let blocks = range.start / BLOCK_BYTES..range.end.div_ceil(BLOCK_BYTES);
-                    self.reserve(write.chunk, blocks, &mut reservation)
-                }
-                StoreOp::Copy { chunk, pieces, .. } => pieces.iter().try_for_each(|p| {
-                    let blocks = p.range.start / BLOCK_BYTES..p.range.end.div_ceil(BLOCK_BYTES);
-                    self.reserve(*chunk, blocks, &mut reservation)
-                }),
-                // A repair mends blocks that have slots; a fence and a free write none.
-                StoreOp::Repair { .. } | StoreOp::Fence { .. } | StoreOp::Free { .. } => Ok(()),
-            };
-            if let Err(error) = reserved {
-                self.release_reservation(reservation);
+        for run in runs {
+            if let Err(error) = self.reserve(run.chunk, run.blocks.clone(), &mut reservation) {
+                // A punch that failed too is the error to tell: the disk fails.
+                self.release_reservation(reservation)?;
                 return Err(error);
             }
         }
         Ok(reservation)
     }
 
+    /// Takes the slots of every chunk of `objects` (freed): they read as never
+    /// written from now on, and wait to be punched out.
+    fn release_objects(&mut self, objects: &[ObjectId]) {
+        for object in objects {
+            let first = ChunkId { object: *object, chunk: ChunkIndex(0) };
+            let last = ChunkId { object: *object, chunk: ChunkIndex(u32::MAX) };
+            let chunks: Vec<ChunkId> = self.index.range(first..=last).map(|(c, _)| *c).collect();
+            for chunk in chunks {
+                self.release_chunk(chunk);
+            }
+        }
+    }
+
     /// Gives back the slots of `reservation` not written since (its change was not
-    /// made durable).
-    pub fn release_reservation(&mut self, reservation: Reservation) {
+    /// made durable); the first punch that failed, if one did.
+    pub fn release_reservation(&mut self, reservation: Reservation) -> std::io::Result<()> {
+        let mut failed = Ok(());
         for (chunk, block) in reservation.0 {
             let Some(slots) = self.index.get_mut(&chunk) else { continue };
             if !slots.reserved.remove(&block) {
@@ -678,25 +673,34 @@ impl Packs {
             if slots.runs.is_empty() {
                 self.index.remove(&chunk);
             }
-            self.punch(slot, 1);
-            self.free.add(slot, 1);
-            self.punch_free_headers(slot, 1);
+            let punched = self.punch(slot, 1).and_then(|()| {
+                self.free.add(slot, 1);
+                self.punch_free_headers(slot, 1)
+            });
+            if failed.is_ok() {
+                failed = punched;
+            }
         }
+        failed
     }
 
     /// Gives the space of `count` slots from `slot` back to the filesystem: their
     /// headers zeroed, their blocks punched out.
-    fn punch(&mut self, slot: Slot, count: u32) {
+    fn punch(&mut self, slot: Slot, count: u32) -> std::io::Result<()> {
         let zeros = vec![0u8; (u64::from(count) * SLOT_HEADER_BYTES) as usize];
         let punched = self.open.file(slot.pack, &self.dirty).and_then(|open| {
             open.file.write_all_at(&zeros, slot.header_at())?;
             durable::punch_hole(&open.file, slot.data_at(), u64::from(count) * BLOCK_BYTES)
         });
-        if let Err(error) = punched {
-            let path = self.path(slot.pack);
-            self.error(format!("freeing slots from {} of {}: {error}", slot.index, path.display()));
-        }
         self.dirty.insert(slot.pack);
+        punched.map_err(|error| {
+            let path = self.path(slot.pack);
+            self.punch_error(format!(
+                "freeing slots from {} of {}: {error}",
+                slot.index,
+                path.display()
+            ))
+        })
     }
 
     /// Takes every slot of `chunk` from it: the chunk reads as never written from now
@@ -710,29 +714,29 @@ impl Packs {
 
     /// Punches out runs of released slots, which become free: at most `runs`, and
     /// none begun past `until`; whether any are left.
-    fn punch_released(&mut self, runs: usize, until: Option<Instant>) -> bool {
+    fn punch_released(&mut self, runs: usize, until: Option<Instant>) -> std::io::Result<bool> {
         for _ in 0..runs {
             if until.is_some_and(|until| Instant::now() >= until) {
                 break;
             }
             let Some((slot, count)) = self.released.pop() else { break };
-            self.punch(slot, count);
+            self.punch(slot, count)?;
             self.free.add(slot, count);
-            self.punch_free_headers(slot, count);
+            self.punch_free_headers(slot, count)?;
         }
-        !self.released.is_empty()
+        Ok(!self.released.is_empty())
     }
 
     /// Frees every slot of `chunk` at once.
     #[cfg(test)]
     fn free_chunk(&mut self, chunk: ChunkId) {
         self.release_chunk(chunk);
-        self.punch_released(usize::MAX, None);
+        self.punch_released(usize::MAX, None).unwrap();
     }
 
     /// Gives back the header blocks among those of `count` slots from `slot` whose
     /// every slot is free now (all their headers zero).
-    fn punch_free_headers(&mut self, slot: Slot, count: u32) {
+    fn punch_free_headers(&mut self, slot: Slot, count: u32) -> std::io::Result<()> {
         const PER_BLOCK: u32 = (BLOCK_BYTES / SLOT_HEADER_BYTES) as u32;
         let high = self.high.get(slot.pack as usize).copied().unwrap_or(0);
         let first = slot.index / PER_BLOCK;
@@ -748,9 +752,11 @@ impl Packs {
                 .and_then(|open| durable::punch_hole(&open.file, at, BLOCK_BYTES));
             if let Err(error) = punched {
                 let path = self.path(slot.pack);
-                self.error(format!("freeing header block {block} of {}: {error}", path.display()));
+                let what = format!("freeing header block {block} of {}: {error}", path.display());
+                return Err(self.punch_error(what));
             }
         }
+        Ok(())
     }
 
     /// Takes a block of an earlier build's chunk file as it is (its checksum as the
@@ -867,16 +873,24 @@ impl Packs {
         Ok(())
     }
 
-    /// Blocks `blocks` of `chunk` (zeros where none was written), each checked; or
-    /// the blocks that fail their check. Consecutive slots are read at once, their
-    /// headers too: a megabyte is two reads, not five hundred.
+    /// Blocks `blocks` of `chunk` (zeros where none was written), each checked, with
+    /// the version and stamp each one's header holds; or the blocks that fail their
+    /// check. Consecutive slots are read at once, their headers too: a megabyte is two
+    /// reads, not five hundred.
+    /// Without `wait`, only what the page cache holds is read: a block that is not
+    /// there ends the read with `WouldBlock` (as does any error: the caller reads
+    /// again, waiting).
     fn read(
         &mut self,
         chunk: ChunkId,
         blocks: std::ops::Range<u64>,
-    ) -> std::io::Result<Result<Bytes, Vec<u64>>> {
+        wait: bool,
+    ) -> std::io::Result<Result<BlocksRead, Vec<u64>>> {
         let len = (blocks.end - blocks.start) as usize * BLOCK_BYTES as usize;
-        let Some(slots) = self.index.get(&chunk) else { return Ok(Ok(vec![0u8; len].into())) };
+        let mut held = vec![(Version(0), Stamp(0)); (blocks.end - blocks.start) as usize];
+        let Some(slots) = self.index.get(&chunk) else {
+            return Ok(Ok(BlocksRead { data: Payload::new(vec![0u8; len].into()), held }));
+        };
         // Runs of blocks in consecutive slots of one pack: (first slot, first block, length).
         let mut runs: Vec<(Slot, u64, u32)> = Vec::new();
         for block in blocks.clone() {
@@ -903,16 +917,24 @@ impl Packs {
             let file = &self.open.file(slot.pack, &self.dirty)?.file;
             let at = ((first - blocks.start) * BLOCK_BYTES) as usize;
             out.resize(at, 0); // blocks never written read as zeros
-            append_at(file, slot.data_at(), len as usize * BLOCK_BYTES as usize, &mut out)?;
-            let data = &out[at..];
+            let bytes = len as usize * BLOCK_BYTES as usize;
             headers.resize(len as usize * SLOT_HEADER_BYTES as usize, 0);
-            file.read_exact_at(&mut headers, slot.header_at())?;
+            if wait {
+                append_at(file, slot.data_at(), bytes, &mut out)?;
+                file.read_exact_at(&mut headers, slot.header_at())?;
+            } else {
+                out.resize(at + bytes, 0);
+                read_cached(file, &mut out[at..], slot.data_at())?;
+                read_cached(file, &mut headers, slot.header_at())?;
+            }
+            let data = &out[at..];
             let blocks_read = data.chunks(BLOCK_BYTES as usize);
             let headers_read = headers.chunks(SLOT_HEADER_BYTES as usize);
             for (i, (bytes, header)) in blocks_read.zip(headers_read).enumerate() {
                 let block = first + i as u64;
                 let whole = match Header::decode(header) {
                     Ok(Some(h)) => {
+                        held[(block - blocks.start) as usize] = (h.version, h.stamp);
                         h.chunk == chunk
                             && u64::from(h.block) == block
                             && h.data_crc == block_crc(h.version, h.stamp, bytes)
@@ -925,7 +947,8 @@ impl Packs {
             }
         }
         out.resize(len, 0);
-        Ok(if bad.is_empty() { Ok(out.into()) } else { Err(bad) })
+        let read = BlocksRead { data: Payload::new(out.into()), held };
+        Ok(if bad.is_empty() { Ok(read) } else { Err(bad) })
     }
 }
 
@@ -1013,6 +1036,17 @@ fn append_at(file: &File, offset: u64, len: usize, out: &mut Vec<u8>) -> std::io
     Ok(())
 }
 
+/// Reads `buf` at `offset` of `file` if the page cache holds all of it, without
+/// waiting for the disk (`RWF_NOWAIT`); `WouldBlock` if it does not.
+fn read_cached(file: &File, buf: &mut [u8], offset: u64) -> std::io::Result<()> {
+    let flags = rustix::io::ReadWriteFlags::NOWAIT;
+    let read = rustix::io::preadv2(file, &mut [std::io::IoSliceMut::new(buf)], offset, flags)?;
+    if read != buf.len() {
+        return Err(std::io::ErrorKind::WouldBlock.into());
+    }
+    Ok(())
+}
+
 /// The packs, shared by the store (which writes and reads their blocks) and the disk
 /// worker, which reserves the slots a change writes to before the journal takes it
 /// ([`SharedPacks::prepare`]): a full disk then fails the change before it is durable,
@@ -1031,14 +1065,14 @@ impl SharedPacks {
         SharedPacks { packs: Arc::new(Mutex::new(packs)), last_stats }
     }
 
-    /// Reserves, their space allocated, the slots the blocks of `changes` need.
-    pub fn prepare(&self, changes: &[StoreOp]) -> std::io::Result<Reservation> {
-        self.packs().prepare(changes)
+    /// Reserves, their space allocated, the slots the blocks of `runs` need.
+    pub fn prepare(&self, runs: &[BlockRun]) -> std::io::Result<Reservation> {
+        self.packs().prepare(runs)
     }
 
     /// Gives back what a `prepare` reserved for changes not made durable.
-    pub fn release(&self, reservation: Reservation) {
-        self.packs().release_reservation(reservation);
+    pub fn release(&self, reservation: Reservation) -> std::io::Result<()> {
+        self.packs().release_reservation(reservation)
     }
 
     /// What the packs hold; while another holds them, what they held when last read.
@@ -1052,27 +1086,16 @@ impl SharedPacks {
         *last
     }
 
-    /// Whether the disk worker should be asked to punch released slots: true once
-    /// for slots released since it last found none left.
-    pub fn ask_punch(&self) -> bool {
-        let mut packs = self.packs();
-        let ask = !packs.released.is_empty() && !packs.punch_asked;
-        packs.punch_asked |= ask;
-        ask
-    }
-
     /// Punches out a batch of released slots, the packs held for that batch only
-    /// (the server's task reads and writes between batches); whether any are left.
-    pub fn punch_released(&self) -> bool {
-        let mut packs = self.packs();
-        let more = packs.punch_released(PUNCH_BATCH, Some(Instant::now() + PUNCH_HOLD));
-        packs.punch_asked = more;
-        more
+    /// (reads and writes go on between batches); whether any are left.
+    pub fn punch_released(&self) -> std::io::Result<bool> {
+        self.packs().punch_released(PUNCH_BATCH, Some(Instant::now() + PUNCH_HOLD))
     }
 
     /// Punches out every released slot, a batch at a time.
-    pub fn punch_all_released(&self) {
-        while self.packs().punch_released(PUNCH_BATCH, Some(Instant::now() + PUNCH_HOLD)) {}
+    pub fn punch_all_released(&self) -> std::io::Result<()> {
+        while self.packs().punch_released(PUNCH_BATCH, Some(Instant::now() + PUNCH_HOLD))? {}
+        Ok(())
     }
 
     /// The packs; a panic while another held them leaves them as whole as any I/O
@@ -1082,40 +1105,50 @@ impl SharedPacks {
     }
 }
 
-impl ChunkData for SharedPacks {
-    fn write_blocks(
-        &mut self,
-        group: ChunkGroupId,
-        chunk: ChunkId,
-        first: u64,
-        version: Version,
-        stamp: Stamp,
-        data: Option<&[u8]>,
-    ) {
+impl SharedPacks {
+    /// Writes the runs of blocks a change lands on (made durable in the journal
+    /// before): exactly those, each run's bytes at once.
+    pub fn write_runs(&self, runs: &[BlockRun]) -> std::io::Result<()> {
         let mut packs = self.packs();
-        let blocks = match data {
-            Some(data) if !data.is_empty() && data.len() % BLOCK_BYTES as usize == 0 => data,
-            _ => {
-                let what = data.map_or("no bytes".to_string(), |d| format!("{} bytes", d.len()));
-                return packs
-                    .error(format!("a write of {chunk:?} from block {first} came with {what}"));
-            }
-        };
-        if let Err(error) = packs.write(group, chunk, first, version, stamp, blocks) {
-            let dir = packs.dir.display().to_string();
-            packs.error(format!("writing blocks from {first} of {chunk:?} in {dir}: {error}"));
+        for run in runs {
+            let first = run.blocks.start;
+            let want = (run.blocks.end - first) * BLOCK_BYTES;
+            let data = match run.data.bytes() {
+                Some(data) if data.len() as u64 == want => data,
+                data => {
+                    let what =
+                        data.map_or("no bytes".to_string(), |d| format!("{} bytes", d.len()));
+                    return Err(std::io::Error::other(format!(
+                        "a write of {:?} from block {first} came with {what}, not {want}",
+                        run.chunk
+                    )));
+                }
+            };
+            packs.write(run.group, run.chunk, first, run.version, run.stamp, data).map_err(
+                |e| {
+                    let dir = packs.dir.display();
+                    std::io::Error::new(
+                        e.kind(),
+                        format!("writing blocks from {first} of {:?} in {dir}: {e}", run.chunk),
+                    )
+                },
+            )?;
         }
+        Ok(())
     }
 
     /// Syncs every pack written since the last sync (before the journals that made
     /// their writes durable are removed), without holding the packs meanwhile: the
-    /// server's task goes on writing and reading blocks. Every slot released before
-    /// is punched out first: no journal that holds a free goes before its slots'
-    /// headers are zero on disk.
-    fn sync(&mut self) -> Result<(), String> {
-        self.punch_all_released();
+    /// disk worker and the reads go on. Every slot released before is punched out
+    /// first: no journal that holds a free goes before its slots' headers are zero on
+    /// disk.
+    pub fn sync(&self) -> Result<(), String> {
+        self.punch_all_released().map_err(|error| error.to_string())?;
         let (dirty, dir) = {
             let mut packs = self.packs();
+            if let Some(failed) = &packs.punch_failed {
+                return Err(failed.clone());
+            }
             (packs.take_dirty(), packs.dir.display().to_string())
         };
         for file in dirty {
@@ -1124,34 +1157,47 @@ impl ChunkData for SharedPacks {
         Ok(())
     }
 
-    fn read_blocks(
-        &mut self,
+    /// Blocks `blocks` of `chunk` with their headers' versions and stamps, or the
+    /// blocks that fail their checksum.
+    pub fn read_blocks(
+        &self,
         chunk: ChunkId,
         blocks: std::ops::Range<u64>,
-    ) -> Result<Bytes, Vec<u64>> {
-        match self.packs().read(chunk, blocks.clone()) {
-            Ok(read) => read,
-            // An unreadable block is a corrupt one: served from another replica, and
-            // repaired (the repair's write reports a disk that fails for good).
-            Err(_) => Err(blocks.collect()),
-        }
+    ) -> std::io::Result<Result<BlocksRead, Vec<u64>>> {
+        self.packs().read(chunk, blocks, true)
     }
 
-    /// Releases the chunks' slots; the disk worker punches them out.
-    fn free_chunks(&mut self, chunks: &[ChunkId]) {
-        let mut packs = self.packs();
-        for chunk in chunks {
-            packs.release_chunk(*chunk);
+    /// `read_blocks`, if it can be done at once: the packs free, every byte in the
+    /// page cache, and at most `most_bytes`. None otherwise (read them waiting).
+    pub fn read_cached(
+        &self,
+        chunk: ChunkId,
+        blocks: std::ops::Range<u64>,
+        most_bytes: u64,
+    ) -> Option<Result<BlocksRead, Vec<u64>>> {
+        if (blocks.end - blocks.start) * BLOCK_BYTES > most_bytes {
+            return None;
         }
+        let mut packs = self.packs.try_lock().ok()?;
+        packs.read(chunk, blocks, false).ok()
+    }
+
+    /// Tests: a punch failed with `what`.
+    #[cfg(test)]
+    pub(crate) fn fail_punch(&self, what: &str) {
+        let _ = self.packs().punch_error(what.to_owned());
+    }
+
+    /// Releases the slots of every chunk of `objects`; the disk worker punches them
+    /// out.
+    pub fn free_objects(&self, objects: &[ObjectId]) {
+        self.packs().release_objects(objects);
     }
 }
 
 #[cfg(test)]
 mod tests {
     use std::os::unix::fs::MetadataExt;
-
-    use somnus_core::cluster::{Payload, UnstableWrite};
-    use somnus_types::ByteRange;
 
     use super::*;
 
@@ -1162,20 +1208,24 @@ mod tests {
     }
 
     fn open(dir: &Path) -> (Packs, Vec<FoundBlock>) {
-        Packs::open(dir, CHUNK_BYTES, IoErrors::default()).unwrap()
+        Packs::open(dir, CHUNK_BYTES).unwrap()
     }
 
-    fn apply(object: u64, blocks: u64, fill: u8) -> StoreOp {
-        let range = ByteRange::new(0, blocks * BLOCK_BYTES);
-        let data = Payload::new(vec![fill; range.size_bytes() as usize].into());
-        let write = UnstableWrite {
+    fn apply(object: u64, blocks: u64, fill: u8) -> BlockRun {
+        let data = Payload::new(vec![fill; (blocks * BLOCK_BYTES) as usize].into());
+        BlockRun {
+            group: ChunkGroupId(1),
             chunk: chunk(object),
-            range,
+            blocks: 0..blocks,
             version: Version(5),
             stamp: Stamp(7),
             data,
-        };
-        StoreOp::Apply { group: ChunkGroupId(1), write, stable: Version(0) }
+        }
+    }
+
+    /// The bytes a read found.
+    fn bytes(read: BlocksRead) -> bytes::Bytes {
+        read.data.bytes().cloned().unwrap_or_default()
     }
 
     /// Prepares, then writes, as the server does.
@@ -1218,10 +1268,11 @@ mod tests {
         assert_eq!(packs.stats.slots_used, 1);
         put(&mut packs, 3, 256, 0x33);
         assert_eq!(packs.high[0], 257, "the freed slots were taken again");
-        let read = packs.read(chunk(3), 0..256).unwrap().unwrap();
+        let read = bytes(packs.read(chunk(3), 0..256, true).unwrap().unwrap());
         assert!(read.iter().all(|b| *b == 0x33));
-        let read = packs.read(chunk(2), 0..1).unwrap().unwrap();
-        assert!(read.iter().all(|b| *b == 0), "a freed chunk reads as unwritten");
+        let read = packs.read(chunk(2), 0..1, true).unwrap().unwrap();
+        assert_eq!(read.held, [(Version(0), Stamp(0))], "a freed chunk reads as unwritten");
+        assert!(bytes(read).iter().all(|b| *b == 0));
         drop(packs);
         let (packs, found) = open(dir.path());
         assert_eq!(found.len(), 257);
@@ -1241,26 +1292,23 @@ mod tests {
         for object in 1..=PUNCH_BATCH as u64 + 2 {
             put(&mut inner, object, 2, object as u8);
         }
-        let mut packs = SharedPacks::new(inner);
+        let packs = SharedPacks::new(inner);
         let full = allocated(dir.path());
-        let freed: Vec<ChunkId> = (1..=PUNCH_BATCH as u64 + 1).map(chunk).collect();
-        ChunkData::free_chunks(&mut packs, &freed);
+        let freed: Vec<ObjectId> = (1..=PUNCH_BATCH as u64 + 1).map(ObjectId).collect();
+        packs.free_objects(&freed);
         assert_eq!(allocated(dir.path()), full, "nothing punched on the server's task");
         assert_eq!(packs.stats().slots_used, 2, "the freed chunks hold no slot");
-        let read = packs.packs().read(chunk(1), 0..2).unwrap().unwrap();
+        let read = bytes(packs.packs().read(chunk(1), 0..2, true).unwrap().unwrap());
         assert!(read.iter().all(|b| *b == 0), "a freed chunk reads as unwritten");
         // A write meanwhile takes a slot of its own, never one waiting to be punched.
         put(&mut packs.packs(), 1000, 1, 0x77);
         assert_eq!(packs.packs().high[0], 2 * (PUNCH_BATCH as u32 + 2) + 1);
-        assert!(packs.ask_punch(), "asked once");
-        assert!(!packs.ask_punch(), "not again while the worker is at it");
-        assert!(packs.punch_released(), "a batch at a time: a chunk at least left");
+        assert!(packs.punch_released().unwrap(), "a batch at a time: a chunk at least left");
         assert!(allocated(dir.path()) < full, "a batch's space came back");
-        while packs.punch_released() {}
+        while packs.punch_released().unwrap() {}
         let left = allocated(dir.path());
-        ChunkData::free_chunks(&mut packs, &[chunk(PUNCH_BATCH as u64 + 2)]);
-        assert!(packs.ask_punch(), "asked again for slots released after it was done");
-        ChunkData::sync(&mut packs).unwrap();
+        packs.free_objects(&[ObjectId(PUNCH_BATCH as u64 + 2)]);
+        packs.sync().unwrap();
         assert!(allocated(dir.path()) < left, "the sync punched the last one out");
         assert!(packs.packs().released.is_empty());
         drop(packs);
@@ -1278,7 +1326,7 @@ mod tests {
         let reservation = packs.prepare(&[apply(1, 8, 0x12), apply(2, 3, 0x21)]).unwrap();
         assert_eq!(packs.stats.slots_reserved, 4 + 3, "only the blocks without slots");
         assert!(allocated(dir.path()) >= before + 7 * BLOCK_BYTES, "their space allocated");
-        packs.release_reservation(reservation);
+        packs.release_reservation(reservation).unwrap();
         assert_eq!(packs.stats.slots_reserved, 0);
         // A block of the filesystem's own for the file's extents may stay.
         assert!(allocated(dir.path()) <= before + BLOCK_BYTES, "{}", allocated(dir.path()));
@@ -1327,7 +1375,7 @@ mod tests {
             put(&mut packs, 10 + first, 1, 0xee);
         }
         let block = BLOCK_BYTES as usize;
-        let read = packs.read(chunk(1), 0..10).unwrap().unwrap();
+        let read = bytes(packs.read(chunk(1), 0..10, true).unwrap().unwrap());
         let expected: Vec<u8> = (0..10u64)
             .flat_map(|b| match b {
                 0..2 => vec![0xa0; block],
@@ -1337,7 +1385,7 @@ mod tests {
             .collect();
         assert_eq!(read.len(), expected.len());
         assert!(read == expected, "blocks out of place");
-        let read = packs.read(chunk(1), 1..6).unwrap().unwrap();
+        let read = bytes(packs.read(chunk(1), 1..6, true).unwrap().unwrap());
         assert!(read[..block] == expected[block..2 * block]);
         assert!(read[block..] == expected[2 * block..6 * block]);
     }
@@ -1381,7 +1429,7 @@ mod tests {
             packs.open.file(pack, &none).unwrap();
         }
         packs.sync_all().unwrap();
-        let read = packs.read(chunk(1), 0..4).unwrap().unwrap();
+        let read = bytes(packs.read(chunk(1), 0..4, true).unwrap().unwrap());
         assert!(read.iter().all(|b| *b == 0xab));
         assert!(open_in(dir.path()) <= 2 * OPEN_PACKS_MAX);
     }

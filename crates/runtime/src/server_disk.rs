@@ -1,10 +1,10 @@
 //! A storage server's replica state on disk: block packs, the groups' snapshot and
 //! the journal, brought back as the core's [`ChunkStore`] at start (docs/runtime.md).
 //!
-//! - A write the core issues is made durable by [`ServerDisk::make_durable`] (the
-//!   slots of its new blocks reserved, then the journal's append and sync) before the
-//!   core hears `DiskDone`; at `DiskDone` the core applies it ([`ChunkStore::redo`]'s
-//!   code), which writes the blocks into their slots.
+//! - A change the core issues comes with the runs of blocks it lands on; it is made
+//!   durable by [`ServerDisk::make_durable`] (the slots of its new blocks reserved,
+//!   the journal's append and sync, then the runs written into their slots) before the
+//!   core hears `DiskDone` and records the runs.
 //! - [`ServerDisk::begin_checkpoint`] starts a new journal; its [`Checkpoint`], off the
 //!   server's task, syncs the packs, writes every group's fence and unstable writes
 //!   (with their bytes: a new primary may ask for them, C3) as the snapshot, and
@@ -12,8 +12,8 @@
 //! - [`ServerDisk::open`] moves the blocks of an earlier build's chunk files into the
 //!   packs, loads the packs' blocks (checking each block's checksum: a block that
 //!   fails it is corrupt, and repaired from a replica), then the newest snapshot, then
-//!   replays the journals from it through `ChunkStore::redo`: the state is the one the
-//!   core last acknowledged from.
+//!   replays the journals from it through `ChunkStore::redo`, writing the runs each
+//!   change lands on again: the state is the one the core last acknowledged from.
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -21,14 +21,14 @@ use std::sync::atomic::{AtomicU64, Ordering};
 
 use bytes::Bytes;
 use somnus_core::cluster::Epoch;
-use somnus_core::cluster::store::{BLOCK_BYTES, ChunkStore, StoreOp};
-use somnus_core::cluster::{Payload, UnstableWrite};
+use somnus_core::cluster::store::{BLOCK_BYTES, BlockRun, BlocksRead, ChunkStore, StoreOp};
+use somnus_core::cluster::{ChunkId, Payload, UnstableWrite};
 use somnus_types::ChunkGroupId;
 
 use crate::checkpoint::{self, Checkpoint};
 use crate::journal::{Journal, JournalError};
 use crate::legacy_chunks::{self, ChunkFileError};
-use crate::packs::{IoErrors, PackError, PackStats, Packs, SharedPacks};
+use crate::packs::{PackError, PackStats, Packs, SharedPacks};
 use crate::{durable, record};
 
 /// The packs' directory.
@@ -99,11 +99,9 @@ pub struct ServerDisk {
 }
 
 /// What the server's task asks of its disk after every event, without the disk's lock
-/// (which the disk worker holds through each sync): the chunk files' I/O errors, and
-/// whether a checkpoint is due.
+/// (which the disk worker holds through each sync): whether a checkpoint is due.
 #[derive(Clone, Debug)]
 pub struct DiskWatch {
-    errors: IoErrors,
     /// Bytes of every journal no snapshot covers yet.
     pub(crate) journal_bytes: Arc<AtomicU64>,
     pub(crate) snapshot_bytes: Arc<AtomicU64>,
@@ -120,15 +118,6 @@ impl DiskWatch {
         self.journal_bytes.load(Ordering::Relaxed) > bound
     }
 
-    /// An I/O error the packs met since the last check: the server stops on it.
-    pub fn check(&self) -> Result<(), ServerDiskError> {
-        let errors = self.errors.lock().map(|e| e.clone()).unwrap_or_default();
-        match errors.first() {
-            Some(error) => Err(ServerDiskError::Io(error.clone())),
-            None => Ok(()),
-        }
-    }
-
     /// Bytes of the journals no snapshot covers yet.
     pub fn journal_bytes(&self) -> u64 {
         self.journal_bytes.load(Ordering::Relaxed)
@@ -138,12 +127,6 @@ impl DiskWatch {
     pub fn packs(&self) -> PackStats {
         self.files.stats()
     }
-
-    /// Whether to ask the disk worker to punch out the slots of chunks freed since it
-    /// last punched ([`SharedPacks::ask_punch`]).
-    pub fn ask_punch(&self) -> bool {
-        self.files.ask_punch()
-    }
 }
 
 impl ServerDisk {
@@ -152,13 +135,12 @@ impl ServerDisk {
         dir: &Path,
         chunk_size_bytes: u64,
     ) -> Result<(ServerDisk, ChunkStore), ServerDiskError> {
-        let errors = IoErrors::default();
         migrate(dir, chunk_size_bytes)?;
-        let (files, found) = Packs::open(&dir.join(PACKS), chunk_size_bytes, errors.clone())?;
+        let (files, found) = Packs::open(&dir.join(PACKS), chunk_size_bytes)?;
         let scan_error = |e| ServerDiskError::Io(format!("cannot read {}: {e}", dir.display()));
         let generations = checkpoint::scan(dir).map_err(scan_error)?;
         let files = SharedPacks::new(files);
-        let mut store = ChunkStore::with_data(chunk_size_bytes, Box::new(files.clone()));
+        let mut store = ChunkStore::new(chunk_size_bytes);
         for block in found {
             store.restore_block(block.group, block.chunk, block.index, block.version, block.stamp);
             if !block.intact {
@@ -178,31 +160,41 @@ impl ServerDisk {
         for &seq in &generations.journals {
             let (opened, ops) = Journal::open_direct(&checkpoint::journal_path(dir, seq))?;
             for op in ops {
-                store.redo(op);
+                replay(&files, &mut store, &op).map_err(|error| {
+                    ServerDiskError::Io(format!(
+                        "replaying the journal in {}: {error}",
+                        dir.display()
+                    ))
+                })?;
             }
             journal_bytes += opened.bytes();
             journal = Some((opened, seq));
         }
         // The journals' frees: their slots back before the server serves.
-        files.punch_all_released();
+        files.punch_all_released().map_err(|error| ServerDiskError::Io(error.to_string()))?;
         let (journal, seq) = match journal {
             Some(last) => last,
             None => new_journal(dir, generations.snapshot.unwrap_or(0))?,
         };
         let journal_bytes = Arc::new(AtomicU64::new(journal_bytes));
         let snapshot_bytes = Arc::new(AtomicU64::new(snapshot_bytes));
-        let watch = DiskWatch { errors, journal_bytes, snapshot_bytes, files: files.clone() };
+        let watch = DiskWatch { journal_bytes, snapshot_bytes, files: files.clone() };
         let disk = ServerDisk { dir: dir.to_owned(), journal, seq, files, watch };
-        disk.check()?;
         Ok((disk, store))
     }
 
-    /// Makes `ops` durable, as one group commit: first the slots of the blocks they
-    /// write that have none, their space allocated, then the journal's append. With
-    /// no room for either, none of `ops` is durable and nothing stays reserved
-    /// ([`ServerDiskError::is_no_space`]).
-    pub fn make_durable(&mut self, ops: &[StoreOp]) -> Result<(), ServerDiskError> {
-        let reservation = self.files.prepare(ops).map_err(|error| {
+    /// Makes `ops` durable, as one group commit, and puts each one's runs in place:
+    /// first the slots of the blocks they write that have none, their space
+    /// allocated, then the journal's append and sync, then the runs' writes and the
+    /// frees' releases. With no room for the first two, none of `ops` is durable and
+    /// nothing stays reserved ([`ServerDiskError::is_no_space`]).
+    pub fn make_durable(
+        &mut self,
+        ops: &[StoreOp],
+        runs: &[Vec<BlockRun>],
+    ) -> Result<(), ServerDiskError> {
+        let all: Vec<BlockRun> = runs.iter().flatten().cloned().collect();
+        let reservation = self.files.prepare(&all).map_err(|error| {
             let what = format!("reserving room in {}: {error}", self.dir.display());
             match durable::is_no_space(&error) {
                 true => ServerDiskError::NoSpace(what),
@@ -211,12 +203,30 @@ impl ServerDisk {
         })?;
         let before = self.journal.bytes();
         if let Err(error) = self.journal.append(ops) {
-            self.files.release(reservation);
+            // A punch that failed too stops the server (as any I/O error does) rather
+            // than leaving it to think it out of room only.
+            self.files.release(reservation).map_err(|e| ServerDiskError::Io(e.to_string()))?;
             return Err(error.into());
         }
         let appended = self.journal.bytes() - before;
         self.watch.journal_bytes.fetch_add(appended, Ordering::Relaxed);
+        for (op, runs) in ops.iter().zip(runs) {
+            self.files.write_runs(runs).map_err(|e| ServerDiskError::Io(e.to_string()))?;
+            if let StoreOp::Free { objects } = op {
+                self.files.free_objects(objects);
+            }
+        }
         Ok(())
+    }
+
+    /// Blocks `blocks` of `chunk` with their headers, or those that fail their
+    /// checksum.
+    pub fn read_blocks(
+        &self,
+        chunk: ChunkId,
+        blocks: std::ops::Range<u64>,
+    ) -> std::io::Result<Result<BlocksRead, Vec<u64>>> {
+        self.files.read_blocks(chunk, blocks)
     }
 
     /// The errors and checkpoint bound, readable without this disk's lock.
@@ -233,11 +243,6 @@ impl ServerDisk {
     /// Whether the journal has grown past its bound.
     pub fn wants_checkpoint(&self) -> bool {
         self.watch.wants_checkpoint()
-    }
-
-    /// An I/O error the chunk files met since the last check: the server stops on it.
-    pub fn check(&self) -> Result<(), ServerDiskError> {
-        self.watch.check()
     }
 
     /// Begins a checkpoint of `groups`, the store's groups with every change made
@@ -262,6 +267,17 @@ impl ServerDisk {
     }
 }
 
+/// Redoes `op`, a change the journal holds, on `store` and writes the runs it lands
+/// on into the packs (a free's slots released).
+fn replay(files: &SharedPacks, store: &mut ChunkStore, op: &StoreOp) -> std::io::Result<()> {
+    let runs = store.redo(op);
+    files.write_runs(&runs)?;
+    if let StoreOp::Free { objects } = op {
+        files.free_objects(objects);
+    }
+    Ok(())
+}
+
 /// Moves the blocks of an earlier build's chunk files in `dir` into the packs, each as
 /// it is on disk, and removes the files once the packs holding them are synced. A
 /// crash half way leaves blocks in both, which the packs' open reads as one.
@@ -274,7 +290,7 @@ fn migrate(dir: &Path, chunk_size_bytes: u64) -> Result<(), ServerDiskError> {
         ServerDiskError::Io(format!("{what} {}: {error}", legacy.display()))
     };
     let paths = legacy_chunks::files(&legacy)?;
-    let (mut packs, _) = Packs::open(&dir.join(PACKS), chunk_size_bytes, IoErrors::default())?;
+    let (mut packs, _) = Packs::open(&dir.join(PACKS), chunk_size_bytes)?;
     for path in &paths {
         for block in legacy_chunks::read(path, chunk_size_bytes)? {
             packs.adopt(&block).map_err(|e| io("moving the blocks of", e))?;
@@ -357,20 +373,42 @@ mod tests {
         StoreOp::Apply { group: GROUP, write, stable: Version(stable) }
     }
 
-    /// What the core would do: make durable, then apply.
+    /// What the core would do: decide the runs, make durable, then record them.
     fn commit(disk: &mut ServerDisk, store: &mut ChunkStore, ops: Vec<StoreOp>) {
-        disk.make_durable(&ops).unwrap();
-        for op in ops {
-            store.redo(op);
+        let mut runs = Vec::new();
+        for op in &ops {
+            // Each change's runs as the ones before it left the store.
+            let landing = store.landing(op);
+            store.land(op, &landing);
+            runs.push(landing);
         }
-        disk.check().unwrap();
+        disk.make_durable(&ops, &runs).unwrap();
+    }
+
+    /// A read as the server makes it: the store's pieces with the disk's bytes, or
+    /// the corrupt blocks (found so).
+    fn read(
+        disk: &ServerDisk,
+        store: &mut ChunkStore,
+        chunk: ChunkId,
+        range: ByteRange,
+    ) -> Result<Vec<Piece>, somnus_core::cluster::store::Corrupt> {
+        let pieces = store.read(chunk, range)?;
+        let blocks = range.start / BLOCK_BYTES..range.end.div_ceil(BLOCK_BYTES);
+        match disk.read_blocks(chunk, blocks).unwrap() {
+            Ok(found) => Ok(somnus_core::cluster::store::fill(pieces, &found).unwrap()),
+            Err(bad) => {
+                store.found_corrupt(chunk, &bad);
+                store.read(chunk, range)
+            }
+        }
     }
 
     /// Everything a replica holds: blocks with bytes, fences, unstable writes.
-    fn state(store: &mut ChunkStore) -> (Vec<Vec<Piece>>, Groups) {
+    fn state(disk: &ServerDisk, store: &mut ChunkStore) -> (Vec<Vec<Piece>>, Groups) {
         let chunks: Vec<ChunkId> = store.chunk_ids().collect();
         let whole = ByteRange::new(0, CHUNK_BYTES);
-        let reads = chunks.into_iter().map(|c| store.read(c, whole).unwrap()).collect();
+        let reads = chunks.into_iter().map(|c| read(disk, store, c, whole).unwrap()).collect();
         (reads, store.groups())
     }
 
@@ -388,14 +426,14 @@ mod tests {
                 StoreOp::Apply { group: GROUP, write: write(1, 0, 1, 7, 0xa3), stable: Version(5) },
             ],
         );
-        let before = state(&mut store);
+        let before = state(&disk, &mut store);
         assert_eq!(before.1[0].2.len(), 2, "versions 6 and 7 are unstable");
         assert_eq!(before.1[0].2[0].data, write(0, 2, 4, 6, 0xa2).data, "with their bytes");
         drop((disk, store));
 
         // From the journal alone.
         let (mut disk, mut store) = ServerDisk::open(dir.path(), CHUNK_BYTES).unwrap();
-        assert_eq!(state(&mut store), before);
+        assert_eq!(state(&disk, &mut store), before);
         // From a checkpoint, then a journal after it.
         disk.checkpoint(&store).unwrap();
         commit(
@@ -407,10 +445,10 @@ mod tests {
                 stable: Version(7),
             }],
         );
-        let after = state(&mut store);
+        let after = state(&disk, &mut store);
         drop((disk, store));
-        let (_, mut store) = ServerDisk::open(dir.path(), CHUNK_BYTES).unwrap();
-        assert_eq!(state(&mut store), after);
+        let (disk, mut store) = ServerDisk::open(dir.path(), CHUNK_BYTES).unwrap();
+        assert_eq!(state(&disk, &mut store), after);
         assert_ne!(after, before);
         // Where the file system writes around the cache, each batch was padded to
         // 4 KiB (and read back above through its padding).
@@ -455,12 +493,12 @@ mod tests {
         commit(&mut disk, &mut store, vec![apply(0, 5, 0xc1), apply(1, 6, 0xc2)]);
         let begun = disk.begin_checkpoint(store.groups()).unwrap();
         commit(&mut disk, &mut store, vec![apply(0, 7, 0xc3)]);
-        let expected = state(&mut store);
+        let expected = state(&disk, &mut store);
         drop((disk, store));
         // Begun, never finished: the old journal and the new one, replayed in order.
         assert_eq!(names(dir.path()), ["journal-0000000000000000", "journal-0000000000000001"]);
         let (mut disk, mut store) = ServerDisk::open(dir.path(), CHUNK_BYTES).unwrap();
-        assert_eq!(state(&mut store), expected);
+        assert_eq!(state(&disk, &mut store), expected);
         drop(begun);
 
         // Finished with writes after its beginning; the journal it covers comes back
@@ -469,12 +507,12 @@ mod tests {
         let begun = disk.begin_checkpoint(store.groups()).unwrap();
         commit(&mut disk, &mut store, vec![apply(1, 8, 0xc4)]);
         begun.finish().unwrap();
-        let expected = state(&mut store);
+        let expected = state(&disk, &mut store);
         assert_eq!(names(dir.path()), ["groups-0000000000000002.snap", "journal-0000000000000002"]);
         std::fs::write(checkpoint::journal_path(dir.path(), 1), covered).unwrap();
         drop((disk, store));
-        let (_, mut store) = ServerDisk::open(dir.path(), CHUNK_BYTES).unwrap();
-        assert_eq!(state(&mut store), expected);
+        let (disk, mut store) = ServerDisk::open(dir.path(), CHUNK_BYTES).unwrap();
+        assert_eq!(state(&disk, &mut store), expected);
         assert_eq!(names(dir.path()), ["groups-0000000000000002.snap", "journal-0000000000000002"]);
     }
 
@@ -487,7 +525,7 @@ mod tests {
         let (mut disk, mut store) = ServerDisk::open(dir.path(), CHUNK_BYTES).unwrap();
         commit(&mut disk, &mut store, vec![apply_new(2, 5, 4, 0xe1)]);
         commit(&mut disk, &mut store, vec![StoreOp::Free { objects: vec![ObjectId(7)] }]);
-        disk.watch.errors.lock().unwrap().push("freeing slots: injected".into());
+        disk.files.fail_punch("freeing slots: injected");
         let failed = disk.checkpoint(&store).unwrap_err();
         assert!(failed.to_string().contains("injected"), "{failed}");
         assert_eq!(names(dir.path()), ["journal-0000000000000000", "journal-0000000000000001"]);
@@ -504,13 +542,13 @@ mod tests {
         let (mut disk, mut store) = ServerDisk::open(dir.path(), CHUNK_BYTES).unwrap();
         commit(&mut disk, &mut store, vec![apply_new(1, 5, 0, 0xd1)]);
         let snapshot = encode_snapshot(&store.groups());
-        let expected = state(&mut store);
+        let expected = state(&disk, &mut store);
         drop((disk, store));
         std::fs::rename(checkpoint::journal_path(dir.path(), 0), dir.path().join("journal"))
             .unwrap();
         std::fs::write(dir.path().join("groups.snap"), snapshot).unwrap();
-        let (_, mut store) = ServerDisk::open(dir.path(), CHUNK_BYTES).unwrap();
-        assert_eq!(state(&mut store), expected);
+        let (disk, mut store) = ServerDisk::open(dir.path(), CHUNK_BYTES).unwrap();
+        assert_eq!(state(&disk, &mut store), expected);
         assert_eq!(names(dir.path()), ["groups-0000000000000000.snap", "journal-0000000000000000"]);
     }
 
@@ -577,9 +615,9 @@ mod tests {
         std::os::unix::fs::FileExt::write_all_at(&file, &zeros, packs::slot_data_at(1)).unwrap();
         drop(file);
 
-        let (_, mut store) = ServerDisk::open(dir.path(), CHUNK_BYTES).unwrap();
+        let (disk, mut store) = ServerDisk::open(dir.path(), CHUNK_BYTES).unwrap();
         assert!(store.corrupt_ranges().is_empty(), "{:?}", store.corrupt_ranges());
-        let read = store.read(chunk(0), ByteRange::new(0, 2 * BLOCK_BYTES)).unwrap();
+        let read = read(&disk, &mut store, chunk(0), ByteRange::new(0, 2 * BLOCK_BYTES)).unwrap();
         assert_eq!(read[0].data.bytes().unwrap()[..], vec![0x6b; 2 * BLOCK_BYTES as usize][..]);
         // And on disk: the next start finds the block whole without the journal.
         let (mut disk, store) = ServerDisk::open(dir.path(), CHUNK_BYTES).unwrap();
@@ -614,9 +652,11 @@ mod tests {
         // While the server runs (block 0's bytes, in slot 0): the next read finds it.
         flip(packs::slot_data_at(0) + 100);
         let one = ByteRange::new(0, BLOCK_BYTES);
-        assert!(store.read(chunk(0), one).is_err());
+        assert!(read(&disk, &mut store, chunk(0), one).is_err());
         assert_eq!(store.corrupt_ranges(), [(GROUP, chunk(0), one)]);
-        assert!(store.read(chunk(0), ByteRange::new(BLOCK_BYTES, BLOCK_BYTES)).is_ok());
+        assert!(
+            read(&disk, &mut store, chunk(0), ByteRange::new(BLOCK_BYTES, BLOCK_BYTES)).is_ok()
+        );
         drop((disk, store));
         // At start.
         let (_, store) = ServerDisk::open(dir.path(), CHUNK_BYTES).unwrap();
@@ -648,17 +688,18 @@ mod tests {
             std::fs::copy(entry.path(), legacy.join(entry.file_name())).unwrap();
         }
         let chunk_bytes = 64 << 10;
-        let (_, mut store) = ServerDisk::open(dir.path(), chunk_bytes).unwrap();
+        let (disk, mut store) = ServerDisk::open(dir.path(), chunk_bytes).unwrap();
         assert!(!legacy.exists(), "the chunk files are gone");
         let first = ChunkId { object: ObjectId(7), chunk: ChunkIndex(0) };
-        let read = store.read(first, ByteRange::new(0, 2 * BLOCK_BYTES)).unwrap();
-        assert_eq!(read[0].data.bytes().unwrap()[..], vec![0xa1; 2 * BLOCK_BYTES as usize][..]);
-        assert_eq!((read[0].version, read[0].stamp), (Version(5), Stamp(50)));
+        let found = read(&disk, &mut store, first, ByteRange::new(0, 2 * BLOCK_BYTES)).unwrap();
+        assert_eq!(found[0].data.bytes().unwrap()[..], vec![0xa1; 2 * BLOCK_BYTES as usize][..]);
+        assert_eq!((found[0].version, found[0].stamp), (Version(5), Stamp(50)));
         let garbled = ByteRange::new(5 * BLOCK_BYTES, BLOCK_BYTES);
         assert_eq!(store.corrupt_ranges(), [(ChunkGroupId(3), first, garbled)]);
         let second = ChunkId { object: ObjectId(8), chunk: ChunkIndex(1) };
-        let read = store.read(second, ByteRange::new(15 * BLOCK_BYTES, BLOCK_BYTES)).unwrap();
-        assert_eq!(read[0].data.bytes().unwrap()[0], 0xb1);
+        let last = ByteRange::new(15 * BLOCK_BYTES, BLOCK_BYTES);
+        let found = read(&disk, &mut store, second, last).unwrap();
+        assert_eq!(found[0].data.bytes().unwrap()[0], 0xb1);
         assert_eq!(store.bytes_held(), 4 * BLOCK_BYTES);
         drop(store);
         let (_, store) = ServerDisk::open(dir.path(), chunk_bytes).unwrap();

@@ -5,15 +5,19 @@
 //! disk worker, the timer the core asked for, a wake, or shutdown. It hands the event
 //! to the core and carries out the actions the core returns, in order:
 //! - `Send` goes to the peer's queue (`net::Outbox`);
-//! - `Disk` with a replica change (`Server::disk_change`) goes to the disk worker,
-//!   and `DiskDone` follows once the journal has synced it; a read, or a logger's
-//!   write (whose log the core flushes and syncs as it applies it), is done at once;
+//! - `Disk` with a change goes to the disk worker, and `DiskDone` follows once the
+//!   journal has synced it and its runs are written; a read of blocks the page cache
+//!   holds is done at once (without waiting for the disk: `RWF_NOWAIT`), any other
+//!   goes to the server's reader thread (`block_reader.rs`), and either comes back as
+//!   `DiskRead` (or `DiskFailed` with the blocks that fail their checksum); a logger's I/O (whose log the core flushes and syncs as it
+//!   applies it) is done at once;
+//! - `Halt` stops the server with its reason;
 //! - `Sleep` goes to the power task (`power::PowerDriver`), which powers the
 //!   server's units down and, on its wake packet, up, and then sends `Woken`; the core
 //!   answers nothing but that meanwhile.
 //!
-//! The core's calls that touch files (a read of chunk blocks, the logger's flush) run
-//! inside `block_in_place`, so the runtime's other tasks go on meanwhile.
+//! The core's calls that touch files (the logger's reads and flushes) run inside
+//! `block_in_place`, so the runtime's other tasks go on meanwhile.
 //!
 //! A checkpoint snapshots the store's groups, so it begins only with no change durable
 //! in the journal and not yet applied by the core: while one is due, new changes are
@@ -26,17 +30,21 @@ use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use somnus_core::cluster::server::{Durable, Server, ServerAction, ServerCounters, ServerEvent};
-use somnus_core::cluster::store::StoreOp;
+use somnus_core::cluster::server::{
+    DiskError, DiskOp, Durable, Server, ServerAction, ServerCounters, ServerEvent,
+};
+use somnus_core::cluster::store::{BlockRun, StoreOp};
 use somnus_core::cluster::{ClusterConfig, Message, Peer, ReplyBody, Topology};
 use somnus_types::{IoId, ServerId};
 use tokio::sync::{mpsc, watch};
 use tokio::time::Instant;
 
+use crate::block_reader::{BlockReader, ReadOutcome};
 use crate::clock::Clock;
 use crate::disk_worker::{Job, Synced};
 use crate::file_log::{FileLog, FileLogError};
 use crate::net::Outbox;
+use crate::packs::SharedPacks;
 use crate::server_disk::{DiskWatch, ServerDisk, ServerDiskError};
 use crate::transport::Inbound;
 use crate::{disk_worker, durable, metrics};
@@ -57,6 +65,13 @@ const STATUS_INTERVAL: std::time::Duration = std::time::Duration::from_millis(50
 
 /// How long after a checkpoint found no room the server tries again (real time).
 const CHECKPOINT_RETRY: std::time::Duration = std::time::Duration::from_secs(1);
+
+/// Reads of blocks at most this long are served on the server's task when the page
+/// cache holds them (`RWF_NOWAIT`: nothing waits for the disk there): a hand-off to the
+/// reader thread and back cost a fifth of a page-cached 4 KiB read's throughput
+/// (`bench runtime`). Longer ones go to the thread, whose copy then overlaps the task's
+/// work.
+const READ_AT_ONCE_BYTES: u64 = 128 << 10;
 
 /// How long without a replica change before the journals are checkpointed whatever
 /// their size (real time): at rest, a server's disk holds its packs, not a second copy
@@ -136,8 +151,13 @@ pub async fn run(
     let heartbeat_gap_told = (clock.real_of(config.failure_timeout) / 2)
         .max(clock.real_of(config.heartbeat_interval) * 2);
     let mut server = Server::new(id, config, topology, durable, clock.now(), None);
-    let watch = disk.lock().map_err(|_| poisoned())?.watch();
+    let (watch, packs) = {
+        let disk = disk.lock().map_err(|_| poisoned())?;
+        (disk.watch(), disk.packs())
+    };
     let (changes, mut durable_ios) = disk_worker::spawn(disk);
+    let (reads, mut reads_done) = BlockReader::spawn(packs.clone(), id.0)
+        .map_err(|error| ServerDiskError::Io(format!("starting the reader of blocks: {error}")))?;
     let mut node = Node {
         watch,
         changes,
@@ -151,7 +171,9 @@ pub async fn run(
         told_no_room: false,
         told_no_room_checkpoint: false,
         last_change: Instant::now(),
-        frees_in_flight: Vec::new(),
+        packs,
+        reads,
+        halted: None,
         id,
         last_heartbeat: None,
         heartbeat_gap_told,
@@ -168,6 +190,7 @@ pub async fn run(
                 }
                 None => break,
             },
+            Some((io, found)) = reads_done.recv() => read_event(io, found),
             done = durable_ios.recv() => match done {
                 Some(Ok(synced)) => {
                     node.synced(synced, &mut server, &outbox, &clock, &inputs.disk_dir, id);
@@ -233,9 +256,9 @@ struct Node {
     /// A checkpoint is under way (begun, not yet finished).
     checkpointing: bool,
     /// Changes held back while a checkpoint waits for those in flight.
-    held: VecDeque<(IoId, StoreOp)>,
+    held: VecDeque<(IoId, StoreOp, Vec<BlockRun>)>,
     /// I/Os done as soon as issued, to report to the core.
-    ready: Vec<IoId>,
+    ready: Vec<ServerEvent>,
     sleeps: mpsc::UnboundedSender<()>,
     /// Client requests being served, for the latency histograms: when each arrived.
     requests: BTreeMap<(Peer, u64), (&'static str, Instant)>,
@@ -247,15 +270,27 @@ struct Node {
     told_no_room_checkpoint: bool,
     /// When a replica change was last sent to the disk worker.
     last_change: Instant,
-    /// Frees sent to the disk worker and not yet reported durable: once one is, and
-    /// applied, the worker is asked to punch out the freed slots.
-    frees_in_flight: Vec<IoId>,
+    /// The packs, for reads the page cache serves at once, and the reader thread for
+    /// the others (they come back to the task's loop).
+    packs: SharedPacks,
+    reads: BlockReader,
+    /// Why the core halted the server, if it did.
+    halted: Option<String>,
     id: ServerId,
     /// When the last heartbeat went out (none while asleep), and the gap between two
     /// that is logged: half the failure timeout (at least two heartbeat intervals), in
     /// real time. A server held up that long comes near to looking dead to the MDS.
     last_heartbeat: Option<Instant>,
     heartbeat_gap_told: Duration,
+}
+
+/// The core's event for what a read of blocks found.
+fn read_event(io: IoId, found: ReadOutcome) -> ServerEvent {
+    match found {
+        Ok(Ok(read)) => ServerEvent::DiskRead { io, read },
+        Ok(Err(blocks)) => ServerEvent::DiskFailed { io, error: DiskError::Corrupt { blocks } },
+        Err(error) => ServerEvent::DiskFailed { io, error: DiskError::Io(error.to_string()) },
+    }
 }
 
 /// Client requests tracked at once: beyond it (clients that never hear back), the
@@ -296,11 +331,21 @@ impl Node {
                     }
                     outbox.send(to, message)
                 }
-                ServerAction::Disk { io, write: true, .. } => match server.disk_change(io) {
-                    Some(change) => self.held.push_back((io, change)),
-                    None => self.ready.push(io),
+                ServerAction::Disk { io, op, .. } => match op {
+                    DiskOp::Change { change, runs } => self.held.push_back((io, change, runs)),
+                    DiskOp::Read { chunk, blocks } => {
+                        // What the page cache holds is read at once, without waiting
+                        // for the disk; anything else on the reader thread.
+                        match self.packs.read_cached(chunk, blocks.clone(), READ_AT_ONCE_BYTES) {
+                            Some(found) => self.ready.push(read_event(io, Ok(found))),
+                            None => self.reads.read(io, chunk, blocks),
+                        }
+                    }
+                    DiskOp::Log { .. } => self.ready.push(ServerEvent::DiskDone { io }),
                 },
-                ServerAction::Disk { io, write: false, .. } => self.ready.push(io),
+                ServerAction::Halt { reason } => {
+                    self.halted.get_or_insert(reason);
+                }
                 // The core answers nothing but its wake from now on.
                 ServerAction::Sleep => {
                     self.last_heartbeat = None;
@@ -342,26 +387,30 @@ impl Node {
             // full as soon as writes take the room.
             Synced::Durable(ios) => {
                 self.in_flight -= ios.len();
-                let frees = self.frees_in_flight.len();
-                self.frees_in_flight.retain(|io| !ios.contains(io));
-                self.ready.extend(ios);
+                self.ready.extend(ios.into_iter().map(|io| ServerEvent::DiskDone { io }));
                 self.finish_ready(server, outbox, clock);
-                if self.frees_in_flight.len() < frees && self.watch.ask_punch() {
-                    let _ = self.send(Job::Punch);
-                }
                 self.measure_space(server, outbox, clock, disk_dir);
+            }
+            // What of them is durable is unknown: the core halts the server.
+            Synced::Failed(ios, why) => {
+                self.in_flight -= ios.len();
+                for io in ios {
+                    let error = DiskError::Io(why.clone());
+                    server.handle(clock.now(), ServerEvent::DiskFailed { io, error });
+                    self.carry_out(server, outbox);
+                }
             }
             // No room: none took effect; the core forgets them (their writers send
             // them again) and counts itself full.
             Synced::NoRoom(ios, why) => {
                 self.in_flight -= ios.len();
-                self.frees_in_flight.retain(|io| !ios.contains(io));
                 if !self.told_no_room {
                     eprintln!("server {}: {why}; writes wait for room", id.0);
                     self.told_no_room = true;
                 }
                 for io in ios {
-                    server.handle(clock.now(), ServerEvent::DiskFailed { io });
+                    let error = DiskError::NoSpace;
+                    server.handle(clock.now(), ServerEvent::DiskFailed { io, error });
                     self.carry_out(server, outbox);
                 }
                 self.finish_ready(server, outbox, clock);
@@ -406,10 +455,8 @@ impl Node {
     /// as issued; replica changes once durable), and of those their answers issue.
     fn finish_ready(&mut self, server: &mut Server, outbox: &Outbox, clock: &Clock) {
         while !self.ready.is_empty() {
-            for io in std::mem::take(&mut self.ready) {
-                tokio::task::block_in_place(|| {
-                    server.handle(clock.now(), ServerEvent::DiskDone { io })
-                });
+            for event in std::mem::take(&mut self.ready) {
+                tokio::task::block_in_place(|| server.handle(clock.now(), event));
                 self.carry_out(server, outbox);
             }
         }
@@ -419,7 +466,9 @@ impl Node {
     /// logger; sends held changes to the worker, unless a checkpoint is due: then it
     /// waits for those in flight, sends the checkpoint, and the held changes after it.
     fn after_events(&mut self, server: &Server) -> Result<(), ServerDiskError> {
-        self.watch.check()?;
+        if let Some(reason) = &self.halted {
+            return Err(ServerDiskError::Io(reason.clone()));
+        }
         // A logger whose write or sync failed takes nothing more (the engine stops its
         // write path) and answers nothing it could not make durable: the server stops,
         // as on a chunk file's I/O error, and its restart recovers the log.
@@ -440,13 +489,10 @@ impl Node {
             self.checkpointing = true;
             self.checkpoint_after = None;
         }
-        while let Some((io, change)) = self.held.pop_front() {
+        while let Some((io, change, runs)) = self.held.pop_front() {
             self.in_flight += 1;
             self.last_change = Instant::now();
-            if matches!(change, StoreOp::Free { .. }) {
-                self.frees_in_flight.push(io);
-            }
-            self.send(Job::Change(io, change))?;
+            self.send(Job::Change(io, change, runs))?;
         }
         Ok(())
     }

@@ -102,6 +102,23 @@ fn a_primary_that_acknowledges_after_one_replica_is_caught_at_once() {
 }
 
 #[test]
+fn a_read_that_meets_a_write_landing_is_read_again_and_checks() {
+    // The simulated disk answers a read with its blocks' versions and stamps as they
+    // are when it completes (the runtime's packs answer with their headers): a write
+    // that landed while the read waited sends the read round again, and what it then
+    // returns is checked as every read is. Seeds 1..=40 with every fault read again 4
+    // times when this test was written.
+    let spec = ClusterSpec::small();
+    let mut again = 0;
+    for seed in 1..=40 {
+        let report = run(&spec, seed);
+        assert_eq!(report.violations, Vec::<String>::new(), "seed {seed}");
+        again += report.reads_again;
+    }
+    assert!(again > 0, "no read met a write landing in 40 seeds: the path went untried");
+}
+
+#[test]
 fn reads_from_a_secondary_are_caught() {
     // With gear shifts alone (no fault at all), a secondary woken from sleep answers
     // from its own copy before reclaim brings it level: it misses the writes logged
@@ -120,15 +137,16 @@ fn reads_of_writes_logged_for_the_primary_are_served_from_the_loggers() {
     // reclaim brings its replica level: reads of what was logged for it are served
     // with the writes read back from the loggers (Sierra 3.3), and C4 holds.
     // A server's wake takes the profile's 13 s, after its 7 s sleep: not every seed's
-    // 20 s see a primary back from sleep: 60 s do.
+    // 20 s see a primary back from sleep: 60 s do, and about one seed in four has a
+    // read there (seeds 11..60 measured: 14 of 50).
     let faults = FaultSet::parse("gear").unwrap();
     let spec = ClusterSpec { faults, virtual_secs: 60, ..ClusterSpec::small() };
-    let seed = (1..=10).find(|seed| {
+    let seed = (1..=20).find(|seed| {
         let report = run(&spec, *seed);
         assert_eq!(report.violations, Vec::<String>::new());
         report.reads_from_loggers > 0
     });
-    let Some(seed) = seed else { panic!("no read needed the loggers in seeds 1..=10") };
+    let Some(seed) = seed else { panic!("no read needed the loggers in seeds 1..=20") };
     // Served from the own copy alone, the same reads miss those writes (C4).
     let broken = ClusterSpec { broken: Some(Broken::ReadWithoutLoggers), ..spec };
     let report = run(&broken, seed);

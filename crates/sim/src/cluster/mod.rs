@@ -35,9 +35,9 @@ use somnus_core::cluster::client::{
 use somnus_core::cluster::logvolume::{LogVolume, ModelLog};
 use somnus_core::cluster::mds::{Command, Mds, MdsAction, MdsEvent};
 use somnus_core::cluster::server::{
-    Broken, Durable, Server, ServerAction, ServerCounters, ServerEvent,
+    Broken, DiskOp as ServerDiskOp, Durable, Server, ServerAction, ServerCounters, ServerEvent,
 };
-use somnus_core::cluster::store::{BLOCK_BYTES, ChunkStore};
+use somnus_core::cluster::store::{BLOCK_BYTES, ChunkStore, StoreOp};
 use somnus_core::cluster::{
     ChunkId, ClientId, ClusterConfig, Message, MetadataError, ObjectRef, Payload, Peer, Stamp,
     Topology,
@@ -181,6 +181,8 @@ pub struct SeedReport {
     pub writes_reclaimed: u64,
     /// Reads served with logged writes read back from the loggers on demand.
     pub reads_from_loggers: u64,
+    /// Reads whose blocks a write landed on while they were under way (read again).
+    pub reads_again: u64,
     pub ops_unfinished: u64,
     /// Objects replaced (bound anew or deleted and created again), objects freed on
     /// servers (each once per server), logged writes of freed objects dropped, and
@@ -648,7 +650,17 @@ impl<'t> ClusterSim<'t> {
                     if let Some(objects) = self.frees.remove(&(server, incarnation, io)) {
                         self.check_frees(server, &objects);
                     }
-                    self.feed_server(server, ServerEvent::DiskDone { io: IoId(io) });
+                    // A read finds the blocks as the disk holds them now (the store
+                    // is the simulated disk: it changes as a change completes): a
+                    // write that landed while the read waited shows in their headers.
+                    let io = IoId(io);
+                    let slot = &self.servers[server as usize];
+                    let read = slot.server.as_ref().and_then(|server| server.read_found(io));
+                    let event = match read {
+                        Some(read) => ServerEvent::DiskRead { io, read },
+                        None => ServerEvent::DiskDone { io },
+                    };
+                    self.feed_server(server, event);
                 }
             }
             Event::Timer(node) => {
@@ -905,13 +917,23 @@ impl<'t> ClusterSim<'t> {
                     let Some(action) = server.poll_action() else { break };
                     match action {
                         ServerAction::Send { to, message } => self.send(from, to, message),
-                        ServerAction::Disk { io, write, position, bytes, background } => {
-                            let slot = &self.servers[s as usize];
-                            let frees = slot.server.as_ref().and_then(|server| server.frees_in(io));
-                            if let Some(objects) = frees.map(<[ObjectId]>::to_vec) {
-                                self.frees.insert((s, slot.incarnation, io.0), objects);
+                        ServerAction::Disk { io, op, position, bytes, background } => {
+                            if let ServerDiskOp::Change {
+                                change: StoreOp::Free { objects }, ..
+                            } = &op
+                            {
+                                let incarnation = self.servers[s as usize].incarnation;
+                                self.frees.insert((s, incarnation, io.0), objects.clone());
                             }
-                            self.disk_io(s, io, write, position, bytes, !background)
+                            self.disk_io(s, io, op.writes(), position, bytes, !background)
+                        }
+                        ServerAction::Halt { reason } => {
+                            // The server stops, as on a crash; it restarts a little later.
+                            self.trace(|| format!("s{s} halts: {reason}"));
+                            self.crash_server(s);
+                            let at = self.now() + VirtualDuration::from_secs(5);
+                            self.events.schedule(at, Event::Restart(s));
+                            return;
                         }
                         ServerAction::Sleep => {
                             let now = self.now();
@@ -1724,6 +1746,7 @@ impl<'t> ClusterSim<'t> {
         self.report.writes_logged = self.servers_total(|c| c.writes_logged);
         self.report.writes_reclaimed = self.servers_total(|c| c.writes_reclaimed);
         self.report.reads_from_loggers = self.servers_total(|c| c.reads_from_loggers);
+        self.report.reads_again = self.servers_total(|c| c.reads_again);
         self.report.rebuilt_bytes = self.servers_total(|c| c.rebuilt_bytes);
         self.report.objects_freed = self.servers_total(|c| c.objects_freed);
         self.report.logged_writes_dropped = self.servers_total(|c| c.logged_writes_dropped);

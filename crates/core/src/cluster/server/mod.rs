@@ -11,10 +11,14 @@
 //!
 //! Call protocol: after [`Server::new`] and after each [`Server::handle`], drain
 //! [`Server::poll_action`] (each `Disk` action is answered later by
-//! `ServerEvent::DiskDone` with its io id), then arm a timer for
-//! [`Server::poll_timeout`]. A crash is the shell dropping the server: what survives is
-//! [`Server::into_store`], whose changes were made only at `DiskDone`.
+//! `ServerEvent::DiskDone`, `DiskRead` or `DiskFailed` with its io id), then arm a timer
+//! for [`Server::poll_timeout`]. A crash is the shell dropping the server: what
+//! survives is [`Server::into_durable`], whose changes were made only at `DiskDone`.
+//!
+//! The disk is a message ([`disk`]): a change carries its bytes and the blocks it puts
+//! in place, a read's completion carries the bytes; the shell decides nothing.
 
+mod disk;
 mod dvl;
 mod led_groups;
 mod logging;
@@ -29,16 +33,18 @@ use std::sync::Arc;
 use somnus_types::{ByteRange, ChunkGroupId, IoId, ServerId, Version, VirtualInstant};
 
 use super::logvolume::LogVolume;
-use super::store::{ChunkStore, StoreOp};
+use super::store::{BlocksRead, ChunkStore};
 use super::{
     ClusterConfig, Epoch, HeldObject, LeaseGrant, LeaseRenewal, LogRecord, Message, Peer,
     ServerPower, ServerTime, SpaceReport, Topology, UnstableWrite,
 };
 use crate::gear::LoadMeter;
-use crate::slab::{Key, Slab};
+use crate::slab::Slab;
 
 use led_groups::LedGroups;
 use primary::Led;
+
+pub use disk::{DiskError, DiskOp};
 
 /// Inputs, as facts.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -47,14 +53,23 @@ pub enum ServerEvent {
         from: Peer,
         message: Message,
     },
+    /// The disk did `io`: a change is durable and its runs are in place, a logger's
+    /// I/O is done, a read is done (from a shell that keeps no bytes: the simulator).
     DiskDone {
         io: IoId,
     },
-    /// The disk had no room to make the write `io` durable: nothing of it took
-    /// effect. Only a write with a replica change ([`Server::disk_change`]) fails so;
-    /// the writer hears nothing and sends it again, as after a lost message.
+    /// The read `io` found these blocks.
+    DiskRead {
+        io: IoId,
+        read: BlocksRead,
+    },
+    /// The disk could not do `io`. A change that found no room took no effect (the
+    /// writer hears nothing and sends it again, as after a lost message); a read's
+    /// blocks that fail their checksum are corrupt (repaired from another replica); an
+    /// I/O error of a change leaves the durable state unknown, and the server halts.
     DiskFailed {
         io: IoId,
+        error: DiskError,
     },
     /// The free bytes on the server's disk, and the bytes its files take there, as
     /// the shell measured them (a shell that measures none never sends this: the
@@ -75,12 +90,11 @@ pub enum ServerAction {
         to: Peer,
         message: Message,
     },
-    /// Read or write `bytes` at `position` of the server's disk; answer with `DiskDone`.
-    /// What a write changes is [`Server::disk_change`] (asked by the runtime, which
-    /// makes it durable; the simulator only charges the size).
+    /// Do `op` on the server's disk, `bytes` long at `position` (where the simulator's
+    /// disk model places it); answer with `DiskDone`, `DiskRead` or `DiskFailed`.
     Disk {
         io: IoId,
-        write: bool,
+        op: DiskOp,
         position: u64,
         bytes: u64,
         /// Maintenance nothing waits for (the logger's collection): a shell serves
@@ -90,6 +104,11 @@ pub enum ServerAction {
     },
     /// The server announced standby: power it down until the MDS wakes it.
     Sleep,
+    /// The disk failed so that what is durable is unknown (an I/O error of a change):
+    /// stop the server. Its restart recovers from what its disk holds.
+    Halt {
+        reason: String,
+    },
 }
 
 /// Deliberately wrong protocols, for showing that the simulation's checker catches
@@ -175,6 +194,9 @@ pub struct ServerCounters {
     /// Reads served with logged writes read back from the loggers (the own replica
     /// lacked them).
     pub reads_from_loggers: u64,
+    /// Reads whose blocks a write landed on while they were under way: read again.
+    #[serde(default)]
+    pub reads_again: u64,
     /// Bytes a primary copied to replicas being rebuilt.
     pub rebuilt_bytes: u64,
     pub messages_dropped: u64,
@@ -199,10 +221,25 @@ enum Io {
     },
     /// The durable record that `group` is fenced at `epoch`.
     Fence { group: ChunkGroupId, epoch: Epoch, primary: ServerId },
-    /// A primary's read for a client, its answer taken when it was issued.
-    ClientRead { group: ChunkGroupId, client: Peer, request: u64, pieces: Vec<super::Piece> },
-    /// A replica's read for a primary repairing corrupt blocks.
-    RepairRead { to: ServerId, message: Message },
+    /// A primary's read for a client: the pieces its own replica held when it was
+    /// issued (the bytes read must be theirs), and the writes read back from loggers
+    /// to lay over them (a demand read).
+    ClientRead {
+        group: ChunkGroupId,
+        read: primary::ReadRequest,
+        pieces: Vec<super::Piece>,
+        found: Vec<UnstableWrite>,
+    },
+    /// A replica's read for a primary repairing corrupt blocks (no pieces: its own
+    /// copy is corrupt too).
+    RepairRead {
+        to: ServerId,
+        group: ChunkGroupId,
+        epoch: Epoch,
+        chunk: super::ChunkId,
+        range: ByteRange,
+        pieces: Option<Vec<super::Piece>>,
+    },
     /// A primary's write of repaired blocks, then it serves the read again.
     Repair {
         group: ChunkGroupId,
@@ -211,7 +248,13 @@ enum Io {
         pieces: Vec<super::Piece>,
     },
     /// A primary's read of a chunk it copies to a replica being rebuilt.
-    RebuildRead { to: ServerId, message: Message },
+    RebuildRead {
+        to: ServerId,
+        group: ChunkGroupId,
+        epoch: Epoch,
+        chunk: super::ChunkId,
+        pieces: Vec<super::Piece>,
+    },
     /// A new replica's write of a chunk its primary copied to it.
     RebuildWrite {
         group: ChunkGroupId,
@@ -233,26 +276,6 @@ enum Io {
     /// The durable record that `objects` are freed, the free log applied up to
     /// `through` with them.
     Free { objects: Vec<somnus_types::ObjectId>, through: u64 },
-}
-
-impl Io {
-    /// The replica change the I/O makes durable (`DiskDone` applies the same).
-    fn change(&self) -> Option<StoreOp> {
-        match self {
-            Io::ReplicaWrite { group, write, stable, .. } => {
-                Some(StoreOp::Apply { group: *group, write: write.clone(), stable: *stable })
-            }
-            Io::Fence { group, epoch, .. } => Some(StoreOp::Fence { group: *group, epoch: *epoch }),
-            Io::Repair { chunk, range, pieces, .. } => {
-                Some(StoreOp::Repair { chunk: *chunk, range: *range, pieces: pieces.clone() })
-            }
-            Io::RebuildWrite { group, chunk, pieces, .. } => {
-                Some(StoreOp::Copy { group: *group, chunk: *chunk, pieces: pieces.clone() })
-            }
-            Io::Free { objects, .. } => Some(StoreOp::Free { objects: objects.clone() }),
-            _ => None,
-        }
-    }
 }
 
 /// Disk I/Os in flight at once: far above what any run reaches.
@@ -308,7 +331,9 @@ pub struct Server {
     /// The servers declared lost for good (from the MDS's heartbeat replies).
     lost: BTreeSet<ServerId>,
     led: LedGroups,
-    ios: Slab<Io>,
+    /// Disk I/Os issued, and changes waiting for an overlapping one to complete.
+    ios: Slab<disk::InFlight>,
+    disk: disk::Changing,
     /// What this server's replica of each group has under way; a group with nothing
     /// under way has no entry.
     replica_work: BTreeMap<ChunkGroupId, ReplicaWork>,
@@ -381,6 +406,7 @@ impl Server {
             lost: BTreeSet::new(),
             led: LedGroups::default(),
             ios: Slab::new(IOS_MAX),
+            disk: disk::Changing::default(),
             replica_work: BTreeMap::new(),
             next_heartbeat: now,
             next_scrub: now.saturating_add(config.scrub_interval),
@@ -456,8 +482,9 @@ impl Server {
         self.now = now;
         match event {
             ServerEvent::MessageReceived { from, message } => self.message(from, message),
-            ServerEvent::DiskDone { io } => self.disk_done(io),
-            ServerEvent::DiskFailed { io } => self.disk_failed(io),
+            ServerEvent::DiskDone { io } => self.disk_done(io, None),
+            ServerEvent::DiskRead { io, read } => self.disk_done(io, Some(read)),
+            ServerEvent::DiskFailed { io, error } => self.disk_failed(io, error),
             ServerEvent::DiskSpace { free_bytes, used_bytes } => {
                 self.space.used_bytes = used_bytes.or(self.space.used_bytes);
                 self.disk_space(free_bytes);
@@ -501,35 +528,6 @@ impl Server {
 
     fn send(&mut self, to: Peer, message: Message) {
         self.actions.push_back(ServerAction::Send { to, message });
-    }
-
-    fn disk(&mut self, io: Io, write: bool, position: u64, bytes: u64) {
-        self.disk_with(io, write, position, bytes, false);
-    }
-
-    fn disk_with(&mut self, io: Io, write: bool, position: u64, bytes: u64, background: bool) {
-        let Some(key) = self.ios.insert(io) else {
-            unreachable!("more than {IOS_MAX} disk I/Os in flight");
-        };
-        let io = IoId(key.0);
-        self.actions.push_back(ServerAction::Disk { io, write, position, bytes, background });
-    }
-
-    /// The replica change the disk I/O `io` (in flight) makes durable, which
-    /// `DiskDone` then applies (as [`ChunkStore::redo`] does); none for reads and for
-    /// the logger's writes, which its log backend makes durable as the core applies
-    /// them at `DiskDone`.
-    pub fn disk_change(&self, io: IoId) -> Option<StoreOp> {
-        self.ios.get(Key(io.0)).and_then(Io::change)
-    }
-
-    /// The objects the disk write `io` (in flight) frees, if it is a free: the
-    /// simulation checks each when it completes (docs/space.md, F1 and F2).
-    pub fn frees_in(&self, io: IoId) -> Option<&[somnus_types::ObjectId]> {
-        match self.ios.get(Key(io.0)) {
-            Some(Io::Free { objects, .. }) => Some(objects),
-            _ => None,
-        }
     }
 
     fn timer(&mut self) {
@@ -818,23 +816,17 @@ impl Server {
         range: ByteRange,
     ) {
         let pieces = self.store.read(chunk, range).ok();
-        let message = Message::RepairData { group, epoch, chunk, range, pieces };
         let position = disk_position(chunk, range);
-        self.disk(Io::RepairRead { to: primary, message }, false, position, range.size_bytes());
+        let io = Io::RepairRead { to: primary, group, epoch, chunk, range, pieces };
+        self.disk(io, false, position, range.size_bytes());
     }
 
-    fn disk_done(&mut self, io: IoId) {
-        let Some(io) = self.ios.remove(Key(io.0)) else {
-            unreachable!("a disk I/O completed twice or was never issued");
-        };
-        self.io_done(io);
-    }
-
+    /// What to do when `io` is done (its change, if any, is in the store already; a
+    /// read's pieces have their bytes).
     fn io_done(&mut self, io: Io) {
         match io {
-            Io::ReplicaWrite { group, epoch, primary, write, stable } => {
+            Io::ReplicaWrite { group, epoch, primary, write, .. } => {
                 let version = write.version;
-                self.store.apply(group, write, stable);
                 let settled = self.update_work(group, |work| {
                     if let Ok(at) = work.queued.binary_search(&(epoch, version)) {
                         work.queued.remove(at);
@@ -852,7 +844,6 @@ impl Server {
                 self.answer_primary(primary, ack);
             }
             Io::Fence { group, epoch, primary } => {
-                self.store.fence(group, epoch);
                 self.update_work(group, |work| {
                     if work.fencing.is_some_and(|e| e <= epoch) {
                         work.fencing = None;
@@ -860,12 +851,14 @@ impl Server {
                 });
                 self.reply_sync_when_settled(primary, group, epoch);
             }
-            Io::ClientRead { group, client, request, pieces } => {
-                self.read_done(group, client, request, pieces);
+            Io::ClientRead { group, read, pieces, found } => {
+                self.read_done(group, read.client, read.request, pieces, found);
             }
-            Io::RepairRead { to, message } | Io::LogRead { to, message } => {
+            Io::RepairRead { to, group, epoch, chunk, range, pieces } => {
+                let message = Message::RepairData { group, epoch, chunk, range, pieces };
                 self.answer_primary(to, message);
             }
+            Io::LogRead { to, message } => self.answer_primary(to, message),
             Io::LogAppend { group, epoch, primary, writes } => {
                 self.log_append_done(group, epoch, primary, writes);
             }
@@ -875,13 +868,17 @@ impl Server {
             }
             Io::LogCollect => {}
             Io::Free { objects, through } => self.freed(&objects, through),
-            Io::RebuildRead { to, message } => self.send(Peer::Server(to), message),
-            Io::RebuildWrite { group, epoch, primary, chunk, pieces } => {
-                self.store.paint_copy(group, chunk, &pieces);
+            Io::RebuildRead { to, group, epoch, chunk, pieces } => {
+                let pieces: Vec<super::Piece> =
+                    pieces.into_iter().filter(|p| p.version.0 > 0).collect();
+                self.counters.rebuilt_bytes +=
+                    pieces.iter().map(|p| p.range.size_bytes()).sum::<u64>();
+                self.send(Peer::Server(to), Message::RebuildData { group, epoch, chunk, pieces });
+            }
+            Io::RebuildWrite { group, epoch, primary, chunk, .. } => {
                 self.answer_primary(primary, Message::RebuildAck { group, epoch, chunk });
             }
-            Io::Repair { group, chunk, range, pieces } => {
-                self.store.repair(chunk, range, &pieces);
+            Io::Repair { group, range, .. } => {
                 self.counters.blocks_repaired += range.size_bytes() / super::store::BLOCK_BYTES;
                 self.admit(group);
             }

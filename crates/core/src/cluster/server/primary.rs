@@ -53,6 +53,23 @@ struct Waiting {
     data: Payload,
 }
 
+/// A client's read, as a disk read of it remembers it (to serve it, or to take it again
+/// from the queue).
+#[derive(Clone, Copy, Debug)]
+pub(super) struct ReadRequest {
+    pub(super) client: Peer,
+    pub(super) request: u64,
+    pub(super) chunk: ChunkId,
+    pub(super) range: ByteRange,
+}
+
+impl ReadRequest {
+    fn waiting(self) -> Waiting {
+        let ReadRequest { client, request, chunk, range } = self;
+        Waiting { client, request, chunk, range, stamp: None, data: Payload::NONE }
+    }
+}
+
 /// A read of a range the own replica lacks logged writes over (it was down when they
 /// were logged): served from the own copy and the writes read back from the loggers
 /// (Sierra 3.3: reads return the latest data, local, else the loggers).
@@ -453,10 +470,42 @@ impl Server {
     /// block of it is corrupt.
     fn read_own_copy(&mut self, group: ChunkGroupId, w: Waiting) -> Result<(), Waiting> {
         let Ok(pieces) = self.store.read(w.chunk, w.range) else { return Err(w) };
-        let position = disk_position(w.chunk, w.range);
-        let io = Io::ClientRead { group, client: w.client, request: w.request, pieces };
-        self.disk(io, false, position, w.range.size_bytes());
+        self.read_for_client(group, w, pieces, Vec::new());
         Ok(())
+    }
+
+    /// Reads the own copy's blocks of `w`, which hold `pieces` now, to serve with
+    /// `found` (writes read back from the loggers) laid over them.
+    fn read_for_client(
+        &mut self,
+        group: ChunkGroupId,
+        w: Waiting,
+        pieces: Vec<Piece>,
+        found: Vec<UnstableWrite>,
+    ) {
+        let position = disk_position(w.chunk, w.range);
+        let read =
+            ReadRequest { client: w.client, request: w.request, chunk: w.chunk, range: w.range };
+        let io = Io::ClientRead { group, read, pieces, found };
+        self.disk(io, false, position, w.range.size_bytes());
+    }
+
+    /// A client's read whose blocks changed while it was under way goes back to the
+    /// front of the queue (refused with `Retry` if this server leads the group no
+    /// more).
+    pub(super) fn requeue_read(&mut self, group: ChunkGroupId, read: ReadRequest) {
+        let Some(led) = self.led.get_mut(&group) else {
+            return self.refuse(read.client, read.request, RequestError::Retry);
+        };
+        led.waiting.push_front(read.waiting());
+        self.admit(group);
+    }
+
+    /// A client's read found its blocks corrupt on the disk: a replica is asked for
+    /// a copy, then the read is served again.
+    pub(super) fn repair_for_read(&mut self, group: ChunkGroupId, read: ReadRequest) {
+        let w = read.waiting();
+        self.ask_for_repair(group, w, Vec::new());
     }
 
     /// Starts every waiting request that no write before it overlaps, in order.
@@ -572,14 +621,10 @@ impl Server {
             self.refuse(demand.read.client, demand.read.request, RequestError::Retry);
         }
         for demand in done {
-            let w = demand.read;
             let mut found = demand.found;
             found.sort_by_key(|write| write.version);
-            let pieces = found.iter().fold(demand.own, overlay);
             self.counters.reads_from_loggers += 1;
-            let position = disk_position(w.chunk, w.range);
-            let io = Io::ClientRead { group, client: w.client, request: w.request, pieces };
-            self.disk(io, false, position, w.range.size_bytes());
+            self.read_for_client(group, demand.read, demand.own, found);
         }
     }
 
@@ -673,7 +718,9 @@ impl Server {
         client: Peer,
         request: u64,
         pieces: Vec<Piece>,
+        found: Vec<UnstableWrite>,
     ) {
+        let pieces = found.iter().fold(pieces, overlay);
         self.counters.reads_served += 1;
         self.send(client, Message::ClientReply { request, body: ReplyBody::Read { pieces } });
         self.cancel_if_drained(group);

@@ -105,7 +105,6 @@ impl Server {
     /// Copies chunks while this server has fewer than `rebuild_chunks_max` in flight.
     fn rebuild_pump(&mut self, group: ChunkGroupId) {
         let max = self.config.rebuild_chunks_max as usize;
-        let chunk_range = ByteRange::new(0, self.config.chunk_size_bytes);
         let now = self.now;
         let mut in_flight: usize = self.rebuilds_in_flight();
         let Some(led) = self.led.get_mut(&group) else { return };
@@ -118,13 +117,7 @@ impl Server {
                 let Some(chunk) = todo.pop_front() else { break };
                 in_flight += 1;
                 rebuild.in_flight.insert(chunk, now);
-                // A corrupt copy is not sent: the chunk waits for the scrub's repair
-                // and is tried again when its retry interval has passed.
-                if let Ok(pieces) = self.store.read(chunk, chunk_range) {
-                    let pieces: Vec<Piece> =
-                        pieces.into_iter().filter(|p| p.version.0 > 0).collect();
-                    reads.push((rebuild.target, chunk, pieces));
-                }
+                reads.push((rebuild.target, chunk));
             }
             let complete = todo.is_empty() && rebuild.in_flight.is_empty();
             if complete && rebuild.done_sent_at.is_none() {
@@ -132,16 +125,31 @@ impl Server {
                 done.push(rebuild.target);
             }
         }
-        for (target, chunk, pieces) in reads {
-            let bytes: u64 = pieces.iter().map(|p| p.range.size_bytes()).sum();
-            self.counters.rebuilt_bytes += bytes;
-            let message = Message::RebuildData { group, epoch, chunk, pieces };
-            let position = disk_position(chunk, chunk_range);
-            self.disk(Io::RebuildRead { to: target, message }, false, position, bytes.max(1));
+        for (target, chunk) in reads {
+            self.rebuild_read(target, group, epoch, chunk);
         }
         for server in done {
             self.send(Peer::Mds, Message::RebuildDone { group, epoch, server });
         }
+    }
+
+    /// Reads `chunk` to copy it to `target`. A corrupt copy is not sent: the chunk
+    /// waits for the scrub's repair and is tried again when its retry interval has
+    /// passed.
+    pub(super) fn rebuild_read(
+        &mut self,
+        target: ServerId,
+        group: ChunkGroupId,
+        epoch: Epoch,
+        chunk: ChunkId,
+    ) {
+        let chunk_range = ByteRange::new(0, self.config.chunk_size_bytes);
+        let Ok(pieces) = self.store.read(chunk, chunk_range) else { return };
+        let held = pieces.iter().filter(|p| p.version.0 > 0);
+        let bytes: u64 = held.map(|p| p.range.size_bytes()).sum();
+        let position = disk_position(chunk, chunk_range);
+        let io = Io::RebuildRead { to: target, group, epoch, chunk, pieces };
+        self.disk(io, false, position, bytes.max(1));
     }
 
     fn rebuilds_in_flight(&self) -> usize {

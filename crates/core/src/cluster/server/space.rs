@@ -12,10 +12,9 @@
 //! heartbeats how far it got. An orphan scan reports the objects it holds, a batch at
 //! a time, so that the MDS frees those no name holds any more.
 
-use somnus_types::{ChunkGroupId, IoId, ObjectId, ServerId, VirtualDuration};
+use somnus_types::{ChunkGroupId, ObjectId, ServerId, VirtualDuration};
 
 use super::{HeldObject, Io, Message, Peer, Server, ServerPower, SpaceReport};
-use crate::slab::Key;
 
 /// Objects one orphan report names at most.
 const ORPHAN_BATCH: usize = 1024;
@@ -60,17 +59,8 @@ impl Server {
         self.tell_fullness(was_full);
     }
 
-    /// The disk had no room for `io`: nothing of it took effect.
-    pub(super) fn disk_failed(&mut self, io: IoId) {
-        let Some(io) = self.ios.remove(Key(io.0)) else {
-            unreachable!("a disk I/O failed after it completed, or was never issued");
-        };
-        if io.change().is_none() {
-            // Reads and the logger's writes are done by the core's own calls at
-            // completion (the logger answers full if its log has no room): a shell
-            // has nothing of theirs to fail.
-            return self.io_done(io);
-        }
+    /// The disk had no room for the change `io`: nothing of it took effect.
+    pub(super) fn change_failed(&mut self, io: Io) {
         self.counters.disk_writes_failed += 1;
         let was_full = self.is_full();
         self.space.failed_at = Some(self.now);
@@ -129,6 +119,9 @@ impl Server {
             return;
         }
         self.freeing = true;
+        // Nothing of them lands from now on: a write issued after the free would put
+        // blocks in place that the free, durable before it, never takes.
+        self.store.forbid(&objects);
         let bytes = objects.len() as u64 * super::super::store::BLOCK_BYTES;
         self.disk(Io::Free { objects, through }, true, 0, bytes);
     }
@@ -137,7 +130,6 @@ impl Server {
     /// logged of them are dropped (their markers follow) instead of reclaimed.
     pub(super) fn freed(&mut self, objects: &[ObjectId], through: u64) {
         self.freeing = false;
-        self.store.free(objects);
         self.freed_through = self.freed_through.max(through);
         self.counters.objects_freed += objects.len() as u64;
         let groups: Vec<ChunkGroupId> = self.led.keys().copied().collect();

@@ -28,10 +28,12 @@ use blocks::{Block, ChunkBlocks};
 
 use super::{ChunkId, Epoch, Payload, Piece, Stamp, UnstableWrite};
 
-/// A change of a replica's durable state, as one disk write makes it. The simulator
-/// charges its disk model for the write's size; the runtime journals the change (with
-/// its bytes) and syncs before it reports the write done, and after a restart replays
-/// its journal through [`ChunkStore::redo`], the code every completed write runs.
+/// A change of a replica's durable state, as one disk write makes it. The server
+/// hands it to its shell with the [`BlockRun`]s it puts in place
+/// ([`ChunkStore::landing`]): the simulator charges its disk model for the write's
+/// size; the runtime journals the change (with its bytes), syncs, and writes the runs
+/// into their blocks before it reports the write done, and after a restart replays its
+/// journal through [`ChunkStore::redo`], which gives each change's runs again.
 #[derive(Clone, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub enum StoreOp {
     /// A replica write of the group's primary (C3).
@@ -72,39 +74,31 @@ impl StoreOp {
     }
 }
 
-/// Where a replica's bytes live: nowhere in the simulator (its stamps stand for the
-/// bytes), the runtime's chunk files. The store calls it as it changes its blocks, so
-/// the bytes follow exactly the blocks a write, a repair or a copy lands on.
-pub trait ChunkData: std::fmt::Debug + Send {
-    /// Puts the bytes of consecutive blocks from block `first` of `chunk` (a chunk of
-    /// `group`), which now hold `version` by `stamp`: `data` is whole blocks, one run
-    /// of one write (so a shell writes it at once, not a block at a time). `data` is
-    /// none where the write carried no bytes (only a bug sends one to a store that
-    /// keeps them). An I/O error is the implementation's to record and report: the
-    /// write was made durable before the store was told of it.
-    fn write_blocks(
-        &mut self,
-        group: ChunkGroupId,
-        chunk: ChunkId,
-        first: u64,
-        version: Version,
-        stamp: Stamp,
-        data: Option<&[u8]>,
-    );
-    /// The bytes of blocks `blocks` of `chunk` (zeros where never written), or the
-    /// indices of those whose checksum fails.
-    fn read_blocks(
-        &mut self,
-        chunk: ChunkId,
-        blocks: std::ops::Range<u64>,
-    ) -> Result<bytes::Bytes, Vec<u64>>;
-    /// Makes every block written so far durable (before the shell cuts the journal
-    /// that made them durable until now).
-    fn sync(&mut self) -> Result<(), String>;
-    /// Frees every block of `chunks` (their objects were deleted): the space goes
-    /// back to the disk. Freeing a chunk that holds nothing is no error. All at once:
-    /// a shell that shares its store takes it once for them all.
-    fn free_chunks(&mut self, chunks: &[ChunkId]);
+/// Consecutive blocks of one chunk that a change puts in place, all of one write's
+/// version and stamp, with their bytes (whole blocks; none in the simulator, whose
+/// stamps stand for the bytes). The core decides which blocks a change lands on
+/// ([`ChunkStore::landing`]: where it is newer than what is held); the shell only
+/// writes them.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct BlockRun {
+    pub group: ChunkGroupId,
+    pub chunk: ChunkId,
+    /// The blocks, as indices within the chunk.
+    pub blocks: std::ops::Range<u64>,
+    pub version: Version,
+    pub stamp: Stamp,
+    pub data: Payload,
+}
+
+/// What a read of blocks found on the disk: their bytes (whole blocks, zeros where
+/// none was written) and, per block, the version and stamp its header holds (version
+/// 0 where none was written). The core serves the bytes only where every header is
+/// what it expected ([`fill`]): a write that landed while the read was under way
+/// shows as a newer header.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct BlocksRead {
+    pub data: Payload,
+    pub held: Vec<(Version, Stamp)>,
 }
 
 /// Deleted objects a store remembers, so that a late write of one (a primary's
@@ -171,8 +165,6 @@ pub struct ChunkStore {
     freed: BTreeSet<ObjectId>,
     /// Blocks held, over every chunk (`bytes_held`).
     blocks_held: u64,
-    /// The bytes, where the shell keeps them (the runtime).
-    data: Option<Box<dyn ChunkData>>,
 }
 
 /// The blocks `range` covers, as indices (ranges are block-aligned).
@@ -184,6 +176,34 @@ fn block_range(blocks: std::ops::Range<u64>) -> ByteRange {
     ByteRange::from_bounds(blocks.start * BLOCK_BYTES, blocks.end * BLOCK_BYTES)
 }
 
+/// A piece of another replica's copy as the write that made it.
+fn piece_write(chunk: ChunkId, piece: &Piece) -> UnstableWrite {
+    UnstableWrite {
+        chunk,
+        range: piece.range,
+        version: piece.version,
+        stamp: piece.stamp,
+        data: piece.data.clone(),
+    }
+}
+
+/// `pieces` ([`ChunkStore::read`]'s answer when the read of their blocks was issued)
+/// with the bytes the read found, each piece its own slice; none if a block's header
+/// is not its piece's: a write landed on the blocks while the read was under way, and
+/// the bytes are not those the pieces name.
+pub fn fill(mut pieces: Vec<Piece>, read: &BlocksRead) -> Option<Vec<Piece>> {
+    let Some(first) = pieces.first().map(|p| p.range.start) else { return Some(pieces) };
+    let held = |block: u64| read.held.get(((block * BLOCK_BYTES - first) / BLOCK_BYTES) as usize);
+    for piece in &mut pieces {
+        let expected = (piece.version, piece.stamp);
+        if !blocks(piece.range).all(|block| held(block) == Some(&expected)) {
+            return None;
+        }
+        piece.data = read.data.slice(piece.range.start - first, piece.range.size_bytes());
+    }
+    Some(pieces)
+}
+
 impl ChunkStore {
     pub fn new(chunk_size_bytes: u64) -> ChunkStore {
         ChunkStore {
@@ -193,13 +213,7 @@ impl ChunkStore {
             corrupt: BTreeSet::new(),
             freed: BTreeSet::new(),
             blocks_held: 0,
-            data: None,
         }
-    }
-
-    /// A store whose bytes live in `data` (the runtime's chunk files).
-    pub fn with_data(chunk_size_bytes: u64, data: Box<dyn ChunkData>) -> ChunkStore {
-        ChunkStore { data: Some(data), ..ChunkStore::new(chunk_size_bytes) }
     }
 
     /// The blocks of `range` a chunk can hold.
@@ -218,107 +232,183 @@ impl ChunkStore {
 
     /// Applies `write`, a write of `group`, to the blocks where it is newer than
     /// what is stored, and holds it as unstable until `stable` covers it (the primary
-    /// knows every write up to `stable` is on every replica).
-    pub fn apply(&mut self, group: ChunkGroupId, write: UnstableWrite, stable: Version) {
-        self.paint(group, &write);
-        self.groups.entry(group).or_default().hold(write, stable);
+    /// knows every write up to `stable` is on every replica). Returns the runs it
+    /// landed on ([`ChunkStore::redo`]).
+    pub fn apply(
+        &mut self,
+        group: ChunkGroupId,
+        write: UnstableWrite,
+        stable: Version,
+    ) -> Vec<BlockRun> {
+        self.redo(&StoreOp::Apply { group, write, stable })
     }
 
-    /// Applies `write` to the blocks where it is newer than what is stored, and to the
-    /// corrupt blocks it wrote before: a restart finds a block whose header reached
-    /// the disk without its bytes (a crash before the chunk file was synced) corrupt,
-    /// and the journal's replay of the write that made it durable gives them back;
-    /// a write adopted again does the same. A version is one write's, so its bytes
-    /// are the block's.
-    fn paint(&mut self, group: ChunkGroupId, write: &UnstableWrite) {
+    /// The runs of blocks `change` puts in place, as the store stands: a write (or a
+    /// rebuild's copy) lands on the blocks where it is newer than what is held, and on
+    /// the corrupt blocks it wrote before (a restart finds a block whose header reached
+    /// the disk without its bytes corrupt, and the journal's replay of the write that
+    /// made it durable gives them back; a write adopted again does the same: a
+    /// version is one write's, so its bytes are the block's); a repair on the corrupt
+    /// blocks its copy holds at their version or newer. Nothing of a freed object
+    /// lands. A shell writes exactly these; [`ChunkStore::land`] records them.
+    pub fn landing(&self, change: &StoreOp) -> Vec<BlockRun> {
+        let mut runs = Vec::new();
+        match change {
+            StoreOp::Apply { group, write, .. } => self.write_landing(*group, write, &mut runs),
+            StoreOp::Copy { group, chunk, pieces } => {
+                for piece in pieces {
+                    self.write_landing(*group, &piece_write(*chunk, piece), &mut runs);
+                }
+            }
+            StoreOp::Repair { chunk, range, pieces } => {
+                self.repair_landing(*chunk, *range, pieces, &mut runs)
+            }
+            StoreOp::Fence { .. } | StoreOp::Free { .. } => {}
+        }
+        runs
+    }
+
+    fn write_landing(&self, group: ChunkGroupId, write: &UnstableWrite, runs: &mut Vec<BlockRun>) {
         if self.is_freed(write.chunk.object) {
             // A late write of a deleted object (a retransmission, a reclaim, a
-            // rebuild's copy) stores nothing; whatever the shell set aside for it
-            // goes back.
-            if let Some(data) = &mut self.data {
-                data.free_chunks(&[write.chunk]);
-            }
+            // rebuild's copy) stores nothing.
             return;
         }
-        let range = self.clamped(write.range);
-        let record = self
-            .chunks
-            .entry(write.chunk)
-            .or_insert_with(|| ChunkRecord { group, blocks: ChunkBlocks::default() });
         let painted = Block { version: write.version, stamp: write.stamp };
-        let corrupt = &mut self.corrupt;
-        let held = &mut self.blocks_held;
-        if self.data.is_none() && corrupt.is_empty() {
-            // The simulator's common case: stamps only, nothing to mend.
-            *held += record.blocks.paint(range, painted, self.chunk_blocks, |_| {});
-            return;
-        }
-        let mut landed = Vec::new();
-        let mut mended = Vec::new();
-        if !corrupt.is_empty() {
-            mended = range
-                .clone()
-                .filter(|i| {
-                    record.blocks.get(*i) == painted && corrupt.contains(&(write.chunk, *i))
-                })
-                .collect();
-        }
-        *held += record.blocks.paint(range, painted, self.chunk_blocks, |index| landed.push(index));
-        for index in landed.iter().chain(&mended) {
-            corrupt.remove(&(write.chunk, *index));
-        }
-        let Some(data) = &mut self.data else { return };
-        // The bytes go to exactly those blocks, a run of consecutive blocks at a time.
-        if !mended.is_empty() {
-            landed.extend(mended);
-            landed.sort_unstable();
-        }
-        let mut runs: Vec<std::ops::Range<u64>> = Vec::new();
-        for index in landed {
+        let held = self.blocks(write.chunk);
+        let lands = |index: u64| {
+            let block = held.map(|held| held.get(index)).unwrap_or_default();
+            block.version < painted.version
+                || (block == painted && self.is_corrupt(write.chunk, index))
+        };
+        let first = runs.len();
+        for index in self.clamped(write.range) {
+            if !lands(index) {
+                continue;
+            }
+            let own_run = runs.len() > first;
             match runs.last_mut() {
-                Some(run) if run.end == index => run.end += 1,
-                _ => runs.push(index..index + 1),
+                Some(run) if own_run && run.blocks.end == index => run.blocks.end += 1,
+                _ => runs.push(BlockRun {
+                    group,
+                    chunk: write.chunk,
+                    blocks: index..index + 1,
+                    version: write.version,
+                    stamp: write.stamp,
+                    data: Payload::NONE,
+                }),
             }
         }
+        for run in &mut runs[first..] {
+            let at = run.blocks.start * BLOCK_BYTES - write.range.start;
+            run.data = write.data.slice(at, (run.blocks.end - run.blocks.start) * BLOCK_BYTES);
+        }
+    }
+
+    fn repair_landing(
+        &self,
+        chunk: ChunkId,
+        range: ByteRange,
+        pieces: &[Piece],
+        runs: &mut Vec<BlockRun>,
+    ) {
+        let Some(record) = self.chunks.get(&chunk) else { return };
+        for block in self.corrupt_in(chunk, range) {
+            if block as usize >= record.blocks.len() {
+                continue;
+            }
+            let held = record.blocks.get(block);
+            let bad = block_range(block..block + 1);
+            let copy = pieces.iter().find(|p| p.range.contains(bad) && p.version >= held.version);
+            let Some(copy) = copy else { continue };
+            let data = copy.data.slice(bad.start - copy.range.start, BLOCK_BYTES);
+            runs.push(BlockRun {
+                group: record.group,
+                chunk,
+                blocks: block..block + 1,
+                version: copy.version,
+                stamp: copy.stamp,
+                data,
+            });
+        }
+    }
+
+    /// Records that `change` is durable and its `runs` ([`ChunkStore::landing`], given
+    /// when it was issued) are in place: the blocks of the runs hold their writes,
+    /// intact. What a completed disk write does.
+    pub fn land(&mut self, change: &StoreOp, runs: &[BlockRun]) {
+        match change {
+            StoreOp::Apply { group, write, stable } => {
+                self.paint_runs(runs);
+                self.groups.entry(*group).or_default().hold(write.clone(), *stable);
+            }
+            StoreOp::Copy { .. } => self.paint_runs(runs),
+            StoreOp::Repair { chunk, .. } => {
+                let Some(record) = self.chunks.get_mut(chunk) else { return };
+                for run in runs {
+                    for block in run.blocks.clone() {
+                        let painted = Block { version: run.version, stamp: run.stamp };
+                        record.blocks.set(block, painted);
+                        self.corrupt.remove(&(*chunk, block));
+                    }
+                }
+            }
+            StoreOp::Fence { group, epoch } => self.fence(*group, *epoch),
+            StoreOp::Free { objects } => self.free(objects),
+        }
+    }
+
+    fn paint_runs(&mut self, runs: &[BlockRun]) {
         for run in runs {
-            let at = run.start * BLOCK_BYTES - write.range.start;
-            let bytes = write.data.bytes_at(at, (run.end - run.start) * BLOCK_BYTES);
-            data.write_blocks(group, write.chunk, run.start, write.version, write.stamp, bytes);
+            if self.is_freed(run.chunk.object) {
+                // Freed while the write was under way: its blocks went with the free.
+                continue;
+            }
+            let record = self.chunks.entry(run.chunk).or_insert_with(|| ChunkRecord {
+                group: run.group,
+                blocks: ChunkBlocks::default(),
+            });
+            let painted = Block { version: run.version, stamp: run.stamp };
+            let blocks =
+                run.blocks.start.min(self.chunk_blocks)..run.blocks.end.min(self.chunk_blocks);
+            self.blocks_held +=
+                record.blocks.paint(blocks.clone(), painted, self.chunk_blocks, |_| {});
+            if !self.corrupt.is_empty() {
+                for block in blocks {
+                    self.corrupt.remove(&(run.chunk, block));
+                }
+            }
         }
     }
 
     /// What `range` of `chunk` holds, in order (adjacent blocks of one write as one
-    /// piece), with the bytes where the store keeps them, or the corrupt blocks of it
-    /// (a checksum that fails on reading marks its block corrupt).
-    pub fn read(&mut self, chunk: ChunkId, range: ByteRange) -> Result<Vec<Piece>, Corrupt> {
-        let bytes = match &mut self.data {
-            None => None,
-            Some(data) => match data.read_blocks(chunk, blocks(range)) {
-                Ok(bytes) => Some(bytes),
-                Err(bad) => {
-                    let written = |index: &u64| {
-                        self.chunks.get(&chunk).is_some_and(|c| c.blocks.get(*index).written())
-                    };
-                    let bad: Vec<u64> = bad.into_iter().filter(written).collect();
-                    self.corrupt.extend(bad.iter().map(|index| (chunk, *index)));
-                    None
-                }
-            },
-        };
+    /// piece), by version and stamp, without bytes ([`fill`] puts a read's bytes in),
+    /// or the corrupt blocks of it.
+    pub fn read(&self, chunk: ChunkId, range: ByteRange) -> Result<Vec<Piece>, Corrupt> {
         let corrupt: Vec<ByteRange> =
             self.corrupt_in(chunk, range).map(|block| block_range(block..block + 1)).collect();
         if !corrupt.is_empty() {
             return Err(Corrupt { ranges: corrupt });
         }
-        let mut pieces = self.pieces(chunk, range);
-        if let Some(bytes) = bytes {
-            let whole = Payload::new(bytes);
-            let start = blocks(range).start * BLOCK_BYTES;
-            for piece in &mut pieces {
-                piece.data = whole.slice(piece.range.start - start, piece.range.size_bytes());
-            }
-        }
-        Ok(pieces)
+        Ok(self.pieces(chunk, range))
+    }
+
+    /// The version and stamp of each of `blocks` of `chunk` (version 0 where none
+    /// was written): what a disk whose blocks are this store's headers holds.
+    pub fn headers(&self, chunk: ChunkId, blocks: std::ops::Range<u64>) -> Vec<(Version, Stamp)> {
+        let held = self.blocks(chunk);
+        let block = |index| held.map(|held| held.get(index)).unwrap_or_default();
+        blocks.map(|index| (block(index).version, block(index).stamp)).collect()
+    }
+
+    /// A read of `blocks` of `chunk` found them unreadable (a checksum that fails, or
+    /// an I/O error): those that hold data are corrupt from now on, until a write of
+    /// them or a repair.
+    pub fn found_corrupt(&mut self, chunk: ChunkId, blocks: &[u64]) {
+        let Some(record) = self.chunks.get(&chunk) else { return };
+        let written: Vec<u64> =
+            blocks.iter().copied().filter(|b| record.blocks.get(*b).written()).collect();
+        self.corrupt.extend(written.into_iter().map(|block| (chunk, block)));
     }
 
     /// What `range` of `chunk` holds by its blocks' versions and stamps, without bytes.
@@ -368,26 +458,8 @@ impl ChunkStore {
     /// Overwrites the corrupt blocks of `range` with the pieces of `pieces` (another
     /// replica's intact copy) that are at their expected version or newer; intact
     /// blocks keep what they hold.
-    pub fn repair(&mut self, chunk: ChunkId, range: ByteRange, pieces: &[Piece]) {
-        let corrupt: Vec<u64> = self.corrupt_in(chunk, range).collect();
-        let Some(ChunkRecord { blocks, group }) = self.chunks.get_mut(&chunk) else { return };
-        let group = *group;
-        for block in corrupt {
-            if block as usize >= blocks.len() {
-                continue;
-            }
-            let held = blocks.get(block);
-            let bad = block_range(block..block + 1);
-            let copy = pieces.iter().find(|p| p.range.contains(bad) && p.version >= held.version);
-            if let Some(copy) = copy {
-                blocks.set(block, Block { version: copy.version, stamp: copy.stamp });
-                self.corrupt.remove(&(chunk, block));
-                if let Some(data) = &mut self.data {
-                    let bytes = copy.data.bytes_at(bad.start - copy.range.start, BLOCK_BYTES);
-                    data.write_blocks(group, chunk, block, copy.version, copy.stamp, bytes);
-                }
-            }
-        }
+    pub fn repair(&mut self, chunk: ChunkId, range: ByteRange, pieces: &[Piece]) -> Vec<BlockRun> {
+        self.redo(&StoreOp::Repair { chunk, range, pieces: pieces.to_vec() })
     }
 
     /// Fault injection: garbles the block at `offset` of `chunk`, as a bad sector
@@ -473,22 +545,13 @@ impl ChunkStore {
     }
 
     /// Applies another replica's copy of `chunk` (a rebuild), where newer.
-    pub fn paint_copy(&mut self, group: ChunkGroupId, chunk: ChunkId, pieces: &[Piece]) {
-        for piece in pieces {
-            let write = UnstableWrite {
-                chunk,
-                range: piece.range,
-                version: piece.version,
-                stamp: piece.stamp,
-                data: piece.data.clone(),
-            };
-            self.paint(group, &write);
-        }
-    }
-
-    /// Makes the bytes written so far durable where the store keeps them.
-    pub fn sync_data(&mut self) -> Result<(), String> {
-        self.data.as_mut().map_or(Ok(()), |data| data.sync())
+    pub fn paint_copy(
+        &mut self,
+        group: ChunkGroupId,
+        chunk: ChunkId,
+        pieces: &[Piece],
+    ) -> Vec<BlockRun> {
+        self.redo(&StoreOp::Copy { group, chunk, pieces: pieces.to_vec() })
     }
 
     /// Restart: block `index` of `chunk` (of `group`) holds `version` by `stamp`, as
@@ -529,23 +592,20 @@ impl ChunkStore {
         groups.map(|(g, r)| (*g, r.epoch, r.unstable.iter().cloned().collect())).collect()
     }
 
-    /// Makes the change `op` describes: what a completed disk write does, and what
-    /// the runtime's journal replays after a restart.
-    pub fn redo(&mut self, op: StoreOp) {
-        match op {
-            StoreOp::Apply { group, write, stable } => self.apply(group, write, stable),
-            StoreOp::Fence { group, epoch } => self.fence(group, epoch),
-            StoreOp::Repair { chunk, range, pieces } => self.repair(chunk, range, &pieces),
-            StoreOp::Copy { group, chunk, pieces } => self.paint_copy(group, chunk, &pieces),
-            StoreOp::Free { objects } => self.free(&objects),
-        }
+    /// Makes the change `op` describes at once, as the store stands, and returns the
+    /// runs of blocks it put in place: what the runtime's journal replays after a
+    /// restart (the runs are those the change had when it was made durable: changes
+    /// of overlapping blocks are made one after the other, in the journal's order).
+    pub fn redo(&mut self, op: &StoreOp) -> Vec<BlockRun> {
+        let runs = self.landing(op);
+        self.land(op, &runs);
+        runs
     }
 
     /// Frees every chunk of `objects` (deleted: no name holds them, and their grace
     /// has passed), their unstable writes and corrupt blocks with them, and remembers
     /// them so that nothing of them is stored again. Idempotent.
     pub fn free(&mut self, objects: &[ObjectId]) {
-        let mut freed = Vec::new();
         for object in objects {
             let first = ChunkId { object: *object, chunk: super::ChunkIndex(0) };
             let last = ChunkId { object: *object, chunk: super::ChunkIndex(u32::MAX) };
@@ -554,20 +614,26 @@ impl ChunkStore {
                 if let Some(record) = self.chunks.remove(&chunk) {
                     self.blocks_held -= record.blocks.written();
                 }
-                freed.push(chunk);
             }
             if !self.corrupt.is_empty() {
                 self.corrupt.retain(|(chunk, _)| chunk.object != *object);
             }
             self.freed.insert(*object);
         }
-        if let Some(data) = &mut self.data {
-            data.free_chunks(&freed);
-        }
         let gone: BTreeSet<ObjectId> = objects.iter().copied().collect();
         for record in self.groups.values_mut() {
             record.unstable.retain(|w| !gone.contains(&w.chunk.object));
         }
+        while self.freed.len() > FREED_KEPT {
+            self.freed.pop_first();
+        }
+    }
+
+    /// A free of `objects` is under way: nothing of them lands from now on (a write
+    /// issued after it would otherwise put blocks in place that the free, made durable
+    /// before it, never takes).
+    pub fn forbid(&mut self, objects: &[ObjectId]) {
+        self.freed.extend(objects.iter().copied());
         while self.freed.len() > FREED_KEPT {
             self.freed.pop_first();
         }
@@ -650,47 +716,50 @@ mod tests {
         }
     }
 
-    /// Bytes in memory, per block, with a flag that makes a block's checksum fail.
+    /// A shell's disk in memory: per block its bytes, version and stamp, and whether
+    /// its checksum fails. It writes the runs it is given and nothing else.
     #[derive(Debug, Default)]
-    struct MemData(BTreeMap<(ChunkId, u64), (Vec<u8>, bool)>);
+    struct MemDisk(BTreeMap<(ChunkId, u64), HeldBlock>);
 
-    impl ChunkData for MemData {
-        fn write_blocks(
-            &mut self,
-            _: ChunkGroupId,
-            chunk: ChunkId,
-            first: u64,
-            _: Version,
-            _: Stamp,
-            data: Option<&[u8]>,
-        ) {
-            for (index, block) in
-                (first..).zip(data.unwrap_or_default().chunks(BLOCK_BYTES as usize))
-            {
-                self.0.insert((chunk, index), (block.to_vec(), false));
+    /// A block on the disk: its bytes, version, stamp, and whether its checksum fails.
+    type HeldBlock = (Vec<u8>, Version, Stamp, bool);
+
+    impl MemDisk {
+        fn write(&mut self, runs: &[BlockRun]) {
+            for run in runs {
+                let bytes = run.data.bytes().expect("a run with bytes");
+                for (index, block) in run.blocks.clone().zip(bytes.chunks(BLOCK_BYTES as usize)) {
+                    let held = (block.to_vec(), run.version, run.stamp, false);
+                    self.0.insert((run.chunk, index), held);
+                }
             }
         }
 
-        fn read_blocks(
-            &mut self,
-            chunk: ChunkId,
-            blocks: std::ops::Range<u64>,
-        ) -> Result<bytes::Bytes, Vec<u64>> {
+        /// The read a shell answers, or the blocks that fail their checksum.
+        fn read(&self, chunk: ChunkId, range: ByteRange) -> Result<BlocksRead, Vec<u64>> {
+            let blocks = blocks(range);
             let held = |i| self.0.get(&(chunk, i));
-            let bad: Vec<u64> = blocks.clone().filter(|i| held(*i).is_some_and(|b| b.1)).collect();
+            let bad: Vec<u64> = blocks.clone().filter(|i| held(*i).is_some_and(|b| b.3)).collect();
             if !bad.is_empty() {
                 return Err(bad);
             }
-            let zero = (vec![0; BLOCK_BYTES as usize], false);
-            Ok(blocks.flat_map(|i| held(i).unwrap_or(&zero).0.clone()).collect())
+            let zero = (vec![0; BLOCK_BYTES as usize], Version(0), Stamp(0), false);
+            let data: Vec<u8> =
+                blocks.clone().flat_map(|i| held(i).unwrap_or(&zero).0.clone()).collect();
+            let headers = blocks.map(|i| held(i).map_or((Version(0), Stamp(0)), |b| (b.1, b.2)));
+            Ok(BlocksRead { data: Payload::new(data.into()), held: headers.collect() })
         }
 
-        fn sync(&mut self) -> Result<(), String> {
-            Ok(())
-        }
-
-        fn free_chunks(&mut self, chunks: &[ChunkId]) {
-            self.0.retain(|(c, _), _| !chunks.contains(c));
+        /// A read as the server makes it: the store's pieces with the disk's bytes.
+        fn serve(&self, store: &mut ChunkStore, range: ByteRange) -> Result<Vec<Piece>, Corrupt> {
+            let pieces = store.read(CHUNK, range)?;
+            match self.read(CHUNK, range) {
+                Ok(read) => Ok(fill(pieces, &read).expect("the headers the store expects")),
+                Err(bad) => {
+                    store.found_corrupt(CHUNK, &bad);
+                    store.read(CHUNK, range)
+                }
+            }
         }
     }
 
@@ -699,15 +768,21 @@ mod tests {
         UnstableWrite { data, ..write }
     }
 
-    /// Where the store keeps bytes, they follow exactly the blocks a write lands on
-    /// (newer only), a read returns them sliced per piece, and a block whose checksum
-    /// fails on reading is found corrupt and repaired with its copy's bytes.
+    /// The runs a change lands on carry exactly the bytes of the blocks where it is
+    /// newer, a read's bytes are sliced per piece, and a block whose checksum fails
+    /// on reading is found corrupt and repaired with its copy's bytes.
     #[test]
     fn bytes_follow_the_blocks_a_write_lands_on() {
-        let mut store = ChunkStore::with_data(CHUNK_BYTES, Box::new(MemData::default()));
-        store.apply(GROUP, with_bytes(write(0, 2, 5, 50), 0xaa), Version(0));
-        store.apply(GROUP, with_bytes(write(1, 2, 4, 40), 0xbb), Version(0));
-        let pieces = store.read(CHUNK, ByteRange::new(0, 3 * BLOCK_BYTES)).unwrap();
+        let (mut store, mut disk) = (ChunkStore::new(CHUNK_BYTES), MemDisk::default());
+        disk.write(&store.apply(GROUP, with_bytes(write(0, 2, 5, 50), 0xaa), Version(0)));
+        let runs = store.apply(GROUP, with_bytes(write(1, 2, 4, 40), 0xbb), Version(0));
+        // Block 1 keeps version 5's bytes: version 4 lands on block 2 only.
+        assert_eq!(
+            runs.iter().map(|r| (r.blocks.start, r.blocks.end)).collect::<Vec<_>>(),
+            [(2, 3)]
+        );
+        disk.write(&runs);
+        let pieces = disk.serve(&mut store, ByteRange::new(0, 3 * BLOCK_BYTES)).unwrap();
         let got: Vec<(u64, u8, usize)> = pieces
             .iter()
             .map(|p| {
@@ -716,23 +791,35 @@ mod tests {
                 (p.version.0, bytes[0], bytes.len())
             })
             .collect();
-        // Block 1 keeps version 5's bytes: version 4 lands on block 2 only.
         assert_eq!(got, [(5, 0xaa, 2 * BLOCK_BYTES as usize), (4, 0xbb, BLOCK_BYTES as usize)]);
 
         let mut copy = ChunkStore::new(CHUNK_BYTES);
         copy.apply(GROUP, write(0, 2, 5, 50), Version(0));
         // The disk garbles block 0: its checksum fails on the next read.
         let range = ByteRange::new(0, BLOCK_BYTES);
-        let mut garbled = MemData::default();
-        garbled.0.insert((CHUNK, 0), (vec![0xaa; BLOCK_BYTES as usize], true));
-        store.data = Some(Box::new(garbled));
-        assert_eq!(store.read(CHUNK, range), Err(Corrupt { ranges: vec![range] }));
+        disk.0.get_mut(&(CHUNK, 0)).unwrap().3 = true;
+        assert_eq!(disk.serve(&mut store, range), Err(Corrupt { ranges: vec![range] }));
         assert_eq!(store.corrupt_ranges(), [(GROUP, CHUNK, range)], "found on reading");
         let intact = copy.read(CHUNK, range).unwrap()[0].clone();
         let intact = [Piece { data: Payload::new(vec![0xcc; 4096].into()), ..intact }];
-        store.repair(CHUNK, range, &intact);
-        let repaired = store.read(CHUNK, range).unwrap();
+        disk.write(&store.repair(CHUNK, range, &intact));
+        let repaired = disk.serve(&mut store, range).unwrap();
         assert_eq!(repaired[0].data.bytes().map(|b| b[0]), Some(0xcc));
+    }
+
+    /// A read whose blocks a write landed on while it was under way is told so: the
+    /// headers it found are not those of the pieces it was issued for.
+    #[test]
+    fn a_read_that_meets_a_write_landing_is_refused_its_bytes() {
+        let (mut store, mut disk) = (ChunkStore::new(CHUNK_BYTES), MemDisk::default());
+        disk.write(&store.apply(GROUP, with_bytes(write(0, 2, 5, 50), 0xaa), Version(0)));
+        let range = ByteRange::new(0, 2 * BLOCK_BYTES);
+        let issued = store.read(CHUNK, range).unwrap();
+        disk.write(&store.apply(GROUP, with_bytes(write(1, 1, 6, 60), 0xbb), Version(0)));
+        let read = disk.read(CHUNK, range).unwrap();
+        assert_eq!(fill(issued, &read), None);
+        let again = fill(store.read(CHUNK, range).unwrap(), &read).unwrap();
+        assert_eq!(again.iter().map(|p| p.version.0).collect::<Vec<_>>(), [5, 6]);
     }
 
     /// A block found corrupt takes its bytes again from the write that made it (the
@@ -741,17 +828,22 @@ mod tests {
     #[test]
     fn a_corrupt_block_is_mended_by_the_write_that_made_it() {
         let first = with_bytes(write(0, 2, 5, 50), 0xaa);
-        let mut torn = MemData::default();
-        torn.0.insert((CHUNK, 0), (vec![0xaa; BLOCK_BYTES as usize], false));
-        torn.0.insert((CHUNK, 1), (vec![0; BLOCK_BYTES as usize], true));
-        let mut store = ChunkStore::with_data(CHUNK_BYTES, Box::new(torn));
+        let mut disk = MemDisk::default();
+        disk.0.insert((CHUNK, 0), (vec![0xaa; BLOCK_BYTES as usize], Version(5), Stamp(50), false));
+        disk.0.insert((CHUNK, 1), (vec![0; BLOCK_BYTES as usize], Version(5), Stamp(50), true));
+        let mut store = ChunkStore::new(CHUNK_BYTES);
         for block in 0..2 {
             store.restore_block(GROUP, CHUNK, block, Version(5), Stamp(50));
         }
         let whole = ByteRange::new(0, 2 * BLOCK_BYTES);
-        assert!(store.read(CHUNK, whole).is_err(), "block 1 is found corrupt");
-        store.redo(StoreOp::Apply { group: GROUP, write: first.clone(), stable: Version(0) });
-        let pieces = store.read(CHUNK, whole).unwrap();
+        assert!(disk.serve(&mut store, whole).is_err(), "block 1 is found corrupt");
+        let runs = store.redo(&StoreOp::Apply { group: GROUP, write: first, stable: Version(0) });
+        assert_eq!(
+            runs.iter().map(|r| (r.blocks.start, r.blocks.end)).collect::<Vec<_>>(),
+            [(1, 2)]
+        );
+        disk.write(&runs);
+        let pieces = disk.serve(&mut store, whole).unwrap();
         assert_eq!(pieces.len(), 1);
         assert_eq!(pieces[0].data.bytes().unwrap()[..], vec![0xaa; 2 * BLOCK_BYTES as usize][..]);
         assert!(store.corrupt_ranges().is_empty());
@@ -768,17 +860,34 @@ mod tests {
     /// its own place (the bytes differ per block, so a run cut one block off shows).
     #[test]
     fn an_older_write_lands_around_a_newer_one_in_runs_with_each_blocks_bytes() {
-        let mut store = ChunkStore::with_data(CHUNK_BYTES, Box::new(MemData::default()));
-        store.apply(GROUP, with_bytes(write(2, 1, 9, 90), 0xee), Version(0));
+        let (mut store, mut disk) = (ChunkStore::new(CHUNK_BYTES), MemDisk::default());
+        disk.write(&store.apply(GROUP, with_bytes(write(2, 1, 9, 90), 0xee), Version(0)));
         let per_block: Vec<u8> =
             (0..6u8).flat_map(|b| vec![0x10 + b; BLOCK_BYTES as usize]).collect();
         let older = UnstableWrite { data: Payload::new(per_block.into()), ..write(0, 6, 5, 50) };
-        store.apply(GROUP, older, Version(0));
-        let pieces = store.read(CHUNK, ByteRange::new(0, 6 * BLOCK_BYTES)).unwrap();
+        disk.write(&store.apply(GROUP, older, Version(0)));
+        let pieces = disk.serve(&mut store, ByteRange::new(0, 6 * BLOCK_BYTES)).unwrap();
         let bytes: Vec<u8> = pieces.iter().flat_map(|p| p.data.bytes().unwrap().to_vec()).collect();
         let firsts: Vec<u8> = bytes.chunks(BLOCK_BYTES as usize).map(|b| b[0]).collect();
         assert_eq!(firsts, [0x10, 0x11, 0xee, 0x13, 0x14, 0x15]);
         assert!(bytes.chunks(BLOCK_BYTES as usize).all(|b| b.iter().all(|x| *x == b[0])));
+    }
+
+    impl ChunkStore {
+        /// Lands `write` where it is newer, as a replica write does, without holding it.
+        fn paint(&mut self, group: ChunkGroupId, write: &UnstableWrite) {
+            let runs = self.landing(&StoreOp::Copy {
+                group,
+                chunk: write.chunk,
+                pieces: vec![Piece {
+                    range: write.range,
+                    version: write.version,
+                    stamp: write.stamp,
+                    data: write.data.clone(),
+                }],
+            });
+            self.paint_runs(&runs);
+        }
     }
 
     #[test]

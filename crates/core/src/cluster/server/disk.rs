@@ -1,0 +1,326 @@
+//! The server's disk as messages: every disk operation is an action that carries
+//! what it needs, and every completion an event that carries the bytes or a typed
+//! error. The core keeps the metadata (each block's version and stamp, the groups'
+//! fences and unstable writes); the shell keeps the bytes and decides nothing.
+//!
+//! - A **change** ([`StoreOp`]) goes with the runs of blocks it puts in place
+//!   ([`ChunkStore::landing`](crate::cluster::store::ChunkStore::landing), decided
+//!   here when it is issued): the shell makes it durable, writes the runs, and answers
+//!   `DiskDone`; the core then records the runs
+//!   ([`ChunkStore::land`](crate::cluster::store::ChunkStore::land)). Changes of
+//!   overlapping blocks of one chunk are issued one after the other: each one's runs
+//!   are decided against the store as the one before left it, so a change that fails
+//!   (no room) leaves no later one's runs wrong, and a journal replays them as made.
+//! - A **read** of blocks is answered with their bytes and the version and stamp each
+//!   block's header holds; the bytes are served only where those are what the read
+//!   was issued for ([`fill`]): a write that landed meanwhile sends the read round
+//!   again. Blocks that fail their checksum come back as a typed error and are
+//!   repaired from another replica.
+
+use std::collections::{BTreeMap, VecDeque};
+
+use somnus_types::{ByteRange, IoId};
+
+use super::{Io, Message, Server, ServerAction};
+use crate::cluster::store::{self, BLOCK_BYTES, BlockRun, BlocksRead, StoreOp};
+use crate::cluster::{ChunkId, Piece};
+use crate::slab::Key;
+
+/// What the shell is asked to do on the server's disk.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum DiskOp {
+    /// Make `change` durable, then write `runs` into their blocks (exactly those: the
+    /// core decided where the change lands); answer `DiskDone` once both are done.
+    /// The simulator charges its disk model for the size.
+    Change { change: StoreOp, runs: Vec<BlockRun> },
+    /// Read `blocks` of `chunk`: answer `DiskRead` with their bytes and headers
+    /// (`DiskDone` from a shell that keeps no bytes), or `DiskFailed` with the blocks
+    /// that fail their checksum.
+    Read { chunk: ChunkId, blocks: std::ops::Range<u64> },
+    /// The logger's I/O: the core's log volume does it when the shell reports it done.
+    Log { write: bool },
+}
+
+impl DiskOp {
+    /// Whether the operation writes (the simulator's disk model).
+    pub fn writes(&self) -> bool {
+        match self {
+            DiskOp::Change { .. } => true,
+            DiskOp::Read { .. } => false,
+            DiskOp::Log { write } => *write,
+        }
+    }
+}
+
+/// Why the disk could not do an operation.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum DiskError {
+    /// No room: nothing of the change took effect.
+    #[error("no room on the disk")]
+    NoSpace,
+    /// These blocks of the read fail their checksum.
+    #[error("blocks {blocks:?} fail their checksum")]
+    Corrupt { blocks: Vec<u64> },
+    /// The disk failed the operation (for a read: its blocks are unreadable; for a
+    /// change: what is durable is unknown).
+    #[error("I/O error: {0}")]
+    Io(String),
+}
+
+/// A disk I/O of the server's: issued, or (a change) waiting for an overlapping one.
+#[derive(Debug)]
+pub(super) struct InFlight {
+    pub(super) io: Io,
+    /// The change and the runs it was issued with (recorded when it is done).
+    change: Option<(StoreOp, Vec<BlockRun>)>,
+    position: u64,
+    bytes: u64,
+    write: bool,
+    background: bool,
+}
+
+/// The block ranges of changes issued and not done, per chunk, and the changes
+/// waiting for one of them.
+#[derive(Debug, Default)]
+pub(super) struct Changing {
+    issued: BTreeMap<ChunkId, Vec<ByteRange>>,
+    waiting: VecDeque<IoId>,
+}
+
+impl Changing {
+    fn overlaps(&self, chunk: ChunkId, range: ByteRange) -> bool {
+        self.issued.get(&chunk).is_some_and(|ranges| ranges.iter().any(|r| r.overlaps(range)))
+    }
+
+    fn add(&mut self, chunk: ChunkId, range: ByteRange) {
+        self.issued.entry(chunk).or_default().push(range);
+    }
+
+    fn remove(&mut self, chunk: ChunkId, range: ByteRange) {
+        let Some(ranges) = self.issued.get_mut(&chunk) else { return };
+        if let Some(at) = ranges.iter().position(|r| *r == range) {
+            ranges.swap_remove(at);
+        }
+        if ranges.is_empty() {
+            self.issued.remove(&chunk);
+        }
+    }
+}
+
+impl Io {
+    /// The change of the replica's durable state the I/O makes.
+    fn change(&self) -> Option<StoreOp> {
+        match self {
+            Io::ReplicaWrite { group, write, stable, .. } => {
+                Some(StoreOp::Apply { group: *group, write: write.clone(), stable: *stable })
+            }
+            Io::Fence { group, epoch, .. } => Some(StoreOp::Fence { group: *group, epoch: *epoch }),
+            Io::Repair { chunk, range, pieces, .. } => {
+                Some(StoreOp::Repair { chunk: *chunk, range: *range, pieces: pieces.clone() })
+            }
+            Io::RebuildWrite { group, chunk, pieces, .. } => {
+                Some(StoreOp::Copy { group: *group, chunk: *chunk, pieces: pieces.clone() })
+            }
+            Io::Free { objects, .. } => Some(StoreOp::Free { objects: objects.clone() }),
+            _ => None,
+        }
+    }
+
+    /// The blocks a change puts in place: changes of overlapping ones go one at a time.
+    fn blocks_changed(&self, chunk_bytes: u64) -> Option<(ChunkId, ByteRange)> {
+        match self {
+            Io::ReplicaWrite { write, .. } => Some((write.chunk, write.range)),
+            Io::Repair { chunk, range, .. } => Some((*chunk, *range)),
+            Io::RebuildWrite { chunk, .. } => Some((*chunk, ByteRange::new(0, chunk_bytes))),
+            _ => None,
+        }
+    }
+
+    /// The blocks a read reads.
+    fn blocks_read(&self, chunk_bytes: u64) -> Option<(ChunkId, ByteRange)> {
+        match self {
+            Io::ClientRead { read, .. } => Some((read.chunk, read.range)),
+            Io::RepairRead { chunk, range, .. } => Some((*chunk, *range)),
+            Io::RebuildRead { chunk, .. } => Some((*chunk, ByteRange::new(0, chunk_bytes))),
+            _ => None,
+        }
+    }
+
+    /// The pieces a read was issued for, to fill with its bytes.
+    fn pieces_mut(&mut self) -> Option<&mut Vec<Piece>> {
+        match self {
+            Io::ClientRead { pieces, .. }
+            | Io::RebuildRead { pieces, .. }
+            | Io::RepairRead { pieces: Some(pieces), .. } => Some(pieces),
+            _ => None,
+        }
+    }
+}
+
+/// The blocks `range` covers, as indices.
+fn blocks_of(range: ByteRange) -> std::ops::Range<u64> {
+    range.start / BLOCK_BYTES..range.end.div_ceil(BLOCK_BYTES)
+}
+
+impl Server {
+    pub(super) fn disk(&mut self, io: Io, write: bool, position: u64, bytes: u64) {
+        self.disk_with(io, write, position, bytes, false);
+    }
+
+    /// Issues `io` (`bytes` at `position`, where the simulator's disk model places
+    /// it), or holds a change back while an overlapping one is under way.
+    pub(super) fn disk_with(
+        &mut self,
+        io: Io,
+        write: bool,
+        position: u64,
+        bytes: u64,
+        background: bool,
+    ) {
+        let changed = io.blocks_changed(self.config.chunk_size_bytes);
+        let entry = InFlight { io, change: None, position, bytes, write, background };
+        let Some(key) = self.ios.insert(entry) else {
+            unreachable!("more than {} disk I/Os in flight", super::IOS_MAX);
+        };
+        let io = IoId(key.0);
+        match changed {
+            Some((chunk, range)) if self.disk.overlaps(chunk, range) => {
+                self.disk.waiting.push_back(io)
+            }
+            _ => self.issue(io),
+        }
+    }
+
+    /// Hands `io` to the shell: a change with the runs it lands on as the store stands.
+    fn issue(&mut self, io: IoId) {
+        let chunk_bytes = self.config.chunk_size_bytes;
+        let Some(entry) = self.ios.get_mut(Key(io.0)) else { return };
+        let op = if let Some(change) = entry.io.change() {
+            let runs = self.store.landing(&change);
+            if let Some((chunk, range)) = entry.io.blocks_changed(chunk_bytes) {
+                self.disk.add(chunk, range);
+            }
+            entry.change = Some((change.clone(), runs.clone()));
+            DiskOp::Change { change, runs }
+        } else if let Some((chunk, range)) = entry.io.blocks_read(chunk_bytes) {
+            DiskOp::Read { chunk, blocks: blocks_of(range) }
+        } else {
+            DiskOp::Log { write: entry.write }
+        };
+        let (position, bytes, background) = (entry.position, entry.bytes, entry.background);
+        self.actions.push_back(ServerAction::Disk { io, op, position, bytes, background });
+    }
+
+    /// Takes `io` off the disk: its blocks free for the changes waiting on them.
+    fn take_io(&mut self, io: IoId) -> InFlight {
+        let Some(entry) = self.ios.remove(Key(io.0)) else {
+            unreachable!("a disk I/O completed twice or was never issued");
+        };
+        if let Some((chunk, range)) = entry.io.blocks_changed(self.config.chunk_size_bytes) {
+            self.disk.remove(chunk, range);
+            if !self.disk.waiting.is_empty() {
+                self.issue_waiting(chunk);
+            }
+        }
+        entry
+    }
+
+    /// Issues the changes of `chunk` that waited and overlap none under way now, in
+    /// order (a later one waits for an earlier one it overlaps).
+    fn issue_waiting(&mut self, chunk: ChunkId) {
+        let chunk_bytes = self.config.chunk_size_bytes;
+        let waiting = std::mem::take(&mut self.disk.waiting);
+        for io in waiting {
+            let target = self.ios.get(Key(io.0)).and_then(|e| e.io.blocks_changed(chunk_bytes));
+            match target {
+                Some((c, range)) if c == chunk && !self.disk.overlaps(c, range) => self.issue(io),
+                Some(_) => self.disk.waiting.push_back(io),
+                None => {}
+            }
+        }
+    }
+
+    /// What the read `io` finds on a disk whose blocks are the store's own (the
+    /// simulator's): each block's version and stamp as they are now, no bytes. None if
+    /// `io` is no read of blocks.
+    pub fn read_found(&self, io: IoId) -> Option<BlocksRead> {
+        let entry = self.ios.get(Key(io.0))?;
+        let (chunk, range) = entry.io.blocks_read(self.config.chunk_size_bytes)?;
+        let held = self.store.headers(chunk, blocks_of(range));
+        Some(BlocksRead { data: crate::cluster::Payload::NONE, held })
+    }
+
+    /// `io` is done: a change's runs are recorded, a read's bytes are checked and
+    /// put in its pieces (a read that met a write landing meanwhile goes round again).
+    pub(super) fn disk_done(&mut self, io: IoId, read: Option<BlocksRead>) {
+        let InFlight { mut io, change, .. } = self.take_io(io);
+        if let Some((change, runs)) = change {
+            self.store.land(&change, &runs);
+        }
+        if let (Some(read), Some(pieces)) = (read, io.pieces_mut()) {
+            match store::fill(std::mem::take(pieces), &read) {
+                Some(filled) => *pieces = filled,
+                None => return self.read_again(io),
+            }
+        }
+        self.io_done(io);
+    }
+
+    /// A read whose blocks changed while it was under way: a client's goes back to
+    /// the front of its group's queue (admitted again, it waits for a write pending
+    /// over it and reads what that left); a copy for a repair or a rebuild is read
+    /// again as the store stands.
+    fn read_again(&mut self, io: Io) {
+        self.counters.reads_again += 1;
+        match io {
+            Io::ClientRead { group, read, .. } => self.requeue_read(group, read),
+            Io::RepairRead { to, group, epoch, chunk, range, .. } => {
+                self.repair_read(to, group, epoch, chunk, range)
+            }
+            Io::RebuildRead { to, group, epoch, chunk, .. } => {
+                self.rebuild_read(to, group, epoch, chunk)
+            }
+            _ => {}
+        }
+    }
+
+    /// The disk could not do `io`.
+    pub(super) fn disk_failed(&mut self, io: IoId, error: super::DiskError) {
+        let InFlight { io, change, .. } = self.take_io(io);
+        if change.is_some() {
+            match error {
+                DiskError::NoSpace => self.change_failed(io),
+                error => {
+                    let reason = format!("the disk failed a change of the replicas: {error}");
+                    self.actions.push_back(ServerAction::Halt { reason });
+                }
+            }
+            return;
+        }
+        let chunk_bytes = self.config.chunk_size_bytes;
+        let Some((chunk, range)) = io.blocks_read(chunk_bytes) else {
+            // The logger's I/O is done by the core's own calls at completion: a shell
+            // has nothing of it to fail.
+            return self.io_done(io);
+        };
+        let bad: Vec<u64> = match error {
+            DiskError::Corrupt { blocks } => blocks,
+            DiskError::NoSpace | DiskError::Io(_) => blocks_of(range).collect(),
+        };
+        self.store.found_corrupt(chunk, &bad);
+        match io {
+            Io::ClientRead { group, read, .. } => {
+                self.counters.corrupt_reads += 1;
+                self.repair_for_read(group, read);
+            }
+            Io::RepairRead { to, group, epoch, chunk, range, .. } => {
+                let message = Message::RepairData { group, epoch, chunk, range, pieces: None };
+                self.answer_primary(to, message);
+            }
+            // The chunk waits for the scrub's repair; its copy is tried again when
+            // its retry interval has passed.
+            Io::RebuildRead { .. } => {}
+            _ => {}
+        }
+    }
+}
