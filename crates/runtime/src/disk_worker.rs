@@ -224,7 +224,7 @@ mod tests {
                 Synced::Durable(ios) => {
                     // Applied as the server's task would, in order.
                     for io in &ios {
-                        store.redo(&fence(io.0));
+                        store.redo(fence(io.0));
                     }
                     back.extend(ios);
                     syncs += 1;

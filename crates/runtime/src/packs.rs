@@ -634,7 +634,10 @@ impl Packs {
 
     /// Reserves the slots the blocks of `runs` need, their space allocated; with no
     /// room, none is left reserved.
-    pub fn prepare(&mut self, runs: &[BlockRun]) -> std::io::Result<Reservation> {
+    pub fn prepare<'a>(
+        &mut self,
+        runs: impl IntoIterator<Item = &'a BlockRun>,
+    ) -> std::io::Result<Reservation> {
         let mut reservation = Reservation::default();
         for run in runs {
             if let Err(error) = self.reserve(run.chunk, run.blocks.clone(), &mut reservation) {
@@ -1066,7 +1069,10 @@ impl SharedPacks {
     }
 
     /// Reserves, their space allocated, the slots the blocks of `runs` need.
-    pub fn prepare(&self, runs: &[BlockRun]) -> std::io::Result<Reservation> {
+    pub fn prepare<'a>(
+        &self,
+        runs: impl IntoIterator<Item = &'a BlockRun>,
+    ) -> std::io::Result<Reservation> {
         self.packs().prepare(runs)
     }
 

@@ -160,7 +160,7 @@ impl ServerDisk {
         for &seq in &generations.journals {
             let (opened, ops) = Journal::open_direct(&checkpoint::journal_path(dir, seq))?;
             for op in ops {
-                replay(&files, &mut store, &op).map_err(|error| {
+                replay(&files, &mut store, op).map_err(|error| {
                     ServerDiskError::Io(format!(
                         "replaying the journal in {}: {error}",
                         dir.display()
@@ -193,8 +193,7 @@ impl ServerDisk {
         ops: &[StoreOp],
         runs: &[Vec<BlockRun>],
     ) -> Result<(), ServerDiskError> {
-        let all: Vec<BlockRun> = runs.iter().flatten().cloned().collect();
-        let reservation = self.files.prepare(&all).map_err(|error| {
+        let reservation = self.files.prepare(runs.iter().flatten()).map_err(|error| {
             let what = format!("reserving room in {}: {error}", self.dir.display());
             match durable::is_no_space(&error) {
                 true => ServerDiskError::NoSpace(what),
@@ -269,13 +268,11 @@ impl ServerDisk {
 
 /// Redoes `op`, a change the journal holds, on `store` and writes the runs it lands
 /// on into the packs (a free's slots released).
-fn replay(files: &SharedPacks, store: &mut ChunkStore, op: &StoreOp) -> std::io::Result<()> {
-    let runs = store.redo(op);
-    files.write_runs(&runs)?;
-    if let StoreOp::Free { objects } = op {
+fn replay(files: &SharedPacks, store: &mut ChunkStore, op: StoreOp) -> std::io::Result<()> {
+    if let StoreOp::Free { objects } = &op {
         files.free_objects(objects);
     }
-    Ok(())
+    files.write_runs(&store.redo(op))
 }
 
 /// Moves the blocks of an earlier build's chunk files in `dir` into the packs, each as
@@ -379,7 +376,7 @@ mod tests {
         for op in &ops {
             // Each change's runs as the ones before it left the store.
             let landing = store.landing(op);
-            store.land(op, &landing);
+            store.land(op.clone(), &landing);
             runs.push(landing);
         }
         disk.make_durable(&ops, &runs).unwrap();

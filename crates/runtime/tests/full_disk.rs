@@ -75,7 +75,7 @@ fn make_durable(
 ) -> Result<(), somnus_runtime::server_disk::ServerDiskError> {
     let runs = store.landing(op);
     disk.make_durable(std::slice::from_ref(op), std::slice::from_ref(&runs))?;
-    store.land(op, &runs);
+    store.land(op.clone(), &runs);
     Ok(())
 }
 

@@ -255,7 +255,7 @@ impl Server {
     pub(super) fn disk_done(&mut self, io: IoId, read: Option<BlocksRead>) {
         let InFlight { mut io, change, .. } = self.take_io(io);
         if let Some((change, runs)) = change {
-            self.store.land(&change, &runs);
+            self.store.land(change, &runs);
         }
         if let (Some(read), Some(pieces)) = (read, io.pieces_mut()) {
             match store::fill(std::mem::take(pieces), &read) {

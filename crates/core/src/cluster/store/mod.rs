@@ -240,7 +240,7 @@ impl ChunkStore {
         write: UnstableWrite,
         stable: Version,
     ) -> Vec<BlockRun> {
-        self.redo(&StoreOp::Apply { group, write, stable })
+        self.redo(StoreOp::Apply { group, write, stable })
     }
 
     /// The runs of blocks `change` puts in place, as the store stands: a write (or a
@@ -336,25 +336,25 @@ impl ChunkStore {
     /// Records that `change` is durable and its `runs` ([`ChunkStore::landing`], given
     /// when it was issued) are in place: the blocks of the runs hold their writes,
     /// intact. What a completed disk write does.
-    pub fn land(&mut self, change: &StoreOp, runs: &[BlockRun]) {
+    pub fn land(&mut self, change: StoreOp, runs: &[BlockRun]) {
         match change {
             StoreOp::Apply { group, write, stable } => {
                 self.paint_runs(runs);
-                self.groups.entry(*group).or_default().hold(write.clone(), *stable);
+                self.groups.entry(group).or_default().hold(write, stable);
             }
             StoreOp::Copy { .. } => self.paint_runs(runs),
             StoreOp::Repair { chunk, .. } => {
-                let Some(record) = self.chunks.get_mut(chunk) else { return };
+                let Some(record) = self.chunks.get_mut(&chunk) else { return };
                 for run in runs {
                     for block in run.blocks.clone() {
                         let painted = Block { version: run.version, stamp: run.stamp };
                         record.blocks.set(block, painted);
-                        self.corrupt.remove(&(*chunk, block));
+                        self.corrupt.remove(&(chunk, block));
                     }
                 }
             }
-            StoreOp::Fence { group, epoch } => self.fence(*group, *epoch),
-            StoreOp::Free { objects } => self.free(objects),
+            StoreOp::Fence { group, epoch } => self.fence(group, epoch),
+            StoreOp::Free { objects } => self.free(&objects),
         }
     }
 
@@ -398,7 +398,7 @@ impl ChunkStore {
     pub fn headers(&self, chunk: ChunkId, blocks: std::ops::Range<u64>) -> Vec<(Version, Stamp)> {
         let held = self.blocks(chunk);
         let block = |index| held.map(|held| held.get(index)).unwrap_or_default();
-        blocks.map(|index| (block(index).version, block(index).stamp)).collect()
+        blocks.map(block).map(|b| (b.version, b.stamp)).collect()
     }
 
     /// A read of `blocks` of `chunk` found them unreadable (a checksum that fails, or
@@ -459,7 +459,7 @@ impl ChunkStore {
     /// replica's intact copy) that are at their expected version or newer; intact
     /// blocks keep what they hold.
     pub fn repair(&mut self, chunk: ChunkId, range: ByteRange, pieces: &[Piece]) -> Vec<BlockRun> {
-        self.redo(&StoreOp::Repair { chunk, range, pieces: pieces.to_vec() })
+        self.redo(StoreOp::Repair { chunk, range, pieces: pieces.to_vec() })
     }
 
     /// Fault injection: garbles the block at `offset` of `chunk`, as a bad sector
@@ -551,7 +551,7 @@ impl ChunkStore {
         chunk: ChunkId,
         pieces: &[Piece],
     ) -> Vec<BlockRun> {
-        self.redo(&StoreOp::Copy { group, chunk, pieces: pieces.to_vec() })
+        self.redo(StoreOp::Copy { group, chunk, pieces: pieces.to_vec() })
     }
 
     /// Restart: block `index` of `chunk` (of `group`) holds `version` by `stamp`, as
@@ -596,8 +596,8 @@ impl ChunkStore {
     /// runs of blocks it put in place: what the runtime's journal replays after a
     /// restart (the runs are those the change had when it was made durable: changes
     /// of overlapping blocks are made one after the other, in the journal's order).
-    pub fn redo(&mut self, op: &StoreOp) -> Vec<BlockRun> {
-        let runs = self.landing(op);
+    pub fn redo(&mut self, op: StoreOp) -> Vec<BlockRun> {
+        let runs = self.landing(&op);
         self.land(op, &runs);
         runs
     }
@@ -618,15 +618,12 @@ impl ChunkStore {
             if !self.corrupt.is_empty() {
                 self.corrupt.retain(|(chunk, _)| chunk.object != *object);
             }
-            self.freed.insert(*object);
         }
         let gone: BTreeSet<ObjectId> = objects.iter().copied().collect();
         for record in self.groups.values_mut() {
             record.unstable.retain(|w| !gone.contains(&w.chunk.object));
         }
-        while self.freed.len() > FREED_KEPT {
-            self.freed.pop_first();
-        }
+        self.forbid(objects);
     }
 
     /// A free of `objects` is under way: nothing of them lands from now on (a write
@@ -837,7 +834,7 @@ mod tests {
         }
         let whole = ByteRange::new(0, 2 * BLOCK_BYTES);
         assert!(disk.serve(&mut store, whole).is_err(), "block 1 is found corrupt");
-        let runs = store.redo(&StoreOp::Apply { group: GROUP, write: first, stable: Version(0) });
+        let runs = store.redo(StoreOp::Apply { group: GROUP, write: first, stable: Version(0) });
         assert_eq!(
             runs.iter().map(|r| (r.blocks.start, r.blocks.end)).collect::<Vec<_>>(),
             [(1, 2)]
