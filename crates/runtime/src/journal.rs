@@ -4,8 +4,10 @@
 //! snapshot it is the replica's durable state; [`ServerDisk`](crate::server_disk)
 //! replays it after a restart, and a checkpoint starts a new one (`checkpoint.rs`).
 //!
-//! Each change is one record (`record.rs`: length, CRC-32C, postcard, payloads;
-//! docs/format/replicas.md). Appends
+//! The file begins with a header block (its kind and format, `file_header.rs`; 4 KiB,
+//! so direct batches stay aligned); a journal of format 1, which has none, is rewritten
+//! with one when it is opened. Each change is one record (`record.rs`: length,
+//! CRC-32C, postcard, payloads; docs/format/replicas.md). Appends
 //! are sequential and each batch is synced before it is acknowledged, so only the last
 //! record can be torn by a crash: a record cut short at the end of the file, or the
 //! last one failing its checksum, is dropped (it was never acknowledged). A record
@@ -29,15 +31,19 @@ use somnus_core::cluster::Payload;
 use somnus_core::cluster::logvolume::IndexChange;
 use somnus_core::cluster::store::StoreOp;
 
+use crate::file_header::{self, Found};
 use crate::{durable, record};
 
 /// What a journal holds: a value and the payloads it carries.
 pub trait Entry: Serialize + DeserializeOwned {
+    /// The journal's kind and format (its header).
+    const KIND: file_header::Kind;
     fn payloads(&self) -> Vec<&Payload>;
     fn payloads_mut(&mut self) -> Vec<&mut Payload>;
 }
 
 impl Entry for StoreOp {
+    const KIND: file_header::Kind = file_header::REPLICA_JOURNAL;
     fn payloads(&self) -> Vec<&Payload> {
         StoreOp::payloads(self)
     }
@@ -48,6 +54,7 @@ impl Entry for StoreOp {
 
 /// A logger's index changes carry no bytes: the log holds them.
 impl Entry for IndexChange {
+    const KIND: file_header::Kind = file_header::LOG_INDEX;
     fn payloads(&self) -> Vec<&Payload> {
         Vec::new()
     }
@@ -67,6 +74,8 @@ pub enum JournalError {
          the server does not start on it (its replicas hold the writes)"
     )]
     Damaged { path: PathBuf, offset: u64, what: String },
+    #[error("the journal {path} cannot be read: {source}")]
+    Header { path: PathBuf, source: file_header::HeaderError },
 }
 
 #[derive(Debug)]
@@ -84,6 +93,16 @@ pub struct Journal<T> {
 
 /// The alignment of direct writes: their memory, offset and length.
 const DIRECT_ALIGN: usize = 4096;
+
+/// Bytes of a journal's header block: its header (`file_header`), zeros to 4 KiB, so
+/// that direct batches after it stay aligned.
+const HEADER_BLOCK: usize = DIRECT_ALIGN;
+
+fn header_block<T: Entry>() -> Vec<u8> {
+    let mut block = vec![0u8; HEADER_BLOCK];
+    block[..file_header::HEADER_BYTES].copy_from_slice(&file_header::encode(&T::KIND));
+    block
+}
 
 /// An empty buffer with room for `bytes` after its first 4 KiB-aligned address, and
 /// that address's index (zeros before it).
@@ -107,8 +126,68 @@ impl<T: Entry> Journal<T> {
             durable::sync_dir(path.parent().unwrap_or(Path::new("."))).map_err(io)?;
         }
         let bytes = Bytes::from(std::fs::read(path).map_err(io)?);
+        let header = file_header::read(&T::KIND, &bytes)
+            .map_err(|source| JournalError::Header { path: path.to_owned(), source })?;
+        let start = match header {
+            Found::Format(_) if bytes.len() >= HEADER_BLOCK => HEADER_BLOCK,
+            // Made, and cut short by a crash before its header was whole: nothing was
+            // appended to it (an append follows the header's sync).
+            Found::Format(_) | Found::Torn => {
+                return match Journal::headed(path.to_owned(), file) {
+                    Ok(journal) => Ok((journal, Vec::new())),
+                    Err(source) => {
+                        if created {
+                            // No journal rather than one without its header.
+                            let _ = std::fs::remove_file(path);
+                        }
+                        Err(match durable::is_no_space(&source) {
+                            true => JournalError::NoSpace { path: path.to_owned(), source },
+                            false => io(source),
+                        })
+                    }
+                };
+            }
+            Found::Unversioned => 0,
+        };
+        let (ops, at) = Journal::<T>::records(path, &bytes, start)?;
+        let mut journal = Journal {
+            path: path.to_owned(),
+            file,
+            direct: None,
+            scratch: Vec::new(),
+            bytes: at as u64,
+            entries: std::marker::PhantomData,
+        };
+        if header == Found::Unversioned {
+            // An earlier build's journal (format 1): converted, whole or not at all.
+            journal.rewrite(&ops)?;
+        } else if at < bytes.len() {
+            journal.file.set_len(at as u64).map_err(io)?;
+            journal.file.sync_all().map_err(io)?;
+        }
+        Ok((journal, ops))
+    }
+
+    /// An empty journal in `file`, its header written and synced.
+    fn headed(path: PathBuf, file: File) -> std::io::Result<Journal<T>> {
+        file.set_len(0)?;
+        (&file).write_all(&header_block::<T>())?;
+        file.sync_all()?;
+        Ok(Journal {
+            path,
+            file,
+            direct: None,
+            scratch: Vec::new(),
+            bytes: HEADER_BLOCK as u64,
+            entries: std::marker::PhantomData,
+        })
+    }
+
+    /// The records of `bytes` from `start` on, and where the last whole one ends (a
+    /// torn last record is left out).
+    fn records(path: &Path, bytes: &Bytes, start: usize) -> Result<(Vec<T>, usize), JournalError> {
         let mut ops = Vec::new();
-        let mut at = 0;
+        let mut at = start;
         while at < bytes.len() {
             let rest = bytes.slice(at..);
             if rest.len() >= 4 && record::u32_at(&rest, 0) == 0 {
@@ -132,20 +211,7 @@ impl<T: Entry> Journal<T> {
                 }
             }
         }
-        let at = at.min(bytes.len());
-        if at < bytes.len() {
-            file.set_len(at as u64).map_err(io)?;
-            file.sync_all().map_err(io)?;
-        }
-        let journal = Journal {
-            path: path.to_owned(),
-            file,
-            direct: None,
-            scratch: Vec::new(),
-            bytes: at as u64,
-            entries: std::marker::PhantomData,
-        };
-        Ok((journal, ops))
+        Ok((ops, at.min(bytes.len())))
     }
 
     /// [`Journal::open`], its appends then written around the page cache when the
@@ -242,7 +308,7 @@ impl<T: Entry> Journal<T> {
     /// synced and renamed over the old one).
     pub fn rewrite(&mut self, entries: &[T]) -> Result<(), JournalError> {
         let io = |source| JournalError::Io { path: self.path.clone(), source };
-        let mut out = Vec::new();
+        let mut out = header_block::<T>();
         for entry in entries {
             record::encode(entry, &entry.payloads(), &mut out);
         }

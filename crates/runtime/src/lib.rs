@@ -11,7 +11,10 @@ pub mod cluster_file;
 pub mod command_log;
 pub mod disk_worker;
 pub mod durable;
+pub mod file_header;
 pub mod file_log;
+#[cfg(test)]
+mod format_fixtures;
 pub mod http;
 pub mod incarnation;
 pub mod journal;

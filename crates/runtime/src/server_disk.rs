@@ -26,6 +26,7 @@ use somnus_core::cluster::{ChunkId, Payload, UnstableWrite};
 use somnus_types::ChunkGroupId;
 
 use crate::checkpoint::{self, Checkpoint};
+use crate::file_header::{self, Found};
 use crate::journal::{Journal, JournalError};
 use crate::legacy_chunks::{self, ChunkFileError};
 use crate::packs::{PackError, PackStats, Packs, SharedPacks};
@@ -64,6 +65,10 @@ pub enum ServerDiskError {
     SnapshotIo { path: PathBuf, source: std::io::Error },
     #[error("the groups' snapshot {path} is damaged ({what}); the server does not start on it")]
     SnapshotDamaged { path: PathBuf, what: String },
+    #[error(
+        "the groups' snapshot {path} cannot be read: {source}; the server does not start on it"
+    )]
+    SnapshotFormat { path: PathBuf, source: file_header::HeaderError },
     /// The disk had no room: nothing of what was asked took effect, and the server
     /// goes on (a write is refused, or sent again by its primary).
     #[error("no room on the disk: {0}")]
@@ -314,25 +319,36 @@ fn payloads_of(groups: &mut Groups) -> Vec<&mut Payload> {
     groups.iter_mut().flat_map(|(_, _, w)| w.iter_mut().map(|w| &mut w.data)).collect()
 }
 
-/// The snapshot: one record (`record.rs`) of every group and its unstable writes' bytes.
+/// The snapshot: its header (`file_header`), then one record (`record.rs`) of every
+/// group and its unstable writes' bytes.
 pub(crate) fn encode_snapshot(groups: &Groups) -> Vec<u8> {
     let payloads: Vec<_> = groups.iter().flat_map(|(_, _, w)| w.iter().map(|w| &w.data)).collect();
-    let mut out = Vec::new();
+    let mut out = file_header::encode(&file_header::GROUPS_SNAPSHOT).to_vec();
     record::encode(groups, &payloads, &mut out);
     out
 }
 
 /// The groups of the snapshot at `path` (none if there is none) and its size.
-fn read_snapshot(path: &Path) -> Result<(Groups, u64), ServerDiskError> {
+pub(crate) fn read_snapshot(path: &Path) -> Result<(Groups, u64), ServerDiskError> {
     let bytes = match std::fs::read(path) {
         Ok(bytes) => Bytes::from(bytes),
         Err(error) if error.kind() == std::io::ErrorKind::NotFound => return Ok((Vec::new(), 0)),
         Err(source) => return Err(ServerDiskError::SnapshotIo { path: path.to_owned(), source }),
     };
     let damaged = |what: String| ServerDiskError::SnapshotDamaged { path: path.to_owned(), what };
-    match record::decode(&bytes, payloads_of).map_err(damaged)? {
-        Some((groups, length)) if length == bytes.len() => Ok((groups, length as u64)),
-        Some((_, length)) => Err(damaged(format!("{} bytes past its end", bytes.len() - length))),
+    // Format 1, an earlier build's, is the record alone.
+    let start = match file_header::read(&file_header::GROUPS_SNAPSHOT, &bytes) {
+        Ok(Found::Format(_)) => file_header::HEADER_BYTES,
+        Ok(Found::Unversioned) => 0,
+        Ok(Found::Torn) => return Err(damaged(format!("cut short at {} bytes", bytes.len()))),
+        Err(source) => {
+            return Err(ServerDiskError::SnapshotFormat { path: path.to_owned(), source });
+        }
+    };
+    let record = bytes.slice(start..);
+    match record::decode(&record, payloads_of).map_err(damaged)? {
+        Some((groups, length)) if length == record.len() => Ok((groups, bytes.len() as u64)),
+        Some((_, length)) => Err(damaged(format!("{} bytes past its end", record.len() - length))),
         None => Err(damaged(format!("cut short at {} bytes", bytes.len()))),
     }
 }
@@ -563,26 +579,28 @@ mod tests {
         let journal = checkpoint::journal_path(dir.path(), 0);
         let bytes = std::fs::read(&journal).unwrap();
 
-        // A crash in the middle of the second append (each starts on 4 KiB, the same
-        // length padded): it was never acknowledged.
-        std::fs::write(&journal, &bytes[..bytes.len() / 2 + 100]).unwrap();
+        // A crash in the middle of the second append (after the journal's header block,
+        // each starts on 4 KiB, the same length padded): it was never acknowledged.
+        let header = 4096;
+        let first_ends = header + (bytes.len() - header) / 2;
+        std::fs::write(&journal, &bytes[..first_ends + 100]).unwrap();
         // Its blocks reached the packs before the crash: start from none.
         std::fs::remove_dir_all(dir.path().join(PACKS)).unwrap();
         let (_, store) = ServerDisk::open(dir.path(), CHUNK_BYTES).unwrap();
         assert_eq!(store.groups()[0].2.len(), 1, "only the first write");
         assert_eq!(
             std::fs::metadata(&journal).unwrap().len() as usize,
-            bytes.len() / 2,
+            first_ends,
             "the torn record is cut off"
         );
         drop(store);
 
         // A flipped bit in the first record, with the second after it: damage.
         let mut damaged = bytes.clone();
-        damaged[20] ^= 1;
+        damaged[header + 20] ^= 1;
         std::fs::write(&journal, &damaged).unwrap();
         let error = ServerDisk::open(dir.path(), CHUNK_BYTES).unwrap_err().to_string();
-        assert!(error.contains("damaged at byte 0 (checksum mismatch)"), "{error}");
+        assert!(error.contains("damaged at byte 4096 (checksum mismatch)"), "{error}");
         assert_eq!(
             std::fs::read(&journal).unwrap(),
             damaged,
