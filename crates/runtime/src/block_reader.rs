@@ -3,6 +3,8 @@
 //! outcome back to it: the reads that must wait for the disk, and the long ones (the
 //! server's task serves the short reads the page cache holds at once). Reads asked
 //! while it reads are taken together when it is done: under load one wake serves many.
+//! The server's task asks no more than [`READS_MAX`] at once, so neither queue grows
+//! past it.
 
 use std::ops::Range;
 use std::sync::mpsc as std_mpsc;
@@ -18,10 +20,13 @@ use crate::packs::SharedPacks;
 /// error.
 pub type ReadOutcome = std::io::Result<Result<BlocksRead, Vec<u64>>>;
 
+/// Reads asked and not yet answered at most (the server's task holds back the rest).
+pub const READS_MAX: usize = 256;
+
 /// Where the server's task asks for reads; dropping it ends the thread.
 #[derive(Debug)]
 pub struct BlockReader {
-    asks: std_mpsc::Sender<(IoId, ChunkId, Range<u64>)>,
+    asks: std_mpsc::SyncSender<(IoId, ChunkId, Range<u64>)>,
 }
 
 impl BlockReader {
@@ -30,15 +35,15 @@ impl BlockReader {
     pub fn spawn(
         packs: SharedPacks,
         server: u32,
-    ) -> std::io::Result<(BlockReader, mpsc::UnboundedReceiver<(IoId, ReadOutcome)>)> {
-        let (asks, incoming) = std_mpsc::channel::<(IoId, ChunkId, Range<u64>)>();
-        let (found, outcomes) = mpsc::unbounded_channel();
+    ) -> std::io::Result<(BlockReader, mpsc::Receiver<(IoId, ReadOutcome)>)> {
+        let (asks, incoming) = std_mpsc::sync_channel::<(IoId, ChunkId, Range<u64>)>(READS_MAX);
+        let (found, outcomes) = mpsc::channel(READS_MAX);
         let reader = BlockReader { asks };
         std::thread::Builder::new().name(format!("server-{server}-reads")).spawn(move || {
             while let Ok(first) = incoming.recv() {
                 let more = std::iter::from_fn(|| incoming.try_recv().ok());
                 for (io, chunk, blocks) in std::iter::once(first).chain(more) {
-                    if found.send((io, packs.read_blocks(chunk, blocks))).is_err() {
+                    if found.blocking_send((io, packs.read_blocks(chunk, blocks))).is_err() {
                         return;
                     }
                 }
@@ -47,9 +52,15 @@ impl BlockReader {
         Ok((reader, outcomes))
     }
 
-    /// Asks for `blocks` of `chunk`, read for `io`. A reader that stopped (its server
-    /// is stopping) reads nothing more.
-    pub fn read(&self, io: IoId, chunk: ChunkId, blocks: Range<u64>) {
-        let _ = self.asks.send((io, chunk, blocks));
+    /// Asks for `blocks` of `chunk`, read for `io` (one of at most [`READS_MAX`]
+    /// unanswered: the caller counts them). A reader that stopped (its server is
+    /// stopping) reads nothing more.
+    pub fn read(&self, io: IoId, chunk: ChunkId, blocks: Range<u64>) -> Result<(), String> {
+        match self.asks.try_send((io, chunk, blocks)) {
+            Ok(()) | Err(std_mpsc::TrySendError::Disconnected(_)) => Ok(()),
+            Err(std_mpsc::TrySendError::Full(_)) => {
+                Err(format!("more than {READS_MAX} reads of blocks asked at once"))
+            }
+        }
     }
 }

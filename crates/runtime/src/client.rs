@@ -30,6 +30,10 @@ pub const REQUEST_BYTES: u64 = 1 << 20;
 pub const IN_FLIGHT: usize = 8;
 /// Names per page of a listing (the most the MDS sends).
 const LIST_PAGE: u32 = 1000;
+
+/// Operations waiting for the client's task at most: past it, a caller waits for room
+/// (its task takes them as fast as it can; a queue that grows is a task that cannot).
+const SUBMIT_QUEUE: usize = 1024;
 /// A block: ranges are whole blocks.
 pub const BLOCK_BYTES: u64 = 4096;
 
@@ -72,7 +76,7 @@ enum Target<'a> {
 /// A connection to a cluster. Cheap to clone; the task stops when every clone is gone.
 #[derive(Clone)]
 pub struct ClusterClient {
-    submit: mpsc::UnboundedSender<(ClientOp, Reply)>,
+    submit: mpsc::Sender<(ClientOp, Reply)>,
     id: ClientId,
     stamps: Arc<std::sync::atomic::AtomicU64>,
     chunk_size_bytes: u64,
@@ -97,7 +101,7 @@ impl ClusterClient {
             Outbox::new(identity, file.clone(), Arc::new(WireCounters::default()), inbox_tx);
         let clock = Clock::start(file.cluster.time_scale);
         let client = Client::new(id, file.config(), clock.now());
-        let (submit, requests) = mpsc::unbounded_channel();
+        let (submit, requests) = mpsc::channel(SUBMIT_QUEUE);
         tokio::spawn(drive(client, clock, outbox, inbox, requests));
         Ok(ClusterClient {
             submit,
@@ -114,7 +118,8 @@ impl ClusterClient {
 
     async fn call(&self, op: ClientOp) -> Result<ClientOutcome, ClientError> {
         let (reply, outcome) = oneshot::channel();
-        self.submit.send((op, reply)).map_err(|_| ClientError::Stopped)?;
+        // A full queue holds the caller back until the client's task takes more.
+        self.submit.send((op, reply)).await.map_err(|_| ClientError::Stopped)?;
         match tokio::time::timeout(self.deadline, outcome).await {
             Ok(Ok(ClientOutcome::Failed(error))) => Err(error.into()),
             Ok(Ok(outcome)) => Ok(outcome),
@@ -408,7 +413,7 @@ async fn drive(
     clock: Clock,
     outbox: Outbox,
     mut inbox: mpsc::Receiver<Inbound>,
-    mut requests: mpsc::UnboundedReceiver<(ClientOp, Reply)>,
+    mut requests: mpsc::Receiver<(ClientOp, Reply)>,
 ) {
     let mut waiting: BTreeMap<u64, Reply> = BTreeMap::new();
     let mut next_tag = 0u64;

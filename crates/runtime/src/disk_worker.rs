@@ -27,6 +27,11 @@ use crate::server_disk::{Groups, ServerDisk, ServerDiskError};
 /// Changes taken into one sync at most: a bound on a batch's memory and latency.
 const BATCH_MAX: usize = 256;
 
+/// Jobs waiting for the worker at most. The server's task sends no more changes than
+/// it counts in flight ([`CHANGES_IN_FLIGHT_MAX`](crate::server_node)), and a
+/// checkpoint only with none in flight, so a send never finds the queue full.
+pub const JOBS_MAX: usize = 1025;
+
 /// What the server's task asks of the worker, in order.
 #[derive(Debug)]
 pub enum Job {
@@ -59,12 +64,12 @@ pub enum Synced {
 pub type Durable = Result<Synced, ServerDiskError>;
 
 /// Starts the worker on `disk`; returns where to send jobs and where their outcomes
-/// come back. The worker ends when the sender is dropped.
-pub fn spawn(
-    disk: Arc<Mutex<ServerDisk>>,
-) -> (mpsc::UnboundedSender<Job>, mpsc::UnboundedReceiver<Durable>) {
-    let (jobs, mut incoming) = mpsc::unbounded_channel::<Job>();
-    let (report, done) = mpsc::unbounded_channel();
+/// come back (a report per batch of jobs, so no more than [`JOBS_MAX`] of them wait
+/// for the server's task, which always takes them). The worker ends when the sender
+/// is dropped.
+pub fn spawn(disk: Arc<Mutex<ServerDisk>>) -> (mpsc::Sender<Job>, mpsc::Receiver<Durable>) {
+    let (jobs, mut incoming) = mpsc::channel::<Job>(JOBS_MAX);
+    let (report, done) = mpsc::channel(JOBS_MAX + 1);
     let packs = disk.lock().map(|disk| disk.packs()).ok();
     tokio::spawn(async move {
         let mut next = None;
@@ -78,7 +83,7 @@ pub fn spawn(
                         // A freed chunk's headers may stay on disk: the server stops
                         // (its restart replays the journal that frees it).
                         Err(error) => {
-                            let _ = report.send(Err(ServerDiskError::Io(error)));
+                            let _ = report.send(Err(ServerDiskError::Io(error))).await;
                             return;
                         }
                     },
@@ -118,7 +123,7 @@ pub fn spawn(
             };
             let Some(outcome) = outcome else { continue };
             let failed = outcome.is_err();
-            if report.send(outcome).is_err() || failed {
+            if report.send(outcome).await.is_err() || failed {
                 return;
             }
         }
@@ -166,7 +171,7 @@ async fn punch(packs: &SharedPacks) -> Result<bool, String> {
 async fn begin_checkpoint(
     disk: &Arc<Mutex<ServerDisk>>,
     groups: Groups,
-    report: &mpsc::UnboundedSender<Durable>,
+    report: &mpsc::Sender<Durable>,
 ) -> Option<Durable> {
     let started = Instant::now();
     let disk = disk.clone();
@@ -188,7 +193,7 @@ async fn begin_checkpoint(
             Err(error) if error.is_no_space() => Ok(Synced::CheckpointNoRoom(error.to_string())),
             Err(error) => Err(error),
         };
-        let _ = report.send(outcome);
+        let _ = report.blocking_send(outcome);
     });
     None
 }
@@ -217,7 +222,7 @@ mod tests {
         let fence = |n: u64| StoreOp::Fence { group: ChunkGroupId(n as u32), epoch: Epoch(n + 1) };
         let (mut back, mut syncs, mut checkpointed) = (Vec::new(), 0, false);
         for n in 0..100u64 {
-            jobs.send(Job::Change(IoId(n), fence(n), Vec::new())).unwrap();
+            jobs.send(Job::Change(IoId(n), fence(n), Vec::new())).await.unwrap();
         }
         while back.len() < 200 || !checkpointed {
             match done.recv().await.unwrap().unwrap() {
@@ -230,9 +235,9 @@ mod tests {
                     syncs += 1;
                     if back.len() == 100 {
                         // Every change sent applied: checkpoint, then write on.
-                        jobs.send(Job::Checkpoint(store.groups())).unwrap();
+                        jobs.send(Job::Checkpoint(store.groups())).await.unwrap();
                         for n in 100..200u64 {
-                            jobs.send(Job::Change(IoId(n), fence(n), Vec::new())).unwrap();
+                            jobs.send(Job::Change(IoId(n), fence(n), Vec::new())).await.unwrap();
                         }
                     }
                 }

@@ -41,7 +41,7 @@ pub struct Endpoint {
 #[derive(Clone)]
 pub struct Operator {
     pub secret: ClusterSecret,
-    pub events: mpsc::UnboundedSender<MdsEvent>,
+    pub events: mpsc::Sender<MdsEvent>,
     pub servers: u32,
     pub replicas: u32,
     /// The MDS runs a gear scheduler (`[gear]` in the cluster file).
@@ -146,9 +146,15 @@ async fn remove(
 }
 
 fn send(operator: &Operator, event: MdsEvent, done: String) -> Response {
-    match operator.events.send(event) {
+    match operator.events.try_send(event) {
         Ok(()) => (StatusCode::OK, done).into_response(),
-        Err(_) => (StatusCode::SERVICE_UNAVAILABLE, "the MDS is stopping\n").into_response(),
+        Err(mpsc::error::TrySendError::Full(_)) => {
+            let busy = "the MDS has operator commands waiting: try again in a moment\n";
+            (StatusCode::SERVICE_UNAVAILABLE, busy).into_response()
+        }
+        Err(mpsc::error::TrySendError::Closed(_)) => {
+            (StatusCode::SERVICE_UNAVAILABLE, "the MDS is stopping\n").into_response()
+        }
     }
 }
 

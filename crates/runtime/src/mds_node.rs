@@ -51,7 +51,7 @@ pub const COMPACT_AFTER: u64 = 10_000;
 pub struct MdsInputs {
     pub inbox: mpsc::Receiver<Inbound>,
     /// The operator's commands (`somnus gear set`, `somnus server remove`).
-    pub operator: mpsc::UnboundedReceiver<MdsEvent>,
+    pub operator: mpsc::Receiver<MdsEvent>,
     pub shutdown: watch::Receiver<bool>,
 }
 
@@ -322,7 +322,7 @@ mod tests {
             let counters = Arc::new(crate::transport::WireCounters::default());
             let (replies, _) = mpsc::channel(16);
             let outbox = Outbox::new(Arc::new(identity), Arc::new(Nowhere), counters, replies);
-            let (_operator_tx, operator) = mpsc::unbounded_channel();
+            let (_operator_tx, operator) = mpsc::channel(1);
             let (stop, shutdown) = watch::channel(false);
             let inputs = MdsInputs { inbox, operator, shutdown };
             let (status, mut seen) = watch::channel(MdsStatus::default());

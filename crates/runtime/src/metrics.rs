@@ -142,5 +142,6 @@ fn record_wire(wire: &WireReport) {
     for (kind, count) in &wire.refused {
         counter!("somnus_connections_refused_total", "kind" => kind.clone()).absolute(*count);
     }
-    counter!("somnus_messages_dropped_total").absolute(wire.dropped);
+    counter!("somnus_messages_dropped_total", "why" => "unreachable").absolute(wire.dropped);
+    counter!("somnus_messages_dropped_total", "why" => "queue_full").absolute(wire.queue_full);
 }

@@ -25,6 +25,10 @@ use crate::status::{
 use crate::transport::{Identity, WireCounters};
 use crate::{http, mds_node, metrics, secret_file, server_node};
 
+/// Operator commands waiting for the MDS at most: past it, a command is answered 503
+/// (a person or a script sends them, a few a minute at most).
+const OPERATOR_QUEUE: usize = 64;
+
 /// Why a role could not start or stopped.
 #[derive(Debug, thiserror::Error)]
 pub enum ProcessError {
@@ -124,7 +128,7 @@ pub async fn run_mds(path: &Path) -> Result<(), ProcessError> {
     }
     let secret = secret_file::load(&ClusterFile::secret_path(path))?;
     let wiring = wire(&file, secret.clone(), Peer::Mds).await?;
-    let (operator_tx, operator) = mpsc::unbounded_channel();
+    let (operator_tx, operator) = mpsc::channel(OPERATOR_QUEUE);
     let shutdown = on_signal()?;
     let inputs = mds_node::MdsInputs { inbox: wiring.inbox, operator, shutdown };
     let (status, status_rx) = watch::channel(MdsStatus::default());
@@ -252,8 +256,8 @@ pub async fn run_server(path: &Path, id: u32) -> Result<(), ProcessError> {
         .await
         .map_err(|source| ProcessError::Wake { address: section.address, source })?;
     let meter = Arc::new(Mutex::new(NodeMeter::new(profile, clock.now())));
-    let (sleeps_tx, sleeps) = mpsc::unbounded_channel();
-    let (woken, wake) = mpsc::unbounded_channel();
+    let (sleeps_tx, sleeps) = mpsc::channel(1);
+    let (woken, wake) = mpsc::channel(1);
     let power = PowerDriver {
         server: id,
         actuators: section.power.actuators(),

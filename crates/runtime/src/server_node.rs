@@ -19,6 +19,13 @@
 //! The core's calls that touch files (the logger's reads and flushes) run inside
 //! `block_in_place`, so the runtime's other tasks go on meanwhile.
 //!
+//! Bounded: no more than [`CHANGES_IN_FLIGHT_MAX`] changes (and
+//! [`CHANGE_BYTES_IN_FLIGHT_MAX`] of their data) go to the disk worker, and no more
+//! than [`READS_MAX`] reads to the reader thread; the rest wait on the task, and while
+//! they do the task reads no message: its inbox fills, the connections that feed it
+//! stop being read, and TCP holds the peers' writers back, whose queues to this server
+//! are bounded (`net.rs`). A slow disk slows its senders; it grows no memory.
+//!
 //! A checkpoint snapshots the store's groups, so it begins only with no change durable
 //! in the journal and not yet applied by the core: while one is due, new changes are
 //! held back until those in flight are done (one journal sync). The disk worker then
@@ -26,6 +33,7 @@
 //! (`checkpoint.rs`); the task serves on meanwhile.
 
 use std::collections::{BTreeMap, VecDeque};
+use std::ops::Range;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -34,12 +42,12 @@ use somnus_core::cluster::server::{
     DiskError, DiskOp, Durable, Server, ServerAction, ServerCounters, ServerEvent,
 };
 use somnus_core::cluster::store::{BlockRun, StoreOp};
-use somnus_core::cluster::{ClusterConfig, Message, Peer, ReplyBody, Topology};
+use somnus_core::cluster::{ChunkId, ClusterConfig, Message, Peer, ReplyBody, Topology};
 use somnus_types::{IoId, ServerId};
 use tokio::sync::{mpsc, watch};
 use tokio::time::Instant;
 
-use crate::block_reader::{BlockReader, ReadOutcome};
+use crate::block_reader::{BlockReader, READS_MAX, ReadOutcome};
 use crate::clock::Clock;
 use crate::disk_worker::{Job, Synced};
 use crate::file_log::{FileLog, FileLogError};
@@ -72,6 +80,13 @@ const CHECKPOINT_RETRY: std::time::Duration = std::time::Duration::from_secs(1);
 /// (`bench runtime`). Longer ones go to the thread, whose copy then overlaps the task's
 /// work.
 const READ_AT_ONCE_BYTES: u64 = 128 << 10;
+
+/// Replica changes sent to the disk worker and not yet reported, at most.
+pub const CHANGES_IN_FLIGHT_MAX: usize = disk_worker::JOBS_MAX - 1;
+
+/// Bytes of data of the replica changes sent to the disk worker and not yet reported,
+/// at most (beyond the first change, which goes whatever its size).
+pub const CHANGE_BYTES_IN_FLIGHT_MAX: u64 = 256 << 20;
 
 /// How long without a replica change before the journals are checkpointed whatever
 /// their size (real time): at rest, a server's disk holds its packs, not a second copy
@@ -120,7 +135,7 @@ pub fn open_durable(
 pub struct ServerInputs {
     pub inbox: mpsc::Receiver<Inbound>,
     /// The wake channel: the only input a sleeping server answers.
-    pub wake: mpsc::UnboundedReceiver<()>,
+    pub wake: mpsc::Receiver<()>,
     pub shutdown: watch::Receiver<bool>,
     /// Where the server's free disk space is measured (its data directory).
     pub disk_dir: PathBuf,
@@ -131,7 +146,7 @@ pub struct ServerOutputs {
     pub outbox: Outbox,
     pub status: watch::Sender<ServerStatus>,
     /// The power task: one `()` per `ServerAction::Sleep`.
-    pub sleeps: mpsc::UnboundedSender<()>,
+    pub sleeps: mpsc::Sender<()>,
 }
 
 /// Runs server `id` until shutdown, or until its disk fails (the error is returned:
@@ -162,8 +177,12 @@ pub async fn run(
         watch,
         changes,
         in_flight: 0,
+        in_flight_bytes: VecDeque::new(),
+        reads_in_flight: 0,
+        reads_waiting: VecDeque::new(),
         checkpointing: false,
         held: VecDeque::new(),
+        held_bytes: 0,
         ready: Vec::new(),
         sleeps,
         requests: BTreeMap::new(),
@@ -183,14 +202,17 @@ pub async fn run(
     let mut status_tick = tokio::time::interval(STATUS_INTERVAL);
     loop {
         let event = tokio::select! {
-            inbound = inputs.inbox.recv() => match inbound {
+            inbound = inputs.inbox.recv(), if node.takes_messages() => match inbound {
                 Some(Inbound { from, message, .. }) => {
                     node.arrived(from, &message);
                     ServerEvent::MessageReceived { from, message }
                 }
                 None => break,
             },
-            Some((io, found)) = reads_done.recv() => read_event(io, found),
+            Some((io, found)) = reads_done.recv() => {
+                node.reads_in_flight -= 1;
+                read_event(io, found)
+            }
             done = durable_ios.recv() => match done {
                 Some(Ok(synced)) => {
                     node.synced(synced, &mut server, &outbox, &clock, &inputs.disk_dir, id);
@@ -250,16 +272,24 @@ fn poisoned() -> ServerDiskError {
 
 struct Node {
     watch: DiskWatch,
-    changes: mpsc::UnboundedSender<Job>,
-    /// Changes sent to the disk worker and not yet reported durable.
+    changes: mpsc::Sender<Job>,
+    /// Changes sent to the disk worker and not yet reported durable, and each one's
+    /// bytes of data, in the order sent (the worker reports them in that order).
     in_flight: usize,
+    in_flight_bytes: VecDeque<u64>,
+    /// Reads sent to the reader thread and not yet answered, and those waiting to be
+    /// sent (past `READS_MAX`).
+    reads_in_flight: usize,
+    reads_waiting: VecDeque<(IoId, ChunkId, Range<u64>)>,
     /// A checkpoint is under way (begun, not yet finished).
     checkpointing: bool,
-    /// Changes held back while a checkpoint waits for those in flight.
+    /// Changes held back while a checkpoint waits for those in flight, or for room
+    /// among those in flight, and their bytes of data.
     held: VecDeque<(IoId, StoreOp, Vec<BlockRun>)>,
+    held_bytes: u64,
     /// I/Os done as soon as issued, to report to the core.
     ready: Vec<ServerEvent>,
-    sleeps: mpsc::UnboundedSender<()>,
+    sleeps: mpsc::Sender<()>,
     /// Client requests being served, for the latency histograms: when each arrived.
     requests: BTreeMap<(Peer, u64), (&'static str, Instant)>,
     /// A checkpoint found no room: not tried again before then.
@@ -332,13 +362,16 @@ impl Node {
                     outbox.send(to, message)
                 }
                 ServerAction::Disk { io, op, .. } => match op {
-                    DiskOp::Change { change, runs } => self.held.push_back((io, change, runs)),
+                    DiskOp::Change { change, runs } => {
+                        self.held_bytes += change_bytes(&change);
+                        self.held.push_back((io, change, runs));
+                    }
                     DiskOp::Read { chunk, blocks } => {
                         // What the page cache holds is read at once, without waiting
                         // for the disk; anything else on the reader thread.
                         match self.packs.read_cached(chunk, blocks.clone(), READ_AT_ONCE_BYTES) {
                             Some(found) => self.ready.push(read_event(io, Ok(found))),
-                            None => self.reads.read(io, chunk, blocks),
+                            None => self.reads_waiting.push_back((io, chunk, blocks)),
                         }
                     }
                     DiskOp::Log { .. } => self.ready.push(ServerEvent::DiskDone { io }),
@@ -349,7 +382,8 @@ impl Node {
                 // The core answers nothing but its wake from now on.
                 ServerAction::Sleep => {
                     self.last_heartbeat = None;
-                    let _ = self.sleeps.send(());
+                    // One is pending at most: a sleeping core asks for no other.
+                    let _ = self.sleeps.try_send(());
                 }
             }
         }
@@ -386,14 +420,14 @@ impl Node {
             // free space measured after every sync too, so the server counts itself
             // full as soon as writes take the room.
             Synced::Durable(ios) => {
-                self.in_flight -= ios.len();
+                self.reported(ios.len());
                 self.ready.extend(ios.into_iter().map(|io| ServerEvent::DiskDone { io }));
                 self.finish_ready(server, outbox, clock);
                 self.measure_space(server, outbox, clock, disk_dir);
             }
             // What of them is durable is unknown: the core halts the server.
             Synced::Failed(ios, why) => {
-                self.in_flight -= ios.len();
+                self.reported(ios.len());
                 for io in ios {
                     let error = DiskError::Io(why.clone());
                     server.handle(clock.now(), ServerEvent::DiskFailed { io, error });
@@ -403,7 +437,7 @@ impl Node {
             // No room: none took effect; the core forgets them (their writers send
             // them again) and counts itself full.
             Synced::NoRoom(ios, why) => {
-                self.in_flight -= ios.len();
+                self.reported(ios.len());
                 if !self.told_no_room {
                     eprintln!("server {}: {why}; writes wait for room", id.0);
                     self.told_no_room = true;
@@ -475,6 +509,12 @@ impl Node {
         if let Some(fault) = server.log_volume().faults().first() {
             return Err(ServerDiskError::Io(format!("the logger failed: {fault}")));
         }
+        while self.reads_in_flight < READS_MAX
+            && let Some((io, chunk, blocks)) = self.reads_waiting.pop_front()
+        {
+            self.reads_in_flight += 1;
+            self.reads.read(io, chunk, blocks).map_err(ServerDiskError::Io)?;
+        }
         let due = !self.checkpointing
             && self.checkpoint_after.is_none_or(|after| Instant::now() >= after);
         let idle = self.held.is_empty()
@@ -489,15 +529,52 @@ impl Node {
             self.checkpointing = true;
             self.checkpoint_after = None;
         }
-        while let Some((io, change, runs)) = self.held.pop_front() {
+        while self.in_flight < CHANGES_IN_FLIGHT_MAX
+            && (self.in_flight == 0 || self.bytes_in_flight() < CHANGE_BYTES_IN_FLIGHT_MAX)
+            && let Some((io, change, runs)) = self.held.pop_front()
+        {
+            let bytes = change_bytes(&change);
+            self.held_bytes -= bytes;
             self.in_flight += 1;
+            self.in_flight_bytes.push_back(bytes);
             self.last_change = Instant::now();
             self.send(Job::Change(io, change, runs))?;
         }
         Ok(())
     }
 
-    fn send(&self, job: Job) -> Result<(), ServerDiskError> {
-        self.changes.send(job).map_err(|_| ServerDiskError::Io("the disk worker stopped".into()))
+    /// Whether the task reads messages: not while as many changes wait as may be in
+    /// flight, or reads wait for room (module docs). (Changes wait for a checkpoint to
+    /// begin too, for one sync: messages are read meanwhile.)
+    fn takes_messages(&self) -> bool {
+        self.held.len() < CHANGES_IN_FLIGHT_MAX
+            && self.held_bytes < CHANGE_BYTES_IN_FLIGHT_MAX
+            && self.reads_waiting.is_empty()
     }
+
+    fn bytes_in_flight(&self) -> u64 {
+        self.in_flight_bytes.iter().sum()
+    }
+
+    /// The disk worker reported the first `count` changes in flight.
+    fn reported(&mut self, count: usize) {
+        self.in_flight -= count;
+        self.in_flight_bytes.drain(..count.min(self.in_flight_bytes.len()));
+    }
+
+    fn send(&self, job: Job) -> Result<(), ServerDiskError> {
+        self.changes.try_send(job).map_err(|error| match error {
+            mpsc::error::TrySendError::Closed(_) => {
+                ServerDiskError::Io("the disk worker stopped".into())
+            }
+            mpsc::error::TrySendError::Full(_) => ServerDiskError::Io(
+                "the disk worker's queue is full (more jobs than counted)".into(),
+            ),
+        })
+    }
+}
+
+/// Bytes of data a replica change carries.
+fn change_bytes(change: &StoreOp) -> u64 {
+    change.payloads().iter().filter_map(|p| p.bytes()).map(|b| b.len() as u64).sum()
 }

@@ -132,6 +132,9 @@ pub struct WireReport {
     pub frames_out: u64,
     /// Messages dropped because their peer could not be reached.
     pub dropped: u64,
+    /// Messages dropped because their peer's queue was full (a slow or stuck peer).
+    #[serde(default)]
+    pub queue_full: u64,
 }
 
 impl WireReport {
@@ -143,6 +146,7 @@ impl WireReport {
             frames_in: counters.frames_in().0,
             frames_out: counters.frames_out.load(Ordering::Relaxed),
             dropped: counters.dropped(),
+            queue_full: counters.queue_full(),
         }
     }
 

@@ -156,6 +156,8 @@ pub struct WireCounters {
     pub frames_out: AtomicU64,
     /// Messages dropped because their peer could not be reached.
     dropped: AtomicU64,
+    /// Messages dropped because their peer's queue was full (`net::QUEUE_BYTES_MAX`).
+    queue_full: AtomicU64,
 }
 
 impl WireCounters {
@@ -173,6 +175,15 @@ impl WireCounters {
     /// Messages dropped because their peer could not be reached.
     pub fn dropped(&self) -> u64 {
         self.dropped.load(Ordering::Relaxed)
+    }
+
+    pub fn count_queue_full(&self) {
+        self.queue_full.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// Messages dropped because their peer's queue was full.
+    pub fn queue_full(&self) -> u64 {
+        self.queue_full.load(Ordering::Relaxed)
     }
 
     pub fn authenticated(&self) -> u64 {

@@ -32,10 +32,11 @@ pub struct PowerDriver {
     pub meter: Arc<Mutex<NodeMeter>>,
     pub listener: WakeListener,
     pub clock: Clock,
-    /// Told once per `ServerAction::Sleep`.
-    pub sleeps: mpsc::UnboundedReceiver<()>,
-    /// The server's wake channel: `Woken` for the core.
-    pub woken: mpsc::UnboundedSender<()>,
+    /// Told once per `ServerAction::Sleep` (one at most is pending: a sleeping core
+    /// asks for no other).
+    pub sleeps: mpsc::Receiver<()>,
+    /// The server's wake channel: `Woken` for the core (one pending covers any more).
+    pub woken: mpsc::Sender<()>,
     pub shutdown: watch::Receiver<bool>,
 }
 
@@ -69,7 +70,7 @@ impl PowerDriver {
                         }
                     }
                     asleep = false;
-                    let _ = self.woken.send(());
+                    let _ = self.woken.try_send(());
                 }
                 _ = self.shutdown.changed() => return,
             }
