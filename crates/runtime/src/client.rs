@@ -10,7 +10,9 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use bytes::{Bytes, BytesMut};
-use somnus_core::cluster::client::{Client, ClientAction, ClientEvent, ClientOp, ClientOutcome};
+use somnus_core::cluster::client::{
+    Client, ClientAction, ClientError as CoreError, ClientEvent, ClientOp, ClientOutcome,
+};
 use somnus_core::cluster::{
     BindCondition, ChunkId, ClientId, ListedObject, ObjectInfo, ObjectRef, Payload, Peer, Piece,
     Stamp,
@@ -53,6 +55,10 @@ pub enum ClientError {
 
 type Reply = oneshot::Sender<ClientOutcome>;
 
+/// An op for the client's task, the reply's way back, and how long it may take (the
+/// core ends it then: `ClientError::DeadlinePassed`).
+type Submitted = (ClientOp, Reply, std::time::Duration);
+
 /// A bind ([`ClusterClient::bind`]): make `name` hold `data`, in order, with `attrs`,
 /// if `require` exists and `condition` holds; what it held before, and what the names
 /// of `taking` held (they go), is freed unless listed in `data`.
@@ -76,11 +82,11 @@ enum Target<'a> {
 /// A connection to a cluster. Cheap to clone; the task stops when every clone is gone.
 #[derive(Clone)]
 pub struct ClusterClient {
-    submit: mpsc::Sender<(ClientOp, Reply)>,
+    submit: mpsc::Sender<Submitted>,
     id: ClientId,
     stamps: Arc<std::sync::atomic::AtomicU64>,
     chunk_size_bytes: u64,
-    /// How long one operation may take before the call gives up.
+    /// How long one operation may take: the core ends it then, and forgets it.
     pub deadline: std::time::Duration,
 }
 
@@ -119,12 +125,15 @@ impl ClusterClient {
     async fn call(&self, op: ClientOp) -> Result<ClientOutcome, ClientError> {
         let (reply, outcome) = oneshot::channel();
         // A full queue holds the caller back until the client's task takes more.
-        self.submit.send((op, reply)).await.map_err(|_| ClientError::Stopped)?;
-        match tokio::time::timeout(self.deadline, outcome).await {
-            Ok(Ok(ClientOutcome::Failed(error))) => Err(error.into()),
-            Ok(Ok(outcome)) => Ok(outcome),
-            Ok(Err(_)) => Err(ClientError::Stopped),
-            Err(_) => Err(ClientError::TimedOut(self.deadline)),
+        let submitted = (op, reply, self.deadline);
+        self.submit.send(submitted).await.map_err(|_| ClientError::Stopped)?;
+        match outcome.await {
+            Ok(ClientOutcome::Failed(CoreError::DeadlinePassed)) => {
+                Err(ClientError::TimedOut(self.deadline))
+            }
+            Ok(ClientOutcome::Failed(error)) => Err(error.into()),
+            Ok(outcome) => Ok(outcome),
+            Err(_) => Err(ClientError::Stopped),
         }
     }
 
@@ -413,17 +422,18 @@ async fn drive(
     clock: Clock,
     outbox: Outbox,
     mut inbox: mpsc::Receiver<Inbound>,
-    mut requests: mpsc::Receiver<(ClientOp, Reply)>,
+    mut requests: mpsc::Receiver<Submitted>,
 ) {
     let mut waiting: BTreeMap<u64, Reply> = BTreeMap::new();
     let mut next_tag = 0u64;
     loop {
         let event = tokio::select! {
             request = requests.recv() => match request {
-                Some((op, reply)) => {
+                Some((op, reply, within)) => {
                     next_tag += 1;
                     waiting.insert(next_tag, reply);
-                    ClientEvent::Submit { tag: next_tag, op }
+                    let deadline = Some(clock.now().saturating_add(clock.virtual_of(within)));
+                    ClientEvent::Submit { tag: next_tag, op, deadline }
                 }
                 None => return,
             },

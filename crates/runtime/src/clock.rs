@@ -35,6 +35,11 @@ impl Clock {
         Duration::from_secs_f64(duration.as_secs_f64() / self.scale)
     }
 
+    /// The clock's time that `real` takes.
+    pub fn virtual_of(&self, real: Duration) -> somnus_types::VirtualDuration {
+        somnus_types::VirtualDuration((real.as_nanos() as f64 * self.scale) as u64)
+    }
+
     /// Sleeps until the clock reads `at`; forever for `None`.
     pub async fn sleep_until(&self, at: Option<VirtualInstant>) {
         match at {

@@ -139,12 +139,25 @@ pub enum ClientError {
         .server.0
     )]
     NoSpace { server: somnus_types::ServerId },
+    /// The op's deadline passed before it was done (what of a write took effect is
+    /// unknown: some of its parts may have been acknowledged).
+    #[error("no answer from the cluster by the op's deadline")]
+    DeadlinePassed,
 }
 
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum ClientEvent {
-    Submit { tag: u64, op: ClientOp },
-    MessageReceived { from: Peer, message: Message },
+    /// A new op; by `deadline` it is done, or it ends `Failed(DeadlinePassed)` and the
+    /// client forgets it (no deadline: retried until done).
+    Submit {
+        tag: u64,
+        op: ClientOp,
+        deadline: Option<VirtualInstant>,
+    },
+    MessageReceived {
+        from: Peer,
+        message: Message,
+    },
     TimerFired,
 }
 
@@ -159,6 +172,8 @@ pub enum ClientAction {
 pub struct ClientCounters {
     pub retries: u64,
     pub timeouts: u64,
+    /// Ops that ended at their deadline.
+    pub deadlines_passed: u64,
     pub lookups: u64,
 }
 
@@ -219,6 +234,8 @@ enum Slot {
 struct Op {
     op: ClientOp,
     state: OpState,
+    /// When it ends if not done ([`ClientEvent::Submit`]).
+    deadline: Option<VirtualInstant>,
 }
 
 pub struct Client {
@@ -234,6 +251,8 @@ pub struct Client {
     /// primary for long even if that primary keeps answering.
     views: BTreeMap<ChunkGroupId, (GroupView, VirtualInstant)>,
     ops: BTreeMap<u64, Op>,
+    /// The ops' own deadlines, earliest first (`ClientEvent::Submit`).
+    op_deadlines: BTreeSet<(VirtualInstant, u64)>,
     /// Every deadline set for an op's metadata request or a part (`Slot`), earliest
     /// first, and ones since changed or gone, dropped when they come to the top: the
     /// timer and `poll_timeout` look only at the due ones, not at every op in flight
@@ -260,6 +279,7 @@ impl Client {
             objects: BTreeMap::new(),
             views: BTreeMap::new(),
             ops: BTreeMap::new(),
+            op_deadlines: BTreeSet::new(),
             deadlines: BinaryHeap::new(),
             requests: BTreeMap::new(),
             lookups: BTreeMap::new(),
@@ -292,7 +312,7 @@ impl Client {
         assert!(now >= self.now, "time went back: {now:?} < {:?}", self.now);
         self.now = now;
         match event {
-            ClientEvent::Submit { tag, op } => self.submit(tag, op),
+            ClientEvent::Submit { tag, op, deadline } => self.submit(tag, op, deadline),
             ClientEvent::MessageReceived { message, .. } => self.message(message),
             ClientEvent::TimerFired => self.timer(),
         }
@@ -308,7 +328,8 @@ impl Client {
         let lookups = self.lookups.values().map(|(_, at)| at.saturating_add(timeout));
         // The top deadline is one still set (`handle` dropped the stale ones above it).
         let ops = self.deadlines.peek().map(|Reverse((at, _, _))| *at);
-        ops.into_iter().chain(lookups).min()
+        let ends = self.op_deadlines.first().map(|(at, _)| *at);
+        ops.into_iter().chain(ends).chain(lookups).min()
     }
 
     /// The deadline now set for `slot` of op `tag`, if any.
@@ -344,11 +365,13 @@ impl Client {
     }
 
     fn finish(&mut self, tag: u64, outcome: ClientOutcome) {
-        self.ops.remove(&tag);
+        if let Some(Op { deadline: Some(at), .. }) = self.ops.remove(&tag) {
+            self.op_deadlines.remove(&(at, tag));
+        }
         self.actions.push_back(ClientAction::Done { tag, outcome });
     }
 
-    fn submit(&mut self, tag: u64, op: ClientOp) {
+    fn submit(&mut self, tag: u64, op: ClientOp, deadline: Option<VirtualInstant>) {
         assert!(!self.ops.contains_key(&tag), "op tag {tag} submitted twice");
         let metadata = match &op {
             ClientOp::Create { name, size_bytes } => Some(Message::CreateObject {
@@ -394,7 +417,10 @@ impl Client {
             | ClientOp::WriteTo { .. }
             | ClientOp::ReadFrom { .. } => None,
         };
-        self.ops.insert(tag, Op { op, state: OpState::NeedsInfo });
+        self.ops.insert(tag, Op { op, state: OpState::NeedsInfo, deadline });
+        if let Some(at) = deadline {
+            self.op_deadlines.insert((at, tag));
+        }
         match metadata {
             Some(message) => self.send_metadata(tag, message),
             None => self.start_data(tag),
@@ -490,7 +516,7 @@ impl Client {
     /// Sends a part to its group's primary, or asks the MDS for the view if the cache
     /// has no primary for it.
     fn send_part(&mut self, tag: u64, index: usize) {
-        let Some(Op { op, state: OpState::Data { parts, .. } }) = self.ops.get(&tag) else {
+        let Some(Op { op, state: OpState::Data { parts, .. }, .. }) = self.ops.get(&tag) else {
             return;
         };
         let part = parts[index].clone();
@@ -752,8 +778,25 @@ impl Client {
         }
     }
 
+    /// Ops past their deadline end: what they sent is forgotten (an answer that comes
+    /// later finds no op), so a caller that gave up leaves nothing behind.
+    fn end_ops_past_deadline(&mut self) {
+        while let Some(&(at, tag)) = self.op_deadlines.first()
+            && at <= self.now
+        {
+            self.op_deadlines.pop_first();
+            if !self.ops.contains_key(&tag) {
+                continue;
+            }
+            self.requests.retain(|_, (t, _)| *t != tag);
+            self.counters.deadlines_passed += 1;
+            self.finish(tag, ClientOutcome::Failed(ClientError::DeadlinePassed));
+        }
+    }
+
     /// Timeouts and back-offs that are due.
     fn timer(&mut self) {
+        self.end_ops_past_deadline();
         let now = self.now;
         let timeout = self.config.request_timeout;
         let mut due = BTreeSet::new();
@@ -830,5 +873,55 @@ impl Part {
             PartState::Backoff { at } => Some(at),
             PartState::Done => None,
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use somnus_types::VirtualDuration;
+
+    use super::*;
+
+    fn stat(client: &mut Client, tag: u64, deadline: Option<VirtualInstant>) {
+        let op = ClientOp::Stat { name: "a".into() };
+        client.handle(client.now, ClientEvent::Submit { tag, op, deadline });
+    }
+
+    /// Runs the client's timers until `until`, dropping what it sends (nobody answers).
+    fn unanswered_until(client: &mut Client, until: VirtualInstant) -> Vec<ClientAction> {
+        let mut done = Vec::new();
+        while let Some(at) = client.poll_timeout().filter(|at| *at <= until) {
+            client.handle(at, ClientEvent::TimerFired);
+            while let Some(action) = client.poll_action() {
+                if let ClientAction::Done { .. } = action {
+                    done.push(action);
+                }
+            }
+        }
+        done
+    }
+
+    #[test]
+    fn an_op_ends_at_its_deadline_and_is_forgotten_one_without_goes_on() {
+        let config = ClusterConfig::sierra();
+        let mut client = Client::new(ClientId(1), config, VirtualInstant::ZERO);
+        let second = VirtualDuration::from_secs(1);
+        let deadline =
+            VirtualInstant::ZERO.saturating_add(VirtualDuration(config.request_timeout.0 * 5));
+        stat(&mut client, 1, Some(deadline));
+        stat(&mut client, 2, None);
+        while client.poll_action().is_some() {}
+        let end = deadline.saturating_add(second);
+        let done = unanswered_until(&mut client, end);
+        let failed = ClientOutcome::Failed(ClientError::DeadlinePassed);
+        assert_eq!(done, vec![ClientAction::Done { tag: 1, outcome: failed }]);
+        assert_eq!(client.counters().deadlines_passed, 1);
+        assert!(client.counters().timeouts >= 4, "retried until its deadline");
+        // The op without a deadline is still retried; the ended one left no request.
+        assert_eq!(client.ops_in_flight(), 1);
+        assert!(client.requests.values().all(|(tag, _)| *tag == 2));
+        let later = end.saturating_add(VirtualDuration(config.request_timeout.0 * 10));
+        assert!(unanswered_until(&mut client, later).is_empty());
+        assert_eq!(client.ops_in_flight(), 1);
     }
 }

@@ -1127,7 +1127,7 @@ impl<'t> ClusterSim<'t> {
         }
         let started = self.now();
         self.clients[c as usize].op = Some(OpInFlight { id, object, stamp, started });
-        self.feed_client(c, ClientEvent::Submit { tag: id, op });
+        self.feed_client(c, ClientEvent::Submit { tag: id, op, deadline: None });
     }
 
     /// A random read or write of whole blocks of a random object (of client `c`'s own

@@ -437,7 +437,10 @@ impl ClusterSim<'_> {
         };
         let tag = self.next_op;
         self.next_op += 1;
-        self.feed_client(0, ClientEvent::Submit { tag, op: ClientOp::Create { name, size_bytes } });
+        self.feed_client(
+            0,
+            ClientEvent::Submit { tag, op: ClientOp::Create { name, size_bytes }, deadline: None },
+        );
     }
 
     /// Every request due now arrives; the next one is scheduled.
@@ -487,7 +490,7 @@ impl ClusterSim<'_> {
             }
             ReplayKind::Replace => ClientOp::Delete { name },
         };
-        self.feed_client(0, ClientEvent::Submit { tag, op });
+        self.feed_client(0, ClientEvent::Submit { tag, op, deadline: None });
     }
 
     /// The second just ended's compute, to the MDS; the next is scheduled while the
@@ -615,7 +618,7 @@ impl ClusterSim<'_> {
             self.next_op += 1;
             replay.recreating.insert(create, tag);
             let op = ClientOp::Create { name, size_bytes };
-            self.feed_client(0, ClientEvent::Submit { tag: create, op });
+            self.feed_client(0, ClientEvent::Submit { tag: create, op, deadline: None });
             return;
         }
         replay.submitted.remove(&tag);
