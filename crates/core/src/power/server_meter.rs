@@ -156,6 +156,14 @@ impl ServerMeter {
         self.transition(now, PowerState::Idle)
     }
 
+    /// A wake packet reached the server (both shells' power tasks ask this): one going
+    /// to sleep or asleep wakes, after a transition under way ends; returns when it is
+    /// on. A packet for a server on or already waking is let pass (`None`): the MDS
+    /// sends it again while it waits (a NIC may miss one while its host suspends).
+    pub fn wake_packet(&mut self, now: VirtualInstant) -> Option<VirtualInstant> {
+        self.sleeping().then(|| self.wake(now))
+    }
+
     /// Whether the last order was to sleep (the server is going to sleep or asleep).
     pub fn sleeping(&self) -> bool {
         self.target == PowerState::Standby
@@ -213,6 +221,18 @@ mod tests {
 
     fn at(seconds: f64) -> VirtualInstant {
         VirtualInstant::ZERO + VirtualDuration::from_millis((seconds * 1000.0) as u64)
+    }
+
+    #[test]
+    fn a_wake_packet_wakes_a_sleeping_server_once_and_is_let_pass_otherwise() {
+        let profile = builtin_profile("ecs2-storage-node").unwrap();
+        let mut meter = ServerMeter::new(profile, at(0.0));
+        assert_eq!(meter.wake_packet(at(1.0)), None, "on: nothing to wake");
+        meter.sleep(at(10.0));
+        // Sent while it is still going to sleep: it wakes once the sleep ends.
+        assert_eq!(meter.wake_packet(at(12.0)), Some(at(30.0)), "7 s down, then 13 s up");
+        assert_eq!(meter.wake_packet(at(13.0)), None, "waking already: a resend does nothing");
+        assert_eq!(meter.reading(at(40.0)).wakes, 1);
     }
 
     #[test]

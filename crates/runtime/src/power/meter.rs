@@ -47,9 +47,10 @@ impl NodeMeter {
         self.model.sleep(now)
     }
 
-    /// Starts the wake (after a transition under way ends); returns when it ends.
-    pub fn wake(&mut self, now: VirtualInstant) -> VirtualInstant {
-        self.model.wake(now)
+    /// A wake packet arrived: when the server is on, if it wakes
+    /// (`ServerMeter::wake_packet`).
+    pub fn wake_packet(&mut self, now: VirtualInstant) -> Option<VirtualInstant> {
+        self.model.wake_packet(now)
     }
 
     pub fn reading(&mut self, now: VirtualInstant) -> PowerReading {

@@ -44,24 +44,22 @@ impl PowerDriver {
     /// Runs until shutdown. An actuator that fails leaves its unit on (the server uses
     /// more power than modelled, never less safety); the failure is printed.
     pub async fn run(mut self) {
-        let mut asleep = false;
         loop {
             tokio::select! {
                 Some(()) = self.sleeps.recv() => {
                     self.lock_meter().sleep(self.clock.now());
                     self.actuate(false).await;
-                    asleep = true;
                 }
                 packet = self.listener.next() => {
                     if let Err(error) = packet {
                         eprintln!("server {}: the wake channel failed: {error}", self.server);
                         return;
                     }
-                    // A late packet for a server already on: nothing to do.
-                    if !asleep {
+                    // The core's rule: a late packet for a server already on does
+                    // nothing.
+                    let Some(on_at) = self.lock_meter().wake_packet(self.clock.now()) else {
                         continue;
-                    }
-                    let on_at = self.lock_meter().wake(self.clock.now());
+                    };
                     self.actuate(true).await;
                     if self.emulated {
                         tokio::select! {
@@ -69,7 +67,6 @@ impl PowerDriver {
                             _ = self.shutdown.changed() => return,
                         }
                     }
-                    asleep = false;
                     let _ = self.woken.try_send(());
                 }
                 _ = self.shutdown.changed() => return,

@@ -718,14 +718,11 @@ impl<'t> ClusterSim<'t> {
         false
     }
 
-    /// What the runtime's power task does with a wake packet: a server going to sleep
-    /// or asleep wakes, on after the profile's time; one not (yet) told to sleep lets
-    /// it pass (the MDS sends it again while it waits: `WAKE_RESEND`).
+    /// A wake packet reaches server `s`: the core's rule (`ServerMeter::wake_packet`),
+    /// which the runtime's power task follows too; on after the profile's time.
     fn wake_packet(&mut self, s: u32) {
         let now = self.now();
-        let slot = &mut self.servers[s as usize];
-        if slot.meter.sleeping() {
-            let on_at = slot.meter.wake(now);
+        if let Some(on_at) = self.servers[s as usize].meter.wake_packet(now) {
             self.trace(|| format!("s{s} wakes, on at {:.3}", on_at.as_secs_f64()));
             self.events.schedule(on_at, Event::Woken(s));
         }
@@ -1608,9 +1605,7 @@ impl<'t> ClusterSim<'t> {
         let slot = &mut self.servers[s as usize];
         let Some(mut durable) = slot.down_store.take() else { return };
         // A restarted server comes up on (a power cycle, if it crashed asleep).
-        if slot.meter.sleeping() {
-            slot.meter.wake(now);
-        }
+        slot.meter.wake_packet(now);
         // A new process: a new incarnation, and its clock starts at 0.
         durable.incarnation += 1;
         slot.started = now;
