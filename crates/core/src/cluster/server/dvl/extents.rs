@@ -305,3 +305,163 @@ impl Kept {
         left
     }
 }
+
+impl Extents {
+    /// Panics unless every index holds exactly what the map says (the invariant the
+    /// hot paths' lookups rest on). O(n): run under `expensive-checks`.
+    #[cfg(any(test, feature = "expensive-checks"))]
+    pub(super) fn check_indexes(&self) {
+        let records: BTreeSet<LogRecord> = self.map.keys().copied().collect();
+        let versions: BTreeSet<(Version, LogRecord)> =
+            records.iter().map(|r| (r.version, *r)).collect();
+        let chunks: BTreeSet<(ChunkId, LogRecord)> =
+            records.iter().map(|r| (r.chunk, *r)).collect();
+        assert_eq!(self.by_version, versions, "the DVL's index by version");
+        assert_eq!(self.by_chunk, chunks, "the DVL's index by chunk");
+        let sent = |at: fn(&Extent) -> Option<VirtualInstant>| -> BTreeSet<_> {
+            self.map.iter().filter_map(|(r, e)| Some((at(e)?, *r))).collect()
+        };
+        assert_eq!(self.invalidations_sent, sent(|e| e.invalidate_sent_at), "markers sent");
+        assert_eq!(self.reclaims_sent, sent(|e| e.reclaim_sent_at), "reclaims sent");
+        for kept in [&self.markers_due, &self.lacking] {
+            let ranked: BTreeSet<(u8, LogRecord)> =
+                kept.ranks.iter().map(|(record, rank)| (*rank, *record)).collect();
+            assert_eq!(kept.set, ranked, "a kept set and its ranks");
+            assert!(kept.ranks.keys().all(|r| self.map.contains_key(r)), "a kept record gone");
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use rand::{Rng, SeedableRng};
+    use rand_pcg::Pcg64Mcg;
+
+    use super::*;
+
+    const SERVERS: u32 = 6;
+
+    fn servers(rng: &mut Pcg64Mcg) -> Vec<ServerId> {
+        (0..SERVERS).filter(|_| rng.random_bool(0.4)).map(ServerId).collect()
+    }
+
+    fn record(rng: &mut Pcg64Mcg) -> LogRecord {
+        let chunk = ChunkId { object: ObjectId(rng.random_range(0..2)), chunk: ChunkIndex(0) };
+        let start = rng.random_range(0..4) * 4096;
+        LogRecord {
+            owner: Epoch(rng.random_range(1..3)),
+            chunk,
+            range: ByteRange::new(start, 4096),
+            version: Version(rng.random_range(1..12)),
+        }
+    }
+
+    /// One random change of the map, as the DVL makes them.
+    fn change(extents: &mut Extents, rng: &mut Pcg64Mcg, now: VirtualInstant) {
+        let retry = VirtualDuration::from_secs(1);
+        let r = record(rng);
+        match rng.random_range(0..7) {
+            0 | 1 => {
+                let extent = extents.entry(r);
+                extent.holders = servers(rng);
+                extent.loggers = servers(rng);
+                extent.applied = servers(rng);
+            }
+            2 => {
+                if let Some(extent) = extents.get_mut(&r) {
+                    let loggers = extent.loggers.clone();
+                    extent.invalidated.extend(loggers.into_iter().filter(|_| rng.random()));
+                    extent.applied.push(ServerId(rng.random_range(0..SERVERS)));
+                }
+            }
+            3 => {
+                extents.remove(&r);
+            }
+            4 => extents.invalidation_sent(&r, now, retry, rng.random()),
+            5 => {
+                extents.reclaim_sent(&r, now);
+            }
+            _ => extents.reclaim_done(&r),
+        }
+    }
+
+    #[test]
+    fn the_indexes_and_kept_sets_answer_as_a_scan_of_the_map_would() {
+        for seed in 0..64 {
+            let mut rng = Pcg64Mcg::seed_from_u64(seed);
+            let mut extents = Extents::default();
+            let retry = VirtualDuration::from_secs(1);
+            let (mut replicas, mut down, mut lost) = (Vec::new(), Vec::new(), Vec::new());
+            for step in 0..400u64 {
+                let now = VirtualInstant::ZERO + VirtualDuration::from_millis(step * 300);
+                change(&mut extents, &mut rng, now);
+                extents.check_indexes();
+                // The servers change now and then: between, the kept sets test again
+                // only the extents changed since.
+                if rng.random_bool(0.1) {
+                    (replicas, down, lost) =
+                        (servers(&mut rng), servers(&mut rng), servers(&mut rng));
+                }
+                if rng.random_bool(0.5) {
+                    let due = extents.markers_due((&replicas, &down, &lost), now, retry);
+                    // The scan: applied by every replica, and finished or with a logger
+                    // up that has not appended its marker; one sent is due when late.
+                    let scan: Vec<LogRecord> = extents
+                        .iter()
+                        .filter(|(_, e)| {
+                            let hidden =
+                                |l: &ServerId| e.invalidated.contains(l) || lost.contains(l);
+                            let finished = e.loggers.iter().all(hidden);
+                            let up_left = e.loggers.iter().any(|l| !hidden(l) && !down.contains(l));
+                            let ranked = replicas.iter().all(|r| e.applied.contains(r))
+                                && (finished || up_left);
+                            let waits = e.invalidate_sent_at.is_some() && !finished;
+                            ranked
+                                && (!waits
+                                    || e.invalidate_sent_at
+                                        .is_some_and(|at| at.saturating_add(retry) <= now))
+                        })
+                        .map(|(r, _)| *r)
+                        .collect();
+                    assert_eq!(due, scan, "seed {seed} step {step}: markers due");
+                } else {
+                    let lacking: Vec<LogRecord> =
+                        extents.lacking(&replicas, &down).map(|(r, _)| *r).collect();
+                    let lacks = |e: &Extent| replicas.iter().any(|r| !e.applied.contains(r));
+                    let at_risk = |e: &Extent| e.holders.iter().any(|l| down.contains(l));
+                    let scan: Vec<LogRecord> = [true, false]
+                        .into_iter()
+                        .flat_map(|risk| {
+                            extents
+                                .iter()
+                                .filter(move |(_, e)| lacks(e) && at_risk(e) == risk)
+                                .map(|(r, _)| *r)
+                                .collect::<Vec<_>>()
+                        })
+                        .collect();
+                    assert_eq!(lacking, scan, "seed {seed} step {step}: lacking");
+                }
+                extents.check_indexes();
+                let r = record(&mut rng);
+                let by_version: Vec<LogRecord> = extents
+                    .iter()
+                    .filter(|(x, _)| x.version == r.version)
+                    .map(|(x, _)| *x)
+                    .collect();
+                assert_eq!(extents.of_version(r.version), by_version);
+                let by_chunk: Vec<LogRecord> =
+                    extents.iter().filter(|(x, _)| x.chunk == r.chunk).map(|(x, _)| *x).collect();
+                let of_chunk: Vec<LogRecord> = extents.of_chunk(r.chunk).map(|(x, _)| *x).collect();
+                assert_eq!(of_chunk, by_chunk);
+                let timeout = VirtualDuration::from_secs(2);
+                let in_flight = extents
+                    .iter()
+                    .filter(|(_, e)| {
+                        e.reclaim_sent_at.is_some_and(|at| at.saturating_add(timeout) > now)
+                    })
+                    .count();
+                assert_eq!(extents.reclaims_in_flight(now, timeout), in_flight);
+            }
+        }
+    }
+}

@@ -970,6 +970,10 @@ impl Server {
         self.reclaim(group);
         self.send_invalidations(group);
         self.shrink_view(group);
+        #[cfg(feature = "expensive-checks")]
+        if let Some(led) = self.led.get(&group) {
+            led.dvl.extents.check_indexes();
+        }
     }
 
     /// Batches not acknowledged in time are sent again; a logger that went down is
@@ -1039,5 +1043,31 @@ pub(super) fn add(to: &mut Vec<ServerId>, servers: impl IntoIterator<Item = Serv
         if !to.contains(&server) {
             to.push(server);
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_repeat_counts_as_sent_later_each_time_up_to_31_intervals() {
+        let now = VirtualInstant::ZERO + VirtualDuration::from_secs(100);
+        let retry = VirtualDuration::from_secs(1);
+        let after = |sends| backoff(now, retry, sends).duration_since(now).as_secs_f64();
+        let waits: Vec<f64> = (0..8).map(after).collect();
+        assert_eq!(waits, [0.0, 1.0, 3.0, 7.0, 15.0, 31.0, 31.0, 31.0]);
+        assert_eq!(backoff(VirtualInstant::MAX, retry, 3), VirtualInstant::MAX, "saturates");
+    }
+
+    #[test]
+    fn a_recovery_needs_l_minus_r_l_plus_one_answers_and_the_broken_variant_one_fewer() {
+        let view = vec![ServerId(1), ServerId(2), ServerId(3), ServerId(4)];
+        let dvl = Dvl::new(view.clone(), None, 2);
+        let recovery = dvl.recovery.as_ref().expect("no handoff: the map is recovered");
+        assert_eq!(recovery.need(None), view.len() - 2 + 1);
+        assert_eq!(recovery.need(Some(Broken::TooFewLoggers)), view.len() - 2);
+        assert_eq!(recovery.unanswered(), view);
+        assert!(!dvl.ready(), "a DVL serves only once recovered");
     }
 }
