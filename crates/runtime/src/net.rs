@@ -61,16 +61,21 @@ impl Queue {
     /// ended gives it back.
     fn push(&self, message: Message) -> Result<bool, Message> {
         let size = attached_bytes(&message);
-        if self.bytes.load(Ordering::Relaxed) + size > QUEUE_BYTES_MAX {
+        // Counted before the writer can take it (and count it out): counted after,
+        // the writer's subtraction could come first and wrap the count.
+        if self.bytes.fetch_add(size, Ordering::Relaxed) + size > QUEUE_BYTES_MAX {
+            self.bytes.fetch_sub(size, Ordering::Relaxed);
             return Ok(false);
         }
         match self.tx.try_send((message, size)) {
-            Ok(()) => {
-                self.bytes.fetch_add(size, Ordering::Relaxed);
-                Ok(true)
+            Ok(()) => Ok(true),
+            Err(error) => {
+                self.bytes.fetch_sub(size, Ordering::Relaxed);
+                match error {
+                    mpsc::error::TrySendError::Full(_) => Ok(false),
+                    mpsc::error::TrySendError::Closed((message, _)) => Err(message),
+                }
             }
-            Err(mpsc::error::TrySendError::Full(_)) => Ok(false),
-            Err(mpsc::error::TrySendError::Closed((message, _))) => Err(message),
         }
     }
 }
