@@ -150,14 +150,7 @@ impl<T: Entry> Journal<T> {
             Found::Unversioned => 0,
         };
         let (ops, at) = Journal::<T>::records(path, &bytes, start)?;
-        let mut journal = Journal {
-            path: path.to_owned(),
-            file,
-            direct: None,
-            scratch: Vec::new(),
-            bytes: at as u64,
-            entries: std::marker::PhantomData,
-        };
+        let mut journal = Journal::over(path.to_owned(), file, at as u64);
         if header == Found::Unversioned {
             // An earlier build's journal (format 1): converted, whole or not at all.
             journal.rewrite(&ops)?;
@@ -173,14 +166,13 @@ impl<T: Entry> Journal<T> {
         file.set_len(0)?;
         (&file).write_all(&header_block::<T>())?;
         file.sync_all()?;
-        Ok(Journal {
-            path,
-            file,
-            direct: None,
-            scratch: Vec::new(),
-            bytes: HEADER_BLOCK as u64,
-            entries: std::marker::PhantomData,
-        })
+        Ok(Journal::over(path, file, HEADER_BLOCK as u64))
+    }
+
+    /// The journal in `file`, `bytes` long, appended to through the cache.
+    fn over(path: PathBuf, file: File, bytes: u64) -> Journal<T> {
+        let entries = std::marker::PhantomData;
+        Journal { path, file, direct: None, scratch: Vec::new(), bytes, entries }
     }
 
     /// The records of `bytes` from `start` on, and where the last whole one ends (a
@@ -243,9 +235,7 @@ impl<T: Entry> Journal<T> {
     /// `append` through the direct file: the batch encoded into memory aligned to
     /// 4 KiB, padded with zeros to a multiple of it, written at the journal's end.
     fn append_direct(&mut self, ops: &[T]) -> Result<(), JournalError> {
-        let payload = |op: &T| -> usize {
-            op.payloads().iter().map(|p| p.bytes().map_or(0, |b| b.len())).sum()
-        };
+        let payload = |op: &T| -> usize { Payload::total_bytes(&op.payloads()) };
         let estimate = ops.iter().map(|op| payload(op) + 1024).sum::<usize>() + DIRECT_ALIGN;
         let (mut out, mut skip) = match std::mem::take(&mut self.scratch) {
             mut kept if kept.capacity() >= estimate + 2 * DIRECT_ALIGN => {

@@ -17,7 +17,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use somnus_core::cluster::{Message, Peer};
+use somnus_core::cluster::{Message, Payload, Peer};
 use tokio::net::TcpListener;
 use tokio::sync::mpsc;
 
@@ -105,8 +105,7 @@ impl QueueReceiver {
 
 /// The bytes a message's attachment carries, and a little for its header.
 fn attached_bytes(message: &Message) -> u64 {
-    let data: usize = message.payloads().iter().filter_map(|p| p.bytes()).map(|b| b.len()).sum();
-    data as u64 + 64
+    Payload::total_bytes(&message.payloads()) as u64 + 64
 }
 
 /// The sending side of a process: a queue per peer.

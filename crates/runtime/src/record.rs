@@ -26,7 +26,7 @@ pub fn encode<T: Serialize>(value: &T, payloads: &[&Payload], out: &mut Vec<u8>)
     let body = postcard::to_allocvec(value).unwrap_or_default();
     // Room for the whole record at once: a journal batch or a snapshot of megabytes
     // grown step by step would copy itself over and over into fresh pages.
-    let attached: usize = payloads.iter().map(|p| 4 + p.bytes().map_or(0, |b| b.len())).sum();
+    let attached = 4 * payloads.len() + Payload::total_bytes(payloads);
     out.reserve(HEADER_BYTES + body.len() + attached);
     out.extend_from_slice(&[0; HEADER_BYTES]);
     out.extend_from_slice(&body);

@@ -42,7 +42,7 @@ use somnus_core::cluster::server::{
     DiskError, DiskOp, Durable, Server, ServerAction, ServerCounters, ServerEvent,
 };
 use somnus_core::cluster::store::{BlockRun, StoreOp};
-use somnus_core::cluster::{ChunkId, ClusterConfig, Message, Peer, ReplyBody, Topology};
+use somnus_core::cluster::{ChunkId, ClusterConfig, Message, Payload, Peer, ReplyBody, Topology};
 use somnus_types::{IoId, ServerId};
 use tokio::sync::{mpsc, watch};
 use tokio::time::Instant;
@@ -176,8 +176,8 @@ pub async fn run(
     let mut node = Node {
         watch,
         changes,
-        in_flight: 0,
-        in_flight_bytes: VecDeque::new(),
+        in_flight: VecDeque::new(),
+        in_flight_bytes: 0,
         reads_in_flight: 0,
         reads_waiting: VecDeque::new(),
         checkpointing: false,
@@ -273,10 +273,10 @@ fn poisoned() -> ServerDiskError {
 struct Node {
     watch: DiskWatch,
     changes: mpsc::Sender<Job>,
-    /// Changes sent to the disk worker and not yet reported durable, and each one's
-    /// bytes of data, in the order sent (the worker reports them in that order).
-    in_flight: usize,
-    in_flight_bytes: VecDeque<u64>,
+    /// The bytes of data of each change sent to the disk worker and not yet reported
+    /// durable, in the order sent (the worker reports them in that order), and their sum.
+    in_flight: VecDeque<u64>,
+    in_flight_bytes: u64,
     /// Reads sent to the reader thread and not yet answered, and those waiting to be
     /// sent (past `READS_MAX`).
     reads_in_flight: usize,
@@ -521,7 +521,7 @@ impl Node {
             && self.watch.journal_bytes() > 0
             && self.last_change.elapsed() >= IDLE_CHECKPOINT;
         if (self.watch.wants_checkpoint() || idle) && due {
-            if self.in_flight > 0 {
+            if !self.in_flight.is_empty() {
                 return Ok(());
             }
             // Every change made durable is applied: the groups are the journal's.
@@ -529,14 +529,14 @@ impl Node {
             self.checkpointing = true;
             self.checkpoint_after = None;
         }
-        while self.in_flight < CHANGES_IN_FLIGHT_MAX
-            && (self.in_flight == 0 || self.bytes_in_flight() < CHANGE_BYTES_IN_FLIGHT_MAX)
+        while self.in_flight.len() < CHANGES_IN_FLIGHT_MAX
+            && (self.in_flight.is_empty() || self.in_flight_bytes < CHANGE_BYTES_IN_FLIGHT_MAX)
             && let Some((io, change, runs)) = self.held.pop_front()
         {
             let bytes = change_bytes(&change);
             self.held_bytes -= bytes;
-            self.in_flight += 1;
-            self.in_flight_bytes.push_back(bytes);
+            self.in_flight.push_back(bytes);
+            self.in_flight_bytes += bytes;
             self.last_change = Instant::now();
             self.send(Job::Change(io, change, runs))?;
         }
@@ -552,14 +552,10 @@ impl Node {
             && self.reads_waiting.is_empty()
     }
 
-    fn bytes_in_flight(&self) -> u64 {
-        self.in_flight_bytes.iter().sum()
-    }
-
     /// The disk worker reported the first `count` changes in flight.
     fn reported(&mut self, count: usize) {
-        self.in_flight -= count;
-        self.in_flight_bytes.drain(..count.min(self.in_flight_bytes.len()));
+        let reported = self.in_flight.drain(..count.min(self.in_flight.len()));
+        self.in_flight_bytes -= reported.sum::<u64>();
     }
 
     fn send(&self, job: Job) -> Result<(), ServerDiskError> {
@@ -576,5 +572,5 @@ impl Node {
 
 /// Bytes of data a replica change carries.
 fn change_bytes(change: &StoreOp) -> u64 {
-    change.payloads().iter().filter_map(|p| p.bytes()).map(|b| b.len() as u64).sum()
+    Payload::total_bytes(&change.payloads()) as u64
 }

@@ -11,7 +11,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use bytes::BytesMut;
-use somnus_core::cluster::{Message, Peer};
+use somnus_core::cluster::{Message, Payload, Peer};
 use somnus_wire::{
     ClusterSecret, Decoded, FRAME_BYTES_MAX_DEFAULT, Frame, FrameDecoder, Guard,
     HANDSHAKE_FRAME_BYTES_MAX, Handshake, Hello, NONCE_BYTES, Side, Step, WireError,
@@ -297,8 +297,7 @@ impl FrameWriter {
     /// vectored write, no copy of a megabyte).
     pub async fn send_message(&mut self, message: &Message) -> Result<(), ConnError> {
         self.out.clear();
-        let attached: usize =
-            message.payloads().iter().filter_map(|p| p.bytes()).map(|b| b.len()).sum();
+        let attached: usize = Payload::total_bytes(&message.payloads());
         if attached < SEND_APART_FROM_BYTES {
             somnus_wire::encode_message(message, self.max, self.guard, &mut self.out)?;
             return self.flush_out().await;

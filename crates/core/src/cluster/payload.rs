@@ -31,6 +31,16 @@ impl Payload {
         self.0.is_none()
     }
 
+    /// Bytes it carries (none: 0).
+    pub fn size_bytes(&self) -> usize {
+        self.bytes().map_or(0, Bytes::len)
+    }
+
+    /// Bytes `payloads` carry together.
+    pub fn total_bytes(payloads: &[&Payload]) -> usize {
+        payloads.iter().map(|p| p.size_bytes()).sum()
+    }
+
     /// The part of the payload `offset..offset + len` covers (a payload of a range
     /// starting at `base` cut to a range starting at `base + offset`); none stays
     /// none. A part past the end is cut at it: only a bug asks for one.
