@@ -848,11 +848,17 @@ async fn the_simulator_and_the_runtime_agree_on_a_trace_and_a_gear_schedule() {
     // Settled as the simulator's end is: every server on (or asleep), primaries still
     // for a second (10 s of the cluster's clock).
     let mut last = Vec::new();
-    eventually!(Duration::from_secs(60), "the cluster settles after the schedule", {
+    // What the MDS said last: a failure names the state the cluster did not leave.
+    let mut seen = String::new();
+    let settles = |seen: &str| format!("the cluster settles after the schedule; last: {seen}");
+    eventually!(Duration::from_secs(60), settles(&seen), {
         let report = cluster.mds_status().await;
         let steady =
             report.servers.iter().all(|s| matches!(s.power, ServerPower::On | ServerPower::Asleep));
         let now = primaries(&report);
+        let power: String = report.servers.iter().map(|s| power_letter(s.power)).collect();
+        seen.clear();
+        seen.push_str(&format!("gear {} power {power} primaries {now:?}", report.gear));
         let settled = steady && now == last;
         last = now;
         tokio::time::sleep(Duration::from_millis(800)).await;
