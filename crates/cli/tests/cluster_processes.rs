@@ -857,8 +857,30 @@ async fn the_simulator_and_the_runtime_agree_on_a_trace_and_a_gear_schedule() {
             report.servers.iter().all(|s| matches!(s.power, ServerPower::On | ServerPower::Asleep));
         let now = primaries(&report);
         let power: String = report.servers.iter().map(|s| power_letter(s.power)).collect();
+        // What each server says of itself: its core's power, the groups it leads, the
+        // messages its core dropped (a sleeping core drops all), and its wire's frames
+        // out and messages dropped (unreachable peer or full queue).
+        let own: Vec<String> = cluster
+            .server_statuses()
+            .await
+            .iter()
+            .map(|s| {
+                let (c, w) = (&s.counters, &s.wire);
+                let letter = s.power.map_or('?', power_letter);
+                format!(
+                    "{letter}{} d{} o{} x{}",
+                    s.leads,
+                    c.messages_dropped,
+                    w.frames_out,
+                    w.dropped + w.queue_full
+                )
+            })
+            .collect();
         seen.clear();
-        seen.push_str(&format!("gear {} power {power} primaries {now:?}", report.gear));
+        seen.push_str(&format!(
+            "gear {} power {power} primaries {now:?}; the servers say {own:?}",
+            report.gear
+        ));
         let settled = steady && now == last;
         last = now;
         tokio::time::sleep(Duration::from_millis(800)).await;
@@ -892,17 +914,21 @@ async fn the_simulator_and_the_runtime_agree_on_a_trace_and_a_gear_schedule() {
     // Energy saved and DVL bytes, within the tolerance.
     let saved_runtime = saved(&servers) - saved_before;
     let bytes_runtime: u64 = servers.iter().map(|s| s.counters.bytes_logged).sum();
+    let acknowledged: Vec<u64> = servers.iter().map(|s| s.counters.writes_acknowledged).collect();
     eprintln!(
         "agreement: primaries moved down {}, up {}; energy saved {saved_runtime:.0} J (sim \
-         {:.0}); DVL bytes {bytes_runtime} (sim {}); writes logged {} (sim {})",
+         {:.0}); DVL bytes {bytes_runtime} (sim {}); writes logged {} (sim {}); writes \
+         acknowledged {} (sim {}), repeats answered again {}",
         moved(&before_down, &before_up),
         moved(&before_up, &after),
         sim.energy_saved_joules(),
         sim.bytes_logged,
         servers.iter().map(|s| s.counters.writes_logged).sum::<u64>(),
         sim.writes_logged,
+        acknowledged.iter().sum::<u64>(),
+        sim.acknowledged.iter().sum::<u64>(),
+        servers.iter().map(|s| s.counters.repeats_answered).sum::<u64>(),
     );
-    let acknowledged: Vec<u64> = servers.iter().map(|s| s.counters.writes_acknowledged).collect();
     // The same writes at the same primaries, within WRITES_TOLERANCE of the simulator's
     // count: one that arrives as its group's primary migrates is acknowledged on either
     // side of the move (or, adopted, on both), and at 10x many more writes are in

@@ -171,6 +171,8 @@ pub struct SeedReport {
     pub corruptions: u64,
     pub view_changes: u64,
     pub client_retries: u64,
+    /// Repeats of writes already answered, answered again with their version (S1).
+    pub repeats_answered: u64,
     pub blocks_repaired: u64,
     pub gear_shifts: u64,
     /// Servers lost for good, and the bytes their replicas' rebuild copied.
@@ -1737,6 +1739,7 @@ impl<'t> ClusterSim<'t> {
         let mds = self.mds.counters();
         self.report.view_changes = mds.view_changes;
         self.report.client_retries = self.clients.iter().map(|c| c.client.counters().retries).sum();
+        self.report.repeats_answered = self.servers_total(|c| c.repeats_answered);
         self.report.blocks_repaired = self.servers_total(|c| c.blocks_repaired);
         self.report.writes_logged = self.servers_total(|c| c.writes_logged);
         self.report.writes_reclaimed = self.servers_total(|c| c.writes_reclaimed);

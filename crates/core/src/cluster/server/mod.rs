@@ -18,6 +18,7 @@
 //! The disk is a message ([`disk`]): a change carries its bytes and the blocks it puts
 //! in place, a read's completion carries the bytes; the shell decides nothing.
 
+mod answered;
 mod disk;
 mod dvl;
 mod led_groups;
@@ -177,6 +178,10 @@ pub struct ServerCounters {
     pub retransmits: u64,
     /// Unstable writes a new primary wrote again everywhere.
     pub writes_adopted: u64,
+    /// Repeats of writes already answered, answered again with their version instead
+    /// of written again (S1).
+    #[serde(default)]
+    pub repeats_answered: u64,
     /// Writes a primary refused because a replica's disk was full.
     #[serde(default)]
     pub writes_refused_no_space: u64,

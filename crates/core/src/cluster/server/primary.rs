@@ -7,8 +7,9 @@
 
 use std::collections::{BTreeSet, VecDeque};
 
-use somnus_types::{ByteRange, ChunkGroupId, ServerId, Version, VirtualInstant};
+use somnus_types::{ByteRange, ChunkGroupId, ServerId, Version, VirtualDuration, VirtualInstant};
 
+use super::answered::{ANSWERED_KEEP_TIMEOUTS, Answered, WriteName};
 use super::dvl::Dvl;
 use super::led_groups::Summary;
 use super::pending::{Pending, PendingWrites};
@@ -122,6 +123,18 @@ pub(super) struct Led {
     demand: Vec<DemandRead>,
     /// Replicas replacing a lost one, and the copy to each (R1).
     pub(super) rebuilds: Vec<Rebuild>,
+    /// The writes answered lately, for their clients' repeats (S1).
+    answered: Answered,
+}
+
+/// What a primary makes of a client's write or read.
+enum Repeat {
+    /// A new request: queued.
+    New,
+    /// A repeat of a write still waiting or under way: that one answers it.
+    UnderWay,
+    /// A repeat of a write answered lately: answered again, as written at this version.
+    Answered(Version),
 }
 
 impl Led {
@@ -149,6 +162,7 @@ impl Led {
             repairing: Vec::new(),
             demand: Vec::new(),
             rebuilds: rebuilding.into_iter().map(Rebuild::new).collect(),
+            answered: Answered::default(),
         }
     }
 
@@ -214,13 +228,14 @@ impl Led {
         }
     }
 
-    /// A client's repeat of a write still waiting or under way (its answer was slow,
-    /// not lost; the stamp names the client's write): the one under way answers the
-    /// repeat instead of a second copy being queued. Without this, clients that time
-    /// out under overload multiply the disk work until nothing finishes (S1). Reads
-    /// carry no such name (two equal reads may be two ops) and are queued again.
-    fn answer_repeat(&mut self, repeat: &Waiting) -> bool {
-        let Some(stamp) = repeat.stamp else { return false };
+    /// A client's repeat of a write still waiting, under way or answered lately (its
+    /// answer was slow, not lost; the stamp names the client's write): the one under
+    /// way answers the repeat, and one answered answers it again, instead of a second
+    /// copy being written. Without this, clients that time out under overload
+    /// multiply the disk work until nothing finishes (S1). Reads carry no such name
+    /// (two equal reads may be two ops) and are queued again.
+    fn answer_repeat(&mut self, repeat: &Waiting) -> Repeat {
+        let Some(stamp) = repeat.stamp else { return Repeat::New };
         let same = |w: &Waiting| {
             w.client == repeat.client
                 && w.chunk == repeat.chunk
@@ -229,7 +244,7 @@ impl Led {
         };
         if let Some(waiting) = self.waiting.iter_mut().find(|w| same(w)) {
             waiting.request = repeat.request;
-            return true;
+            return Repeat::UnderWay;
         }
         let pending = self.pending.values_mut().find(|p| {
             p.write.stamp == stamp
@@ -237,12 +252,15 @@ impl Led {
                 && p.write.range == repeat.range
                 && p.client.is_some_and(|(c, _)| c == repeat.client)
         });
-        match pending {
-            Some(pending) => {
-                pending.client = Some((repeat.client, repeat.request));
-                true
-            }
-            None => false,
+        if let Some(pending) = pending {
+            pending.client = Some((repeat.client, repeat.request));
+            return Repeat::UnderWay;
+        }
+        let name =
+            WriteName { client: repeat.client, stamp, chunk: repeat.chunk, range: repeat.range };
+        match self.answered.version_of(&name) {
+            Some(version) => Repeat::Answered(version),
+            None => Repeat::New,
         }
     }
 
@@ -435,15 +453,24 @@ impl Server {
                 let waiting = Waiting { client, request, chunk, range, stamp, data };
                 let full = stamp.and_then(|_| self.full_replica(group));
                 let Some(led) = self.led.get_mut(&group) else { return };
-                if !led.answer_repeat(&waiting) {
-                    if let Some(server) = full {
-                        // Refused before any replica takes it: it never takes effect.
-                        self.counters.writes_refused_no_space += 1;
-                        self.refuse(client, request, RequestError::NoSpace { server });
+                match led.answer_repeat(&waiting) {
+                    Repeat::New => {
+                        if let Some(server) = full {
+                            // Refused before any replica takes it: it never takes effect.
+                            self.counters.writes_refused_no_space += 1;
+                            self.refuse(client, request, RequestError::NoSpace { server });
+                            return;
+                        }
+                        led.waiting.push_back(waiting);
+                        self.load.record(now, stamp.is_some(), range.size_bytes());
+                    }
+                    Repeat::UnderWay => {}
+                    Repeat::Answered(version) => {
+                        self.counters.repeats_answered += 1;
+                        let body = ReplyBody::Written { version };
+                        self.send(client, Message::ClientReply { request, body });
                         return;
                     }
-                    led.waiting.push_back(waiting);
-                    self.load.record(now, stamp.is_some(), range.size_bytes());
                 }
                 self.admit(group);
             }
@@ -795,7 +822,8 @@ impl Server {
 
     /// Answers a pending write once it is durable (C3) and starts what waited for it.
     pub(super) fn try_complete(&mut self, group: ChunkGroupId, version: Version) {
-        let (own, r_l) = (self.id, self.config.replicas as usize - 1);
+        let (own, r_l, now) = (self.id, self.config.replicas as usize - 1, self.now);
+        let keep = self.config.request_timeout.0.saturating_mul(ANSWERED_KEEP_TIMEOUTS);
         let Some(led) = self.led.get_mut(&group) else { return };
         let Some(pending) = led.pending.get(&version) else { return };
         if !led.durable(pending, own, r_l) {
@@ -811,6 +839,10 @@ impl Server {
             .collect();
         let (holders, loggers) = (pending.holders(), pending.loggers());
         if let Some((client, request)) = pending.client {
+            let write = &pending.write;
+            let name =
+                WriteName { client, stamp: write.stamp, chunk: write.chunk, range: write.range };
+            led.answered.record(name, version, now, VirtualDuration(keep));
             self.counters.writes_acknowledged += 1;
             self.send(
                 client,
