@@ -9,7 +9,7 @@ use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
 use somnus_core::cluster::{ClusterConfig, Peer, Topology};
-use somnus_core::gear::{Capability, Gearing, Policy, SchedulerConfig};
+use somnus_core::gear::{Capability, Gearing, LeadTimes, Policy, SchedulerConfig};
 use somnus_core::layout::{Layout, LayoutSpec, RackAssignment, Scheme};
 use somnus_core::power::{PowerProfile, PowerState, UnitKind, builtin_profile};
 use somnus_types::{ServerId, VirtualDuration, VirtualInstant};
@@ -404,12 +404,12 @@ impl ClusterFile {
 
     /// The MDS's gear scheduler, if the file has a `[gear]` section; an error names
     /// the key out of range. Rises are made the servers' wake time ahead, with two
-    /// heartbeats' margin.
+    /// heartbeats' margin (`LeadTimes`).
     pub fn scheduler_config(&self) -> Result<Option<SchedulerConfig>, String> {
         let Some(gear) = &self.gear else { return Ok(None) };
         let wake = self.server_profile()?.wake_duration();
         let interval = VirtualDuration::from_secs(gear.interval_s);
-        let heartbeat = self.config().heartbeat_interval;
+        let leads = LeadTimes::of(wake, self.config().heartbeat_interval, interval);
         let config = SchedulerConfig {
             replicas: self.cluster.replicas,
             // The MDS fills in its gear groups' sizes.
@@ -421,9 +421,8 @@ impl ClusterFile {
             interval,
             day: VirtualDuration::from_secs(gear.day_s),
             origin: VirtualInstant::ZERO,
-            wake_lead: (wake + heartbeat + heartbeat)
-                .min(VirtualDuration::from_secs(gear.interval_s.saturating_sub(1))),
-            report_delay: heartbeat + heartbeat,
+            wake_lead: leads.wake_lead,
+            report_delay: leads.report_delay,
             headroom: gear.headroom,
             dwell: gear.dwell_s.map_or(interval, VirtualDuration::from_secs),
             quiet_intervals: gear.quiet_intervals,

@@ -9,9 +9,10 @@
 //! the window. The cluster is provisioned for the workload's peak: the capability's
 //! ratios are kept and scaled so that the peak interval needs exactly `servers`.
 
+use somnus_core::cluster::ClusterConfig;
 use somnus_core::gear::{
-    Capability, GearScheduler, Gearing, HourOfDay, Load, Policy, SchedulerConfig, even_sizes,
-    plan_for, servers_needed,
+    Capability, GearScheduler, Gearing, HourOfDay, LeadTimes, Load, Policy, SchedulerConfig,
+    even_sizes, plan_for, servers_needed,
 };
 use somnus_trace::synthetic::LoadWindow;
 use somnus_types::{VirtualDuration, VirtualInstant};
@@ -391,6 +392,8 @@ fn scheduler_run(
 ) -> Run {
     let interval = config.interval_s();
     let sizes = even_sizes(config.servers, config.replicas);
+    let heartbeat = ClusterConfig::sierra().heartbeat_interval;
+    let leads = LeadTimes::of(config.wake, heartbeat, VirtualDuration::from_secs(interval));
     let scheduler_config = SchedulerConfig {
         replicas: config.replicas,
         group_sizes: sizes.clone(),
@@ -401,8 +404,8 @@ fn scheduler_run(
         interval: VirtualDuration::from_secs(interval),
         day: VirtualDuration::from_secs(DAY_S),
         origin: VirtualInstant::ZERO,
-        wake_lead: config.wake.min(VirtualDuration::from_secs(interval.saturating_sub(1))),
-        report_delay: VirtualDuration::from_secs(1),
+        wake_lead: leads.wake_lead,
+        report_delay: leads.report_delay,
         headroom: config.headroom,
         dwell: config.dwell,
         quiet_intervals: config.quiet_intervals,

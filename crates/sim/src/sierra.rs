@@ -12,9 +12,12 @@
 
 use std::sync::Arc;
 
+use somnus_core::cluster::ClusterConfig;
 use somnus_core::gear::IoServerConfig;
 use somnus_core::gear::servers_needed;
-use somnus_core::gear::{Capability, Gearing as PlanGearing, Load, Policy, SchedulerConfig};
+use somnus_core::gear::{
+    Capability, Gearing as PlanGearing, LeadTimes, Load, Policy, SchedulerConfig,
+};
 use somnus_core::power::{PowerProfile, PowerState};
 use somnus_types::{VirtualDuration, VirtualInstant};
 
@@ -425,7 +428,8 @@ fn scheduler_config(
     timescale: u64,
 ) -> SchedulerConfig {
     let interval = VirtualDuration::from_secs(timescale);
-    let wake = config.profile.wake_duration();
+    let heartbeat = ClusterConfig::sierra().heartbeat_interval;
+    let leads = LeadTimes::of(config.profile.wake_duration(), heartbeat, interval);
     SchedulerConfig {
         replicas: config.replicas,
         group_sizes: Vec::new(),
@@ -436,11 +440,8 @@ fn scheduler_config(
         interval,
         day: VirtualDuration::from_secs(DAY_S),
         origin: VirtualInstant::ZERO,
-        // A rise is made early enough for the wake and a heartbeat after it.
-        wake_lead: (wake + VirtualDuration::from_secs(2))
-            .min(VirtualDuration::from_secs(timescale.saturating_sub(1))),
-        // A second's reports arrive with the heartbeats after it (1 s apart).
-        report_delay: VirtualDuration::from_secs(2),
+        wake_lead: leads.wake_lead,
+        report_delay: leads.report_delay,
         headroom: config.headroom,
         dwell: config.dwell_s.map_or(interval, VirtualDuration::from_secs),
         quiet_intervals: config.quiet_intervals,

@@ -15,7 +15,8 @@ pub use load::{Capability, Load, LoadMeter, LoadSample, servers_needed};
 pub use plan::{Gearing, PowerPlan, even_sizes, group_order, plan_for};
 pub use predictor::HourOfDay;
 pub use scheduler::{
-    Decision, GearMode, GearScheduler, Policy, Reason, SchedulerConfig, SchedulerCounters,
+    Decision, GearMode, GearScheduler, LeadTimes, Policy, Reason, SchedulerConfig,
+    SchedulerCounters,
 };
 
 #[cfg(test)]

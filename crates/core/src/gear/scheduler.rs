@@ -84,6 +84,35 @@ pub struct SchedulerConfig {
     pub forecast_margin: f64,
 }
 
+/// The scheduler's lead times on a cluster whose servers take `wake` to wake and
+/// heartbeat every `heartbeat`, gearing every `interval`: the one rule every shell
+/// uses (the runtime's MDS, the simulations, the gear study).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct LeadTimes {
+    /// A rise is made early enough for the wake and two heartbeats after it (the
+    /// first may leave just before the server is counted on), within the interval.
+    pub wake_lead: VirtualDuration,
+    /// A second's load reaches the MDS with the heartbeats after it: the second
+    /// heartbeat at the latest.
+    pub report_delay: VirtualDuration,
+}
+
+impl LeadTimes {
+    pub fn of(
+        wake: VirtualDuration,
+        heartbeat: VirtualDuration,
+        interval: VirtualDuration,
+    ) -> LeadTimes {
+        let two_heartbeats = heartbeat + heartbeat;
+        // Both shorter than the interval, as `SchedulerConfig::validate` asks.
+        let below_interval = interval.saturating_sub(VirtualDuration::from_secs(1));
+        LeadTimes {
+            wake_lead: (wake + two_heartbeats).min(below_interval),
+            report_delay: two_heartbeats.min(below_interval),
+        }
+    }
+}
+
 impl SchedulerConfig {
     /// An error naming the first field out of range.
     pub fn validate(&self) -> Result<(), String> {

@@ -292,3 +292,19 @@ fn an_origin_or_interval_off_whole_seconds_is_refused() {
     let odd = SchedulerConfig { interval, day, ..base };
     assert!(odd.validate().unwrap_err().contains("whole seconds"), "{:?}", odd.validate());
 }
+
+#[test]
+fn lead_times_are_the_wake_and_two_heartbeats_within_the_interval() {
+    let s = VirtualDuration::from_secs;
+    let leads = LeadTimes::of(s(13), s(1), s(3600));
+    assert_eq!(leads, LeadTimes { wake_lead: s(15), report_delay: s(2) });
+    // A wake as long as the interval is acted on a second before it at most.
+    let leads = LeadTimes::of(s(90), s(1), s(INTERVAL_S));
+    assert_eq!(leads, LeadTimes { wake_lead: s(INTERVAL_S - 1), report_delay: s(2) });
+    let config = SchedulerConfig {
+        wake_lead: leads.wake_lead,
+        report_delay: leads.report_delay,
+        ..config(Policy::Hybrid, Gearing::Fractional)
+    };
+    assert_eq!(config.validate(), Ok(()));
+}
