@@ -285,6 +285,9 @@ struct NameEntry {
 struct DataEntry {
     size_bytes: u64,
     chunk_groups: Vec<ChunkGroupId>,
+    /// Its chunk groups, each once, in order: a lookup sends their views (an object of
+    /// a large volume has hundreds of thousands of chunks in a few hundred groups).
+    groups: Vec<ChunkGroupId>,
     /// Allocated for this request, bound to no name yet, until the expiry (soft).
     pending: Option<((ClientId, u64), VirtualInstant)>,
 }

@@ -255,12 +255,28 @@ impl Mds {
         let entry: &NameEntry =
             self.names.get(name).ok_or_else(|| MetadataError::NoSuchObject(name.to_owned()))?;
         let data: Vec<ObjectRef> = entry.data.iter().map(|o| self.object_ref(*o)).collect();
-        Ok(self.describe(name.to_owned(), data, entry.attrs.clone(), entry.generation))
+        let groups = self.groups_of(&entry.data);
+        Ok(self.describe(name.to_owned(), data, groups, entry.attrs.clone(), entry.generation))
     }
 
     /// An allocated data object, described without a name.
     fn data_info(&self, object: ObjectId) -> ObjectInfo {
-        self.describe(String::new(), vec![self.object_ref(object)], Vec::new(), 0)
+        let groups = self.groups_of(&[object]);
+        self.describe(String::new(), vec![self.object_ref(object)], groups, Vec::new(), 0)
+    }
+
+    /// The chunk groups of `objects`, each once, in order.
+    fn groups_of(&self, objects: &[ObjectId]) -> Vec<ChunkGroupId> {
+        let mut groups: Vec<ChunkGroupId> = objects
+            .iter()
+            .filter_map(|o| self.data.get(o))
+            .flat_map(|d| d.groups.clone())
+            .collect();
+        if objects.len() > 1 {
+            groups.sort_unstable();
+            groups.dedup();
+        }
+        groups
     }
 
     fn object_ref(&self, object: ObjectId) -> ObjectRef {
@@ -275,13 +291,10 @@ impl Mds {
         &self,
         name: String,
         data: Vec<ObjectRef>,
+        groups: Vec<ChunkGroupId>,
         attrs: Vec<u8>,
         generation: u64,
     ) -> ObjectInfo {
-        let mut groups: Vec<ChunkGroupId> =
-            data.iter().flat_map(|d| d.chunk_groups.iter().copied()).collect();
-        groups.sort_unstable();
-        groups.dedup();
         let views: Vec<GroupView> = groups.into_iter().map(|g| self.view(g)).collect();
         let (object, size_bytes, chunk_groups) = match data.first() {
             Some(first) => (first.object, first.size_bytes, first.chunk_groups.clone()),
@@ -369,7 +382,10 @@ impl Mds {
             }
             None => self.named_bytes += size_bytes,
         }
-        self.data.insert(object, DataEntry { size_bytes, chunk_groups, pending });
+        let mut groups = chunk_groups.clone();
+        groups.sort_unstable();
+        groups.dedup();
+        self.data.insert(object, DataEntry { size_bytes, chunk_groups, groups, pending });
     }
 
     pub(super) fn apply_bind(

@@ -28,20 +28,24 @@ const PAGE: usize = 16;
 
 type Page = Box<[Block; PAGE]>;
 
-/// A chunk's blocks, from the first up to the page of the last one written.
+/// A chunk's blocks, from the first up to the page of the last one written, and how
+/// many are written (kept as they change: the orphan scan asks every chunk's).
 #[derive(Clone, Debug, Default)]
-pub(super) struct ChunkBlocks(Vec<Option<Page>>);
+pub(super) struct ChunkBlocks {
+    pages: Vec<Option<Page>>,
+    written: u64,
+}
 
 impl ChunkBlocks {
     /// How many blocks the pages reach (those past the last page are unwritten).
     pub(super) fn len(&self) -> usize {
-        self.0.len() * PAGE
+        self.pages.len() * PAGE
     }
 
     /// Block `index`; unwritten where no page holds it.
     pub(super) fn get(&self, index: u64) -> Block {
         let index = index as usize;
-        match self.0.get(index / PAGE) {
+        match self.pages.get(index / PAGE) {
             Some(Some(page)) => page[index % PAGE],
             _ => Block::default(),
         }
@@ -50,8 +54,10 @@ impl ChunkBlocks {
     /// Puts `block` at `index`, only where a page holds it already.
     pub(super) fn set(&mut self, index: u64, block: Block) {
         let index = index as usize;
-        if let Some(Some(page)) = self.0.get_mut(index / PAGE) {
-            page[index % PAGE] = block;
+        if let Some(Some(page)) = self.pages.get_mut(index / PAGE) {
+            let cell = &mut page[index % PAGE];
+            self.written = self.written + u64::from(block.written()) - u64::from(cell.written());
+            *cell = block;
         }
     }
 
@@ -75,7 +81,7 @@ impl ChunkBlocks {
             return 0;
         }
         let mut new = 0;
-        let pages = &mut self.0;
+        let pages = &mut self.pages;
         let last_page = (range.end as usize - 1) / PAGE;
         if pages.len() <= last_page {
             // The page table for the whole chunk at once (8 bytes a page): it is
@@ -94,13 +100,22 @@ impl ChunkBlocks {
                 painted(index);
             }
         }
+        self.written += new;
         new
     }
 
     /// Blocks written (a freed chunk's count goes from the store's total).
     pub(super) fn written(&self) -> u64 {
-        let pages = self.0.iter().flatten();
-        pages.map(|page| page.iter().filter(|b| b.written()).count() as u64).sum()
+        debug_assert_eq!(
+            self.written,
+            self.pages
+                .iter()
+                .flatten()
+                .map(|p| p.iter().filter(|b| b.written()).count() as u64)
+                .sum(),
+            "a chunk's count of written blocks"
+        );
+        self.written
     }
 }
 #[cfg(test)]
@@ -129,6 +144,9 @@ mod tests {
         assert_eq!(blocks.len(), 16);
         blocks.set(1, block(9, 90));
         assert_eq!(blocks.get(1), block(9, 90));
+        assert_eq!(blocks.written(), 6, "blocks 0..6 written, whatever painted or set them");
+        blocks.set(1, Block::default());
+        assert_eq!(blocks.written(), 5, "a block set back to unwritten");
     }
 
     #[test]
@@ -136,10 +154,10 @@ mod tests {
         let mut blocks = ChunkBlocks::default();
         blocks.paint(250..256, block(3, 30), 256, |_| {});
         assert_eq!(blocks.len(), 256);
-        let made = blocks.0.iter().filter(|page| page.is_some()).count();
+        let made = blocks.pages.iter().filter(|page| page.is_some()).count();
         assert_eq!(made, 1, "blocks 250..256 lie in the last page only");
         blocks.paint(15..17, block(4, 40), 256, |_| {});
-        let made = blocks.0.iter().filter(|page| page.is_some()).count();
+        let made = blocks.pages.iter().filter(|page| page.is_some()).count();
         assert_eq!(made, 3, "a write across a page boundary makes both pages");
         assert_eq!(blocks.get(16), block(4, 40));
         assert_eq!(blocks.get(14), Block::default());

@@ -165,6 +165,18 @@ pub struct ChunkStore {
     freed: BTreeSet<ObjectId>,
     /// Blocks held, over every chunk (`bytes_held`).
     blocks_held: u64,
+    /// Per object held: its blocks and its chunks in each group (the orphan scan's
+    /// answer, kept as chunks come and go rather than counted over every chunk at
+    /// every scan: a volume's object has hundreds of thousands).
+    held: BTreeMap<ObjectId, ObjectHeld>,
+}
+
+/// What the store holds of one object.
+#[derive(Clone, Debug, Default)]
+struct ObjectHeld {
+    blocks: u64,
+    /// Chunks held, by group.
+    chunks: BTreeMap<ChunkGroupId, u32>,
 }
 
 /// The blocks `range` covers, as indices (ranges are block-aligned).
@@ -213,6 +225,7 @@ impl ChunkStore {
             corrupt: BTreeSet::new(),
             freed: BTreeSet::new(),
             blocks_held: 0,
+            held: BTreeMap::new(),
         }
     }
 
@@ -364,15 +377,10 @@ impl ChunkStore {
                 // Freed while the write was under way: its blocks went with the free.
                 continue;
             }
-            let record = self.chunks.entry(run.chunk).or_insert_with(|| ChunkRecord {
-                group: run.group,
-                blocks: ChunkBlocks::default(),
-            });
             let painted = Block { version: run.version, stamp: run.stamp };
             let blocks =
                 run.blocks.start.min(self.chunk_blocks)..run.blocks.end.min(self.chunk_blocks);
-            self.blocks_held +=
-                record.blocks.paint(blocks.clone(), painted, self.chunk_blocks, |_| {});
+            self.paint_blocks(run.group, run.chunk, blocks.clone(), painted);
             if !self.corrupt.is_empty() {
                 for block in blocks {
                     self.corrupt.remove(&(run.chunk, block));
@@ -564,12 +572,26 @@ impl ChunkStore {
         version: Version,
         stamp: Stamp,
     ) {
-        let record = self
-            .chunks
-            .entry(chunk)
-            .or_insert_with(|| ChunkRecord { group, blocks: ChunkBlocks::default() });
-        let block = Block { version, stamp };
-        self.blocks_held += record.blocks.paint(index..index + 1, block, self.chunk_blocks, |_| {});
+        self.paint_blocks(group, chunk, index..index + 1, Block { version, stamp });
+    }
+
+    /// Paints `block` on `blocks` of `chunk` (made in `group` if new), counting the
+    /// blocks newly written.
+    fn paint_blocks(
+        &mut self,
+        group: ChunkGroupId,
+        chunk: ChunkId,
+        blocks: std::ops::Range<u64>,
+        block: Block,
+    ) {
+        let held = self.held.entry(chunk.object).or_default();
+        let record = self.chunks.entry(chunk).or_insert_with(|| {
+            *held.chunks.entry(group).or_default() += 1;
+            ChunkRecord { group, blocks: ChunkBlocks::default() }
+        });
+        let new = record.blocks.paint(blocks, block, self.chunk_blocks, |_| {});
+        self.blocks_held += new;
+        held.blocks += new;
     }
 
     /// Restart: `group` is fenced at `epoch` and holds `unstable`, as the shell's
@@ -615,6 +637,7 @@ impl ChunkStore {
                     self.blocks_held -= record.blocks.written();
                 }
             }
+            self.held.remove(object);
             if !self.corrupt.is_empty() {
                 self.corrupt.retain(|(chunk, _)| chunk.object != *object);
             }
@@ -654,26 +677,27 @@ impl ChunkStore {
         after: ObjectId,
         most: usize,
     ) -> Vec<(ObjectId, Vec<ChunkGroupId>, u64)> {
-        let from =
-            ChunkId { object: ObjectId(after.0.saturating_add(1)), chunk: super::ChunkIndex(0) };
-        let mut out: Vec<(ObjectId, Vec<ChunkGroupId>, u64)> = Vec::new();
-        for (chunk, record) in self.chunks.range(from..) {
-            let bytes = record.blocks.written() * BLOCK_BYTES;
-            let same = out.last().is_some_and(|(object, _, _)| *object == chunk.object);
-            if !same && out.len() == most {
-                break;
-            }
-            if !same {
-                out.push((chunk.object, Vec::new(), 0));
-            }
-            if let Some((_, groups, held)) = out.last_mut() {
-                if !groups.contains(&record.group) {
-                    groups.push(record.group);
-                }
-                *held += bytes;
-            }
+        #[cfg(feature = "expensive-checks")]
+        self.check_held();
+        let from = ObjectId(after.0.saturating_add(1));
+        let held = self.held.range(from..).take(most);
+        let of = |held: &ObjectHeld| held.chunks.keys().copied().collect();
+        held.map(|(object, held)| (*object, of(held), held.blocks * BLOCK_BYTES)).collect()
+    }
+
+    /// Asserts that what is counted per object held is what its chunks hold. O(n):
+    /// run under `expensive-checks`.
+    #[cfg(any(test, feature = "expensive-checks"))]
+    fn check_held(&self) {
+        let mut scanned: BTreeMap<ObjectId, (u64, BTreeMap<ChunkGroupId, u32>)> = BTreeMap::new();
+        for (chunk, record) in &self.chunks {
+            let (blocks, chunks) = scanned.entry(chunk.object).or_default();
+            *blocks += record.blocks.written();
+            *chunks.entry(record.group).or_default() += 1;
         }
-        out
+        let counted: BTreeMap<ObjectId, (u64, BTreeMap<ChunkGroupId, u32>)> =
+            self.held.iter().map(|(o, h)| (*o, (h.blocks, h.chunks.clone()))).collect();
+        assert_eq!(counted, scanned, "the store's count of what it holds per object");
     }
 
     /// Forgets the unstable writes of `group` up to `stable` (its primary knows them
@@ -802,6 +826,35 @@ mod tests {
         disk.write(&store.repair(CHUNK, range, &intact));
         let repaired = disk.serve(&mut store, range).unwrap();
         assert_eq!(repaired[0].data.bytes().map(|b| b[0]), Some(0xcc));
+    }
+
+    /// The orphan scan's answer comes from counts kept as chunks come and go: each
+    /// object held with its chunks' groups and bytes, until it is freed.
+    #[test]
+    fn what_is_held_per_object_follows_writes_and_frees() {
+        let mut store = ChunkStore::new(CHUNK_BYTES);
+        let at = |object: u64, chunk: u32, start: u64, blocks: u64, version: u64| UnstableWrite {
+            chunk: ChunkId { object: ObjectId(object), chunk: ChunkIndex(chunk) },
+            ..write(start, blocks, version, version)
+        };
+        store.apply(GROUP, at(1, 0, 0, 2, 1), Version(0));
+        store.apply(ChunkGroupId(3), at(1, 1, 4, 1, 2), Version(0));
+        // Over blocks already written: one block more, not two.
+        store.apply(GROUP, at(1, 0, 1, 2, 3), Version(0));
+        store.apply(ChunkGroupId(2), at(7, 0, 0, 1, 4), Version(0));
+        store.check_held();
+        let held = store.objects_held(ObjectId(0), 10);
+        let expected = vec![
+            (ObjectId(1), vec![GROUP, ChunkGroupId(3)], 4 * BLOCK_BYTES),
+            (ObjectId(7), vec![ChunkGroupId(2)], BLOCK_BYTES),
+        ];
+        assert_eq!(held, expected);
+        assert_eq!(store.objects_held(ObjectId(1), 10), expected[1..], "after object 1");
+        assert_eq!(store.objects_held(ObjectId(0), 1), expected[..1], "one at most");
+        store.free(&[ObjectId(1)]);
+        store.check_held();
+        assert_eq!(store.objects_held(ObjectId(0), 10), expected[1..]);
+        assert_eq!(store.bytes_held(), BLOCK_BYTES);
     }
 
     /// A read whose blocks a write landed on while it was under way is told so: the

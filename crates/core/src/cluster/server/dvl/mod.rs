@@ -15,6 +15,7 @@
 //! serves (the same adoption as a replica's unstable writes).
 
 mod extents;
+mod reads;
 
 use std::collections::BTreeMap;
 
@@ -25,6 +26,7 @@ use super::{Broken, Server};
 use crate::cluster::mds::mix;
 use crate::cluster::{DvlHandoff, Epoch, LogRecord, LoggedExtent, Message, Peer, UnstableWrite};
 use extents::{Extent, Extents, first_record_of};
+use reads::Reads;
 
 /// One logger as a primary sees it: writes queued, one batch in flight (so the logger
 /// appends the owner's versions in order, D1), and the newest version queued.
@@ -128,7 +130,7 @@ pub(super) struct Dvl {
     view_seq: u64,
     view_change: Option<(u64, Vec<ServerId>, VirtualInstant)>,
     recovery: Option<Recovery>,
-    reads: BTreeMap<LogRecord, Read>,
+    reads: Reads,
     extents: Extents,
     links: BTreeMap<ServerId, Link>,
     /// When the MDS was last asked to wake the replicas: a write found no loggers (P4).
@@ -178,8 +180,7 @@ impl Dvl {
 
     /// Recovered and every recovered record read back: the primary may serve.
     pub(super) fn ready(&self) -> bool {
-        self.recovery.as_ref().is_none_or(|r| r.complete)
-            && !self.reads.values().any(|r| r.purpose == Purpose::Adopt)
+        self.recovery.as_ref().is_none_or(|r| r.complete) && self.reads.count(Purpose::Adopt) == 0
     }
 
     /// Nothing logged, nothing under way: the simulation's end check.
@@ -240,14 +241,14 @@ impl Dvl {
         let lacking: Vec<LogRecord> =
             self.lacking(own, chunk, range).map(|(record, _)| *record).collect();
         for record in &lacking {
-            self.reads.entry(*record).or_insert(Read::new(Purpose::Reclaim, now));
+            self.reads.start(*record, Purpose::Reclaim, now);
         }
         lacking
     }
 
     /// Whether `record` is being read back from a logger.
     pub(super) fn reading(&self, record: &LogRecord) -> bool {
-        self.reads.contains_key(record)
+        self.reads.contains(record)
     }
 
     /// The state handed to the next primary with the lease (Sierra 3.3.2).
@@ -265,7 +266,7 @@ impl Dvl {
     /// The earliest time a message of the DVL is due again, or none.
     pub(super) fn oldest_sent(&self) -> Option<VirtualInstant> {
         let links = self.links.values().filter_map(|l| l.sent_at);
-        let reads = self.reads.values().map(|r| r.sent_at);
+        let reads = self.reads.oldest_sent();
         let invalidations = self.extents.oldest_invalidation_sent();
         let view = self.view_change.iter().map(|(_, _, at)| *at);
         let recovery = self.recovery.iter().map(|r| r.sent_at);
@@ -416,7 +417,7 @@ impl Server {
             let extent = led.dvl.extents.entry(record);
             add(&mut extent.holders, loggers.iter().copied());
             add(&mut extent.loggers, loggers);
-            led.dvl.reads.insert(record, Read::new(Purpose::Adopt, now));
+            led.dvl.reads.restart(record, Purpose::Adopt, now);
         }
         self.send_reads(group, false);
         self.admit(group);
@@ -431,27 +432,24 @@ impl Server {
         let replicas = &led.replicas;
         let mut batches: BTreeMap<ServerId, Vec<LogRecord>> = BTreeMap::new();
         let mut gone = Vec::new();
-        for (record, read) in led.dvl.reads.iter_mut() {
-            let late = read.sent_at.saturating_add(retry) <= now;
-            if late_only && !late {
-                continue;
-            }
-            if !read.asked.is_empty() && !late_only {
-                continue;
-            }
-            let Some(extent) = led.dvl.extents.get(record) else {
-                gone.push(*record);
+        // The reads not sent yet, or (on the timer) those late: never every read.
+        let candidates =
+            if late_only { led.dvl.reads.late(now, retry) } else { led.dvl.reads.unsent() };
+        for record in candidates {
+            let Some(extent) = led.dvl.extents.get(&record) else {
+                gone.push(record);
                 continue;
             };
+            let Some(read) = led.dvl.reads.get(&record) else { continue };
             if extent.holders.iter().all(|l| lost.contains(l) || read.empty_at.contains(l)) {
                 // R3: every copy in the log is gone with its logger, or shows no byte
                 // (a holder declared lost after the others answered empty counts
                 // here, not only at an answer); as when no holder shows a byte, the
                 // record is done with (the replicas decide).
-                if let Some(extent) = led.dvl.extents.get_mut(record) {
+                if let Some(extent) = led.dvl.extents.get_mut(&record) {
                     extent.applied = replicas.clone();
                 }
-                gone.push(*record);
+                gone.push(record);
                 continue;
             }
             let up: Vec<ServerId> =
@@ -464,14 +462,16 @@ impl Server {
             let Some(logger) = next else {
                 // Every holder up is down or answered empty: try again after the
                 // retry interval.
-                read.sent_at = now;
+                led.dvl.reads.update(&record, |read| read.sent_at = now);
                 continue;
             };
-            read.asked.retain(|l| *l != logger);
-            read.asked.push(logger);
-            read.sent_at = backoff(now, retry, read.sends);
-            read.sends += 1;
-            batches.entry(logger).or_default().push(*record);
+            led.dvl.reads.update(&record, |read| {
+                read.asked.retain(|l| *l != logger);
+                read.asked.push(logger);
+                read.sent_at = backoff(now, retry, read.sends);
+                read.sends += 1;
+            });
+            batches.entry(logger).or_default().push(record);
         }
         for record in gone {
             led.dvl.reads.remove(&record);
@@ -497,7 +497,7 @@ impl Server {
         let lost = self.lost.clone();
         for (record, write) in writes {
             let Some(led) = self.led.get_mut(&group) else { return };
-            let Some(read) = led.dvl.reads.get_mut(&record) else { continue };
+            let Some(read) = led.dvl.reads.get(&record) else { continue };
             if !read.asked.contains(&logger) {
                 continue;
             }
@@ -506,19 +506,23 @@ impl Server {
                 // No byte of it is visible at this holder: ask the next one; when no
                 // holder shows a byte, newer writes the same primary logged over all of it
                 // were applied everywhere and invalidated (it is superseded).
-                add(&mut read.empty_at, [logger]);
-                let read = &*read;
-                let tried_all = led.dvl.extents.get(&record).is_none_or(|e| {
-                    // A lost holder's copy is gone: the others decide.
-                    e.holders.iter().all(|l| read.empty_at.contains(l) || lost.contains(l))
+                let extents = &led.dvl.extents;
+                let tried_all = led.dvl.reads.update(&record, |read| {
+                    add(&mut read.empty_at, [logger]);
+                    let tried_all = extents.get(&record).is_none_or(|e| {
+                        // A lost holder's copy is gone: the others decide.
+                        e.holders.iter().all(|l| read.empty_at.contains(l) || lost.contains(l))
+                    });
+                    if !tried_all {
+                        read.sent_at = VirtualInstant::ZERO;
+                    }
+                    tried_all
                 });
-                if tried_all {
+                if tried_all == Some(true) {
                     led.dvl.reads.remove(&record);
                     if let Some(extent) = led.dvl.extents.get_mut(&record) {
                         extent.applied = replicas.clone();
                     }
-                } else if let Some(read) = led.dvl.reads.get_mut(&record) {
-                    read.sent_at = VirtualInstant::ZERO;
                 }
                 continue;
             };
@@ -872,7 +876,7 @@ impl Server {
             self.send_reads(group, false);
             return;
         }
-        let reclaiming = led.dvl.reads.values().filter(|r| r.purpose == Purpose::Reclaim).count()
+        let reclaiming = led.dvl.reads.count(Purpose::Reclaim)
             + led.dvl.extents.reclaims_in_flight(now, timeout);
         if reclaiming >= max || !led.dvl.ready() {
             return;
@@ -884,14 +888,14 @@ impl Server {
             .dvl
             .extents
             .lacking(&ready, down)
-            .filter(|(record, _)| !reads.contains_key(record))
+            .filter(|(record, _)| !reads.contains(record))
             .filter(|(record, _)| !pending.contains_key(&record.version))
             .filter(|(_, e)| !writing(e))
             .map(|(record, _)| *record)
             .take(max - reclaiming)
             .collect();
         for record in wanted {
-            led.dvl.reads.insert(record, Read::new(Purpose::Reclaim, now));
+            led.dvl.reads.start(record, Purpose::Reclaim, now);
         }
         self.send_reads(group, false);
     }
@@ -973,6 +977,7 @@ impl Server {
         #[cfg(feature = "expensive-checks")]
         if let Some(led) = self.led.get(&group) {
             led.dvl.extents.check_indexes();
+            led.dvl.reads.check_indexes();
         }
     }
 
