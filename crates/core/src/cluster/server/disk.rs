@@ -67,7 +67,7 @@ pub enum DiskError {
     Io(String),
 }
 
-/// A disk I/O of the server's: issued, or (a change) waiting for an overlapping one.
+/// A disk I/O of the server's: issued, or waiting for an overlapping change.
 #[derive(Debug)]
 pub(super) struct InFlight {
     pub(super) io: Io,
@@ -79,8 +79,8 @@ pub(super) struct InFlight {
     background: bool,
 }
 
-/// The block ranges of changes issued and not done, per chunk, and the changes
-/// waiting for one of them.
+/// The block ranges of changes issued and not done, per chunk, and the changes and
+/// reads waiting for one of them.
 #[derive(Debug, Default)]
 pub(super) struct Changing {
     issued: BTreeMap<ChunkId, Vec<ByteRange>>,
@@ -168,7 +168,11 @@ impl Server {
     }
 
     /// Issues `io` (`bytes` at `position`, where the simulator's disk model places
-    /// it), or holds a change back while an overlapping one is under way.
+    /// it), or holds it back while a change overlapping it is under way: a change
+    /// until that one is done, and a read too, since it would find blocks the store
+    /// does not hold yet and go round again, at once where a shell answers from its
+    /// cache, without end and without the event loop ever taking the change's
+    /// completion (a server's heartbeats stopped so in the runtime).
     pub(super) fn disk_with(
         &mut self,
         io: Io,
@@ -177,7 +181,8 @@ impl Server {
         bytes: u64,
         background: bool,
     ) {
-        let changed = io.blocks_changed(self.config.chunk_size_bytes);
+        let chunk_bytes = self.config.chunk_size_bytes;
+        let changed = io.blocks_changed(chunk_bytes).or_else(|| io.blocks_read(chunk_bytes));
         let entry = InFlight { io, change: None, position, bytes, write, background };
         let Some(key) = self.ios.insert(entry) else {
             unreachable!("more than {} disk I/Os in flight", super::IOS_MAX);
@@ -225,13 +230,15 @@ impl Server {
         entry
     }
 
-    /// Issues the changes of `chunk` that waited and overlap none under way now, in
-    /// order (a later one waits for an earlier one it overlaps).
+    /// Issues the changes and reads of `chunk` that waited and overlap no change under
+    /// way now, in order (a later one waits for an earlier change it overlaps).
     fn issue_waiting(&mut self, chunk: ChunkId) {
         let chunk_bytes = self.config.chunk_size_bytes;
         let waiting = std::mem::take(&mut self.disk.waiting);
         for io in waiting {
-            let target = self.ios.get(Key(io.0)).and_then(|e| e.io.blocks_changed(chunk_bytes));
+            let target = self.ios.get(Key(io.0)).and_then(|e| {
+                e.io.blocks_changed(chunk_bytes).or_else(|| e.io.blocks_read(chunk_bytes))
+            });
             match target {
                 Some((c, range)) if c == chunk && !self.disk.overlaps(c, range) => self.issue(io),
                 Some(_) => self.disk.waiting.push_back(io),
