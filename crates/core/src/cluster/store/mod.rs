@@ -857,6 +857,19 @@ mod tests {
         assert_eq!(store.bytes_held(), BLOCK_BYTES);
     }
 
+    /// The check of the counts per object fails on a count that missed a change.
+    #[test]
+    #[should_panic(expected = "the store's count of what it holds per object")]
+    fn a_count_held_that_missed_a_write_is_caught() {
+        let mut store = ChunkStore::new(CHUNK_BYTES);
+        store.apply(GROUP, write(0, 2, 1, 1), Version(0));
+        // Blocks painted behind the count's back.
+        if let Some(record) = store.chunks.get_mut(&CHUNK) {
+            record.blocks.paint(4..6, Block { version: Version(2), stamp: Stamp(2) }, 256, |_| {});
+        }
+        store.check_held();
+    }
+
     /// A read whose blocks a write landed on while it was under way is told so: the
     /// headers it found are not those of the pieces it was issued for.
     #[test]
