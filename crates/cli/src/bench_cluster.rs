@@ -162,7 +162,7 @@ pub(crate) fn run(args: &BenchClusterArgs) -> Result<()> {
 
 fn measure(args: &BenchClusterArgs, servers: u32, check: bool) -> Result<Measured> {
     let spec = spec(args, servers, check);
-    if let Err(error) = spec.layout(1) {
+    if let Err(error) = spec.validate(1) {
         bail!("--servers {servers}: {error}");
     }
     let mut runs = Vec::new();
@@ -273,7 +273,7 @@ fn run_child(args: &BenchClusterArgs, seed: u64) -> Result<()> {
         bail!("--child-seed takes one --servers size and --check on or off");
     };
     let spec = spec(args, servers, args.check == "on");
-    if let Err(error) = spec.layout(seed) {
+    if let Err(error) = spec.validate(seed) {
         bail!("--servers {servers}: {error}");
     }
     let run = SeedRun::measure(&spec, seed)?;

@@ -1,9 +1,10 @@
 //! `somnus replay`: a block trace replayed open-loop against the running cluster, as
 //! the papers' testbeds did (Sierra 4.3): each block device becomes an object of the
 //! cluster (`replay/<volume>`, 1 MiB chunks), each request is issued at its trace time
-//! divided by the time scale, requests that overlap one still in flight on the same
-//! device wait for it (in arrival order), and the read and write latencies, errors
-//! and energy are reported in the simulator's shape (`somnus sim replay --json`).
+//! divided by the time scale and let go by the core's `ReplayAdmission` (requests
+//! that overlap one still in flight on the same device wait for it, in arrival order;
+//! at most 4096 in flight), and the read and write latencies, errors and energy are
+//! reported in the simulator's shape (`somnus sim replay --json`).
 
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex, PoisonError};
@@ -13,22 +14,22 @@ use anyhow::{Context, Result, bail};
 use bytes::Bytes;
 use clap::Args;
 use hdrhistogram::Histogram;
+use somnus_core::cluster::replay::{IN_FLIGHT_MAX, ReplayAdmission};
 use somnus_runtime::client::ClusterClient;
 use somnus_runtime::cluster_file::ClusterFile;
 use somnus_runtime::http;
 use somnus_runtime::status::ServerReport;
-use somnus_sim::cluster::{GearAt, ReplaceAt, ReplayKind, TraceWorkload};
+use somnus_sim::cluster::{GearAt, ReplaceAt, ReplayKind, TraceOp, TraceWorkload};
 use somnus_trace::TraceSet;
-use somnus_types::{ByteRange, VirtualDuration};
+use somnus_types::VirtualDuration;
 use somnus_wire::ClusterSecret;
-use tokio::sync::watch;
 use tokio::time::Instant;
 
 use crate::cluster_cmd::{ClusterArg, load, runtime};
 use crate::trace_cmd::InputArgs;
 
-/// Requests in flight at most; past it the replay falls behind (and says so).
-const IN_FLIGHT_MAX: usize = 4096;
+/// Later than this past its time, a request counts as issued late.
+const LATE: Duration = Duration::from_millis(100);
 
 #[derive(Args)]
 pub(crate) struct ReplayArgs {
@@ -270,8 +271,10 @@ async fn shift_gears(
     Ok(())
 }
 
-/// Issues every request at its time (trace time over `scale` from `start`); returns
-/// the tally, the requests issued over 100 ms late, and those not finished.
+/// Issues every request at its time (trace time over `scale` from `start`) as the
+/// core's [`ReplayAdmission`] lets it go; returns the tally, the requests that went
+/// over 100 ms late (the replay fell behind, or the request queued for a place), and
+/// those not finished.
 async fn replay(
     client: ClusterClient,
     workload: TraceWorkload,
@@ -281,87 +284,110 @@ async fn replay(
     let client = Arc::new(client);
     let names: Arc<Vec<String>> =
         Arc::new(workload.devices.iter().map(|(name, _)| name.clone()).collect());
-    let ops = workload.ops;
+    let ops = Arc::new(workload.ops);
     let tally = Arc::new(Mutex::new(Tally {
         read: latency_histogram(),
         write: latency_histogram(),
         ..Tally::default()
     }));
-    // Per device: the ops in flight, each with a watch that turns true when done.
-    let mut in_flight: Vec<Vec<(ByteRange, watch::Receiver<bool>)>> = vec![Vec::new(); names.len()];
-    let limit = Arc::new(tokio::sync::Semaphore::new(IN_FLIGHT_MAX));
+    let mut admission = ReplayAdmission::new(names.len(), IN_FLIGHT_MAX);
+    // Bounded by the requests issued at once: a send never waits.
+    let (done_tx, mut done_rx) = tokio::sync::mpsc::channel::<u64>(IN_FLIGHT_MAX);
+    let arrival = |n: usize| start + Duration::from_secs_f64(ops[n].at.as_secs_f64() / scale);
     let (mut late, total) = (0u64, ops.len() as u64);
-    let mut tasks = Vec::with_capacity(ops.len());
+    let mut next = 0;
     let mut next_note = start + Duration::from_secs(10);
-    for (n, op) in ops.into_iter().enumerate() {
-        let at = Duration::from_secs_f64(op.at.as_secs_f64() / scale);
-        tokio::time::sleep_until(start + at).await;
-        let Ok(permit) = limit.clone().acquire_owned().await else { break };
-        if start.elapsed() > at + Duration::from_millis(100) {
-            late += 1;
-        }
-        let device = &mut in_flight[op.device as usize];
-        device.retain(|(_, done)| !*done.borrow());
-        let waits: Vec<watch::Receiver<bool>> = device
-            .iter()
-            .filter(|(range, _)| range.start < op.range.end && op.range.start < range.end)
-            .map(|(_, done)| done.clone())
-            .collect();
-        let (done_tx, done_rx) = watch::channel(false);
-        device.push((op.range, done_rx));
-        let (client, shared, names) = (client.clone(), tally.clone(), names.clone());
-        let arrived = start + at;
-        tasks.push(tokio::spawn(async move {
-            for mut wait in waits {
-                let _ = wait.wait_for(|done| *done).await;
-            }
-            let name = &names[op.device as usize];
-            let result = match op.kind {
-                ReplayKind::Read => client.read(name, op.range).await.map(drop),
-                ReplayKind::Write => {
-                    let data = Bytes::from(vec![(n % 251) as u8; op.range.size_bytes() as usize]);
-                    client.write(name, op.range.start, data).await
-                }
-                ReplayKind::Replace => match client.delete(name).await {
-                    Ok(()) => client.create(name, op.range.end).await.map(drop),
-                    Err(error) => Err(error),
-                },
-            };
-            let micros = arrived.elapsed().as_micros() as u64;
-            let mut tally = shared.lock().unwrap_or_else(PoisonError::into_inner);
-            tally.done += 1;
-            match result {
-                Ok(()) => {
-                    let histogram = match op.kind {
-                        ReplayKind::Read => tally.read.as_mut(),
-                        ReplayKind::Write => tally.write.as_mut(),
-                        ReplayKind::Replace => None,
-                    };
-                    if let Some(h) = histogram {
-                        h.saturating_record(micros.max(1));
+    loop {
+        let ready = if next < ops.len() {
+            let at = arrival(next);
+            tokio::select! {
+                biased;
+                Some(done) = done_rx.recv() => admission.done(done),
+                () = tokio::time::sleep_until(at) => {
+                    if at.elapsed() > LATE {
+                        late += 1;
                     }
-                }
-                Err(error) => {
-                    tally.errors += 1;
-                    tally.first_error.get_or_insert_with(|| format!("{name}: {error}"));
+                    let op = &ops[next];
+                    let queued = admission.queued();
+                    let ready = admission.arrive(next as u64, op.device, op.range);
+                    late += (admission.queued() > queued) as u64;
+                    next += 1;
+                    ready
                 }
             }
-            drop(tally);
-            let _ = done_tx.send(true);
-            drop(permit);
-        }));
+        } else if admission.in_flight() > 0 {
+            match done_rx.recv().await {
+                Some(done) => admission.done(done),
+                None => break,
+            }
+        } else {
+            break;
+        };
+        let ready = match ready {
+            Ok(ready) => ready,
+            Err(error) => unreachable!("the replay named a request wrongly: {error}"),
+        };
+        for n in ready {
+            let (client, tally, names, ops) =
+                (client.clone(), tally.clone(), names.clone(), ops.clone());
+            let (done, arrived) = (done_tx.clone(), arrival(n as usize));
+            tokio::spawn(async move {
+                issue(&client, &names, &ops, n as usize, arrived, &tally).await;
+                let _ = done.send(n).await;
+            });
+        }
         if Instant::now() >= next_note {
             next_note += Duration::from_secs(10);
             let done = tally.lock().unwrap_or_else(PoisonError::into_inner).done;
-            noteln!("  {done} of {total} requests done, {} issued", n + 1);
+            noteln!("  {done} of {total} requests done, {next} issued");
         }
-    }
-    for task in tasks {
-        let _ = task.await;
     }
     let tally = std::mem::take(&mut *tally.lock().unwrap_or_else(PoisonError::into_inner));
     let unfinished = total - tally.done;
     (tally, late, unfinished)
+}
+
+/// Request `n` of the trace, issued; its outcome tallied (latency from `arrived`).
+async fn issue(
+    client: &ClusterClient,
+    names: &[String],
+    ops: &[TraceOp],
+    n: usize,
+    arrived: Instant,
+    tally: &Mutex<Tally>,
+) {
+    let op = ops[n];
+    let name = &names[op.device as usize];
+    let result = match op.kind {
+        ReplayKind::Read => client.read(name, op.range).await.map(drop),
+        ReplayKind::Write => {
+            let data = Bytes::from(vec![(n % 251) as u8; op.range.size_bytes() as usize]);
+            client.write(name, op.range.start, data).await
+        }
+        ReplayKind::Replace => match client.delete(name).await {
+            Ok(()) => client.create(name, op.range.end).await.map(drop),
+            Err(error) => Err(error),
+        },
+    };
+    let micros = arrived.elapsed().as_micros() as u64;
+    let mut tally = tally.lock().unwrap_or_else(PoisonError::into_inner);
+    tally.done += 1;
+    match result {
+        Ok(()) => {
+            let histogram = match op.kind {
+                ReplayKind::Read => tally.read.as_mut(),
+                ReplayKind::Write => tally.write.as_mut(),
+                ReplayKind::Replace => None,
+            };
+            if let Some(h) = histogram {
+                h.saturating_record(micros.max(1));
+            }
+        }
+        Err(error) => {
+            tally.errors += 1;
+            tally.first_error.get_or_insert_with(|| format!("{name}: {error}"));
+        }
+    }
 }
 
 fn report(

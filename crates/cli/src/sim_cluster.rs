@@ -110,13 +110,6 @@ fn parse_seeds(text: &str) -> Result<RangeInclusive<u64>, String> {
 }
 
 pub(crate) fn run(args: &ClusterArgs) -> Result<()> {
-    if args.racks < args.replicas {
-        bail!(
-            "--racks {} is below --replicas {}: replicas need distinct racks",
-            args.racks,
-            args.replicas
-        );
-    }
     let broken = args.broken.map(|b| match b {
         BrokenChoice::AckAfterOneReplica => Broken::AckAfterOneReplica,
         BrokenChoice::SkipEpochCheck => Broken::SkipEpochCheck,
@@ -143,7 +136,7 @@ pub(crate) fn run(args: &ClusterArgs) -> Result<()> {
         },
         ..ClusterSpec::small()
     };
-    if let Err(error) = spec.layout(*args.seeds.start()) {
+    if let Err(error) = spec.validate(*args.seeds.start()) {
         bail!(
             "--servers {} --replicas {} --racks {}: {error}",
             spec.servers,

@@ -555,7 +555,7 @@ fn a_user_error_prints_one_line_and_no_backtrace() {
         ),
         (&["layout", "analyze", "--servers", "31"], "multiple of the replica count"),
         (&["layout", "analyze", "--servers", "9", "--racks", "2"], "2 racks cannot hold"),
-        (&["sim", "cluster", "--racks", "2"], "below --replicas 3"),
+        (&["sim", "cluster", "--racks", "2"], "--racks 2: 2 racks cannot hold 3 replicas"),
         (&["sim", "gear", "--load", "missing.csv"], "missing.csv"),
         (&["sim", "gear", "--load", topology.to_str().unwrap()], "expected a header starting with"),
         (&["trace", "generate-load", "-o", "/nonexistent/dir/load.csv"], "writing /nonexistent"),

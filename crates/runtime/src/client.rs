@@ -15,7 +15,7 @@ use somnus_core::cluster::client::{
 };
 use somnus_core::cluster::{
     BindCondition, ChunkId, ClientId, ListedObject, ObjectInfo, ObjectRef, Payload, Peer, Piece,
-    Stamp,
+    Stamp, Stamps,
 };
 use somnus_types::{ByteRange, ObjectId, Version};
 use somnus_wire::ClusterSecret;
@@ -84,7 +84,7 @@ enum Target<'a> {
 pub struct ClusterClient {
     submit: mpsc::Sender<Submitted>,
     id: ClientId,
-    stamps: Arc<std::sync::atomic::AtomicU64>,
+    stamps: Arc<std::sync::Mutex<Stamps>>,
     chunk_size_bytes: u64,
     /// How long one operation may take: the core ends it then, and forgets it.
     pub deadline: std::time::Duration,
@@ -98,9 +98,7 @@ impl ClusterClient {
     ) -> Result<ClusterClient, ClientError> {
         let mut id = [0u8; 4];
         getrandom::fill(&mut id).map_err(|e| ClientError::Entropy(e.to_string()))?;
-        // Ids with the top bit set are the runtime's clients (the simulator counts
-        // its clients from 0).
-        let id = ClientId(u32::from_le_bytes(id) | 1 << 31);
+        let id = ClientId::drawn(id);
         let identity = Arc::new(Identity::on(file.cluster.wire, Peer::Client(id), secret)?);
         let (inbox_tx, inbox) = mpsc::channel(1024);
         let outbox =
@@ -112,7 +110,7 @@ impl ClusterClient {
         Ok(ClusterClient {
             submit,
             id,
-            stamps: Arc::default(),
+            stamps: Arc::new(std::sync::Mutex::new(Stamps::of(id))),
             chunk_size_bytes: file.cluster.chunk_size_bytes,
             deadline: std::time::Duration::from_secs(60),
         })
@@ -236,10 +234,9 @@ impl ClusterClient {
         }
     }
 
-    /// A stamp no other write of this client carries: the client's id and a count.
+    /// A stamp no other write carries (the core's [`Stamps`]).
     fn stamp(&self) -> Stamp {
-        let n = self.stamps.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-        Stamp(u64::from(self.id.0) << 32 | (n & 0xffff_ffff))
+        self.stamps.lock().unwrap_or_else(std::sync::PoisonError::into_inner).mint()
     }
 
     /// Writes `data` at `offset` (both whole blocks), acknowledged once every replica

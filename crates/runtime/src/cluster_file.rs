@@ -299,13 +299,7 @@ impl ClusterFile {
         }
         self.server_profile().map_err(|e| e.to_string())?;
         self.scheduler_config()?;
-        if self.cluster.chunk_size_bytes == 0 || !self.cluster.chunk_size_bytes.is_multiple_of(4096)
-        {
-            return Err(format!(
-                "chunk_size_bytes must be a positive multiple of 4096, not {}",
-                self.cluster.chunk_size_bytes
-            ));
-        }
+        self.config().validate()?;
         self.layout().map(|_| ()).map_err(|e| e.to_string())
     }
 

@@ -406,7 +406,7 @@ pub fn replay_geared(
     config.validate()?;
     let capability = measured_capability(&DiskModel::new(&crate::cluster::disk_mechanics()));
     let spec = cluster_spec(config, servers);
-    spec.layout(config.seed).map_err(|error| format!("{servers} servers: {error}"))?;
+    spec.validate(config.seed).map_err(|error| format!("{servers} servers: {error}"))?;
     let scheduler = scheduler_config(config, capability, config.timescale_s);
     let sample = VirtualDuration::from_secs(config.sample_s.max(1));
     let gearing = Gearing::Scheduler(scheduler);

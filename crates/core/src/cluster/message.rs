@@ -41,6 +41,22 @@ impl std::fmt::Display for Epoch {
 )]
 pub struct ClientId(pub u32);
 
+impl ClientId {
+    /// The top bit of a runtime client's id: the simulator's clients count from 0
+    /// below it, so the two never share an id (nor, so, a stamp).
+    const DRAWN: u32 = 1 << 31;
+
+    /// A runtime client's id, drawn from `entropy` (the shell's random bytes).
+    pub fn drawn(entropy: [u8; 4]) -> ClientId {
+        ClientId(u32::from_le_bytes(entropy) | ClientId::DRAWN)
+    }
+
+    /// The simulator's `n`th client.
+    pub fn counted(n: u32) -> ClientId {
+        ClientId(n & !ClientId::DRAWN)
+    }
+}
+
 /// The index of a chunk within its object.
 #[derive(
     Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, serde::Serialize, serde::Deserialize,
@@ -124,6 +140,27 @@ impl ServerTime {
     serde::Deserialize,
 )]
 pub struct Stamp(pub u64);
+
+/// The stamps one client mints: its id in the high half, a count in the low, so no
+/// two clients' writes share one; never 0 (unwritten space's).
+#[derive(Clone, Debug)]
+pub struct Stamps {
+    client: ClientId,
+    minted: u32,
+}
+
+impl Stamps {
+    pub fn of(client: ClientId) -> Stamps {
+        Stamps { client, minted: 0 }
+    }
+
+    /// The next stamp. After 2^32 - 1 of them the count wraps (skipping 0): a stamp
+    /// names a write among those in flight and lately answered, never all time's.
+    pub fn mint(&mut self) -> Stamp {
+        self.minted = self.minted.checked_add(1).unwrap_or(1);
+        Stamp(u64::from(self.client.0) << 32 | u64::from(self.minted))
+    }
+}
 
 /// A piece of a chunk as a read returns it: its range, the version and stamp every
 /// block of it holds (version 0 and stamp 0: never written), and its bytes (none in

@@ -7,6 +7,7 @@ pub mod logvolume;
 pub mod mds;
 mod message;
 mod payload;
+pub mod replay;
 pub mod server;
 pub mod store;
 
@@ -14,7 +15,7 @@ pub use message::{
     BindCondition, BindRequest, ChunkId, ChunkIndex, ClientId, DvlHandoff, Epoch, GroupView,
     HeldObject, LeaseGrant, LeaseRenewal, ListedObject, LogRecord, LoggedExtent, Message,
     MetadataError, ObjectInfo, ObjectRef, Peer, Piece, ReplyBody, RequestError, ServerTime,
-    SpaceReport, Stamp, UnstableWrite,
+    SpaceReport, Stamp, Stamps, UnstableWrite,
 };
 pub use payload::Payload;
 
@@ -171,5 +172,76 @@ impl ClusterConfig {
             pending_grace: VirtualDuration::from_secs(60 * 60),
             orphan_scan_interval: VirtualDuration::from_secs(10),
         }
+    }
+
+    /// Whether the protocol can run on this config: the one check both shells make
+    /// (a cluster file's keys, a simulation's spec), naming the setting wrong.
+    pub fn validate(&self) -> Result<(), String> {
+        if self.replicas == 0 {
+            return Err("replicas must be 1 or more".to_string());
+        }
+        let block = store::BLOCK_BYTES;
+        if self.chunk_size_bytes == 0 || !self.chunk_size_bytes.is_multiple_of(block) {
+            return Err(format!(
+                "chunk_size_bytes must be a positive multiple of {block}, not {}",
+                self.chunk_size_bytes
+            ));
+        }
+        if !(1..=self.replicas).contains(&self.gear_min) {
+            return Err(format!(
+                "gear_min must be 1 to the {} replicas, not {}",
+                self.replicas, self.gear_min
+            ));
+        }
+        let positive = [
+            ("heartbeat_interval", self.heartbeat_interval),
+            ("retry_interval", self.retry_interval),
+            ("request_timeout", self.request_timeout),
+            ("scrub_interval", self.scrub_interval),
+            ("orphan_scan_interval", self.orphan_scan_interval),
+        ];
+        if let Some((key, _)) = positive.iter().find(|(_, d)| d.as_nanos() == 0) {
+            return Err(format!("{key} must be above 0"));
+        }
+        // A lease renewed every heartbeat must outlive the heartbeat's trip; the MDS
+        // must not fail a server whose lease may still run (S2, P1).
+        if self.lease <= self.heartbeat_interval {
+            return Err(format!(
+                "the lease ({:?}) must be longer than the heartbeat interval ({:?})",
+                self.lease, self.heartbeat_interval
+            ));
+        }
+        if self.failure_timeout < self.lease + self.lease_margin {
+            return Err(format!(
+                "failure_timeout ({:?}) must be at least the lease and its margin ({:?} + {:?})",
+                self.failure_timeout, self.lease, self.lease_margin
+            ));
+        }
+        if self.reclaim_reads_max == 0 || self.rebuild_chunks_max == 0 {
+            return Err("reclaim_reads_max and rebuild_chunks_max must be 1 or more".to_string());
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_config_the_protocol_cannot_run_on_is_refused_naming_the_setting() {
+        assert_eq!(ClusterConfig::sierra().validate(), Ok(()));
+        let bad = |config: ClusterConfig, says: &str| {
+            let error = config.validate().expect_err(says);
+            assert!(error.contains(says), "{error:?} does not say {says:?}");
+        };
+        let sierra = ClusterConfig::sierra();
+        bad(ClusterConfig { replicas: 0, ..sierra }, "replicas");
+        bad(ClusterConfig { chunk_size_bytes: 5000, ..sierra }, "chunk_size_bytes");
+        bad(ClusterConfig { gear_min: 4, ..sierra }, "gear_min must be 1 to the 3");
+        bad(ClusterConfig { request_timeout: VirtualDuration::ZERO, ..sierra }, "request_timeout");
+        bad(ClusterConfig { lease: VirtualDuration::from_millis(900), ..sierra }, "lease");
+        bad(ClusterConfig { failure_timeout: VirtualDuration::from_secs(5), ..sierra }, "failure");
+        bad(ClusterConfig { rebuild_chunks_max: 0, ..sierra }, "rebuild_chunks_max");
     }
 }

@@ -70,8 +70,9 @@ pub struct Checker {
     /// One lookup per chunk an op covers, not one per block: the checker runs on
     /// every op of a benchmark.
     chunks: BTreeMap<ChunkId, ChunkHistory>,
-    /// Every write invoked, by stamp (the simulation hands stamps out densely from 1).
-    writes: Vec<Option<WriteRecord>>,
+    /// Every write invoked, by stamp: by its client, then its count (each client of
+    /// the simulation is counted from 0, and mints its stamps densely from 1).
+    writes: Vec<Vec<Option<WriteRecord>>>,
     /// The chunk ranges of every write, one after another.
     write_ranges: Vec<(ChunkId, ByteRange)>,
     open: BTreeMap<u64, Invocation>,
@@ -139,11 +140,15 @@ impl Checker {
             let first = self.write_ranges.len();
             self.write_ranges.extend_from_slice(chunk_ranges);
             let record = WriteRecord { ranges: (first, self.write_ranges.len()), invoked: now };
-            let index = stamp.0 as usize;
-            if self.writes.len() <= index {
-                self.writes.resize(index + 1, None);
+            let (client, count) = stamp_parts(stamp);
+            if self.writes.len() <= client {
+                self.writes.resize(client + 1, Vec::new());
             }
-            self.writes[index] = Some(record);
+            let writes = &mut self.writes[client];
+            if writes.len() <= count {
+                writes.resize(count + 1, None);
+            }
+            writes[count] = Some(record);
         }
     }
 
@@ -209,7 +214,8 @@ impl Checker {
     /// A read's piece must come from a write invoked before the read completed that
     /// covers it, at a version no other write of the chunk has.
     fn check_source(&mut self, chunk: ChunkId, piece: &Piece, now: VirtualInstant) {
-        let write = self.writes.get(piece.stamp.0 as usize).copied().flatten();
+        let (client, count) = stamp_parts(piece.stamp);
+        let write = self.writes.get(client).and_then(|w| w.get(count)).copied().flatten();
         let covered = write.is_some_and(|w| {
             let ranges = &self.write_ranges[w.ranges.0..w.ranges.1];
             w.invoked <= now && ranges.iter().any(|(c, r)| *c == chunk && r.contains(piece.range))
@@ -288,6 +294,11 @@ impl Checker {
     pub fn chunks(&self) -> Vec<ChunkId> {
         self.chunks.keys().copied().collect()
     }
+}
+
+/// A stamp's client and count (`somnus_core::cluster::Stamps`), as indexes.
+fn stamp_parts(stamp: Stamp) -> (usize, usize) {
+    ((stamp.0 >> 32) as usize, (stamp.0 & 0xffff_ffff) as usize)
 }
 
 #[cfg(test)]

@@ -40,7 +40,7 @@ use somnus_core::cluster::server::{
 use somnus_core::cluster::store::{BLOCK_BYTES, ChunkStore, StoreOp};
 use somnus_core::cluster::{
     ChunkId, ClientId, ClusterConfig, Message, MetadataError, ObjectRef, Payload, Peer, Stamp,
-    Topology,
+    Stamps, Topology,
 };
 use somnus_core::layout::{Layout, LayoutSpec, RackAssignment, Scheme};
 use somnus_core::power::{DiskMechanics, PowerProfile, ServerMeter, builtin_profile};
@@ -143,6 +143,33 @@ impl ClusterSpec {
 
     /// The power-aware layout a run of this spec builds for `seed`, or why none can be
     /// (the shells check a user's spec with this before running it).
+    /// Whether a cluster of this spec can be simulated with `seed`: its layout and
+    /// the protocol's config checked as the core checks them (as a cluster file's).
+    pub fn validate(&self, seed: u64) -> Result<(), String> {
+        self.layout(seed).map_err(|error| error.to_string())?;
+        self.config(seed).validate()
+    }
+
+    /// The protocol's config of this spec's cluster, simulated with `seed`.
+    pub fn config(&self, seed: u64) -> ClusterConfig {
+        let logger_capacity_bytes = if self.faults.has(FaultKind::FullDisk) {
+            FULL_LOGGER_BYTES
+        } else {
+            self.logger_capacity_bytes
+        };
+        ClusterConfig {
+            replicas: self.replicas,
+            chunk_size_bytes: self.chunk_bytes,
+            gear_min: self.gear_min,
+            logger_capacity_bytes,
+            free_grace: FREE_GRACE,
+            pending_grace: PENDING_GRACE,
+            orphan_scan_interval: ORPHAN_SCAN,
+            seed,
+            ..ClusterConfig::sierra()
+        }
+    }
+
     pub fn layout(&self, seed: u64) -> Result<Layout, somnus_core::layout::LayoutError> {
         Layout::build(&LayoutSpec {
             servers: self.servers,
@@ -368,6 +395,8 @@ struct ClientSlot {
     /// A replacement under way: the op in flight is one of its steps.
     churn: Option<Churn>,
     creates_left: Vec<u32>,
+    /// The stamps its writes carry.
+    stamps: Stamps,
     /// Whole-chunk writes left of the fill (`ClusterSpec::fill`): object, chunk index.
     fill_left: Vec<(u32, u64)>,
 }
@@ -404,7 +433,6 @@ pub struct ClusterSim<'t> {
     chunk_groups: BTreeMap<ObjectId, Vec<ChunkGroupId>>,
     objects_created: u32,
     next_op: u64,
-    next_stamp: u64,
     healed: bool,
     /// Servers cut off by a partition now: none, and no send looks at the slots.
     cuts: usize,
@@ -450,24 +478,10 @@ impl<'t> ClusterSim<'t> {
         seed: u64,
         trace: Option<&'t mut dyn FnMut(String)>,
     ) -> ClusterSim<'t> {
+        // The caller checked the spec (`ClusterSpec::validate`): a bad one here is a bug.
         let layout =
             spec.layout(seed).unwrap_or_else(|error| panic!("cluster spec {spec:?}: {error}"));
-        let config =
-            ClusterConfig { chunk_size_bytes: spec.chunk_bytes, seed, ..ClusterConfig::sierra() };
-        let config = ClusterConfig {
-            replicas: spec.replicas,
-            gear_min: spec.gear_min,
-            logger_capacity_bytes: spec.logger_capacity_bytes,
-            free_grace: FREE_GRACE,
-            pending_grace: PENDING_GRACE,
-            orphan_scan_interval: ORPHAN_SCAN,
-            ..config
-        };
-        let config = if spec.faults.has(FaultKind::FullDisk) {
-            ClusterConfig { logger_capacity_bytes: FULL_LOGGER_BYTES, ..config }
-        } else {
-            config
-        };
+        let config = spec.config(seed);
         let start = VirtualInstant::ZERO;
         let topology = Arc::new(Topology::of(&layout));
         let servers = (0..spec.servers)
@@ -496,12 +510,13 @@ impl<'t> ClusterSim<'t> {
         let clients = (0..spec.clients)
             .map(|c| ClientSlot {
                 client: {
-                    let mut client = Client::new(ClientId(c), config, start);
+                    let mut client = Client::new(ClientId::counted(c), config, start);
                     if spec.broken == Some(Broken::ReadFromSecondary) {
                         client.send_reads_to_secondaries();
                     }
                     client
                 },
+                stamps: Stamps::of(ClientId::counted(c)),
                 op: None,
                 churn: None,
                 creates_left: (0..spec.objects).filter(|o| o % spec.clients == c).collect(),
@@ -554,7 +569,6 @@ impl<'t> ClusterSim<'t> {
             chunk_groups: BTreeMap::new(),
             objects_created: 0,
             next_op: 1,
-            next_stamp: 1,
             healed: false,
             cuts: 0,
             report: SeedReport { seed, ..SeedReport::default() },
@@ -1084,7 +1098,7 @@ impl<'t> ClusterSim<'t> {
         }
         let id = self.next_op;
         let (object, op) = if let Some(churn) = churn {
-            self.churn_step(churn)
+            self.churn_step(c, churn)
         } else if let Some(object) = self.clients[c as usize].creates_left.pop() {
             let size_bytes = self.spec.object_bytes;
             (object, ClientOp::Create { name: self.names[object as usize].clone(), size_bytes })
@@ -1096,8 +1110,7 @@ impl<'t> ClusterSim<'t> {
             let start = chunk * self.spec.chunk_bytes;
             let end = (start + self.spec.chunk_bytes).min(self.spec.object_bytes);
             let range = ByteRange::new(start, end - start);
-            let stamp = Stamp(self.next_stamp);
-            self.next_stamp += 1;
+            let stamp = self.clients[c as usize].stamps.mint();
             let name = self.names[object as usize].clone();
             (object, ClientOp::Write { name, range, stamp, data: Payload::NONE })
         } else {
@@ -1150,7 +1163,7 @@ impl<'t> ClusterSim<'t> {
                 false => Churn::Deleting { index: object },
             };
             self.clients[c as usize].churn = Some(churn.clone());
-            return self.churn_step(churn);
+            return self.churn_step(c, churn);
         }
         let range = self.random_range();
         let name = self.names[object as usize].clone();
@@ -1161,8 +1174,7 @@ impl<'t> ClusterSim<'t> {
         let write = self.rng.random_bool(0.5);
         let op = match (write, data) {
             (true, data) => {
-                let stamp = Stamp(self.next_stamp);
-                self.next_stamp += 1;
+                let stamp = self.clients[c as usize].stamps.mint();
                 match data {
                     Some(object) => ClientOp::WriteTo { object, range, stamp, data: Payload::NONE },
                     None => ClientOp::Write { name, range, stamp, data: Payload::NONE },
@@ -1191,7 +1203,7 @@ impl<'t> ClusterSim<'t> {
 
     /// The op of a replacement's step (which the op's end moves on, `churn_done`);
     /// where the step ends the object's life, when that begins (F1's reference).
-    fn churn_step(&mut self, churn: Churn) -> (u32, ClientOp) {
+    fn churn_step(&mut self, c: u32, churn: Churn) -> (u32, ClientOp) {
         let now = self.now();
         let (index, op) = match &churn {
             Churn::Allocating { index } => {
@@ -1199,8 +1211,7 @@ impl<'t> ClusterSim<'t> {
             }
             Churn::Writing { index, data } => {
                 let range = self.random_range();
-                let stamp = Stamp(self.next_stamp);
-                self.next_stamp += 1;
+                let stamp = self.clients[c as usize].stamps.mint();
                 let object = data.clone();
                 (*index, ClientOp::WriteTo { object, range, stamp, data: Payload::NONE })
             }

@@ -10,9 +10,10 @@
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
+use somnus_core::cluster::Payload;
 use somnus_core::cluster::client::{ClientEvent, ClientOp, ClientOutcome};
 use somnus_core::cluster::mds::MdsCounters;
-use somnus_core::cluster::{Payload, Stamp};
+use somnus_core::cluster::replay::{AdmissionError, IN_FLIGHT_MAX, ReplayAdmission};
 use somnus_core::gear::{IoServerConfig, SchedulerConfig, SchedulerCounters};
 use somnus_trace::{TraceError, TraceSet};
 use somnus_types::{ByteRange, ChunkGroupId, IoKind, ServerId, VirtualDuration, VirtualInstant};
@@ -247,10 +248,9 @@ pub(super) struct Replay {
     created: usize,
     start: Option<VirtualInstant>,
     next: usize,
-    /// Per device, the requests arrived and not done: tag and range.
-    open: Vec<Vec<(u64, ByteRange)>>,
-    /// Requests waiting for earlier overlapping ones: tag, request, tags awaited.
-    waiting: Vec<(u64, usize, Vec<u64>)>,
+    /// Which arrived requests may go (the core's rule, as `somnus replay`'s), by
+    /// their index in the trace.
+    admission: ReplayAdmission,
     /// Requests submitted: tag to request and arrival.
     submitted: BTreeMap<u64, (usize, VirtualInstant)>,
     /// A replacement's create, by its tag: the replacement's tag.
@@ -336,8 +336,7 @@ pub fn replay_trace_with(
         created: 0,
         start: None,
         next: 0,
-        open: vec![Vec::new(); devices],
-        waiting: Vec::new(),
+        admission: ReplayAdmission::new(devices, IN_FLIGHT_MAX),
         submitted: BTreeMap::new(),
         recreating: BTreeMap::new(),
         done: 0,
@@ -456,25 +455,22 @@ impl ClusterSim<'_> {
             }
             let index = replay.next;
             replay.next += 1;
-            let tag = self.next_op;
-            self.next_op += 1;
-            let replay = self.replay.as_mut().unwrap_or_else(|| unreachable!());
-            let device = &mut replay.open[op.device as usize];
-            let awaited: Vec<u64> = device
-                .iter()
-                .filter(|(_, range)| range.start < op.range.end && op.range.start < range.end)
-                .map(|(tag, _)| *tag)
-                .collect();
-            device.push((tag, op.range));
-            if awaited.is_empty() {
-                self.replay_submit(tag, index);
-            } else {
-                replay.waiting.push((tag, index, awaited));
-            }
+            let ready = replay.admission.arrive(index as u64, op.device, op.range);
+            self.replay_submit_all(ready);
         }
     }
 
-    fn replay_submit(&mut self, tag: u64, index: usize) {
+    /// Submits the requests the admission let go (or reports its refusal: a bug).
+    fn replay_submit_all(&mut self, ready: Result<Vec<u64>, AdmissionError>) {
+        match ready {
+            Ok(ready) => ready.into_iter().for_each(|index| self.replay_submit(index as usize)),
+            Err(error) => self.checker.violate(format!("the replay's admission: {error}")),
+        }
+    }
+
+    fn replay_submit(&mut self, index: usize) {
+        let tag = self.next_op;
+        self.next_op += 1;
         let Some(replay) = self.replay.as_mut() else { return };
         let op = replay.workload.ops[index];
         // Latency counts from the arrival, any wait for an overlapping one included.
@@ -484,8 +480,7 @@ impl ClusterSim<'_> {
         let op = match op.kind {
             ReplayKind::Read => ClientOp::Read { name, range: op.range },
             ReplayKind::Write => {
-                let stamp = Stamp(self.next_stamp);
-                self.next_stamp += 1;
+                let stamp = self.clients[0].stamps.mint();
                 ClientOp::Write { name, range: op.range, stamp, data: Payload::NONE }
             }
             ReplayKind::Replace => ClientOp::Delete { name },
@@ -633,18 +628,8 @@ impl ClusterSim<'_> {
             _ => replay.errors += 1,
         }
         let Some(replay) = self.replay.as_mut() else { return };
-        replay.open[op.device as usize].retain(|(open, _)| *open != tag);
-        let mut ready = Vec::new();
-        replay.waiting.retain_mut(|(waiter, index, awaited)| {
-            awaited.retain(|t| *t != tag);
-            if awaited.is_empty() {
-                ready.push((*waiter, *index));
-            }
-            !awaited.is_empty()
-        });
-        for (waiter, index) in ready {
-            self.replay_submit(waiter, index);
-        }
+        let ready = replay.admission.done(index as u64);
+        self.replay_submit_all(ready);
     }
 }
 
