@@ -88,6 +88,12 @@ pub(super) struct Changing {
 }
 
 impl Changing {
+    /// Whether `io` must wait for a change under way: it changes or reads blocks one
+    /// is landing on.
+    fn holds_back(&self, io: &Io, chunk_bytes: u64) -> bool {
+        io.blocks_touched(chunk_bytes).is_some_and(|(chunk, range)| self.overlaps(chunk, range))
+    }
+
     fn overlaps(&self, chunk: ChunkId, range: ByteRange) -> bool {
         self.issued.get(&chunk).is_some_and(|ranges| ranges.iter().any(|r| r.overlaps(range)))
     }
@@ -136,6 +142,12 @@ impl Io {
         }
     }
 
+    /// The blocks the I/O changes or reads: either waits for a change under way over
+    /// them (a read would find blocks the store does not hold yet, and go round again).
+    fn blocks_touched(&self, chunk_bytes: u64) -> Option<(ChunkId, ByteRange)> {
+        self.blocks_changed(chunk_bytes).or_else(|| self.blocks_read(chunk_bytes))
+    }
+
     /// The blocks a read reads.
     fn blocks_read(&self, chunk_bytes: u64) -> Option<(ChunkId, ByteRange)> {
         match self {
@@ -181,18 +193,16 @@ impl Server {
         bytes: u64,
         background: bool,
     ) {
-        let chunk_bytes = self.config.chunk_size_bytes;
-        let changed = io.blocks_changed(chunk_bytes).or_else(|| io.blocks_read(chunk_bytes));
+        let held_back = self.disk.holds_back(&io, self.config.chunk_size_bytes);
         let entry = InFlight { io, change: None, position, bytes, write, background };
         let Some(key) = self.ios.insert(entry) else {
             unreachable!("more than {} disk I/Os in flight", super::IOS_MAX);
         };
         let io = IoId(key.0);
-        match changed {
-            Some((chunk, range)) if self.disk.overlaps(chunk, range) => {
-                self.disk.waiting.push_back(io)
-            }
-            _ => self.issue(io),
+        if held_back {
+            self.disk.waiting.push_back(io);
+        } else {
+            self.issue(io);
         }
     }
 
@@ -236,9 +246,7 @@ impl Server {
         let chunk_bytes = self.config.chunk_size_bytes;
         let waiting = std::mem::take(&mut self.disk.waiting);
         for io in waiting {
-            let target = self.ios.get(Key(io.0)).and_then(|e| {
-                e.io.blocks_changed(chunk_bytes).or_else(|| e.io.blocks_read(chunk_bytes))
-            });
+            let target = self.ios.get(Key(io.0)).and_then(|e| e.io.blocks_touched(chunk_bytes));
             match target {
                 Some((c, range)) if c == chunk && !self.disk.overlaps(c, range) => self.issue(io),
                 Some(_) => self.disk.waiting.push_back(io),
@@ -329,5 +337,42 @@ impl Server {
             Io::RebuildRead { .. } => {}
             _ => {}
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use somnus_types::{ChunkGroupId, ObjectId, ServerId};
+
+    use super::*;
+    use crate::cluster::{ChunkIndex, Epoch};
+
+    const CHUNK_BYTES: u64 = 1 << 20;
+
+    fn chunk(index: u32) -> ChunkId {
+        ChunkId { object: ObjectId(1), chunk: ChunkIndex(index) }
+    }
+
+    fn read(chunk: ChunkId, start: u64, end: u64) -> Io {
+        let (to, group, epoch) = (ServerId(1), ChunkGroupId(0), Epoch(1));
+        let range = ByteRange::from_bounds(start, end);
+        Io::RepairRead { to, group, epoch, chunk, range, pieces: None }
+    }
+
+    fn repair(chunk: ChunkId, start: u64, end: u64) -> Io {
+        let range = ByteRange::from_bounds(start, end);
+        Io::Repair { group: ChunkGroupId(0), chunk, range, pieces: Vec::new() }
+    }
+
+    #[test]
+    fn a_read_or_change_over_blocks_a_change_is_landing_on_waits_for_it() {
+        let mut changing = Changing::default();
+        changing.add(chunk(0), ByteRange::from_bounds(0, 8192));
+        assert!(changing.holds_back(&read(chunk(0), 4096, 12288), CHUNK_BYTES), "a read over it");
+        assert!(changing.holds_back(&repair(chunk(0), 0, 4096), CHUNK_BYTES), "a change over it");
+        assert!(!changing.holds_back(&read(chunk(0), 8192, 12288), CHUNK_BYTES), "beside it");
+        assert!(!changing.holds_back(&read(chunk(1), 0, 4096), CHUNK_BYTES), "another chunk");
+        changing.remove(chunk(0), ByteRange::from_bounds(0, 8192));
+        assert!(!changing.holds_back(&read(chunk(0), 0, 4096), CHUNK_BYTES), "the change done");
     }
 }
