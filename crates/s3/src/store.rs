@@ -933,7 +933,7 @@ mod tests {
         let data = ObjectRef {
             object: ObjectId(object),
             size_bytes: padded(size),
-            chunk_groups: vec![ChunkGroupId(0); chunks],
+            chunk_groups: vec![ChunkGroupId(0); chunks].into(),
         };
         Extent { data, size }
     }

@@ -139,20 +139,29 @@ fn reads_of_writes_logged_for_the_primary_are_served_from_the_loggers() {
     // reclaim brings its replica level: reads of what was logged for it are served
     // with the writes read back from the loggers (Sierra 3.3), and C4 holds.
     // A server's wake takes the profile's 13 s, after its 7 s sleep: not every seed's
-    // 20 s see a primary back from sleep: 60 s do, and about one seed in four has a
-    // read there (seeds 11..60 measured: 14 of 50).
+    // 20 s see a primary back from sleep: 60 s do, and some have a read there (seeds
+    // 1..=20 measured: 5 and 11). Served from the own copy alone, such reads miss
+    // those writes (C4); the broken run takes its own course, so not every seed whose
+    // run read from the loggers has the broken one read what it lacks (seed 5 does
+    // not, seed 11 does).
     let faults = FaultSet::parse("gear").unwrap();
     let spec = ClusterSpec { faults, virtual_secs: 60, ..ClusterSpec::small() };
-    let seed = (1..=20).find(|seed| {
-        let report = run(&spec, *seed);
-        assert_eq!(report.violations, Vec::<String>::new());
-        report.reads_from_loggers > 0
-    });
-    let Some(seed) = seed else { panic!("no read needed the loggers in seeds 1..=20") };
-    // Served from the own copy alone, the same reads miss those writes (C4).
-    let broken = ClusterSpec { broken: Some(Broken::ReadWithoutLoggers), ..spec };
-    let report = run(&broken, seed);
-    assert!(report.violations.iter().any(|v| v.starts_with("C4")), "{:?}", report.violations);
+    let broken = ClusterSpec { broken: Some(Broken::ReadWithoutLoggers), ..spec.clone() };
+    let (mut needed, mut caught) = (0, None);
+    for seed in 1..=20 {
+        let report = run(&spec, seed);
+        assert_eq!(report.violations, Vec::<String>::new(), "seed {seed}");
+        if report.reads_from_loggers == 0 {
+            continue;
+        }
+        needed += 1;
+        if run(&broken, seed).violations.iter().any(|v| v.starts_with("C4")) {
+            caught = Some(seed);
+            break;
+        }
+    }
+    assert!(needed > 0, "no read needed the loggers in seeds 1..=20");
+    assert!(caught.is_some(), "reads without the loggers passed the {needed} seeds that need them");
 }
 
 /// The first of `seeds` whose run reports a violation `kind` matches.

@@ -1,6 +1,8 @@
 //! The messages of the cluster protocol, one enum for every role (docs/protocol.md,
 //! "Messages"), and the small types they carry.
 
+use std::sync::Arc;
+
 use somnus_types::{ByteRange, ChunkGroupId, ObjectId, ServerId, VirtualDuration, VirtualInstant};
 
 use super::{Payload, ServerPower};
@@ -267,7 +269,9 @@ pub struct GroupView {
 pub struct ObjectRef {
     pub object: ObjectId,
     pub size_bytes: u64,
-    pub chunk_groups: Vec<ChunkGroupId>,
+    /// Shared, not copied: a device of a trace has a hundred thousand chunks, and
+    /// every lookup and view renewal hands its list on.
+    pub chunk_groups: Arc<[ChunkGroupId]>,
 }
 
 /// A name as the MDS describes it to a client: its first data object (`object`,
@@ -280,8 +284,8 @@ pub struct ObjectInfo {
     pub object: ObjectId,
     pub size_bytes: u64,
     pub chunk_size_bytes: u64,
-    /// The group of each chunk, in chunk order.
-    pub chunk_groups: Vec<ChunkGroupId>,
+    /// The group of each chunk, in chunk order (shared, as [`ObjectRef`]'s).
+    pub chunk_groups: Arc<[ChunkGroupId]>,
     /// The view of every group the name's data objects use, each once.
     pub views: Vec<GroupView>,
     /// Every data object the name holds, in order (the first is the one above).

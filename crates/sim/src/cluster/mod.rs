@@ -430,7 +430,7 @@ pub struct ClusterSim<'t> {
     /// Each object's name, by index, made once (an op carries a copy).
     names: Vec<String>,
     /// The chunk group of every chunk of every object created.
-    chunk_groups: BTreeMap<ObjectId, Vec<ChunkGroupId>>,
+    chunk_groups: BTreeMap<ObjectId, Arc<[ChunkGroupId]>>,
     objects_created: u32,
     next_op: u64,
     healed: bool,

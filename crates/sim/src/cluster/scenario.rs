@@ -133,7 +133,8 @@ impl ClusterSim<'_> {
 
     /// The chunk groups that hold the objects' chunks.
     pub fn groups_in_use(&self) -> Vec<ChunkGroupId> {
-        let mut groups: Vec<ChunkGroupId> = self.chunk_groups.values().flatten().copied().collect();
+        let mut groups: Vec<ChunkGroupId> =
+            self.chunk_groups.values().flat_map(|g| g.iter().copied()).collect();
         groups.sort_unstable();
         groups.dedup();
         groups

@@ -563,7 +563,7 @@ impl ClusterSim<'_> {
                 return;
             };
             let name = replay.workload.devices[replay.created].0.clone();
-            replay.placement.push((name, info.chunk_groups.clone()));
+            replay.placement.push((name, info.chunk_groups.to_vec()));
             self.chunk_groups.insert(info.object, info.chunk_groups);
             let Some(replay) = self.replay.as_mut() else { return };
             replay.created += 1;

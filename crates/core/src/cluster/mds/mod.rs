@@ -284,7 +284,8 @@ struct NameEntry {
 #[derive(Clone, Debug)]
 struct DataEntry {
     size_bytes: u64,
-    chunk_groups: Vec<ChunkGroupId>,
+    /// Shared with every lookup's answer, not copied into it.
+    chunk_groups: std::sync::Arc<[ChunkGroupId]>,
     /// Its chunk groups, each once, in order: a lookup sends their views (an object of
     /// a large volume has hundreds of thousands of chunks in a few hundred groups).
     groups: Vec<ChunkGroupId>,

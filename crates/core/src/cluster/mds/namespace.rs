@@ -9,6 +9,8 @@
 //! Data no name holds any more (a name deleted or bound to other data, an allocation
 //! never bound) goes to the free log (`frees.rs`): its ids are never given again.
 
+use std::sync::Arc;
+
 use somnus_types::{ChunkGroupId, ObjectId, VirtualInstant};
 
 use super::frees::FreeSpec;
@@ -298,7 +300,7 @@ impl Mds {
         let views: Vec<GroupView> = groups.into_iter().map(|g| self.view(g)).collect();
         let (object, size_bytes, chunk_groups) = match data.first() {
             Some(first) => (first.object, first.size_bytes, first.chunk_groups.clone()),
-            None => (ObjectId(0), 0, Vec::new()),
+            None => (ObjectId(0), 0, Arc::default()),
         };
         ObjectInfo {
             name,
@@ -385,6 +387,7 @@ impl Mds {
         let mut groups = chunk_groups.clone();
         groups.sort_unstable();
         groups.dedup();
+        let chunk_groups = chunk_groups.into();
         self.data.insert(object, DataEntry { size_bytes, chunk_groups, groups, pending });
     }
 
@@ -441,7 +444,7 @@ impl Mds {
         let spec = FreeSpec {
             seq,
             object,
-            chunk_groups: entry.chunk_groups,
+            chunk_groups: entry.chunk_groups.to_vec(),
             size_bytes: entry.size_bytes,
         };
         self.queue_free(spec);
@@ -458,7 +461,7 @@ impl Mds {
             .map(|(i, object)| FreeSpec {
                 seq: next_seq + i,
                 object: *object,
-                chunk_groups: self.data[object].chunk_groups.clone(),
+                chunk_groups: self.data[object].chunk_groups.to_vec(),
                 size_bytes: self.data[object].size_bytes,
             })
             .collect();

@@ -83,7 +83,7 @@ impl Mds {
                 commands.push(Command::AllocateObject {
                     object: *object,
                     size_bytes: entry.size_bytes,
-                    chunk_groups: entry.chunk_groups.clone(),
+                    chunk_groups: entry.chunk_groups.to_vec(),
                     creator,
                 });
             }
@@ -98,7 +98,7 @@ impl Mds {
                     name: name.clone(),
                     object: entry.data[0],
                     size_bytes: data.size_bytes,
-                    chunk_groups: data.chunk_groups.clone(),
+                    chunk_groups: data.chunk_groups.to_vec(),
                     creator: entry.creator,
                 });
                 continue;
@@ -108,7 +108,7 @@ impl Mds {
                 commands.push(Command::AllocateObject {
                     object: *object,
                     size_bytes: data.size_bytes,
-                    chunk_groups: data.chunk_groups.clone(),
+                    chunk_groups: data.chunk_groups.to_vec(),
                     creator: entry.creator,
                 });
             }

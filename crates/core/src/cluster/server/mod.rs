@@ -673,8 +673,12 @@ impl Server {
                 };
                 self.leases_renewed(sent_at, &renewed, &revoked);
                 self.frees_received(frees, frees_through);
-                self.lost = lost.into_iter().collect();
-                self.lost_list = self.lost.iter().copied().collect();
+                let lost: BTreeSet<ServerId> = lost.into_iter().collect();
+                if lost != self.lost {
+                    self.lost = lost;
+                    self.lost_list = self.lost.iter().copied().collect();
+                    self.unpark_reads();
+                }
                 self.space.full_peers = full.into_iter().collect();
                 self.draining = draining.into_iter().collect();
                 self.set_down(down);
@@ -894,6 +898,16 @@ impl Server {
 impl Server {
     /// The MDS's list of servers that do not serve: a replica among them is no longer
     /// synced (it is fenced again when it is back) and its primaries log for it.
+    /// Every led group's parked log reads due again: a logger may be there to ask.
+    fn unpark_reads(&mut self) {
+        let groups: Vec<ChunkGroupId> = self.led.keys().copied().collect();
+        for group in groups {
+            if let Some(led) = self.led.get_mut(&group) {
+                led.dvl.unpark_reads();
+            }
+        }
+    }
+
     fn set_down(&mut self, down: Vec<ServerId>) {
         let down: BTreeSet<ServerId> = down.into_iter().filter(|s| *s != self.id).collect();
         if down == self.down {
@@ -901,6 +915,7 @@ impl Server {
         }
         self.down = down;
         self.down_list = self.down.iter().copied().collect();
+        self.unpark_reads();
         let groups: Vec<ChunkGroupId> = self.led.keys().copied().collect();
         for group in groups {
             let Some(led) = self.led.get_mut(&group) else { continue };

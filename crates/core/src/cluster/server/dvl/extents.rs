@@ -174,12 +174,19 @@ impl Extents {
         self.by_version.range(low..).take_while(|(v, _)| *v == version).map(|(_, r)| *r).collect()
     }
 
-    /// The extents of `chunk`, in the map's order within it.
-    pub(super) fn of_chunk(&self, chunk: ChunkId) -> impl Iterator<Item = (&LogRecord, &Extent)> {
+    /// The extents of `chunk` over `range`, in the map's order within it: the
+    /// records' ranges are in the chunk's index, so only those over it are looked up
+    /// (a chunk a sleeping gear's writes kept hitting has thousands).
+    pub(super) fn of_chunk_over(
+        &self,
+        chunk: ChunkId,
+        range: ByteRange,
+    ) -> impl Iterator<Item = (&LogRecord, &Extent)> {
         let low = (chunk, first_record_of(Epoch(0)));
         self.by_chunk
             .range(low..)
             .take_while(move |(c, _)| *c == chunk)
+            .filter(move |(_, record)| record.range.overlaps(range))
             .filter_map(|(_, record)| self.map.get_key_value(record))
     }
 
@@ -451,7 +458,10 @@ mod tests {
                 assert_eq!(extents.of_version(r.version), by_version);
                 let by_chunk: Vec<LogRecord> =
                     extents.iter().filter(|(x, _)| x.chunk == r.chunk).map(|(x, _)| *x).collect();
-                let of_chunk: Vec<LogRecord> = extents.of_chunk(r.chunk).map(|(x, _)| *x).collect();
+                let of_chunk: Vec<LogRecord> = extents
+                    .of_chunk_over(r.chunk, ByteRange::from_bounds(0, u64::MAX))
+                    .map(|(x, _)| *x)
+                    .collect();
                 assert_eq!(of_chunk, by_chunk);
                 let timeout = VirtualDuration::from_secs(2);
                 let in_flight = extents

@@ -77,11 +77,15 @@ struct Read {
     sent_at: VirtualInstant,
     /// Times it was sent.
     sends: u32,
+    /// No logger could be asked (every holder down, or up and answered empty): it
+    /// waits, out of the reads due, until the lists of down or lost servers change.
+    parked: bool,
 }
 
 impl Read {
     fn new(purpose: Purpose, now: VirtualInstant) -> Read {
-        Read { purpose, asked: Vec::new(), empty_at: Vec::new(), sent_at: now, sends: 0 }
+        let (asked, empty_at) = (Vec::new(), Vec::new());
+        Read { purpose, asked, empty_at, sent_at: now, sends: 0, parked: false }
     }
 }
 
@@ -223,9 +227,14 @@ impl Dvl {
         chunk: crate::cluster::ChunkId,
         range: somnus_types::ByteRange,
     ) -> impl Iterator<Item = (&LogRecord, &Extent)> {
-        self.extents.of_chunk(chunk).filter(move |(record, extent)| {
-            record.range.overlaps(range) && !extent.applied.contains(&own)
-        })
+        self.extents
+            .of_chunk_over(chunk, range)
+            .filter(move |(_, extent)| !extent.applied.contains(&own))
+    }
+
+    /// Every parked read due again (the servers down or lost changed).
+    pub(super) fn unpark_reads(&mut self) {
+        self.reads.unpark_all();
     }
 
     /// The records over `range` of `chunk` the own replica lacks, each now read back
@@ -460,9 +469,11 @@ impl Server {
             let may_answer = |l: &&ServerId| up.contains(l) && !read.empty_at.contains(l);
             let next = next.or_else(|| read.asked.iter().find(may_answer).copied());
             let Some(logger) = next else {
-                // Every holder up is down or answered empty: try again after the
-                // retry interval.
-                led.dvl.reads.update(&record, |read| read.sent_at = now);
+                // Every holder is down, or up and answered empty: nothing changes that
+                // until the lists of down or lost servers do (`unpark_reads`). Parked,
+                // it leaves the reads every admitted request and timer walk: while a
+                // gear sleeps, a group has hundreds of thousands.
+                led.dvl.reads.update(&record, |read| read.parked = true);
                 continue;
             };
             led.dvl.reads.update(&record, |read| {

@@ -17,8 +17,10 @@ pub(super) struct Reads {
     by_record: BTreeMap<LogRecord, Read>,
     /// The reads no logger was asked for yet.
     unsent: BTreeSet<LogRecord>,
-    /// Every read by when it counts as sent.
+    /// Every read not parked by when it counts as sent.
     by_sent: BTreeSet<(VirtualInstant, LogRecord)>,
+    /// The reads that found no logger to ask ([`Read::parked`]).
+    parked: BTreeSet<LogRecord>,
     /// Reads of recovered records (the primary serves once none is left).
     adopting: usize,
 }
@@ -102,11 +104,32 @@ impl Reads {
         Some(result)
     }
 
-    fn insert(&mut self, record: LogRecord, read: Read) {
-        if read.asked.is_empty() {
-            self.unsent.insert(record);
+    /// Every parked read due again at once: the servers down or lost changed, so a
+    /// logger may be there to ask.
+    pub(super) fn unpark_all(&mut self) {
+        for record in std::mem::take(&mut self.parked) {
+            self.update(&record, |read| {
+                read.parked = false;
+                read.sent_at = VirtualInstant::ZERO;
+            });
         }
-        self.by_sent.insert((read.sent_at, record));
+    }
+
+    /// Reads parked.
+    #[cfg(test)]
+    pub(super) fn parked(&self) -> usize {
+        self.parked.len()
+    }
+
+    fn insert(&mut self, record: LogRecord, read: Read) {
+        if read.parked {
+            self.parked.insert(record);
+        } else {
+            if read.asked.is_empty() {
+                self.unsent.insert(record);
+            }
+            self.by_sent.insert((read.sent_at, record));
+        }
         if read.purpose == Purpose::Adopt {
             self.adopting += 1;
         }
@@ -114,6 +137,7 @@ impl Reads {
     }
 
     fn unindex(&mut self, record: &LogRecord, read: &Read) {
+        self.parked.remove(record);
         self.unsent.remove(record);
         self.by_sent.remove(&(read.sent_at, *record));
         if read.purpose == Purpose::Adopt {
@@ -125,14 +149,18 @@ impl Reads {
     /// `expensive-checks`.
     #[cfg(any(test, feature = "expensive-checks"))]
     pub(super) fn check_indexes(&self) {
+        let due = || self.by_record.iter().filter(|(_, r)| !r.parked);
         let unsent: BTreeSet<LogRecord> =
-            self.by_record.iter().filter(|(_, r)| r.asked.is_empty()).map(|(k, _)| *k).collect();
+            due().filter(|(_, r)| r.asked.is_empty()).map(|(k, _)| *k).collect();
         let by_sent: BTreeSet<(VirtualInstant, LogRecord)> =
-            self.by_record.iter().map(|(k, r)| (r.sent_at, *k)).collect();
+            due().map(|(k, r)| (r.sent_at, *k)).collect();
+        let parked: BTreeSet<LogRecord> =
+            self.by_record.iter().filter(|(_, r)| r.parked).map(|(k, _)| *k).collect();
         let adopting = self.by_record.values().filter(|r| r.purpose == Purpose::Adopt).count();
         assert_eq!(self.unsent, unsent, "the DVL's reads not sent");
         assert_eq!(self.by_sent, by_sent, "the DVL's reads by send time");
         assert_eq!(self.adopting, adopting, "the DVL's reads of recovered records");
+        assert_eq!(self.parked, parked, "the DVL's reads parked");
     }
 }
 
@@ -165,12 +193,17 @@ mod tests {
                 let now = VirtualInstant::ZERO + VirtualDuration::from_millis(step * 200);
                 let r = record(&mut rng);
                 let purpose = if rng.random_bool(0.3) { Purpose::Adopt } else { Purpose::Reclaim };
-                match rng.random_range(0..5) {
+                match rng.random_range(0..7) {
                     0 => reads.start(r, purpose, now),
                     1 => reads.restart(r, purpose, now),
                     2 => {
                         reads.remove(&r);
                     }
+                    3 => {
+                        reads.update(&r, |read| read.parked = true);
+                    }
+                    4 if rng.random_bool(0.2) => reads.unpark_all(),
+                    4 => {}
                     _ => {
                         let sends = rng.random_range(0..4);
                         reads.update(&r, |read| {
@@ -181,18 +214,21 @@ mod tests {
                     }
                 }
                 reads.check_indexes();
-                // What the indexes answer is what walking every read answers.
+                // What the indexes answer is what walking every read answers (a
+                // parked read is neither unsent nor late).
                 let all = &reads.by_record;
+                let due = || all.iter().filter(|(_, r)| !r.parked);
                 let unsent: Vec<LogRecord> =
-                    all.iter().filter(|(_, r)| r.asked.is_empty()).map(|(k, _)| *k).collect();
-                let late: Vec<LogRecord> = all
-                    .iter()
+                    due().filter(|(_, r)| r.asked.is_empty()).map(|(k, _)| *k).collect();
+                let late: Vec<LogRecord> = due()
                     .filter(|(_, r)| r.sent_at.saturating_add(retry) <= now)
                     .map(|(k, _)| *k)
                     .collect();
                 assert_eq!(reads.unsent(), unsent, "seed {seed} step {step}: unsent");
                 assert_eq!(reads.late(now, retry), late, "seed {seed} step {step}: late");
-                let oldest = all.values().map(|r| r.sent_at).min();
+                let parked = all.values().filter(|r| r.parked).count();
+                assert_eq!(reads.parked(), parked, "seed {seed} step {step}: parked");
+                let oldest = due().map(|(_, r)| r.sent_at).min();
                 assert_eq!(reads.oldest_sent(), oldest, "seed {seed} step {step}: oldest");
                 let adopting = all.values().filter(|r| r.purpose == Purpose::Adopt).count();
                 assert_eq!(reads.count(Purpose::Adopt), adopting);
