@@ -617,16 +617,21 @@ impl Server {
     pub(super) fn serve_demand_reads(&mut self, group: ChunkGroupId, admitting: bool) {
         let (now, timeout) = (self.now, self.config.request_timeout);
         let Some(led) = self.led.get_mut(&group) else { return };
+        // Only the records whose reads ended since the last look can move a demand
+        // read: while a gear's replicas are back and lacking, hundreds of demand
+        // reads await thousands of records, and this runs at every answer.
+        let ended = led.dvl.take_ended_reads();
         if led.demand.is_empty() {
             return;
         }
-        let dvl = &led.dvl;
         let mut again = Vec::new();
-        for (i, demand) in led.demand.iter_mut().enumerate() {
-            let before = demand.awaiting.len();
-            demand.awaiting.retain(|record| dvl.reading(record));
-            if demand.awaiting.len() < before {
-                again.push(i);
+        if !ended.is_empty() {
+            for (i, demand) in led.demand.iter_mut().enumerate() {
+                let before = demand.awaiting.len();
+                demand.awaiting.retain(|record| !ended.contains(record));
+                if demand.awaiting.len() < before {
+                    again.push(i);
+                }
             }
         }
         for i in again.iter().rev() {

@@ -255,9 +255,10 @@ impl Dvl {
         lacking
     }
 
-    /// Whether `record` is being read back from a logger.
-    pub(super) fn reading(&self, record: &LogRecord) -> bool {
-        self.reads.contains(record)
+    /// The records whose reads ended since the last call (and are not read again):
+    /// a demand read awaiting none of them has nothing new.
+    pub(super) fn take_ended_reads(&mut self) -> std::collections::BTreeSet<LogRecord> {
+        self.reads.take_ended()
     }
 
     /// The state handed to the next primary with the lease (Sierra 3.3.2).

@@ -23,6 +23,9 @@ pub(super) struct Reads {
     parked: BTreeSet<LogRecord>,
     /// Reads of recovered records (the primary serves once none is left).
     adopting: usize,
+    /// Records whose reads ended since the demand reads last looked
+    /// ([`Reads::take_ended`]): only a demand read awaiting one of them can move.
+    ended: BTreeSet<LogRecord>,
 }
 
 impl Reads {
@@ -88,7 +91,15 @@ impl Reads {
     pub(super) fn remove(&mut self, record: &LogRecord) -> Option<Read> {
         let read = self.by_record.remove(record)?;
         self.unindex(record, &read);
+        self.ended.insert(*record);
         Some(read)
+    }
+
+    /// The records whose reads ended since the last call, and are not read again.
+    pub(super) fn take_ended(&mut self) -> BTreeSet<LogRecord> {
+        let mut ended = std::mem::take(&mut self.ended);
+        ended.retain(|record| !self.by_record.contains_key(record));
+        ended
     }
 
     /// Changes the read of `record` (if any) through `change`, its index kept.
@@ -189,15 +200,23 @@ mod tests {
         for seed in 0..64 {
             let mut rng = Pcg64Mcg::seed_from_u64(seed);
             let mut reads = Reads::default();
+            let mut ended = BTreeSet::new();
             for step in 0..300u64 {
                 let now = VirtualInstant::ZERO + VirtualDuration::from_millis(step * 200);
                 let r = record(&mut rng);
                 let purpose = if rng.random_bool(0.3) { Purpose::Adopt } else { Purpose::Reclaim };
                 match rng.random_range(0..7) {
                     0 => reads.start(r, purpose, now),
-                    1 => reads.restart(r, purpose, now),
+                    1 => {
+                        if reads.contains(&r) {
+                            ended.insert(r);
+                        }
+                        reads.restart(r, purpose, now)
+                    }
                     2 => {
-                        reads.remove(&r);
+                        if reads.remove(&r).is_some() {
+                            ended.insert(r);
+                        }
                     }
                     3 => {
                         reads.update(&r, |read| read.parked = true);
@@ -214,6 +233,14 @@ mod tests {
                     }
                 }
                 reads.check_indexes();
+                if rng.random_bool(0.2) {
+                    // Ended: removed since the last look, and not read again.
+                    let expected: BTreeSet<LogRecord> = std::mem::take(&mut ended)
+                        .into_iter()
+                        .filter(|r| !reads.contains(r))
+                        .collect();
+                    assert_eq!(reads.take_ended(), expected, "seed {seed} step {step}: ended");
+                }
                 // What the indexes answer is what walking every read answers (a
                 // parked read is neither unsent nor late).
                 let all = &reads.by_record;
