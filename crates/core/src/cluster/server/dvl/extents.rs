@@ -51,7 +51,12 @@ pub(super) fn first_record_of(owner: Epoch) -> LogRecord {
 pub(super) struct Extents {
     map: BTreeMap<LogRecord, Extent>,
     by_version: BTreeSet<(Version, LogRecord)>,
-    by_chunk: BTreeSet<(ChunkId, LogRecord)>,
+    /// Every record by chunk and where its range starts.
+    by_chunk: BTreeSet<(ChunkId, u64, LogRecord)>,
+    /// The longest range indexed (never lowered): a record over an offset starts at
+    /// most this far before it, so a range's records are found without walking the
+    /// chunk's others.
+    longest: u64,
     invalidations_sent: BTreeSet<(VirtualInstant, LogRecord)>,
     reclaims_sent: BTreeSet<(VirtualInstant, LogRecord)>,
     /// The extents every replica has applied with deletion markers to append now.
@@ -91,7 +96,8 @@ impl Extents {
     pub(super) fn entry(&mut self, record: LogRecord) -> &mut Extent {
         if !self.map.contains_key(&record) {
             self.by_version.insert((record.version, record));
-            self.by_chunk.insert((record.chunk, record));
+            self.by_chunk.insert((record.chunk, record.range.start, record));
+            self.longest = self.longest.max(record.range.size_bytes());
         }
         self.touch(record);
         self.map.entry(record).or_default()
@@ -100,7 +106,7 @@ impl Extents {
     pub(super) fn remove(&mut self, record: &LogRecord) -> Option<Extent> {
         let extent = self.map.remove(record)?;
         self.by_version.remove(&(record.version, *record));
-        self.by_chunk.remove(&(record.chunk, *record));
+        self.by_chunk.remove(&(record.chunk, record.range.start, *record));
         if let Some(at) = extent.invalidate_sent_at {
             self.invalidations_sent.remove(&(at, *record));
         }
@@ -174,20 +180,20 @@ impl Extents {
         self.by_version.range(low..).take_while(|(v, _)| *v == version).map(|(_, r)| *r).collect()
     }
 
-    /// The extents of `chunk` over `range`, in the map's order within it: the
-    /// records' ranges are in the chunk's index, so only those over it are looked up
-    /// (a chunk a sleeping gear's writes kept hitting has thousands).
+    /// The extents of `chunk` over `range`, by where they start: only the records
+    /// that start within the longest range before it are walked (a chunk a sleeping
+    /// gear's writes kept hitting has thousands, and every admitted read asks).
     pub(super) fn of_chunk_over(
         &self,
         chunk: ChunkId,
         range: ByteRange,
     ) -> impl Iterator<Item = (&LogRecord, &Extent)> {
-        let low = (chunk, first_record_of(Epoch(0)));
+        let low = (chunk, range.start.saturating_sub(self.longest), first_record_of(Epoch(0)));
         self.by_chunk
             .range(low..)
-            .take_while(move |(c, _)| *c == chunk)
-            .filter(move |(_, record)| record.range.overlaps(range))
-            .filter_map(|(_, record)| self.map.get_key_value(record))
+            .take_while(move |(c, start, _)| *c == chunk && *start < range.end)
+            .filter(move |(_, _, record)| record.range.overlaps(range))
+            .filter_map(|(_, _, record)| self.map.get_key_value(record))
     }
 
     fn touch(&mut self, record: LogRecord) {
@@ -321,8 +327,10 @@ impl Extents {
         let records: BTreeSet<LogRecord> = self.map.keys().copied().collect();
         let versions: BTreeSet<(Version, LogRecord)> =
             records.iter().map(|r| (r.version, *r)).collect();
-        let chunks: BTreeSet<(ChunkId, LogRecord)> =
-            records.iter().map(|r| (r.chunk, *r)).collect();
+        let chunks: BTreeSet<(ChunkId, u64, LogRecord)> =
+            records.iter().map(|r| (r.chunk, r.range.start, *r)).collect();
+        let longest = records.iter().map(|r| r.range.size_bytes()).max().unwrap_or(0);
+        assert!(self.longest >= longest, "the DVL's longest record indexed");
         assert_eq!(self.by_version, versions, "the DVL's index by version");
         assert_eq!(self.by_chunk, chunks, "the DVL's index by chunk");
         let sent = |at: fn(&Extent) -> Option<VirtualInstant>| -> BTreeSet<_> {
@@ -358,7 +366,7 @@ mod tests {
         LogRecord {
             owner: Epoch(rng.random_range(1..3)),
             chunk,
-            range: ByteRange::new(start, 4096),
+            range: ByteRange::new(start, rng.random_range(1..4) * 4096),
             version: Version(rng.random_range(1..12)),
         }
     }
@@ -456,13 +464,19 @@ mod tests {
                     .map(|(x, _)| *x)
                     .collect();
                 assert_eq!(extents.of_version(r.version), by_version);
-                let by_chunk: Vec<LogRecord> =
-                    extents.iter().filter(|(x, _)| x.chunk == r.chunk).map(|(x, _)| *x).collect();
-                let of_chunk: Vec<LogRecord> = extents
-                    .of_chunk_over(r.chunk, ByteRange::from_bounds(0, u64::MAX))
-                    .map(|(x, _)| *x)
-                    .collect();
-                assert_eq!(of_chunk, by_chunk);
+                // A chunk's records over a range are those a walk of the map finds.
+                for over in [ByteRange::from_bounds(0, u64::MAX), r.range] {
+                    let mut by_chunk: Vec<LogRecord> = extents
+                        .iter()
+                        .filter(|(x, _)| x.chunk == r.chunk && x.range.overlaps(over))
+                        .map(|(x, _)| *x)
+                        .collect();
+                    let mut of_chunk: Vec<LogRecord> =
+                        extents.of_chunk_over(r.chunk, over).map(|(x, _)| *x).collect();
+                    by_chunk.sort_unstable();
+                    of_chunk.sort_unstable();
+                    assert_eq!(of_chunk, by_chunk, "the records of {:?} over {over:?}", r.chunk);
+                }
                 let timeout = VirtualDuration::from_secs(2);
                 let in_flight = extents
                     .iter()
