@@ -143,6 +143,13 @@ impl ServerTime {
 )]
 pub struct Stamp(pub u64);
 
+impl Stamp {
+    /// The client that minted it and its count ([`Stamps`]' layout).
+    pub fn parts(self) -> (u32, u32) {
+        ((self.0 >> 32) as u32, self.0 as u32)
+    }
+}
+
 /// The stamps one client mints: its id in the high half, a count in the low, so no
 /// two clients' writes share one; never 0 (unwritten space's).
 #[derive(Clone, Debug)]

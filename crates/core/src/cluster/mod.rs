@@ -229,6 +229,15 @@ mod tests {
     use super::*;
 
     #[test]
+    fn a_clients_stamps_name_it_and_count_from_one() {
+        let mut stamps = Stamps::of(ClientId::drawn([1, 0, 0, 0]));
+        let (first, second) = (stamps.mint(), stamps.mint());
+        assert_eq!(first.parts(), (1 | 1 << 31, 1));
+        assert_eq!(second.parts(), (1 | 1 << 31, 2));
+        assert_eq!(Stamps::of(ClientId::counted(0)).mint(), Stamp(1), "never 0");
+    }
+
+    #[test]
     fn a_config_the_protocol_cannot_run_on_is_refused_naming_the_setting() {
         assert_eq!(ClusterConfig::sierra().validate(), Ok(()));
         let bad = |config: ClusterConfig, says: &str| {

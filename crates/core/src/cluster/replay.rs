@@ -10,7 +10,7 @@
 //! index); the shell says when each arrives and when each is done, and issues what
 //! this answers ready.
 
-use std::collections::{BTreeMap, VecDeque};
+use std::collections::{BTreeMap, BTreeSet, VecDeque};
 
 use somnus_types::ByteRange;
 
@@ -32,6 +32,8 @@ pub struct ReplayAdmission {
     waiters: BTreeMap<u64, Vec<u64>>,
     /// Arrivals beyond the bound, in order: number, device, range.
     queued: VecDeque<(u64, u32, ByteRange)>,
+    /// The numbers of the queued arrivals: under a stall the queue holds millions.
+    queued_numbers: BTreeSet<u64>,
 }
 
 /// A replay's request the shell named wrongly: a bug in the shell, reported, never
@@ -57,6 +59,7 @@ impl ReplayAdmission {
             awaiting: BTreeMap::new(),
             waiters: BTreeMap::new(),
             queued: VecDeque::new(),
+            queued_numbers: BTreeSet::new(),
         }
     }
 
@@ -72,9 +75,7 @@ impl ReplayAdmission {
         if device as usize >= devices {
             return Err(AdmissionError::NoSuchDevice { request, device, devices });
         }
-        let arrived_before = self.device_of.contains_key(&request)
-            || self.queued.iter().any(|(queued, _, _)| *queued == request);
-        if arrived_before {
+        if self.device_of.contains_key(&request) || self.queued_numbers.contains(&request) {
             return Err(AdmissionError::ArrivedTwice(request));
         }
         let mut ready = Vec::new();
@@ -82,6 +83,7 @@ impl ReplayAdmission {
             self.admit(request, device, range, &mut ready);
         } else {
             self.queued.push_back((request, device, range));
+            self.queued_numbers.insert(request);
         }
         Ok(ready)
     }
@@ -108,6 +110,7 @@ impl ReplayAdmission {
         }
         while self.device_of.len() < self.in_flight_max {
             let Some((next, device, range)) = self.queued.pop_front() else { break };
+            self.queued_numbers.remove(&next);
             self.admit(next, device, range, &mut ready);
         }
         Ok(ready)
@@ -181,6 +184,7 @@ mod tests {
         assert_eq!(admission.arrive(2, 0, range(0, 4096)), Ok(vec![]), "queued");
         assert_eq!(admission.arrive(3, 0, range(20480, 24576)), Ok(vec![]), "queued behind 2");
         assert_eq!((admission.in_flight(), admission.queued()), (4, 2));
+        assert_eq!(admission.arrive(3, 0, range(0, 4096)), Err(AdmissionError::ArrivedTwice(3)));
         // 1's place admits 2, which then waits for 0.
         assert_eq!(admission.done(1), Ok(vec![]));
         assert_eq!(admission.issued(), 1);

@@ -296,9 +296,10 @@ impl Checker {
     }
 }
 
-/// A stamp's client and count (`somnus_core::cluster::Stamps`), as indexes.
+/// A stamp's client and count (`Stamp::parts`), as indexes.
 fn stamp_parts(stamp: Stamp) -> (usize, usize) {
-    ((stamp.0 >> 32) as usize, (stamp.0 & 0xffff_ffff) as usize)
+    let (client, count) = stamp.parts();
+    (client as usize, count as usize)
 }
 
 #[cfg(test)]
