@@ -84,6 +84,8 @@ enum BrokenChoice {
     FreeBeforeGrace,
     /// The MDS frees the data a bind names instead of the data it replaces.
     FreeNamed,
+    /// A logged write counts as stale once a newer one overlaps it, not covers it.
+    SupersedeOverlapped,
 }
 
 fn parse_share(text: &str) -> Result<f64, String> {
@@ -120,6 +122,7 @@ pub(crate) fn run(args: &ClusterArgs) -> Result<()> {
         BrokenChoice::ReadWithoutLoggers => Broken::ReadWithoutLoggers,
         BrokenChoice::FreeBeforeGrace => Broken::FreeBeforeGrace,
         BrokenChoice::FreeNamed => Broken::FreeNamed,
+        BrokenChoice::SupersedeOverlapped => Broken::SupersedeOverlapped,
     });
     let spec = ClusterSpec {
         servers: args.servers,
@@ -158,7 +161,7 @@ pub(crate) fn run(args: &ClusterArgs) -> Result<()> {
             format!("FAIL ({} violations)", report.violation_count)
         };
         outln!(
-            "seed {seed}: {verdict}: {} ops ({} writes, {} reads), {} crashes, {} MDS crashes, {} partitions, {} corruptions, {} gear shifts, {} lost ({:.1} MiB rebuilt), {} view changes, {} writes logged, {} reclaimed, {} reads from loggers, {} reads again, {} client retries, {} replaced ({} frees, {} logged writes dropped, {} orphans), {:.1} virtual s",
+            "seed {seed}: {verdict}: {} ops ({} writes, {} reads), {} crashes, {} MDS crashes, {} partitions, {} corruptions, {} gear shifts, {} lost ({:.1} MiB rebuilt), {} view changes, {} writes logged, {} reclaimed, {} superseded, {} reads from loggers, {} reads again, {} client retries, {} replaced ({} frees, {} logged writes dropped, {} orphans), {:.1} virtual s",
             report.ops,
             report.writes,
             report.reads,
@@ -172,6 +175,7 @@ pub(crate) fn run(args: &ClusterArgs) -> Result<()> {
             report.view_changes,
             report.writes_logged,
             report.writes_reclaimed,
+            report.writes_superseded,
             report.reads_from_loggers,
             report.reads_again,
             report.client_retries,

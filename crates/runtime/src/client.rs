@@ -55,9 +55,9 @@ pub enum ClientError {
 
 type Reply = oneshot::Sender<ClientOutcome>;
 
-/// An op for the client's task, the reply's way back, and how long it may take (the
-/// core ends it then: `ClientError::DeadlinePassed`).
-type Submitted = (ClientOp, Reply, std::time::Duration);
+/// An op for the client's task and the reply's way back (the core ends an op at the
+/// config's `op_deadline`: `ClientError::DeadlinePassed`).
+type Submitted = (ClientOp, Reply);
 
 /// A bind ([`ClusterClient::bind`]): make `name` hold `data`, in order, with `attrs`,
 /// if `require` exists and `condition` holds; what it held before, and what the names
@@ -86,8 +86,9 @@ pub struct ClusterClient {
     id: ClientId,
     stamps: Arc<std::sync::Mutex<Stamps>>,
     chunk_size_bytes: u64,
-    /// How long one operation may take: the core ends it then, and forgets it.
-    pub deadline: std::time::Duration,
+    /// How long one operation may take (the cluster file's `op_deadline_s`, in real
+    /// time): the core ends it then, and forgets it.
+    deadline: std::time::Duration,
 }
 
 impl ClusterClient {
@@ -104,6 +105,7 @@ impl ClusterClient {
         let outbox =
             Outbox::new(identity, file.clone(), Arc::new(WireCounters::default()), inbox_tx);
         let clock = Clock::start(file.cluster.time_scale);
+        let deadline = clock.real_of(file.config().op_deadline);
         let client = Client::new(id, file.config(), clock.now());
         let (submit, requests) = mpsc::channel(SUBMIT_QUEUE);
         tokio::spawn(drive(client, clock, outbox, inbox, requests));
@@ -112,7 +114,7 @@ impl ClusterClient {
             id,
             stamps: Arc::new(std::sync::Mutex::new(Stamps::of(id))),
             chunk_size_bytes: file.cluster.chunk_size_bytes,
-            deadline: std::time::Duration::from_secs(60),
+            deadline,
         })
     }
 
@@ -123,7 +125,7 @@ impl ClusterClient {
     async fn call(&self, op: ClientOp) -> Result<ClientOutcome, ClientError> {
         let (reply, outcome) = oneshot::channel();
         // A full queue holds the caller back until the client's task takes more.
-        let submitted = (op, reply, self.deadline);
+        let submitted = (op, reply);
         self.submit.send(submitted).await.map_err(|_| ClientError::Stopped)?;
         match outcome.await {
             Ok(ClientOutcome::Failed(CoreError::DeadlinePassed)) => {
@@ -426,11 +428,11 @@ async fn drive(
     loop {
         let event = tokio::select! {
             request = requests.recv() => match request {
-                Some((op, reply, within)) => {
+                Some((op, reply)) => {
                     next_tag += 1;
                     waiting.insert(next_tag, reply);
-                    let deadline = Some(clock.now().saturating_add(clock.virtual_of(within)));
-                    ClientEvent::Submit { tag: next_tag, op, deadline }
+                    // The core gives the op the config's deadline.
+                    ClientEvent::Submit { tag: next_tag, op, deadline: None }
                 }
                 None => return,
             },

@@ -136,6 +136,10 @@ pub struct ClusterSection {
     /// that died between its data and its bind).
     #[serde(default = "default_pending_grace", skip_serializing_if = "is_default_pending_grace")]
     pub pending_grace_s: f64,
+    /// Seconds a client works at one operation (a GET, a PUT's part, a lookup)
+    /// before it gives up with a timeout (on the cluster's clock).
+    #[serde(default = "default_op_deadline", skip_serializing_if = "is_default_op_deadline")]
+    pub op_deadline_s: f64,
     /// How the cluster's processes speak to each other: `tls` (the default) or `plain`.
     #[serde(default, skip_serializing_if = "Wire::is_tls")]
     pub wire: Wire,
@@ -185,6 +189,14 @@ fn is_default_pending_grace(value: &f64) -> bool {
     *value == default_pending_grace()
 }
 
+fn default_op_deadline() -> f64 {
+    ClusterConfig::sierra().op_deadline.as_secs_f64()
+}
+
+fn is_default_op_deadline(value: &f64) -> bool {
+    *value == default_op_deadline()
+}
+
 fn default_server_profile() -> String {
     "ecs2-storage-node".into()
 }
@@ -210,6 +222,7 @@ impl Default for ClusterSection {
             disk_reserve_bytes: default_disk_reserve(),
             free_grace_s: default_free_grace(),
             pending_grace_s: default_pending_grace(),
+            op_deadline_s: default_op_deadline(),
             wire: Wire::Tls,
         }
     }
@@ -287,6 +300,7 @@ impl ClusterFile {
         let graces = [
             ("free_grace_s", self.cluster.free_grace_s),
             ("pending_grace_s", self.cluster.pending_grace_s),
+            ("op_deadline_s", self.cluster.op_deadline_s),
         ];
         for (key, value) in graces {
             // A day of nanoseconds fits easily; a year is the bound of any sane grace.
@@ -392,6 +406,7 @@ impl ClusterFile {
             disk_reserve_bytes: self.cluster.disk_reserve_bytes,
             free_grace: seconds(self.cluster.free_grace_s),
             pending_grace: seconds(self.cluster.pending_grace_s),
+            op_deadline: seconds(self.cluster.op_deadline_s),
             ..ClusterConfig::sierra()
         }
     }
@@ -499,5 +514,10 @@ mod tests {
         std::fs::write(&path, bad.to_toml()).unwrap();
         let error = ClusterFile::load(&path).unwrap_err().to_string();
         assert!(error.contains("server 1: power: mac"), "{error}");
+        let mut bad = file();
+        bad.cluster.op_deadline_s = 0.5;
+        std::fs::write(&path, bad.to_toml()).unwrap();
+        let error = ClusterFile::load(&path).unwrap_err().to_string();
+        assert!(error.contains("op_deadline"), "{error}");
     }
 }

@@ -134,6 +134,29 @@ fn reads_from_a_secondary_are_caught() {
 }
 
 #[test]
+fn logged_writes_a_newer_one_covers_are_left_and_one_it_overlaps_is_not() {
+    // With gear shifts alone, the small cluster's clients write 1 to 16 blocks over
+    // blocks logged before: a logged write a newer one covers whole is stale (Sierra
+    // 3.3.3), never reclaimed, and C4 holds (seeds 1..=20 measured: every one has
+    // some). Counted stale when a newer write merely overlaps it, the bytes it alone
+    // holds never reach the replicas that lacked them: a read returns them old (C4;
+    // seed 1 already fails).
+    let faults = FaultSet::parse("gear").unwrap();
+    let spec = ClusterSpec { faults, virtual_secs: 60, ..ClusterSpec::small() };
+    let mut superseded = 0;
+    for seed in 1..=3 {
+        let report = run(&spec, seed);
+        assert_eq!(report.violations, Vec::<String>::new(), "seed {seed}");
+        superseded += report.writes_superseded;
+    }
+    assert!(superseded > 0, "no logged write was superseded in seeds 1..=3");
+    let broken = ClusterSpec { broken: Some(Broken::SupersedeOverlapped), ..spec };
+    let caught =
+        (1..=20).find(|seed| run(&broken, *seed).violations.iter().any(|v| v.starts_with("C4")));
+    assert!(caught.is_some(), "superseding overlapped writes passed 20 seeds");
+}
+
+#[test]
 fn reads_of_writes_logged_for_the_primary_are_served_from_the_loggers() {
     // With gear shifts alone, a primary back from sleep takes its groups back before
     // reclaim brings its replica level: reads of what was logged for it are served

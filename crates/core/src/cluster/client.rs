@@ -147,8 +147,8 @@ pub enum ClientError {
 
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum ClientEvent {
-    /// A new op; by `deadline` it is done, or it ends `Failed(DeadlinePassed)` and the
-    /// client forgets it (no deadline: retried until done).
+    /// A new op; by `deadline` (none: the config's `op_deadline` from now) it is
+    /// done, or it ends `Failed(DeadlinePassed)` and the client forgets it.
     Submit {
         tag: u64,
         op: ClientOp,
@@ -235,7 +235,7 @@ struct Op {
     op: ClientOp,
     state: OpState,
     /// When it ends if not done ([`ClientEvent::Submit`]).
-    deadline: Option<VirtualInstant>,
+    deadline: VirtualInstant,
 }
 
 pub struct Client {
@@ -365,14 +365,17 @@ impl Client {
     }
 
     fn finish(&mut self, tag: u64, outcome: ClientOutcome) {
-        if let Some(Op { deadline: Some(at), .. }) = self.ops.remove(&tag) {
-            self.op_deadlines.remove(&(at, tag));
+        if let Some(Op { deadline, .. }) = self.ops.remove(&tag) {
+            self.op_deadlines.remove(&(deadline, tag));
         }
         self.actions.push_back(ClientAction::Done { tag, outcome });
     }
 
     fn submit(&mut self, tag: u64, op: ClientOp, deadline: Option<VirtualInstant>) {
         assert!(!self.ops.contains_key(&tag), "op tag {tag} submitted twice");
+        // Every op ends: an op no answer comes to (every holder of a block failed for
+        // good) is not retried forever behind its caller's back.
+        let deadline = deadline.unwrap_or(self.now.saturating_add(self.config.op_deadline));
         let metadata = match &op {
             ClientOp::Create { name, size_bytes } => Some(Message::CreateObject {
                 request: 0,
@@ -418,9 +421,7 @@ impl Client {
             | ClientOp::ReadFrom { .. } => None,
         };
         self.ops.insert(tag, Op { op, state: OpState::NeedsInfo, deadline });
-        if let Some(at) = deadline {
-            self.op_deadlines.insert((at, tag));
-        }
+        self.op_deadlines.insert((deadline, tag));
         match metadata {
             Some(message) => self.send_metadata(tag, message),
             None => self.start_data(tag),
@@ -902,8 +903,9 @@ mod tests {
     }
 
     #[test]
-    fn an_op_ends_at_its_deadline_and_is_forgotten_one_without_goes_on() {
-        let config = ClusterConfig::sierra();
+    fn an_op_ends_at_its_deadline_and_is_forgotten_one_without_at_the_configs() {
+        let op_deadline = VirtualDuration::from_secs(30);
+        let config = ClusterConfig { op_deadline, ..ClusterConfig::sierra() };
         let mut client = Client::new(ClientId(1), config, VirtualInstant::ZERO);
         let second = VirtualDuration::from_secs(1);
         let deadline =
@@ -917,11 +919,20 @@ mod tests {
         assert_eq!(done, vec![ClientAction::Done { tag: 1, outcome: failed }]);
         assert_eq!(client.counters().deadlines_passed, 1);
         assert!(client.counters().timeouts >= 4, "retried until its deadline");
-        // The op without a deadline is still retried; the ended one left no request.
+        // The op without a deadline of its own is still retried; the ended one left
+        // no request.
         assert_eq!(client.ops_in_flight(), 1);
         assert!(client.requests.values().all(|(tag, _)| *tag == 2));
-        let later = end.saturating_add(VirtualDuration(config.request_timeout.0 * 10));
-        assert!(unanswered_until(&mut client, later).is_empty());
+        let before = VirtualInstant::ZERO.saturating_add(op_deadline.saturating_sub(second));
+        assert!(unanswered_until(&mut client, before).is_empty());
         assert_eq!(client.ops_in_flight(), 1);
+        // It ends at the config's deadline: no op is retried forever.
+        let after = VirtualInstant::ZERO.saturating_add(op_deadline).saturating_add(second);
+        let failed = ClientOutcome::Failed(ClientError::DeadlinePassed);
+        assert_eq!(
+            unanswered_until(&mut client, after),
+            vec![ClientAction::Done { tag: 2, outcome: failed }]
+        );
+        assert_eq!(client.ops_in_flight(), 0);
     }
 }

@@ -114,6 +114,9 @@ pub struct ClusterConfig {
     pub retry_interval: VirtualDuration,
     /// How long a client waits for an answer before it asks for the view again.
     pub request_timeout: VirtualDuration,
+    /// How long a client works at an op before it ends it `DeadlinePassed` and
+    /// forgets it (an op submitted without a deadline of its own).
+    pub op_deadline: VirtualDuration,
     /// How long a client trusts a chunk group's view before asking the MDS again.
     pub view_ttl: VirtualDuration,
     /// How often a server verifies the checksums of everything it holds.
@@ -161,6 +164,7 @@ impl ClusterConfig {
             gear_min: 1,
             retry_interval: VirtualDuration::from_millis(200),
             request_timeout: VirtualDuration::from_secs(1),
+            op_deadline: VirtualDuration::from_secs(60),
             scrub_interval: VirtualDuration::from_secs(5),
             view_ttl: VirtualDuration::from_secs(2),
             logger_capacity_bytes: 1 << 30,
@@ -217,6 +221,13 @@ impl ClusterConfig {
                 self.failure_timeout, self.lease, self.lease_margin
             ));
         }
+        // An op gets at least one request timeout to be answered in.
+        if self.op_deadline <= self.request_timeout {
+            return Err(format!(
+                "op_deadline ({:?}) must be longer than request_timeout ({:?})",
+                self.op_deadline, self.request_timeout
+            ));
+        }
         if self.reclaim_reads_max == 0 || self.rebuild_chunks_max == 0 {
             return Err("reclaim_reads_max and rebuild_chunks_max must be 1 or more".to_string());
         }
@@ -252,5 +263,6 @@ mod tests {
         bad(ClusterConfig { lease: VirtualDuration::from_millis(900), ..sierra }, "lease");
         bad(ClusterConfig { failure_timeout: VirtualDuration::from_secs(5), ..sierra }, "failure");
         bad(ClusterConfig { rebuild_chunks_max: 0, ..sierra }, "rebuild_chunks_max");
+        bad(ClusterConfig { op_deadline: VirtualDuration::from_secs(1), ..sierra }, "op_deadline");
     }
 }

@@ -99,6 +99,11 @@ pub struct ClusterSpec {
     /// and bound to its name, or the name deleted and created again; what they
     /// replace is freed a grace later (docs/space.md).
     pub churn: f64,
+    /// How long a client works at an op before the core ends it (`ClusterConfig::
+    /// op_deadline`). None: longer than the run, so that an op stuck under faults is
+    /// found by the end's liveness check instead of ended quietly; a trace replay
+    /// takes the runtime's default, as `somnus replay` does.
+    pub op_deadline: Option<VirtualDuration>,
 }
 
 /// What a simulated logger keeps its records in.
@@ -138,6 +143,7 @@ impl ClusterSpec {
                 .unwrap_or_else(|error| panic!("the built-in {SERVER_PROFILE}: {error}")),
             logger_capacity_bytes: ClusterConfig::sierra().logger_capacity_bytes,
             churn: 0.05,
+            op_deadline: None,
         }
     }
 
@@ -166,6 +172,9 @@ impl ClusterSpec {
             pending_grace: PENDING_GRACE,
             orphan_scan_interval: ORPHAN_SCAN,
             seed,
+            op_deadline: self.op_deadline.unwrap_or(
+                VirtualDuration::from_secs(self.virtual_secs.saturating_add(60)) + QUIESCE_MAX,
+            ),
             ..ClusterConfig::sierra()
         }
     }
@@ -205,9 +214,11 @@ pub struct SeedReport {
     /// Servers lost for good, and the bytes their replicas' rebuild copied.
     pub losses: u64,
     pub rebuilt_bytes: u64,
-    /// Writes the DVLs logged (a replica was down), and logged writes reclaimed.
+    /// Writes the DVLs logged (a replica was down), logged writes reclaimed, and
+    /// logged writes a newer one covered before they were (stale, not reclaimed).
     pub writes_logged: u64,
     pub writes_reclaimed: u64,
+    pub writes_superseded: u64,
     /// Reads served with logged writes read back from the loggers on demand.
     pub reads_from_loggers: u64,
     /// Reads whose blocks a write landed on while they were under way (read again).
@@ -1754,6 +1765,7 @@ impl<'t> ClusterSim<'t> {
         self.report.blocks_repaired = self.servers_total(|c| c.blocks_repaired);
         self.report.writes_logged = self.servers_total(|c| c.writes_logged);
         self.report.writes_reclaimed = self.servers_total(|c| c.writes_reclaimed);
+        self.report.writes_superseded = self.servers_total(|c| c.logged_writes_superseded);
         self.report.reads_from_loggers = self.servers_total(|c| c.reads_from_loggers);
         self.report.reads_again = self.servers_total(|c| c.reads_again);
         self.report.rebuilt_bytes = self.servers_total(|c| c.rebuilt_bytes);

@@ -320,6 +320,7 @@ pub fn replay_trace_with(
         fill: false,
         faults: FaultSet::none(),
         virtual_secs: (span + SETTLE_MAX).as_secs_f64().ceil() as u64 + 60,
+        op_deadline: Some(somnus_core::cluster::ClusterConfig::sierra().op_deadline),
         ..spec.clone()
     };
     let devices = workload.devices.len();

@@ -144,6 +144,9 @@ pub enum Broken {
     /// The MDS frees the data a bind keeps instead of what it replaces: a named
     /// object's chunks are freed (breaks F2).
     FreeNamed,
+    /// A logged write counts as superseded by a newer one that only overlaps it: the
+    /// bytes it alone holds never reach the replicas that lack them (breaks C4).
+    SupersedeOverlapped,
 }
 
 /// What a storage server keeps across a crash: its replicas, its logger's log, and
@@ -211,6 +214,10 @@ pub struct ServerCounters {
     /// Logged writes of freed objects dropped from a DVL instead of reclaimed.
     #[serde(default)]
     pub logged_writes_dropped: u64,
+    /// Logged writes a newer one covered whole before every replica had them: left
+    /// to their deletion markers instead of reclaimed (the newer one is).
+    #[serde(default)]
+    pub logged_writes_superseded: u64,
 }
 
 /// A disk I/O in flight and what to do when it is done.

@@ -652,10 +652,50 @@ impl Server {
             // extent names every copy.
             let extent = led.dvl.extents.entry(record);
             add(&mut extent.holders, holders);
-            add(&mut extent.loggers, loggers);
-            add(&mut extent.applied, applied);
+            add(&mut extent.loggers, loggers.iter().copied());
+            add(&mut extent.applied, applied.iter().copied());
+        }
+        // It reaches every replica (applied everywhere, or logged and so reclaimed):
+        // the older logged writes it covers whole are stale (Sierra 3.3.3).
+        if !loggers.is_empty() || replicas.iter().all(|r| applied.contains(r)) {
+            self.supersede(group, &write);
         }
         self.send_invalidations(group);
+    }
+
+    /// The logged writes older than `write` that it covers whole are done with: no
+    /// replica needs them (each byte's newest version is `write`'s, which reaches
+    /// every replica), so they are neither read back nor reclaimed, and their
+    /// deletion markers are due. Without this a hot block's DVL keeps every version
+    /// written while a gear slept (thousands), and a read of it back from the loggers
+    /// waits for all of them (Sierra 3.3.3: the older version becomes stale).
+    fn supersede(&mut self, group: ChunkGroupId, write: &UnstableWrite) {
+        let overlapped_will_do = self.broken == Some(Broken::SupersedeOverlapped);
+        let Some(led) = self.led.get_mut(&group) else { return };
+        let covers = |r: &LogRecord| write.range.contains(r.range) || overlapped_will_do;
+        let stale: Vec<LogRecord> = led
+            .dvl
+            .extents
+            .of_chunk_over(write.chunk, write.range)
+            .filter(|(r, _)| r.version < write.version && covers(r))
+            .map(|(record, _)| *record)
+            .collect();
+        for record in stale {
+            let applied_by_all = led
+                .dvl
+                .extents
+                .get(&record)
+                .is_some_and(|extent| led.replicas.iter().all(|r| extent.applied.contains(r)));
+            if applied_by_all {
+                continue;
+            }
+            if let Some(extent) = led.dvl.extents.get_mut(&record) {
+                extent.applied = led.replicas.clone();
+            }
+            led.dvl.extents.reclaim_done(&record);
+            led.dvl.reads.remove(&record);
+            self.counters.logged_writes_superseded += 1;
+        }
     }
 
     fn log_acked(&mut self, group: ChunkGroupId, logger: ServerId, versions: &[Version]) {
