@@ -103,6 +103,15 @@ impl Extents {
         self.map.entry(record).or_default()
     }
 
+    /// `record` is done with: it counts as applied by every one of `replicas`, so
+    /// nothing reclaims it and its deletion markers fall due (its holders all lost,
+    /// or showing no byte of it, R3; superseded; replaced by an adoption).
+    pub(super) fn done_with(&mut self, record: &LogRecord, replicas: &[ServerId]) {
+        if let Some(extent) = self.get_mut(record) {
+            extent.applied = replicas.to_vec();
+        }
+    }
+
     pub(super) fn remove(&mut self, record: &LogRecord) -> Option<Extent> {
         let extent = self.map.remove(record)?;
         self.by_version.remove(&(record.version, *record));

@@ -456,9 +456,7 @@ impl Server {
                 // (a holder declared lost after the others answered empty counts
                 // here, not only at an answer); as when no holder shows a byte, the
                 // record is done with (the replicas decide).
-                if let Some(extent) = led.dvl.extents.get_mut(&record) {
-                    extent.applied = replicas.clone();
-                }
+                led.dvl.extents.done_with(&record, replicas);
                 gone.push(record);
                 continue;
             }
@@ -532,9 +530,7 @@ impl Server {
                 });
                 if tried_all == Some(true) {
                     led.dvl.reads.remove(&record);
-                    if let Some(extent) = led.dvl.extents.get_mut(&record) {
-                        extent.applied = replicas.clone();
-                    }
+                    led.dvl.extents.done_with(&record, &replicas);
                 }
                 continue;
             };
@@ -635,10 +631,8 @@ impl Server {
         // An older epoch's record of an adopted write: the new copies replace it.
         let this_epoch = first_record_of(epoch);
         for record in led.dvl.extents.of_version(write.version) {
-            if record < this_epoch
-                && let Some(extent) = led.dvl.extents.get_mut(&record)
-            {
-                extent.applied = replicas.clone();
+            if record < this_epoch {
+                led.dvl.extents.done_with(&record, &replicas);
             }
         }
         if !loggers.is_empty() {
@@ -673,25 +667,16 @@ impl Server {
         let overlapped_will_do = self.broken == Some(Broken::SupersedeOverlapped);
         let Some(led) = self.led.get_mut(&group) else { return };
         let covers = |r: &LogRecord| write.range.contains(r.range) || overlapped_will_do;
+        let lacked = |e: &Extent| led.replicas.iter().any(|r| !e.applied.contains(r));
         let stale: Vec<LogRecord> = led
             .dvl
             .extents
             .of_chunk_over(write.chunk, write.range)
-            .filter(|(r, _)| r.version < write.version && covers(r))
+            .filter(|(r, e)| r.version < write.version && covers(r) && lacked(e))
             .map(|(record, _)| *record)
             .collect();
         for record in stale {
-            let applied_by_all = led
-                .dvl
-                .extents
-                .get(&record)
-                .is_some_and(|extent| led.replicas.iter().all(|r| extent.applied.contains(r)));
-            if applied_by_all {
-                continue;
-            }
-            if let Some(extent) = led.dvl.extents.get_mut(&record) {
-                extent.applied = led.replicas.clone();
-            }
+            led.dvl.extents.done_with(&record, &led.replicas);
             led.dvl.extents.reclaim_done(&record);
             led.dvl.reads.remove(&record);
             self.counters.logged_writes_superseded += 1;
