@@ -86,6 +86,8 @@ enum BrokenChoice {
     FreeNamed,
     /// A logged write counts as stale once a newer one overlaps it, not covers it.
     SupersedeOverlapped,
+    /// A primary never asks to wake the sleeping holders of logged writes a read awaits.
+    NeverWakeHolders,
 }
 
 fn parse_share(text: &str) -> Result<f64, String> {
@@ -123,6 +125,7 @@ pub(crate) fn run(args: &ClusterArgs) -> Result<()> {
         BrokenChoice::FreeBeforeGrace => Broken::FreeBeforeGrace,
         BrokenChoice::FreeNamed => Broken::FreeNamed,
         BrokenChoice::SupersedeOverlapped => Broken::SupersedeOverlapped,
+        BrokenChoice::NeverWakeHolders => Broken::NeverWakeHolders,
     });
     let spec = ClusterSpec {
         servers: args.servers,
@@ -161,7 +164,7 @@ pub(crate) fn run(args: &ClusterArgs) -> Result<()> {
             format!("FAIL ({} violations)", report.violation_count)
         };
         outln!(
-            "seed {seed}: {verdict}: {} ops ({} writes, {} reads), {} crashes, {} MDS crashes, {} partitions, {} corruptions, {} gear shifts, {} lost ({:.1} MiB rebuilt), {} view changes, {} writes logged, {} reclaimed, {} superseded, {} reads from loggers, {} reads again, {} client retries, {} replaced ({} frees, {} logged writes dropped, {} orphans), {:.1} virtual s",
+            "seed {seed}: {verdict}: {} ops ({} writes, {} reads), {} crashes, {} MDS crashes, {} partitions, {} corruptions, {} gear shifts, {} lost ({:.1} MiB rebuilt), {} view changes, {} writes logged, {} reclaimed, {} superseded, {} reads from loggers ({} holder wakes), {} reads again, {} client retries, {} replaced ({} frees, {} logged writes dropped, {} orphans), {:.1} virtual s",
             report.ops,
             report.writes,
             report.reads,
@@ -177,6 +180,7 @@ pub(crate) fn run(args: &ClusterArgs) -> Result<()> {
             report.writes_reclaimed,
             report.writes_superseded,
             report.reads_from_loggers,
+            report.holder_wakes_asked,
             report.reads_again,
             report.client_retries,
             report.churns,

@@ -43,6 +43,8 @@ enum CaseChoice {
     LowestGear,
     /// A server is lost for good and rebuilt, at each cluster size (Fig. 12).
     Rebuild,
+    /// The order of gear groups turns: reads of writes whose holders sleep wake them (P7).
+    SleepingHolders,
 }
 
 pub(crate) fn run(args: &ScenarioArgs) -> Result<()> {
@@ -78,6 +80,9 @@ pub(crate) fn run(args: &ScenarioArgs) -> Result<()> {
         for servers in args.rebuild_servers.clone() {
             runs.push(Box::new(move || scenario::rebuild(seed, servers)));
         }
+    }
+    if wants(CaseChoice::SleepingHolders) {
+        runs.push(Box::new(move || scenario::sleeping_holders(seed, None)));
     }
     let mut reports = Vec::new();
     let mut failed = 0;

@@ -5,6 +5,7 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used)] // Test helpers may panic.
 
+use somnus_core::cluster::server::Broken;
 use somnus_sim::cluster::scenario::{self, CaseReport};
 
 fn clean(report: &CaseReport) {
@@ -116,5 +117,27 @@ fn a_lost_server_is_rebuilt_faster_on_a_larger_cluster() {
     assert!(
         large.figure("rebuild rate (MiB/s)") > small.figure("rebuild rate (MiB/s)"),
         "{small:?} {large:?}"
+    );
+}
+
+/// P7: after the scheduler's turn of the order, the woken group leads with writes
+/// logged while it slept, and the group that held them sleeps. Reads of those blocks
+/// wait for the holders' wake (about 20 s), not for the next shift; the broken
+/// variant that never asks leaves every client stuck on such a read until the heal.
+#[test]
+fn reads_of_writes_whose_holders_sleep_wake_them_and_the_variant_that_never_asks_stalls() {
+    let fixed = scenario::sleeping_holders(1, None);
+    clean(&fixed);
+    assert!(fixed.figure("times a primary asked to wake holders") > 0.0, "{fixed:?}");
+    assert!(fixed.figure("reads served with logged writes read back") > 0.0, "{fixed:?}");
+    assert!(fixed.figure("worst read latency (s)") < 30.0, "{fixed:?}");
+    assert!(fixed.figure("longest op still under way at the end (s)") < 30.0, "{fixed:?}");
+    let broken = scenario::sleeping_holders(1, Some(Broken::NeverWakeHolders));
+    assert_eq!(broken.figure("times a primary asked to wake holders"), 0.0, "{broken:?}");
+    assert!(broken.figure("longest op still under way at the end (s)") > 60.0, "{broken:?}");
+    assert!(
+        broken.figure("reads issued after the turn")
+            < fixed.figure("reads issued after the turn") / 10.0,
+        "{broken:?}"
     );
 }

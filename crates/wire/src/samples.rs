@@ -195,6 +195,7 @@ pub fn every_message() -> Vec<Message> {
         Message::ClientReply { request: 17, body: ReplyBody::Refused(RequestError::Freed) },
         Message::ReleaseObject { request: 18, object: ObjectId(46) },
         Message::StableMark { group, epoch, stable: Version(9 << 40 | 4) },
+        Message::WakeHolders { group, epoch, servers: vec![ServerId(4), ServerId(7)] },
     ]
 }
 
@@ -253,8 +254,9 @@ pub fn variant(message: &Message) -> usize {
         Message::CheckObjects { .. } => 48,
         Message::ReleaseObject { .. } => 49,
         Message::StableMark { .. } => 50,
+        Message::WakeHolders { .. } => 51,
     }
 }
 
 /// Variants of [`Message`].
-pub const VARIANTS: usize = 51;
+pub const VARIANTS: usize = 52;

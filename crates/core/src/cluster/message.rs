@@ -757,6 +757,15 @@ pub enum Message {
         epoch: Epoch,
         stable: Version,
     },
+    /// The primary of `epoch` has a client read awaiting logged writes whose every
+    /// holder sleeps (a gear shift put its loggers to sleep after it moved here): the
+    /// MDS keeps `servers` on and wakes those asleep (P7; sent again every request
+    /// timeout while a read waits).
+    WakeHolders {
+        group: ChunkGroupId,
+        epoch: Epoch,
+        servers: Vec<ServerId>,
+    },
 }
 
 /// One object of a listing.

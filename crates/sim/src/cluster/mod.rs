@@ -219,8 +219,11 @@ pub struct SeedReport {
     pub writes_logged: u64,
     pub writes_reclaimed: u64,
     pub writes_superseded: u64,
-    /// Reads served with logged writes read back from the loggers on demand.
+    /// Reads served with logged writes read back from the loggers on demand, and
+    /// times a primary asked to wake the sleeping holders of writes such a read
+    /// awaited (P7).
     pub reads_from_loggers: u64,
+    pub holder_wakes_asked: u64,
     /// Reads whose blocks a write landed on while they were under way (read again).
     pub reads_again: u64,
     pub ops_unfinished: u64,
@@ -1766,6 +1769,7 @@ impl<'t> ClusterSim<'t> {
         self.report.writes_logged = self.servers_total(|c| c.writes_logged);
         self.report.writes_reclaimed = self.servers_total(|c| c.writes_reclaimed);
         self.report.writes_superseded = self.servers_total(|c| c.logged_writes_superseded);
+        self.report.holder_wakes_asked = self.servers_total(|c| c.holder_wakes_asked);
         self.report.reads_from_loggers = self.servers_total(|c| c.reads_from_loggers);
         self.report.reads_again = self.servers_total(|c| c.reads_again);
         self.report.rebuilt_bytes = self.servers_total(|c| c.rebuilt_bytes);

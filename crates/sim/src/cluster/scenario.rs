@@ -9,6 +9,8 @@
 
 use somnus_core::cluster::ServerPower;
 use somnus_core::cluster::mds::Mds;
+use somnus_core::cluster::server::Broken;
+use somnus_core::gear::PowerPlan;
 use somnus_types::{ChunkGroupId, ServerId, VirtualDuration, VirtualInstant};
 
 use super::{ClusterSim, ClusterSpec, Event, FaultSet, MdsEvent, SeedReport};
@@ -20,6 +22,11 @@ pub enum Injection {
     Restart(u32),
     /// The operator's (or the scheduler's) gear shift.
     Gear(u32),
+    /// The scheduler's plan: the first `full_groups` gear groups of `order` on.
+    Plan {
+        full_groups: u32,
+        order: [u32; 3],
+    },
     /// A server gone for good; the operator declares it with `DeclareLost`.
     Lose(u32),
     DeclareLost(u32),
@@ -98,6 +105,12 @@ impl ClusterSim<'_> {
                 self.trace(|| format!("gear {gear}"));
                 self.feed_mds(MdsEvent::GearSet { gear });
             }
+            Injection::Plan { full_groups, order } => {
+                self.report.gear_shifts += 1;
+                self.trace(|| format!("plan {full_groups} of {order:?}"));
+                let plan = PowerPlan { full_groups, partial: 0 };
+                self.feed_mds(MdsEvent::PlanSet { plan, order: order.to_vec() });
+            }
             Injection::Lose(s) => self.lose_server(s),
             Injection::DeclareLost(s) => {
                 self.handle(Event::DeclareLost(s));
@@ -149,6 +162,12 @@ impl ClusterSim<'_> {
             self.mds.server_power(p) == ServerPower::On
                 && server.is_some_and(|s| s.leads_at(group, view.epoch))
         })
+    }
+
+    /// How long the oldest op still under way has waited (zero when none is).
+    pub fn longest_op_under_way(&self) -> VirtualDuration {
+        let oldest = self.clients.iter().filter_map(|c| c.op.map(|op| op.started)).min();
+        oldest.map_or(VirtualDuration::ZERO, |at| self.now().duration_since(at))
     }
 
     pub fn client_retries(&self) -> u64 {
@@ -465,6 +484,59 @@ pub fn lowest_gear_failure(seed: u64, gear_min: u32) -> CaseReport {
             ("servers the MDS woke".to_owned(), wakes as f64),
             ("reads issued in the 15 s after the failure".to_owned(), reads.len() as f64),
             ("worst read latency (s)".to_owned(), max(&reads)),
+        ],
+        end,
+    }
+}
+
+/// P7, as the scheduler's daily rotation meets it: the first gear group sleeps while
+/// the other two serve (their primaries log its replicas' writes at loggers among
+/// them), then the order turns to gear 1 of the first group: it wakes, takes the
+/// primaries over, and the other two drain and sleep, holding what was logged before
+/// it is reclaimed. Its clients' reads of those blocks wait for the holders to wake
+/// (asked of the MDS), not for a shift that may never come.
+pub fn sleeping_holders(seed: u64, broken: Option<Broken>) -> CaseReport {
+    let spec = scripted(ClusterSpec {
+        servers: 18,
+        racks: 6,
+        objects: 160,
+        churn: 0.0,
+        virtual_secs: 120,
+        clients: 16,
+        broken,
+        ..ClusterSpec::small()
+    });
+    let mut sim = recorded(&spec, seed);
+    sim.run_until(at(2.0));
+    sim.inject(Injection::Plan { full_groups: 1, order: [1, 2, 0] });
+    sim.run_until(at(30.0));
+    let logged = sim.writes_logged();
+    // The scheduler's turn of the order: the group to lead next wakes first (13 s),
+    // then the one that led drains to it.
+    sim.inject(Injection::Plan { full_groups: 2, order: [1, 0, 2] });
+    sim.run_until(at(44.0));
+    let turned = sim.time();
+    sim.inject(Injection::Plan { full_groups: 1, order: [0, 1, 2] });
+    sim.run_until(at(119.0));
+    let reads: Vec<f64> = sim
+        .ops()
+        .iter()
+        .filter(|o| o.kind == OpKind::Read && o.started >= turned)
+        .map(|o| o.latency().as_secs_f64())
+        .collect();
+    let wakes = sim.mds.counters().wakes;
+    let waiting = sim.longest_op_under_way().as_secs_f64();
+    let end = sim.finish_run();
+    CaseReport {
+        name: "reads of writes whose holders sleep",
+        figures: vec![
+            ("writes logged while the first gear group slept".to_owned(), logged as f64),
+            ("reads served with logged writes read back".to_owned(), end.reads_from_loggers as f64),
+            ("times a primary asked to wake holders".to_owned(), end.holder_wakes_asked as f64),
+            ("servers the MDS woke before the heal".to_owned(), wakes as f64),
+            ("reads issued after the turn".to_owned(), reads.len() as f64),
+            ("worst read latency (s)".to_owned(), max(&reads)),
+            ("longest op still under way at the end (s)".to_owned(), waiting),
         ],
         end,
     }

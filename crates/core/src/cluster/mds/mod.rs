@@ -54,6 +54,13 @@ pub enum MdsEvent {
     GearSet {
         gear: u32,
     },
+    /// A plan with its order of gear groups, as the scheduler's daily rotation turns
+    /// it (a simulation's script; an order that is not a permutation keeps the
+    /// current one).
+    PlanSet {
+        plan: PowerPlan,
+        order: Vec<u32>,
+    },
     /// The operator's override of the gear scheduler (`somnus gear set N|auto|hold`);
     /// without a scheduler only `Set` does anything.
     GearMode {
@@ -209,8 +216,15 @@ pub enum Command {
         sent_at: ServerTime,
     },
     /// A failed server came back: the groups P4 kept on (their primaries could not
-    /// log) are kept on no longer; a primary that still cannot log asks again.
+    /// log) and the holders P7 kept on are kept on no longer; a primary that still
+    /// cannot log, or still awaits logged writes, asks again.
     ReleaseKeptOn,
+    /// The group's primary awaits logged writes every holder of which sleeps: these
+    /// servers stay on until the next gear shift (P7).
+    KeepHoldersOn {
+        group: ChunkGroupId,
+        servers: Vec<ServerId>,
+    },
 }
 
 /// What the MDS dropped or did, for tests and metrics.
@@ -268,6 +282,9 @@ struct GroupEntry {
     rebuilding: Vec<ServerId>,
     /// Its replicas stay on whatever the gear, until the next shift (P4).
     kept_on: bool,
+    /// Servers holding logged writes its primary must read back, on whatever the
+    /// gear until the next shift (P7).
+    kept_holders: Vec<ServerId>,
 }
 
 /// A name: the data objects it holds, in order, and what its binder said of it.
@@ -434,6 +451,7 @@ impl Mds {
                 logger_view_set: (Epoch(0), 0),
                 rebuilding: Vec::new(),
                 kept_on: false,
+                kept_holders: Vec::new(),
             });
         }
         mds
@@ -499,6 +517,7 @@ impl Mds {
             MdsEvent::MessageReceived { from, message } => self.handle_message(from, message),
             MdsEvent::TimerFired => self.handle_timer(),
             MdsEvent::GearSet { gear } => self.gear_mode(GearMode::Set(gear)),
+            MdsEvent::PlanSet { plan, order } => self.set_plan(plan, order),
             MdsEvent::GearMode { mode } => self.gear_mode(mode),
             MdsEvent::DeclareLost { server } => self.declare_lost(server),
             MdsEvent::Compute { second, servers } => self.report_compute(second, servers),
@@ -726,6 +745,7 @@ impl Mds {
                 self.order = (0..self.config.replicas).collect();
                 for group in &mut self.groups {
                     group.kept_on = false;
+                    group.kept_holders.clear();
                 }
             }
             Command::SetPlan { full_groups, partial, order } => {
@@ -733,12 +753,22 @@ impl Mds {
                 self.order = order.clone();
                 for group in &mut self.groups {
                     group.kept_on = false;
+                    group.kept_holders.clear();
                 }
             }
             Command::KeepReplicasOn { group } => self.groups[group.index()].kept_on = true,
+            Command::KeepHoldersOn { group, servers } => {
+                let kept = &mut self.groups[group.index()].kept_holders;
+                for server in servers {
+                    if !kept.contains(server) {
+                        kept.push(*server);
+                    }
+                }
+            }
             Command::ReleaseKeptOn => {
                 for group in &mut self.groups {
                     group.kept_on = false;
+                    group.kept_holders.clear();
                 }
             }
             Command::ReplaceReplica { group, lost, with } => {
@@ -827,6 +857,11 @@ impl Mds {
             Message::WakeReplicas { group, epoch } if self.leads_now(server, group, epoch) => {
                 self.keep_replicas_on(group);
             }
+            Message::WakeHolders { group, epoch, servers: holders }
+                if self.leads_now(server, group, epoch) =>
+            {
+                self.keep_holders_on(group, holders);
+            }
             _ => self.counters.messages_dropped += 1,
         }
     }
@@ -903,7 +938,7 @@ impl Mds {
             // Servers that covered for this one while it was away may sleep again;
             // back from a failure, those P4 woke too (the loggers it brings back may
             // be what they lacked; a sleeper woken for them is what they asked for).
-            if was_failed && self.groups.iter().any(|g| g.kept_on) {
+            if was_failed && self.groups.iter().any(|g| g.kept_on || !g.kept_holders.is_empty()) {
                 self.commit(Command::ReleaseKeptOn);
             }
             self.settle_power();

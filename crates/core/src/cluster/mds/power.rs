@@ -37,20 +37,20 @@ impl Mds {
         self.settle_power();
     }
 
-    /// Whether `server` stays on: its gear group is on, or it holds a replica of a
+    /// Whether `server` stays on: its gear group is on, it holds a replica of a
     /// group whose replica in an on gear group failed (P3: it covers until that one is
-    /// back or rebuilt).
+    /// back or rebuilt) or whose primary could not log (P4), or it holds logged writes
+    /// a group's primary must read back (P7).
     pub(super) fn keeps_on(&self, server: ServerId) -> bool {
         let on = |s: &ServerId| self.planned_on(*s);
         if on(&server) {
             return true;
         }
+        let failed = |s: &ServerId| self.servers[s.index()].power == ServerPower::Failed;
         self.groups.iter().any(|g| {
-            g.replicas.contains(&server)
-                && (g.kept_on
-                    || g.replicas
-                        .iter()
-                        .any(|r| on(r) && self.servers[r.index()].power == ServerPower::Failed))
+            g.kept_holders.contains(&server)
+                || (g.replicas.contains(&server)
+                    && (g.kept_on || g.replicas.iter().any(|r| on(r) && failed(r))))
         })
     }
 
@@ -72,6 +72,35 @@ impl Mds {
         }
         self.commit(Command::KeepReplicasOn { group });
         for server in self.groups[group.index()].replicas.clone() {
+            match self.servers[server.index()].power {
+                ServerPower::Draining => {
+                    self.commit(Command::SetPower { server, power: ServerPower::On });
+                }
+                ServerPower::Asleep => self.wake(server),
+                _ => {}
+            }
+        }
+    }
+
+    /// P7: the group's primary awaits logged writes whose every holder sleeps (a
+    /// gear shift put them to sleep after the primary moved off the replica that had
+    /// the writes): those it names stay on until the gear shifts again or a failed
+    /// server comes back, those asleep wake, those draining serve on. Servers that are
+    /// not servers here, failed ones and ones kept on already are left out.
+    pub(super) fn keep_holders_on(&mut self, group: ChunkGroupId, servers: Vec<ServerId>) {
+        let kept = &self.groups[group.index()].kept_holders;
+        let mut servers: Vec<ServerId> = servers
+            .into_iter()
+            .filter(|s| self.servers.get(s.index()).is_some_and(|e| e.power != ServerPower::Failed))
+            .filter(|s| !kept.contains(s))
+            .collect();
+        servers.sort_unstable();
+        servers.dedup();
+        if servers.is_empty() {
+            return;
+        }
+        self.commit(Command::KeepHoldersOn { group, servers: servers.clone() });
+        for server in servers {
             match self.servers[server.index()].power {
                 ServerPower::Draining => {
                     self.commit(Command::SetPower { server, power: ServerPower::On });

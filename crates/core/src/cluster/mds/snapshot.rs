@@ -62,6 +62,9 @@ impl Mds {
             if now.kept_on {
                 commands.push(Command::KeepReplicasOn { group });
             }
+            if !now.kept_holders.is_empty() {
+                commands.push(Command::KeepHoldersOn { group, servers: now.kept_holders.clone() });
+            }
         }
         self.snapshot_names(&mut commands);
         let next_seq = self.frees.next_seq();
@@ -131,14 +134,15 @@ impl Mds {
             .iter()
             .map(|g| {
                 format!(
-                    "{:?} {:?} {:?} {:?} {:?} {:?} {}",
+                    "{:?} {:?} {:?} {:?} {:?} {:?} {} {:?}",
                     g.replicas,
                     g.epoch,
                     g.primary,
                     g.logger_view,
                     g.logger_view_set,
                     g.rebuilding,
-                    g.kept_on
+                    g.kept_on,
+                    g.kept_holders
                 )
             })
             .collect();

@@ -526,6 +526,63 @@ fn a_failure_in_the_lowest_gear_wakes_the_sleeping_replicas() {
     }
 }
 
+/// P7: the primary of a group asks for the sleeping holders of writes a read awaits:
+/// they wake and stay on through the gear's settling, survive a restart from the log
+/// and from a snapshot, and sleep again at the next shift. An ask from a server that
+/// does not lead the group, of ids the MDS does not know, or of failed servers, wakes
+/// nothing and panics nothing.
+#[test]
+fn the_sleeping_holders_a_primary_awaits_wake_and_stay_on_until_the_next_shift() {
+    let mut h = Harness::started();
+    h.shift_to_gear_1();
+    let asleep: Vec<ServerId> = (0..SERVERS)
+        .map(ServerId)
+        .filter(|s| h.mds.server_power(*s) == ServerPower::Asleep)
+        .collect();
+    assert_eq!(asleep.len(), 6);
+    let group = ChunkGroupId(0);
+    let view = h.mds.view(group);
+    let primary = view.primary.unwrap();
+    let ask = |h: &mut Harness, from: ServerId, epoch, servers: Vec<ServerId>| {
+        let message = Message::WakeHolders { group, epoch, servers };
+        h.event(MdsEvent::MessageReceived { from: Peer::Server(from), message });
+    };
+    let not_primary = (0..SERVERS).map(ServerId).find(|s| *s != primary).unwrap();
+    ask(&mut h, not_primary, view.epoch, vec![asleep[0]]);
+    ask(&mut h, primary, Epoch(view.epoch.0 + 1), vec![asleep[0]]);
+    ask(&mut h, primary, view.epoch, vec![ServerId(SERVERS), ServerId(u32::MAX)]);
+    assert!(h.wakes.is_empty(), "woken by an ask it must drop: {:?}", h.wakes);
+
+    ask(&mut h, primary, view.epoch, vec![asleep[1], asleep[0], asleep[1], ServerId(99)]);
+    assert_eq!(h.wakes, vec![asleep[0], asleep[1]]);
+    let kept = Command::KeepHoldersOn { group, servers: vec![asleep[0], asleep[1]] };
+    assert!(h.persisted.contains(&kept), "{:?}", h.persisted);
+    ask(&mut h, primary, view.epoch, vec![asleep[0]]);
+    assert_eq!(h.wakes.len(), 2, "asked again while kept: no second wake");
+    for _ in 0..20 {
+        h.second();
+    }
+    let power = |h: &Harness, s: ServerId| h.mds.server_power(s);
+    assert_eq!((power(&h, asleep[0]), power(&h, asleep[1])), (ServerPower::On, ServerPower::On));
+    assert!(asleep[2..].iter().all(|s| power(&h, *s) == ServerPower::Asleep));
+
+    let config = h.config;
+    let restore = |commands: Vec<Command>| Mds::restore(config, &layout(), h.now, commands);
+    let snapshot = h.mds.snapshot(&layout());
+    for restored in [restore(h.persisted.clone()), restore(snapshot)] {
+        assert_eq!(restored.durable_state(), h.mds.durable_state());
+        assert!(restored.keeps_on(asleep[0]) && restored.keeps_on(asleep[1]));
+    }
+
+    // The next shift releases them: back in gear 1 after gear 2, they sleep again.
+    h.event(MdsEvent::GearSet { gear: 2 });
+    h.event(MdsEvent::GearSet { gear: 1 });
+    for _ in 0..20 {
+        h.second();
+    }
+    assert!(asleep.iter().all(|s| power(&h, *s) == ServerPower::Asleep), "slept again");
+}
+
 #[test]
 fn the_namespace_answers_each_request_with_its_id() {
     let mut h = Harness::new();

@@ -147,6 +147,10 @@ pub enum Broken {
     /// A logged write counts as superseded by a newer one that only overlaps it: the
     /// bytes it alone holds never reach the replicas that lack them (breaks C4).
     SupersedeOverlapped,
+    /// A primary whose client read awaits logged writes every holder of which sleeps
+    /// never asks the MDS to wake them (P7): the read is refused until a gear shift
+    /// happens to wake them, which may be never (breaks liveness).
+    NeverWakeHolders,
 }
 
 /// What a storage server keeps across a crash: its replicas, its logger's log, and
@@ -218,6 +222,10 @@ pub struct ServerCounters {
     /// to their deletion markers instead of reclaimed (the newer one is).
     #[serde(default)]
     pub logged_writes_superseded: u64,
+    /// Times a primary asked the MDS to wake the sleeping holders of logged writes a
+    /// client read awaited (P7).
+    #[serde(default)]
+    pub holder_wakes_asked: u64,
 }
 
 /// A disk I/O in flight and what to do when it is done.

@@ -75,14 +75,14 @@ impl ReadRequest {
 /// were logged): served from the own copy and the writes read back from the loggers
 /// (Sierra 3.3: reads return the latest data, local, else the loggers).
 #[derive(Clone, Debug)]
-struct DemandRead {
+pub(super) struct DemandRead {
     read: Waiting,
     /// The own copy when the read was admitted (no write over it pending then): the
     /// writes read back are laid over it, so a write admitted later, and not yet
     /// acknowledged, is never returned.
     own: Vec<Piece>,
     /// The records still being read back (each a read of the DVL's).
-    awaiting: Vec<LogRecord>,
+    pub(super) awaiting: Vec<LogRecord>,
     /// The writes read back so far.
     found: Vec<UnstableWrite>,
     /// Refused with `Retry` past the request timeout (every holder may be down).
@@ -120,7 +120,7 @@ pub(super) struct Led {
     /// Reads held while corrupt blocks are repaired, with the replicas asked so far.
     repairing: Vec<Repairing>,
     /// Reads waiting for logged writes the own replica lacks, read back on demand.
-    demand: Vec<DemandRead>,
+    pub(super) demand: Vec<DemandRead>,
     /// Replicas replacing a lost one, and the copy to each (R1).
     pub(super) rebuilds: Vec<Rebuild>,
     /// The writes answered lately, for their clients' repeats (S1).

@@ -139,6 +139,8 @@ pub(super) struct Dvl {
     links: BTreeMap<ServerId, Link>,
     /// When the MDS was last asked to wake the replicas: a write found no loggers (P4).
     wake_asked_at: Option<VirtualInstant>,
+    /// When the reads were last looked over for holders to wake (P7).
+    holders_asked_at: Option<VirtualInstant>,
 }
 
 impl Dvl {
@@ -489,9 +491,53 @@ impl Server {
         for (logger, records) in batches {
             self.send_logger(logger, Message::LogRead { group, epoch, records });
         }
+        self.wake_holders(group);
         // Records done with here (superseded, or their holders lost) leave demand
         // reads to start again.
         self.serve_demand_reads(group, false);
+    }
+
+    /// P7: a client read awaiting a record no holder of which is up to ask (they
+    /// sleep: the gear shifted down after this primary took over from the replica
+    /// that had the write) would wait for the next up-shift, hours away: the MDS is
+    /// asked to wake the holders that sleep, again each request timeout while reads
+    /// wait (the demand reads are refused and come back at that pace); the reads are
+    /// looked over at that pace too, not at each admitted request. Reclaim alone
+    /// waits for a gear that wakes them (the loggers keep the write).
+    fn wake_holders(&mut self, group: ChunkGroupId) {
+        let (now, retry, own) = (self.now, self.config.request_timeout, self.id);
+        if self.broken == Some(Broken::NeverWakeHolders) {
+            return;
+        }
+        let Some(led) = self.led.get_mut(&group) else { return };
+        let dvl = &led.dvl;
+        if led.demand.is_empty()
+            || dvl.holders_asked_at.is_some_and(|at| at.saturating_add(retry) > now)
+        {
+            return;
+        }
+        led.dvl.holders_asked_at = Some(now);
+        let dvl = &led.dvl;
+        let mut asleep = Vec::new();
+        for record in led.demand.iter().flat_map(|d| &d.awaiting) {
+            if !dvl.reads.get(record).is_some_and(|read| read.parked) {
+                continue;
+            }
+            let Some(extent) = dvl.extents.get(record) else { continue };
+            let sleeping = extent
+                .holders
+                .iter()
+                .copied()
+                .filter(|l| *l != own && self.down.contains(l) && !self.lost.contains(l));
+            add(&mut asleep, sleeping);
+        }
+        if asleep.is_empty() {
+            return;
+        }
+        asleep.sort_unstable();
+        let epoch = led.epoch;
+        self.counters.holder_wakes_asked += 1;
+        self.send(Peer::Mds, Message::WakeHolders { group, epoch, servers: asleep });
     }
 
     fn log_data(
