@@ -216,8 +216,9 @@ pub enum Command {
         sent_at: ServerTime,
     },
     /// A failed server came back: the groups P4 kept on (their primaries could not
-    /// log) and the holders P7 kept on are kept on no longer; a primary that still
-    /// cannot log, or still awaits logged writes, asks again.
+    /// log) are kept on no longer; a primary that still cannot log asks again. (The
+    /// holders P7 keeps on stay: a server back from a failure does not hold their
+    /// writes.)
     ReleaseKeptOn,
     /// The group's primary awaits logged writes every holder of which sleeps: these
     /// servers stay on until the next gear shift (P7).
@@ -768,7 +769,6 @@ impl Mds {
             Command::ReleaseKeptOn => {
                 for group in &mut self.groups {
                     group.kept_on = false;
-                    group.kept_holders.clear();
                 }
             }
             Command::ReplaceReplica { group, lost, with } => {
@@ -938,7 +938,7 @@ impl Mds {
             // Servers that covered for this one while it was away may sleep again;
             // back from a failure, those P4 woke too (the loggers it brings back may
             // be what they lacked; a sleeper woken for them is what they asked for).
-            if was_failed && self.groups.iter().any(|g| g.kept_on || !g.kept_holders.is_empty()) {
+            if was_failed && self.groups.iter().any(|g| g.kept_on) {
                 self.commit(Command::ReleaseKeptOn);
             }
             self.settle_power();

@@ -84,18 +84,20 @@ impl Mds {
 
     /// P7: the group's primary awaits logged writes whose every holder sleeps (a
     /// gear shift put them to sleep after the primary moved off the replica that had
-    /// the writes): those it names stay on until the gear shifts again or a failed
-    /// server comes back, those asleep wake, those draining serve on. Servers that are
-    /// not servers here, failed ones and ones kept on already are left out.
-    pub(super) fn keep_holders_on(&mut self, group: ChunkGroupId, servers: Vec<ServerId>) {
-        let kept = &self.groups[group.index()].kept_holders;
-        let mut servers: Vec<ServerId> = servers
-            .into_iter()
-            .filter(|s| self.servers.get(s.index()).is_some_and(|e| e.power != ServerPower::Failed))
-            .filter(|s| !kept.contains(s))
-            .collect();
+    /// the writes): those it names stay on until the gear shifts again, those asleep
+    /// wake, those draining serve on. Ids that are no server here, failed or removed
+    /// servers and ones kept on already are left out.
+    pub(super) fn keep_holders_on(&mut self, group: ChunkGroupId, mut servers: Vec<ServerId>) {
+        // At most one of each server: a list longer than that is no primary's.
         servers.sort_unstable();
         servers.dedup();
+        servers.truncate(self.servers.len());
+        let kept = &self.groups[group.index()].kept_holders;
+        servers.retain(|s| {
+            let power = self.servers.get(s.index()).map(|e| e.power);
+            !matches!(power, None | Some(ServerPower::Failed | ServerPower::Removed))
+                && !kept.contains(s)
+        });
         if servers.is_empty() {
             return;
         }

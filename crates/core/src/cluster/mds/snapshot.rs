@@ -6,7 +6,8 @@
 //! The snapshot is the difference from `Mds::new` on the layout: the gear (and the
 //! operator's override of its scheduler), the
 //! servers' power, each group's replicas (a replacement per slot that changed), its
-//! rebuilds, primary and epoch, logger view and kept-on flag, every name with its data,
+//! rebuilds, primary and epoch, logger view, kept-on flag and kept holders, every name
+//! with its data,
 //! every allocation not bound yet, the free log, the next object id (a deleted
 //! object's id is never given again), and the creates and deletes answered lately.
 

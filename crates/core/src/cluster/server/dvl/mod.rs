@@ -512,6 +512,7 @@ impl Server {
         let Some(led) = self.led.get_mut(&group) else { return };
         let dvl = &led.dvl;
         if led.demand.is_empty()
+            || !dvl.reads.any_parked()
             || dvl.holders_asked_at.is_some_and(|at| at.saturating_add(retry) > now)
         {
             return;

@@ -126,6 +126,11 @@ impl Reads {
         }
     }
 
+    /// Whether any read is parked.
+    pub(super) fn any_parked(&self) -> bool {
+        !self.parked.is_empty()
+    }
+
     /// Reads parked.
     #[cfg(test)]
     pub(super) fn parked(&self) -> usize {
