@@ -25,16 +25,23 @@ impl Mds {
         self.commit(Command::SetPlan { full_groups, partial, order });
         for index in 0..self.servers.len() {
             let server = ServerId(index as u32);
-            match (self.servers[index].power, self.keeps_on(server)) {
-                (ServerPower::Draining, true) => {
-                    // Shifted back up before it slept: migrations under way finish.
-                    self.commit(Command::SetPower { server, power: ServerPower::On });
-                }
-                (ServerPower::Asleep, true) => self.wake(server),
-                _ => {}
+            if self.keeps_on(server) {
+                self.keep_serving(server);
             }
         }
         self.settle_power();
+    }
+
+    /// A server the MDS keeps on: one draining serves on (shifted back up before it
+    /// slept: migrations under way finish), one asleep wakes.
+    fn keep_serving(&mut self, server: ServerId) {
+        match self.servers[server.index()].power {
+            ServerPower::Draining => {
+                self.commit(Command::SetPower { server, power: ServerPower::On });
+            }
+            ServerPower::Asleep => self.wake(server),
+            _ => {}
+        }
     }
 
     /// Whether `server` stays on: its gear group is on, it holds a replica of a
@@ -72,13 +79,7 @@ impl Mds {
         }
         self.commit(Command::KeepReplicasOn { group });
         for server in self.groups[group.index()].replicas.clone() {
-            match self.servers[server.index()].power {
-                ServerPower::Draining => {
-                    self.commit(Command::SetPower { server, power: ServerPower::On });
-                }
-                ServerPower::Asleep => self.wake(server),
-                _ => {}
-            }
+            self.keep_serving(server);
         }
     }
 
@@ -103,13 +104,7 @@ impl Mds {
         }
         self.commit(Command::KeepHoldersOn { group, servers: servers.clone() });
         for server in servers {
-            match self.servers[server.index()].power {
-                ServerPower::Draining => {
-                    self.commit(Command::SetPower { server, power: ServerPower::On });
-                }
-                ServerPower::Asleep => self.wake(server),
-                _ => {}
-            }
+            self.keep_serving(server);
         }
     }
 
