@@ -6,35 +6,18 @@
 mod output;
 
 mod allocator;
-mod bench_cluster;
-mod bench_cmd;
-mod bench_ec;
-mod bench_runtime;
-mod bench_s3;
-mod bench_trace;
-mod bench_wire;
-mod children;
-mod cluster_cmd;
+mod bench;
+mod cluster;
 mod demo;
-mod info_cmd;
-mod layout_cmd;
-mod logstore_cmd;
+mod layout;
+mod logstore;
 mod progress;
 mod provenance;
-mod replay_cmd;
 mod report;
 mod reproduce;
-mod s3_cmd;
-mod sim_cluster;
-mod sim_cmd;
-mod sim_demo;
-mod sim_gear;
-mod sim_ioserver;
-mod sim_scenarios;
-mod sim_sierra;
-mod status_cmd;
-mod trace_cmd;
-mod up_cmd;
+mod show;
+mod sim;
+mod trace;
 
 /// mimalloc rather than the system's allocator: a simulated cluster makes about a
 /// dozen small allocations per request, spread over hundreds of nodes' state, and
@@ -72,63 +55,63 @@ enum Command {
     /// Work with block I/O trace files: statistics, conversion, synthetic traces.
     Trace {
         #[command(subcommand)]
-        command: trace_cmd::TraceCommand,
+        command: trace::TraceCommand,
     },
     /// Replay traces in the discrete-event simulator.
     Sim {
         #[command(subcommand)]
-        command: sim_cmd::SimCommand,
+        command: sim::SimCommand,
     },
     /// Measure somnus's own speed against a reference taken in the same run.
     Bench {
         #[command(subcommand)]
-        command: bench_cmd::BenchCommand,
+        command: bench::BenchCommand,
     },
     /// Analyse data layouts: Sierra's power-aware gear groups against the naive ones.
     Layout {
         #[command(subcommand)]
-        command: layout_cmd::LayoutCommand,
+        command: layout::LayoutCommand,
     },
     /// Operate a logger's log directory: inspect, verify, crash-test, benchmark.
     Logstore {
         #[command(subcommand)]
-        command: logstore_cmd::LogstoreCommand,
+        command: logstore::LogstoreCommand,
     },
     /// Start a complete local cluster (an MDS and 9 storage servers in 3 racks, r = 3,
     /// state in ./somnus-data, on 127.0.0.1 from port 7400) as child processes;
     /// Ctrl-C stops it, and its processes never outlive it.
-    Up(up_cmd::UpArgs),
+    Up(cluster::up::UpArgs),
     /// Run a cluster's metadata service alone, from its cluster file.
-    Mds(cluster_cmd::MdsArgs),
+    Mds(cluster::node::MdsArgs),
     /// Run one storage server alone, from its cluster file (`--id N`), or remove one
     /// for good (`somnus server remove ID`).
-    Server(cluster_cmd::ServerArgs),
+    Server(cluster::node::ServerArgs),
     /// Serve the S3 API of the running cluster (buckets, objects, listings, signed
     /// requests) on 127.0.0.1:9000, for the AWS CLI, boto3, rclone and other S3 tools;
     /// prints the access keys. Ctrl-C stops it.
-    S3(s3_cmd::S3Args),
+    S3(cluster::s3::S3Args),
     /// Store a file as an object.
-    Put(cluster_cmd::PutArgs),
+    Put(cluster::objects::PutArgs),
     /// Read an object back into a file.
-    Get(cluster_cmd::GetArgs),
+    Get(cluster::objects::GetArgs),
     /// Delete an object.
-    Rm(cluster_cmd::KeyArgs),
+    Rm(cluster::objects::KeyArgs),
     /// Print an object's size, chunks and chunk groups.
-    Stat(cluster_cmd::KeyArgs),
+    Stat(cluster::objects::KeyArgs),
     /// List the objects (their sizes and names), or those under a prefix.
-    Ls(cluster_cmd::LsArgs),
+    Ls(cluster::objects::LsArgs),
     /// Show the running cluster: each server's rack, gear group, power state, watts,
     /// chunk groups and DVL bytes, the gear, and the energy saved so far. Exits
     /// non-zero when no cluster answers.
-    Status(status_cmd::StatusArgs),
+    Status(cluster::status::StatusArgs),
     /// Replay block traces open-loop against the running cluster (each device an
     /// object of 1 MiB chunks) and report latency, errors and energy in the
     /// simulator's shape.
-    Replay(replay_cmd::ReplayArgs),
+    Replay(cluster::replay::ReplayArgs),
     /// Shift the cluster's gear (how many gear groups serve).
     Gear {
         #[command(subcommand)]
-        command: status_cmd::GearCommand,
+        command: cluster::status::GearCommand,
     },
     /// Run every experiment of a results document in one command, into one report
     /// directory with the paper's figures beside somnus's.
@@ -139,7 +122,7 @@ enum Command {
     /// Show the built-in power profiles, topologies and synthetic trace presets.
     Show {
         #[command(subcommand)]
-        command: info_cmd::ShowCommand,
+        command: show::ShowCommand,
     },
 }
 
@@ -162,24 +145,24 @@ fn main() -> ExitCode {
 fn run(command: Command) -> Result<()> {
     match command {
         Command::Demo(args) => demo::run(args),
-        Command::Trace { command } => trace_cmd::run(command),
-        Command::Sim { command } => sim_cmd::run(command),
-        Command::Bench { command } => bench_cmd::run(command),
-        Command::Layout { command } => layout_cmd::run(command),
-        Command::Logstore { command } => logstore_cmd::run(command),
+        Command::Trace { command } => trace::run(command),
+        Command::Sim { command } => sim::run(command),
+        Command::Bench { command } => bench::run(command),
+        Command::Layout { command } => layout::run(command),
+        Command::Logstore { command } => logstore::run(command),
         Command::Reproduce { command } => reproduce::run(command),
-        Command::Show { command } => info_cmd::run(command),
-        Command::Up(args) => up_cmd::run(args),
-        Command::Mds(args) => cluster_cmd::run_mds(args),
-        Command::Server(args) => cluster_cmd::run_server(args),
-        Command::S3(args) => s3_cmd::run(args),
-        Command::Put(args) => cluster_cmd::put(args),
-        Command::Get(args) => cluster_cmd::get(args),
-        Command::Rm(args) => cluster_cmd::rm(args),
-        Command::Stat(args) => cluster_cmd::stat(args),
-        Command::Ls(args) => cluster_cmd::ls(args),
-        Command::Status(args) => status_cmd::status(args),
-        Command::Gear { command } => status_cmd::gear(command),
-        Command::Replay(args) => replay_cmd::run(args),
+        Command::Show { command } => show::run(command),
+        Command::Up(args) => cluster::up::run(args),
+        Command::Mds(args) => cluster::node::run_mds(args),
+        Command::Server(args) => cluster::node::run_server(args),
+        Command::S3(args) => cluster::s3::run(args),
+        Command::Put(args) => cluster::objects::put(args),
+        Command::Get(args) => cluster::objects::get(args),
+        Command::Rm(args) => cluster::objects::rm(args),
+        Command::Stat(args) => cluster::objects::stat(args),
+        Command::Ls(args) => cluster::objects::ls(args),
+        Command::Status(args) => cluster::status::status(args),
+        Command::Gear { command } => cluster::status::gear(command),
+        Command::Replay(args) => cluster::replay::run(args),
     }
 }

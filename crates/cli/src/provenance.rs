@@ -5,7 +5,7 @@
 //! what a file measured and run it again. Nothing here depends on where the output
 //! goes: the same run writes the same bytes to any directory.
 
-use somnus_sim::topology::Layout;
+use somnus_sim::topology::TraceLayout;
 use somnus_trace::TraceSummary;
 
 /// The version of every JSON schema below; it grows when a key changes meaning or
@@ -134,7 +134,7 @@ pub(crate) struct TopologyInfo {
 }
 
 impl TopologyInfo {
-    pub(crate) fn new(source: &str, layout: &Layout) -> TopologyInfo {
+    pub(crate) fn new(source: &str, layout: &TraceLayout) -> TopologyInfo {
         let policy = &layout.policy;
         TopologyInfo {
             source: source.to_string(),

@@ -17,8 +17,8 @@ use somnus_core::cluster::{ChunkId, ChunkIndex, Piece, ServerPower, Stamp};
 use somnus_core::power::builtin_profile;
 use somnus_runtime::client::ClusterClient;
 use somnus_runtime::cluster_file::ClusterSection;
-use somnus_runtime::http;
-use somnus_runtime::status::{MdsReport, ServerReport};
+use somnus_runtime::observe::http;
+use somnus_runtime::observe::status::{MdsReport, ServerReport};
 use somnus_sim::cluster::{
     ClusterSpec, GearAt, Gearing as SimGearing, ReplaceAt, Sample, TraceOp, TraceWorkload,
     replay_trace, replay_trace_with,
@@ -410,13 +410,14 @@ async fn bad_connections_against_a_running_server_are_refused_counted_and_it_ser
     send_raw(&[20, 0, 0, 0, version, 9, 9, 9, 9, 0, 0, 0, 0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11])
         .await;
     send_raw(&[40, 0, 0, 0, 1, 2, 3]).await;
-    let stranger = somnus_runtime::transport::Identity::new(
+    let stranger = somnus_runtime::net::transport::Identity::new(
         somnus_core::cluster::Peer::Client(somnus_core::cluster::ClientId(77)),
         somnus_wire::ClusterSecret::from_bytes([3; 32]),
     )
     .unwrap();
     let server = somnus_core::cluster::Peer::Server(ServerId(3));
-    let error = somnus_runtime::transport::connect(address, server, &stranger).await.unwrap_err();
+    let error =
+        somnus_runtime::net::transport::connect(address, server, &stranger).await.unwrap_err();
     assert_eq!(error.kind(), "tls", "{error}");
     let count = |report: &ServerReport, kind: &str| {
         report.wire.refused.iter().find(|(k, _)| k == kind).map_or(0, |(_, n)| *n)
@@ -551,7 +552,7 @@ async fn a_corrupt_block_is_read_from_another_replica_and_repaired() {
         object: info.object,
         chunk: somnus_core::cluster::ChunkIndex(0),
     };
-    let (file, block) = somnus_runtime::packs::locate(&packs, first, 1).unwrap().unwrap();
+    let (file, block) = somnus_runtime::server::packs::locate(&packs, first, 1).unwrap().unwrap();
     let at = block + 100;
     let chunk = std::fs::OpenOptions::new().read(true).write(true).open(&file).unwrap();
     let mut byte = [0u8; 1];
@@ -1056,10 +1057,10 @@ async fn the_simulator_and_the_runtime_agree_on_bytes_stored_after_a_trace_with_
 }
 
 /// Whether `error` is the client's refusal for lack of room on server `server`.
-fn no_space_on(error: &somnus_runtime::object_file::ObjectError, server: u32) -> bool {
+fn no_space_on(error: &somnus_runtime::client::object_file::ObjectError, server: u32) -> bool {
     use somnus_core::cluster::client::ClientError;
     use somnus_runtime::client::ClientError::Refused;
-    use somnus_runtime::object_file::ObjectError::Client;
+    use somnus_runtime::client::object_file::ObjectError::Client;
     matches!(error, Client(Refused(ClientError::NoSpace { server: s })) if s.0 == server)
 }
 
@@ -1107,7 +1108,7 @@ async fn a_full_disk_refuses_writes_with_an_error_and_loses_nothing() {
         client.put(&name, data.clone()).await.unwrap();
         acknowledged.push((name, data));
     }
-    let free = somnus_runtime::durable::free_bytes(&inside).unwrap();
+    let free = somnus_runtime::files::durable::free_bytes(&inside).unwrap();
     assert!(free < 128 << 20, "server 4's directory is not on its tmpfs ({free} bytes free)");
     let ballast = inside.join("ballast");
     std::fs::write(&ballast, vec![0u8; (free - RESERVE - (8 << 20)) as usize]).unwrap();

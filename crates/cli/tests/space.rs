@@ -24,7 +24,7 @@ use common::Cluster;
 use common::s3::{Gateway, clients_installed, start_gateway};
 use somnus_core::cluster::ServerPower;
 use somnus_runtime::cluster_file::ClusterSection;
-use somnus_runtime::status::MdsReport;
+use somnus_runtime::observe::status::MdsReport;
 
 /// Each test runs a cluster and a gateway writing hundreds of MiB: one at a time.
 static ONE_AT_A_TIME: Mutex<()> = Mutex::new(());
@@ -41,7 +41,7 @@ fn section() -> ClusterSection {
 
 /// Bytes the cluster's directory takes on its disk (as `du`).
 fn disk_bytes(dir: &Path) -> u64 {
-    somnus_runtime::durable::disk_bytes(dir).unwrap()
+    somnus_runtime::files::durable::disk_bytes(dir).unwrap()
 }
 
 fn cluster_dir(cluster: &Cluster) -> &Path {

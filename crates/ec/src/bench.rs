@@ -9,7 +9,7 @@
 //! parities). An implementation whose first run fails is left out.
 //!
 //! The shards are allocated one by one for every implementation, or with
-//! [`Layout::Staggered`] kept in one [`StripeBuffer`] per stripe.
+//! [`ShardPlacement::Staggered`] kept in one [`StripeBuffer`] per stripe.
 //!
 //! A shared machine has slow phases lasting seconds, so absolute figures wander; the
 //! ratios are paired: in each of `rounds` rounds, every implementation runs for
@@ -65,7 +65,7 @@ impl Measurement {
 
 /// Where the shards of a measurement live.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Layout {
+pub enum ShardPlacement {
     /// One [`StripeBuffer`] per implementation's stripe: shards staggered across cache
     /// sets, as somnus allocates them.
     Staggered,
@@ -74,11 +74,11 @@ pub enum Layout {
     Separate,
 }
 
-impl Layout {
+impl ShardPlacement {
     pub fn name(self) -> &'static str {
         match self {
-            Layout::Staggered => "staggered",
-            Layout::Separate => "separate",
+            ShardPlacement::Staggered => "staggered",
+            ShardPlacement::Separate => "separate",
         }
     }
 }
@@ -91,15 +91,15 @@ enum Shards {
 
 impl Shards {
     /// `contents` followed by `zeroed` zeroed shards of the same length.
-    fn new(layout: Layout, contents: &[Vec<u8>], zeroed: usize) -> Shards {
+    fn new(layout: ShardPlacement, contents: &[Vec<u8>], zeroed: usize) -> Shards {
         let len = contents.first().map_or(0, Vec::len);
         match layout {
-            Layout::Separate => {
+            ShardPlacement::Separate => {
                 let mut shards = contents.to_vec();
                 shards.extend((0..zeroed).map(|_| vec![0u8; len]));
                 Shards::Separate(shards)
             }
-            Layout::Staggered => {
+            ShardPlacement::Staggered => {
                 let mut buffer = StripeBuffer::new(contents.len() + zeroed, len);
                 for (shard, content) in buffer.shards_mut().into_iter().zip(contents) {
                     shard.copy_from_slice(content);
@@ -133,7 +133,7 @@ pub struct Options {
     pub round_time: Duration,
     /// Also measure this crate with each of these backends (`somnus/<name>`).
     pub backends: Vec<Backend>,
-    pub layout: Layout,
+    pub layout: ShardPlacement,
 }
 
 impl Default for Options {
@@ -144,7 +144,7 @@ impl Default for Options {
             rounds: 15,
             round_time: Duration::from_millis(40),
             backends: Vec::new(),
-            layout: Layout::Separate,
+            layout: ShardPlacement::Separate,
         }
     }
 }
@@ -289,7 +289,7 @@ fn pseudo_random(seed: u64, len: usize) -> Vec<u8> {
         .collect()
 }
 
-fn xor_contender<'a>(layout: Layout, data: &[Vec<u8>]) -> Contender<'a> {
+fn xor_contender<'a>(layout: ShardPlacement, data: &[Vec<u8>]) -> Contender<'a> {
     let k = data.len();
     let mut shards = Shards::new(layout, data, 1);
     Contender::new("xor", Op::Encode, move || {
@@ -304,7 +304,7 @@ fn xor_contender<'a>(layout: Layout, data: &[Vec<u8>]) -> Contender<'a> {
 fn somnus_contenders<'a>(
     name: String,
     code: Arc<Code>,
-    layout: Layout,
+    layout: ShardPlacement,
     data: &[Vec<u8>],
 ) -> Vec<Contender<'a>> {
     let (k, r) = (code.data_shards(), code.parity_shards());
@@ -324,7 +324,12 @@ fn somnus_contenders<'a>(
     ]
 }
 
-fn rse_contenders<'a>(k: usize, r: usize, layout: Layout, data: &[Vec<u8>]) -> Vec<Contender<'a>> {
+fn rse_contenders<'a>(
+    k: usize,
+    r: usize,
+    layout: ShardPlacement,
+    data: &[Vec<u8>],
+) -> Vec<Contender<'a>> {
     use reed_solomon_erasure::galois_8::ReedSolomon;
     let (Ok(encoder), Ok(decoder)) = (ReedSolomon::new(k, r), ReedSolomon::new(k, r)) else {
         return Vec::new();
@@ -349,7 +354,12 @@ fn rse_contenders<'a>(k: usize, r: usize, layout: Layout, data: &[Vec<u8>]) -> V
     ]
 }
 
-fn simd_contenders<'a>(k: usize, r: usize, layout: Layout, data: &[Vec<u8>]) -> Vec<Contender<'a>> {
+fn simd_contenders<'a>(
+    k: usize,
+    r: usize,
+    layout: ShardPlacement,
+    data: &[Vec<u8>],
+) -> Vec<Contender<'a>> {
     use reed_solomon_simd::{ReedSolomonDecoder, ReedSolomonEncoder};
     let len = data[0].len();
     let (Ok(mut encoder), Ok(mut decoder)) =

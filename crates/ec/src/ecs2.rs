@@ -6,8 +6,8 @@
 //! - r = 3: `Q1 = P1 ^ D[P2]`;
 //! - r = 2: `Q1 = P1 ^ D[P2]` and `Q2 = D[P1] ^ D[P2]`,
 //!
-//! where `D[Pj]` is the data block of the node that buffers `Pj`. A [`Layout`] says
-//! which blocks each data node holds; [`Layout::survival`] says whether a set of failed
+//! where `D[Pj]` is the data block of the node that buffers `Pj`. A [`Ecs2Layout`] says
+//! which blocks each data node holds; [`Ecs2Layout::survival`] says whether a set of failed
 //! nodes loses data, which blocks remain, and which lost blocks the extra parities give
 //! back by XOR alone (the "auxiliary blocks" of Table III).
 
@@ -42,7 +42,7 @@ impl fmt::Display for Block {
 /// Which blocks each of the k data nodes holds, and what each extra parity is the XOR
 /// of.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub struct Layout {
+pub struct Ecs2Layout {
     k: usize,
     r: usize,
     nodes: Vec<Vec<Block>>,
@@ -61,7 +61,7 @@ pub struct Survival {
     pub auxiliary: Vec<(Block, Vec<Block>)>,
 }
 
-impl Layout {
+impl Ecs2Layout {
     /// The layout where data node `i` holds `D{i+1}`, parity `Pj` is buffered on node
     /// `parity_hosts[j]`, and the extra parities ECS2 defines for `r` (none unless r is
     /// 2 or 3) on `extra_hosts`; without extra hosts, no extra parity is kept. Hosts
@@ -71,7 +71,7 @@ impl Layout {
         r: usize,
         parity_hosts: &[usize],
         extra_hosts: &[usize],
-    ) -> Result<Layout> {
+    ) -> Result<Ecs2Layout> {
         if parity_hosts.len() != r {
             return Err(Error::ShardCount {
                 what: "parity hosts",
@@ -111,13 +111,13 @@ impl Layout {
                 extra += 1;
             }
         }
-        Ok(Layout { k, r, nodes, extras })
+        Ok(Ecs2Layout { k, r, nodes, extras })
     }
 
     /// The (9,6) layout of ECS2 Fig. 3: `P1` on DN3, `P2` on DN4, `P3` on DN6 and
     /// `Q1 = P1 ^ D4` on DN2; DN1 and DN5 hold only their data.
-    pub fn ecs2_fig3() -> Layout {
-        Layout::ecs2(6, 3, &[2, 3, 5], &[1]).unwrap_or_else(|_| unreachable!("a valid layout"))
+    pub fn ecs2_fig3() -> Ecs2Layout {
+        Ecs2Layout::ecs2(6, 3, &[2, 3, 5], &[1]).unwrap_or_else(|_| unreachable!("a valid layout"))
     }
 
     /// The blocks data node `node` (from 0) holds.

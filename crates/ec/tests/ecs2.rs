@@ -2,14 +2,14 @@
 //! Goal: the ECS2 active-group layout of Fig. 3 survives every double node failure,
 //! with the available and auxiliary blocks of Table III, and the extra parities make the
 //! difference the paper's section 3.2 and appendix claim.
-//! Method: `Layout::survival` decides by the rank of the surviving blocks' rows over the
+//! Method: `Ecs2Layout::survival` decides by the rank of the surviving blocks' rows over the
 //! data, for every pair of failed nodes; the extra parities are then computed on real
 //! bytes and the lost data rebuilt through the auxiliary block and the code.
 
 use rand::{RngCore, SeedableRng};
 use rand_pcg::Pcg64;
 use somnus_ec::Code;
-use somnus_ec::ecs2::{Block, Layout, subsets};
+use somnus_ec::ecs2::{Block, Ecs2Layout, subsets};
 
 fn names(blocks: &[Block]) -> Vec<String> {
     blocks.iter().map(Block::to_string).collect()
@@ -40,7 +40,7 @@ const TABLE_III: &[Row] = &[
 #[test]
 fn fig3_layout_reproduces_table_iii() {
     let code = Code::new(6, 3).unwrap();
-    let layout = Layout::ecs2_fig3();
+    let layout = Ecs2Layout::ecs2_fig3();
     assert_eq!(names(layout.blocks_on(1)), ["D2", "Q1"]);
     assert_eq!(names(layout.blocks_on(2)), ["D3", "P1"]);
     assert_eq!(names(layout.blocks_on(3)), ["D4", "P2"]);
@@ -88,12 +88,12 @@ fn extra_parities_raise_the_fault_tolerance_of_the_active_group() {
         let code3 = Code::new(k, 3).unwrap();
         let hosts3: Vec<usize> = (0..3).map(|j| k - 3 + j).collect();
         assert_eq!(
-            Layout::ecs2(k, 3, &hosts3, &[]).unwrap().fault_tolerance(&code3).unwrap(),
+            Ecs2Layout::ecs2(k, 3, &hosts3, &[]).unwrap().fault_tolerance(&code3).unwrap(),
             1,
             "k={k}, r=3 without Q1"
         );
         for extra in 0..k {
-            let layout = Layout::ecs2(k, 3, &hosts3, &[extra]).unwrap();
+            let layout = Ecs2Layout::ecs2(k, 3, &hosts3, &[extra]).unwrap();
             let alone = !hosts3.contains(&extra);
             assert_eq!(
                 layout.fault_tolerance(&code3).unwrap(),
@@ -106,11 +106,11 @@ fn extra_parities_raise_the_fault_tolerance_of_the_active_group() {
         let code2 = Code::new(k, 2).unwrap();
         let hosts2 = [k - 2, k - 1];
         assert_eq!(
-            Layout::ecs2(k, 2, &hosts2, &[]).unwrap().fault_tolerance(&code2).unwrap(),
+            Ecs2Layout::ecs2(k, 2, &hosts2, &[]).unwrap().fault_tolerance(&code2).unwrap(),
             1,
             "k={k}, r=2 without Q"
         );
-        let layout = Layout::ecs2(k, 2, &hosts2, &[0, 1]).unwrap();
+        let layout = Ecs2Layout::ecs2(k, 2, &hosts2, &[0, 1]).unwrap();
         assert_eq!(layout.fault_tolerance(&code2).unwrap(), 2, "k={k}, r=2 with Q1, Q2");
     }
 }
@@ -123,7 +123,7 @@ fn appendix_matrix_construction_gives_the_same_tolerance() {
     for (k, r, dr) in [(6, 3, 1), (6, 2, 2), (8, 4, 2), (6, 5, 1)] {
         let code = Code::new(k, r + dr).unwrap();
         let hosts: Vec<usize> = (0..r + dr).collect();
-        let layout = Layout::ecs2(k, r + dr, &hosts, &[]).unwrap();
+        let layout = Ecs2Layout::ecs2(k, r + dr, &hosts, &[]).unwrap();
         assert_eq!(
             layout.fault_tolerance(&code).unwrap(),
             r / 2 + 1,
@@ -139,7 +139,7 @@ fn appendix_matrix_construction_gives_the_same_tolerance() {
 #[test]
 fn fig3_double_failures_are_recovered_on_real_bytes() {
     let code = Code::new(6, 3).unwrap();
-    let layout = Layout::ecs2_fig3();
+    let layout = Ecs2Layout::ecs2_fig3();
     let mut rng = Pcg64::seed_from_u64(6);
     let mut shards: Vec<Vec<u8>> = (0..9)
         .map(|_| {
@@ -195,13 +195,13 @@ fn fig3_double_failures_are_recovered_on_real_bytes() {
 
 #[test]
 fn bad_arguments_are_refused_and_change_nothing() {
-    let layout = Layout::ecs2_fig3();
+    let layout = Ecs2Layout::ecs2_fig3();
     assert_eq!(
         layout.survival(&Code::new(2, 1).unwrap(), &[2, 3]),
         Err(somnus_ec::Error::LayoutCode { layout_k: 6, layout_r: 3, code_k: 2, code_r: 1 })
     );
     // A short extra parity buffer: an error naming it, and no buffer written.
-    let layout = Layout::ecs2(4, 2, &[0, 1], &[2, 3]).unwrap();
+    let layout = Ecs2Layout::ecs2(4, 2, &[0, 1], &[2, 3]).unwrap();
     let data = [[1u8; 8]; 4];
     let parity = [[2u8; 8]; 2];
     let (mut q0, mut q1) = ([0xaau8; 8], [0xaau8; 7]);
@@ -219,7 +219,7 @@ fn bad_arguments_are_refused_and_change_nothing() {
 
 #[test]
 fn bad_layouts_are_refused() {
-    assert!(Layout::ecs2(6, 3, &[2, 3], &[1]).is_err(), "one host per parity");
-    assert!(Layout::ecs2(6, 3, &[2, 3, 9], &[1]).is_err(), "hosts are data nodes");
-    assert!(Layout::ecs2(6, 4, &[0, 1, 2, 3], &[5]).is_err(), "no XOR construction for r = 4");
+    assert!(Ecs2Layout::ecs2(6, 3, &[2, 3], &[1]).is_err(), "one host per parity");
+    assert!(Ecs2Layout::ecs2(6, 3, &[2, 3, 9], &[1]).is_err(), "hosts are data nodes");
+    assert!(Ecs2Layout::ecs2(6, 4, &[0, 1, 2, 3], &[5]).is_err(), "no XOR construction for r = 4");
 }

@@ -8,7 +8,7 @@ use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
-use somnus_core::cluster::{ClusterConfig, Peer, Topology};
+use somnus_core::cluster::{ClusterConfig, Peer, ServerPlaces};
 use somnus_core::gear::{Capability, Gearing, LeadTimes, Policy, SchedulerConfig};
 use somnus_core::layout::{Layout, LayoutSpec, RackAssignment, Scheme};
 use somnus_core::power::{PowerProfile, PowerState, UnitKind, builtin_profile};
@@ -392,8 +392,8 @@ impl ClusterFile {
         })
     }
 
-    pub fn topology(&self) -> Result<Topology, somnus_core::layout::LayoutError> {
-        Ok(Topology::of(&self.layout()?))
+    pub fn topology(&self) -> Result<ServerPlaces, somnus_core::layout::LayoutError> {
+        Ok(ServerPlaces::of(&self.layout()?))
     }
 
     /// The protocol's timing and sizes: Sierra's, with the file's sizes.

@@ -23,7 +23,7 @@ use somnus_core::cluster::{
 use somnus_core::gear::GearMode;
 use somnus_types::{ByteRange, ChunkGroupId, ObjectId, ServerId, Version, VirtualInstant};
 
-use crate::server_disk::Groups;
+use crate::server::disk::Groups;
 
 pub(crate) fn dir() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("fixtures/formats")
@@ -157,9 +157,9 @@ pub(crate) fn commands() -> (Vec<Command>, Vec<Command>) {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::command_log::CommandLog;
-    use crate::file_header::{self, HEADER_BYTES};
-    use crate::journal::Journal;
+    use crate::files::file_header::{self, HEADER_BYTES};
+    use crate::files::journal::Journal;
+    use crate::mds::command_log::CommandLog;
 
     /// A copy of fixture `name` in a new directory (opening a file may convert it).
     fn copy(name: &str) -> (tempfile::TempDir, PathBuf) {
@@ -171,8 +171,10 @@ mod tests {
 
     fn snapshot(path: &Path) -> Groups {
         let dir = path.parent().unwrap();
-        std::fs::rename(path, crate::checkpoint::snapshot_path(dir, 1)).unwrap();
-        crate::server_disk::read_snapshot(&crate::checkpoint::snapshot_path(dir, 1)).unwrap().0
+        std::fs::rename(path, crate::server::disk::checkpoint::snapshot_path(dir, 1)).unwrap();
+        crate::server::disk::read_snapshot(&crate::server::disk::checkpoint::snapshot_path(dir, 1))
+            .unwrap()
+            .0
     }
 
     fn starts_with_header(path: &Path, kind: &file_header::Kind) -> bool {
@@ -255,7 +257,7 @@ mod tests {
             assert!(std::fs::read(&path).unwrap() == before, "{name} left as it was");
         }
         let (_scratch, path) = newer("groups-v2.snap", &file_header::GROUPS_SNAPSHOT);
-        let error = crate::server_disk::read_snapshot(&path).unwrap_err().to_string();
+        let error = crate::server::disk::read_snapshot(&path).unwrap_err().to_string();
         assert!(error.contains(newer_build), "{error}");
 
         // A replica journal where an index journal is looked for.
@@ -269,8 +271,10 @@ mod tests {
             let db = redb::Database::create(&path).unwrap();
             let txn = db.begin_write().unwrap();
             let format: redb::TableDefinition<&str, &[u8]> = redb::TableDefinition::new("format");
-            let header =
-                file_header::encode(&file_header::Kind { format: 3, ..crate::command_log::KIND });
+            let header = file_header::encode(&file_header::Kind {
+                format: 3,
+                ..crate::mds::command_log::KIND
+            });
             txn.open_table(format).unwrap().insert("header", header.as_slice()).unwrap();
             txn.commit().unwrap();
         }
@@ -284,7 +288,7 @@ mod tests {
         let (mut journal, _) = Journal::<StoreOp>::open(&to.join("journal")).unwrap();
         journal.append(&store_ops()[..2]).unwrap();
         journal.append(&store_ops()[2..]).unwrap();
-        std::fs::write(to.join("groups.snap"), crate::server_disk::encode_snapshot(&groups()))
+        std::fs::write(to.join("groups.snap"), crate::server::disk::encode_snapshot(&groups()))
             .unwrap();
         let (mut index, _) = Journal::<IndexChange>::open(&to.join("index")).unwrap();
         index.append(&index_changes()).unwrap();

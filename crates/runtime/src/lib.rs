@@ -2,36 +2,31 @@
 //! processes, over TCP between them and files on their disks (DESIGN.md, "One core,
 //! two shells"). It turns the core's actions into I/O and I/O into the core's events,
 //! and decides nothing of the protocol itself.
+//!
+//! Its rooms, each depending only on those listed before it:
+//! - `clock`: a process's clock as the core sees it;
+//! - `power`: the actuators and meters that put a server's units to sleep;
+//! - `cluster_file`: the cluster file a process starts from;
+//! - `files`: the runtime's own files (headers, checksummed records, journals, the
+//!   cluster's secret) and the durable-file steps they share;
+//! - `net`: connections between processes (framing, TLS, queues per peer, ports);
+//! - `observe`: what a process reports (status, metrics, its HTTP endpoint);
+//! - `client`: the client library, and the files `somnus put` stores as objects;
+//! - `server`, `mds`: the task of each role and the disk it owns;
+//! - `process`: a role started as a process.
+//!
+//! `format_fixtures` (tests only) reads the frozen files of every format.
 
-pub mod block_reader;
-pub mod checkpoint;
 pub mod client;
 pub mod clock;
 pub mod cluster_file;
-pub mod command_log;
-pub mod disk_worker;
-pub mod durable;
-pub mod file_header;
-pub mod file_log;
-#[cfg(test)]
-mod format_fixtures;
-pub mod http;
-pub mod incarnation;
-pub mod journal;
-pub mod legacy_chunks;
-pub mod mds_node;
-pub mod metrics;
+pub mod files;
+pub mod mds;
 pub mod net;
-pub mod object_file;
-pub mod open_files;
-pub mod packs;
-pub mod ports;
+pub mod observe;
 pub mod power;
 pub mod process;
-pub mod record;
-pub mod secret_file;
-pub mod server_disk;
-pub mod server_node;
-pub mod status;
-pub mod tls;
-pub mod transport;
+pub mod server;
+
+#[cfg(test)]
+mod format_fixtures;

@@ -15,15 +15,18 @@ use tokio::sync::{mpsc, watch};
 
 use crate::clock::Clock;
 use crate::cluster_file::ClusterFile;
-use crate::http::{Endpoint, Operator};
-use crate::mds_node::MdsStatus;
-use crate::net::{Outbox, listen};
-use crate::power::{NodeMeter, PowerDriver, Rapl, WakeListener, Waker};
-use crate::status::{
+use crate::files::secret_file;
+use crate::mds::task as mds_task;
+use crate::mds::task::MdsStatus;
+use crate::net::outbox::{Outbox, listen};
+use crate::net::transport::{Identity, WireCounters};
+use crate::observe::http::{Endpoint, Operator};
+use crate::observe::status::{
     ClusterSpace, MdsReport, MdsServerView, ServerReport, ServerSpace, WireReport,
 };
-use crate::transport::{Identity, WireCounters};
-use crate::{http, mds_node, metrics, secret_file, server_node};
+use crate::observe::{http, metrics};
+use crate::power::{NodeMeter, PowerDriver, Rapl, WakeListener, Waker};
+use crate::server::task as server_task;
 
 /// Operator commands waiting for the MDS at most: past it, a command is answered 503
 /// (a person or a script sends them, a few a minute at most).
@@ -37,7 +40,7 @@ pub enum ProcessError {
     #[error(transparent)]
     Secret(#[from] secret_file::SecretFileError),
     #[error(transparent)]
-    Tls(#[from] crate::tls::TlsError),
+    Tls(#[from] crate::net::tls::TlsError),
     #[error("cannot listen on {address}: {source}")]
     Listen { address: std::net::SocketAddr, source: std::io::Error },
     #[error("the cluster file has no server {0}")]
@@ -47,11 +50,11 @@ pub enum ProcessError {
     #[error("{0}")]
     Layout(#[from] somnus_core::layout::LayoutError),
     #[error(transparent)]
-    CommandLog(#[from] crate::command_log::CommandLogError),
+    CommandLog(#[from] crate::mds::command_log::CommandLogError),
     #[error(transparent)]
-    ServerStart(#[from] server_node::ServerNodeError),
+    ServerStart(#[from] server_task::ServerNodeError),
     #[error(transparent)]
-    ServerDisk(#[from] crate::server_disk::ServerDiskError),
+    ServerDisk(#[from] crate::server::disk::ServerDiskError),
     #[error("cannot wait for signals: {0}")]
     Signals(std::io::Error),
     #[error("cannot open the wake channel on {address}: {source}")]
@@ -63,7 +66,7 @@ pub enum ProcessError {
 /// The role's shared pieces: its outbox, inbox, listener and transport counters.
 struct Wiring {
     outbox: Outbox,
-    inbox: mpsc::Receiver<crate::transport::Inbound>,
+    inbox: mpsc::Receiver<crate::net::transport::Inbound>,
     listener: tokio::task::JoinHandle<()>,
     counters: Arc<WireCounters>,
 }
@@ -115,11 +118,11 @@ fn on_signal() -> Result<watch::Receiver<bool>, ProcessError> {
 
 /// Runs the MDS of the cluster file at `path` until a signal.
 pub async fn run_mds(path: &Path) -> Result<(), ProcessError> {
-    crate::open_files::raise_limit_and_say("mds");
+    crate::files::open_files::raise_limit_and_say("mds");
     let file = Arc::new(ClusterFile::load(path)?);
     let layout = file.layout()?;
     let clock = Clock::start(file.cluster.time_scale);
-    let (log, mut mds) = mds_node::open(&file.mds.data_dir, file.config(), &layout, &clock)?;
+    let (log, mut mds) = mds_task::open(&file.mds.data_dir, file.config(), &layout, &clock)?;
     // A restarted MDS starts its scheduler again: with the operator's override if
     // one was set (the gear set or held stays), else with every server on (it kept no
     // history of the load).
@@ -130,7 +133,7 @@ pub async fn run_mds(path: &Path) -> Result<(), ProcessError> {
     let wiring = wire(&file, secret.clone(), Peer::Mds).await?;
     let (operator_tx, operator) = mpsc::channel(OPERATOR_QUEUE);
     let shutdown = on_signal()?;
-    let inputs = mds_node::MdsInputs { inbox: wiring.inbox, operator, shutdown };
+    let inputs = mds_task::MdsInputs { inbox: wiring.inbox, operator, shutdown };
     let (status, status_rx) = watch::channel(MdsStatus::default());
     let unspecified = SocketAddr::from(([0, 0, 0, 0], 0));
     let waker = Waker::bind()
@@ -147,7 +150,7 @@ pub async fn run_mds(path: &Path) -> Result<(), ProcessError> {
     };
     let endpoint = Endpoint { report, metrics: metrics::install(), operator: Some(operator) };
     let http = serve_http(file.mds.http, endpoint).await?;
-    let result = mds_node::run(mds, log, layout, clock, wiring.outbox, wake, inputs, status).await;
+    let result = mds_task::run(mds, log, layout, clock, wiring.outbox, wake, inputs, status).await;
     wiring.listener.abort();
     if let Some(http) = http {
         http.abort();
@@ -239,14 +242,14 @@ fn mds_report(
 
 /// Runs server `id` of the cluster file at `path` until a signal.
 pub async fn run_server(path: &Path, id: u32) -> Result<(), ProcessError> {
-    crate::open_files::raise_limit_and_say(&format!("server {id}"));
+    crate::files::open_files::raise_limit_and_say(&format!("server {id}"));
     let file = Arc::new(ClusterFile::load(path)?);
     let section = file.servers.get(id as usize).ok_or(ProcessError::NoSuchServer(id))?.clone();
     let config = file.config();
     let topology = Arc::new(file.topology()?);
     let profile = file.server_profile().map_err(ProcessError::Profile)?;
     let server = ServerId(id);
-    let (disk, durable) = server_node::open_durable(&section.data_dir, server, &config)?;
+    let (disk, durable) = server_task::open_durable(&section.data_dir, server, &config)?;
     let secret = secret_file::load(&ClusterFile::secret_path(path))?;
     let wiring = wire(&file, secret, Peer::Server(server)).await?;
     let clock = Clock::start(file.cluster.time_scale);
@@ -270,15 +273,15 @@ pub async fn run_server(path: &Path, id: u32) -> Result<(), ProcessError> {
         shutdown: shutdown.clone(),
     };
     let power = tokio::spawn(power.run());
-    let (status, last) = watch::channel(server_node::ServerStatus::default());
+    let (status, last) = watch::channel(server_task::ServerStatus::default());
     let report = server_report(id, last.clone(), meter, clock, wiring.counters.clone());
     let endpoint = Endpoint { report, metrics: metrics::install(), operator: None };
     let http = serve_http(section.http, endpoint).await?;
     let disk_dir = section.data_dir.clone();
-    let inputs = server_node::ServerInputs { inbox: wiring.inbox, wake, shutdown, disk_dir };
-    let outputs = server_node::ServerOutputs { outbox: wiring.outbox, status, sleeps: sleeps_tx };
+    let inputs = server_task::ServerInputs { inbox: wiring.inbox, wake, shutdown, disk_dir };
+    let outputs = server_task::ServerOutputs { outbox: wiring.outbox, status, sleeps: sleeps_tx };
     let result =
-        server_node::run(server, config, topology, disk, durable, clock, inputs, outputs).await;
+        server_task::run(server, config, topology, disk, durable, clock, inputs, outputs).await;
     wiring.listener.abort();
     power.abort();
     if let Some(http) = http {
@@ -301,7 +304,7 @@ pub async fn run_server(path: &Path, id: u32) -> Result<(), ProcessError> {
 /// A server's `/status`; each call also sets the metrics' gauges.
 fn server_report(
     id: u32,
-    status: watch::Receiver<server_node::ServerStatus>,
+    status: watch::Receiver<server_task::ServerStatus>,
     meter: Arc<Mutex<NodeMeter>>,
     clock: Clock,
     counters: Arc<WireCounters>,

@@ -13,7 +13,7 @@ use std::process::Command;
 
 use somnus_core::cluster::store::{BLOCK_BYTES, ChunkStore, StoreOp, fill};
 use somnus_core::cluster::{ChunkId, ChunkIndex, Payload, Stamp, UnstableWrite};
-use somnus_runtime::server_disk::ServerDisk;
+use somnus_runtime::server::disk::ServerDisk;
 use somnus_types::{ByteRange, ChunkGroupId, ObjectId, Version};
 
 /// The inner test's directory, on the small tmpfs.
@@ -72,7 +72,7 @@ fn make_durable(
     disk: &mut ServerDisk,
     store: &mut ChunkStore,
     op: &StoreOp,
-) -> Result<(), somnus_runtime::server_disk::ServerDiskError> {
+) -> Result<(), somnus_runtime::server::disk::ServerDiskError> {
     let runs = store.landing(op);
     disk.make_durable(std::slice::from_ref(op), std::slice::from_ref(&runs))?;
     store.land(op.clone(), &runs);

@@ -14,7 +14,7 @@ mod common;
 
 use common::{PATIENCE, listener, refused};
 use somnus_runtime::cluster_file::Wire;
-use somnus_runtime::transport::{self, Identity, Inbound};
+use somnus_runtime::net::transport::{self, Identity, Inbound};
 use somnus_types::{ByteRange, ChunkGroupId, ObjectId, ServerId};
 use somnus_wire::{ClusterSecret, Frame, Hello};
 use tokio::io::AsyncWriteExt;

@@ -15,7 +15,7 @@ use somnus_core::cluster::{ClientId, Message, Peer};
 mod common;
 
 use common::{listener, next, nothing_received, refused};
-use somnus_runtime::transport::{self, Identity, Inbound, WireCounters};
+use somnus_runtime::net::transport::{self, Identity, Inbound, WireCounters};
 use somnus_types::ServerId;
 use somnus_wire::ClusterSecret;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};

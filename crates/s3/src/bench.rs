@@ -175,7 +175,7 @@ async fn settled_disk(dirs: &[std::path::PathBuf]) -> Result<Option<u64>, BenchE
     let measure = || -> Result<u64, BenchError> {
         let mut total = 0;
         for dir in dirs {
-            total += somnus_runtime::durable::disk_bytes(dir)
+            total += somnus_runtime::files::durable::disk_bytes(dir)
                 .map_err(|error| BenchError::Disk(format!("{}: {error}", dir.display())))?;
         }
         Ok(total)

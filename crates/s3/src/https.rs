@@ -47,7 +47,7 @@ fn certificates(path: &Path) -> Result<Vec<CertificateDer<'static>>, HttpsError>
 /// `key` (PKCS#8, PKCS#1 or SEC1 PEM), serving HTTP/1.1.
 pub fn server_config(cert: &Path, key: &Path) -> Result<Arc<rustls::ServerConfig>, HttpsError> {
     let chain = certificates(cert)?;
-    let exposed = somnus_runtime::durable::exposed_mode(key)
+    let exposed = somnus_runtime::files::durable::exposed_mode(key)
         .map_err(|error| HttpsError::File { path: key.to_owned(), what: error.to_string() })?;
     if let Some(mode) = exposed {
         return Err(HttpsError::Exposed { path: key.to_owned(), mode });

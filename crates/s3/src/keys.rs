@@ -61,7 +61,7 @@ fn create(path: &Path) -> Result<Credentials, KeysError> {
 
 fn load(path: &Path) -> Result<Credentials, KeysError> {
     let io = |source| KeysError::Io { path: path.to_owned(), source };
-    if let Some(mode) = somnus_runtime::durable::exposed_mode(path).map_err(io)? {
+    if let Some(mode) = somnus_runtime::files::durable::exposed_mode(path).map_err(io)? {
         return Err(KeysError::Exposed { path: path.to_owned(), mode });
     }
     let text = fs::read_to_string(path).map_err(io)?;

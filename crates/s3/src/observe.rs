@@ -211,7 +211,7 @@ impl Writer {
 
     /// `path` becomes `path.1`, `path.1` becomes `path.2`, ..., the oldest goes.
     fn rotate(&mut self) -> std::io::Result<()> {
-        somnus_runtime::durable::rotate_log(&self.path, self.keep)?;
+        somnus_runtime::files::durable::rotate_log(&self.path, self.keep)?;
         self.file = std::fs::OpenOptions::new().create(true).append(true).open(&self.path)?;
         self.size = 0;
         Ok(())

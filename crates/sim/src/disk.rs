@@ -66,7 +66,7 @@ impl DiskModel {
     }
 
     /// The time to serve `op` with the head at `head`.
-    pub fn service_time(&self, head: u64, op: &DiskOp) -> VirtualDuration {
+    pub fn service_time(&self, head: u64, op: &DiskRequest) -> VirtualDuration {
         let position = self.wrap(op.position);
         // Sizes are far below 2^32 bytes: the product fits u128 and the result u64.
         let transfer_ns = ((u128::from(op.size_bytes)
@@ -85,7 +85,7 @@ impl DiskModel {
     }
 
     /// The head position after `op`.
-    pub fn head_after(&self, op: &DiskOp) -> u64 {
+    pub fn head_after(&self, op: &DiskRequest) -> u64 {
         self.wrap(op.position) + op.size_bytes
     }
 
@@ -143,7 +143,7 @@ impl Disk {
     pub fn queue(
         &mut self,
         model: &DiskModel,
-        op: &DiskOp,
+        op: &DiskRequest,
         not_before: VirtualInstant,
         foreground: bool,
     ) -> Queued {
@@ -166,7 +166,8 @@ impl Disk {
             // Background work is queued behind: it waits for this operation, and if
             // this one interrupted it, for the seek back too.
             if self.interrupts_background(not_before) {
-                let back = DiskOp { position: self.head, size_bytes: 0, rewrite: false, ..*op };
+                let back =
+                    DiskRequest { position: self.head, size_bytes: 0, rewrite: false, ..*op };
                 busy += model.service_time(model.head_after(op), &back);
             }
             self.busy_until += busy;
@@ -191,7 +192,7 @@ pub struct Queued {
 
 /// One operation on one disk of an array.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct DiskOp {
+pub struct DiskRequest {
     /// Index of the disk within its array.
     pub disk: u32,
     pub position: u64,
@@ -247,14 +248,14 @@ impl ArrayLayout {
         range: ByteRange,
         access: Access,
         pick_mirror: impl Fn() -> u32,
-        first: &mut Vec<DiskOp>,
-        second: &mut Vec<DiskOp>,
+        first: &mut Vec<DiskRequest>,
+        second: &mut Vec<DiskRequest>,
     ) {
         assert!(!range.is_empty(), "empty volume I/O");
         let write = access.is_write();
         match self.raid {
             Raid::Raid1 => {
-                let op = |disk| DiskOp {
+                let op = |disk| DiskRequest {
                     disk,
                     position: range.start,
                     size_bytes: range.size_bytes(),
@@ -275,8 +276,8 @@ impl ArrayLayout {
         &self,
         range: ByteRange,
         access: Access,
-        first: &mut Vec<DiskOp>,
-        second: &mut Vec<DiskOp>,
+        first: &mut Vec<DiskRequest>,
+        second: &mut Vec<DiskRequest>,
     ) {
         let write = access.is_write();
         let gathered = access == Access::GatheredWrite;
@@ -313,14 +314,14 @@ impl ArrayLayout {
                 let position = stripe * unit + unit_offset;
                 low = low.min(unit_offset);
                 high = high.max(unit_offset + size_bytes);
-                let op = DiskOp { disk, position, size_bytes, write: false, rewrite: false };
+                let op = DiskRequest { disk, position, size_bytes, write: false, rewrite: false };
                 if !write {
                     first.push(op);
                 } else if full_stripe || gathered {
-                    first.push(DiskOp { write: true, ..op });
+                    first.push(DiskRequest { write: true, ..op });
                 } else {
                     first.push(op);
-                    second.push(DiskOp { write: true, rewrite: true, ..op });
+                    second.push(DiskRequest { write: true, rewrite: true, ..op });
                 }
                 offset += size_bytes;
             }
@@ -328,7 +329,7 @@ impl ArrayLayout {
                 // The parity of a gathered stripe, once, with its last unit.
                 if stripe_end {
                     let position = stripe * unit;
-                    first.push(DiskOp {
+                    first.push(DiskRequest {
                         disk: parity,
                         position,
                         size_bytes: unit,
@@ -337,7 +338,7 @@ impl ArrayLayout {
                     });
                 }
             } else if write {
-                let parity_op = DiskOp {
+                let parity_op = DiskRequest {
                     disk: parity,
                     position: stripe * unit + low,
                     size_bytes: high - low,
@@ -345,10 +346,10 @@ impl ArrayLayout {
                     rewrite: false,
                 };
                 if full_stripe {
-                    first.push(DiskOp { write: true, ..parity_op });
+                    first.push(DiskRequest { write: true, ..parity_op });
                 } else {
                     first.push(parity_op);
-                    second.push(DiskOp { write: true, rewrite: true, ..parity_op });
+                    second.push(DiskRequest { write: true, rewrite: true, ..parity_op });
                 }
             }
             stripe += 1;
@@ -377,20 +378,25 @@ mod tests {
         // random one adds the full seek and half a rotation (2 ms at 15k rpm); a rewrite
         // waits a full rotation (4 ms).
         let model = cheetah();
-        let op =
-            DiskOp { disk: 0, position: 4096, size_bytes: 65536, write: false, rewrite: false };
+        let op = DiskRequest {
+            disk: 0,
+            position: 4096,
+            size_bytes: 65536,
+            write: false,
+            rewrite: false,
+        };
         let transfer = (65536.0 / 75e6 * 1e9) as u64;
         let near = |a: u64, b: u64| a.abs_diff(b) <= 1;
         assert!(near(model.service_time(4096, &op).as_nanos(), transfer + 100_000));
-        let far = DiskOp { position: model.capacity_bytes() - 1, ..op };
+        let far = DiskRequest { position: model.capacity_bytes() - 1, ..op };
         let random = model.service_time(0, &far).as_nanos();
         let expected = 7_400_000 + 2_000_000 + transfer + 100_000;
         assert!(random.abs_diff(expected) < 1_000, "{random} vs {expected}");
         // A quarter of the stroke: track + (full - track) * sqrt(1/4) = 3.8 ms of seek.
-        let quarter = DiskOp { position: model.capacity_bytes() / 4, ..op };
+        let quarter = DiskRequest { position: model.capacity_bytes() / 4, ..op };
         let seek = model.service_time(0, &quarter).as_nanos() - 2_000_000 - transfer - 100_000;
         assert!(seek.abs_diff(3_800_000) < 10, "quarter-stroke seek {seek} ns");
-        let rewrite = DiskOp { rewrite: true, ..op };
+        let rewrite = DiskRequest { rewrite: true, ..op };
         assert!(near(
             model.service_time(4096, &rewrite).as_nanos(),
             4_000_000 + transfer + 100_000
@@ -413,7 +419,7 @@ mod tests {
         // Stripe 0 has parity on disk 3; data unit 1 (offset 65536..) is on disk 1.
         assert_eq!(
             first[0],
-            DiskOp {
+            DiskRequest {
                 disk: 1,
                 position: 70_000 - 65536,
                 size_bytes: 4096,
@@ -460,7 +466,7 @@ mod tests {
         }
         assert_eq!(
             first[1],
-            DiskOp { disk: 3, position: 0, size_bytes: 65536, write: true, rewrite: false }
+            DiskRequest { disk: 3, position: 0, size_bytes: 65536, write: true, rewrite: false }
         );
         // A small gathered write in the middle of a stripe writes only its data.
         first.clear();

@@ -9,7 +9,7 @@ use somnus_types::VirtualDuration;
 use crate::engine::{
     ConfigKind, Engine, EngineError, Progress, RunMeasurements, RunWindow, SimRequest,
 };
-use crate::topology::Layout;
+use crate::topology::TraceLayout;
 
 /// Latency figures of one request kind, in milliseconds.
 #[derive(Clone, Copy, Debug, Default, PartialEq, serde::Serialize)]
@@ -114,7 +114,7 @@ pub enum ExperimentError<E: std::error::Error + 'static> {
 /// `source` produces afresh for each run (in non-decreasing arrival order, virtual
 /// time 0 being the start of the warm-up).
 pub fn run_offload<E, I>(
-    layout: &Layout,
+    layout: &TraceLayout,
     window: RunWindow,
     kinds: &[ConfigKind],
     mut source: impl FnMut() -> Result<I, E>,
@@ -148,7 +148,7 @@ where
 
 /// Runs one configuration on requests already in memory (tests and benchmarks).
 pub fn run_one(
-    layout: &Layout,
+    layout: &TraceLayout,
     span: VirtualDuration,
     kind: ConfigKind,
     requests: &[SimRequest],
@@ -157,7 +157,7 @@ pub fn run_one(
 }
 
 fn compare(
-    layout: &Layout,
+    layout: &TraceLayout,
     span: VirtualDuration,
     runs: &[RunMeasurements],
     kinds: &[ConfigKind],
@@ -192,7 +192,7 @@ fn percent(part: f64, whole: f64) -> f64 {
 }
 
 fn config_report(
-    layout: &Layout,
+    layout: &TraceLayout,
     span: VirtualDuration,
     baseline: &RunMeasurements,
     run: &RunMeasurements,
@@ -238,7 +238,7 @@ fn config_report(
 
 /// Each volume of `run`, next to the same volume in the baseline.
 fn volume_reports(
-    layout: &Layout,
+    layout: &TraceLayout,
     span: VirtualDuration,
     baseline: &RunMeasurements,
     run: &RunMeasurements,

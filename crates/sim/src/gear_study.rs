@@ -455,3 +455,89 @@ fn scheduler_run(
     let counters = scheduler.counters();
     Run { steps, shifts: counters.shifts_up + counters.shifts_down }
 }
+
+/// The mean over the workloads studied, as Sierra's figures are read.
+#[derive(Debug, serde::Serialize)]
+pub struct Mean {
+    pub workloads: usize,
+    pub rms_after_one_day: f64,
+    pub gear_correct_share: f64,
+    pub bound: f64,
+    pub power: Vec<PowerRow>,
+    pub hybrid_against_predictor: Vec<AgainstPredictor>,
+}
+
+/// The hybrid beside the predictor that serves as well, for one gearing and g_min,
+/// over the workloads where some margin did (the others: the predictor cannot).
+#[derive(Debug, serde::Serialize)]
+pub struct AgainstPredictor {
+    pub gearing: &'static str,
+    pub gear_min: u32,
+    pub workloads_matched: usize,
+    /// None (null) when no workload matched.
+    pub hybrid_power_share: Option<f64>,
+    pub predictor_power_share: Option<f64>,
+}
+
+impl Mean {
+    pub fn of(studies: &[WorkloadStudy]) -> Mean {
+        let n = studies.len() as f64;
+        let avg = |f: &dyn Fn(&WorkloadStudy) -> f64| studies.iter().map(f).sum::<f64>() / n;
+        let power = (0..studies[0].power.len())
+            .map(|i| {
+                let first = &studies[0].power[i];
+                PowerRow {
+                    strategy: first.strategy,
+                    gearing: first.gearing,
+                    gear_min: first.gear_min,
+                    power_share: avg(&|s| s.power[i].power_share),
+                    overloaded_time_share: avg(&|s| s.power[i].overloaded_time_share),
+                    unserved_share: avg(&|s| s.power[i].unserved_share),
+                    shifts: studies.iter().map(|s| s.power[i].shifts).sum(),
+                }
+            })
+            .collect();
+        let hybrid_against_predictor = (0..studies[0].predictor_at_hybrid_latency.len())
+            .map(|i| {
+                let first = &studies[0].predictor_at_hybrid_latency[i];
+                let matched: Vec<&WorkloadStudy> = studies
+                    .iter()
+                    .filter(|s| s.predictor_at_hybrid_latency[i].power_share.is_finite())
+                    .collect();
+                let m = matched.len().max(1) as f64;
+                let hybrid = |s: &&WorkloadStudy| {
+                    s.power
+                        .iter()
+                        .find(|r| {
+                            r.strategy == "hybrid"
+                                && r.gearing == first.gearing
+                                && r.gear_min == first.gear_min
+                        })
+                        .map_or(0.0, |r| r.power_share)
+                };
+                AgainstPredictor {
+                    gearing: first.gearing,
+                    gear_min: first.gear_min,
+                    workloads_matched: matched.len(),
+                    hybrid_power_share: (!matched.is_empty())
+                        .then(|| matched.iter().map(hybrid).sum::<f64>() / m),
+                    predictor_power_share: (!matched.is_empty()).then(|| {
+                        matched
+                            .iter()
+                            .map(|s| s.predictor_at_hybrid_latency[i].power_share)
+                            .sum::<f64>()
+                            / m
+                    }),
+                }
+            })
+            .collect();
+        Mean {
+            hybrid_against_predictor,
+            workloads: studies.len(),
+            rms_after_one_day: avg(&|s| s.rms_by_training_days.first().copied().unwrap_or(0.0)),
+            gear_correct_share: avg(&|s| s.gear_errors.correct_share.unwrap_or(0.0)),
+            bound: avg(&|s| s.bound),
+            power,
+        }
+    }
+}

@@ -3,8 +3,9 @@
 //! FCFS queues, RAID-1 and RAID-5, spin-up delays), loggers, a network and power.
 //!
 //! It is one of the core's two shells: every policy decision is made by `somnus-core`
-//! state machines (one `Node` per server); this crate supplies time, I/O, power and
-//! the network, and measures.
+//! state machines (one `Node` per server in the off-loading engine; the cluster's MDS,
+//! servers and clients in [`cluster`]); this crate supplies time, I/O, power and the
+//! network, injects faults, checks, and measures.
 //!
 //! Modules:
 //! - [`topology`]: the cluster layout (racks, servers, arrays, network, thresholds)
@@ -14,6 +15,8 @@
 //!   physical volumes (disks, caches, power), the network, and the measurements.
 //! - [`experiment`]: the write off-loading experiment (004 section 4) and its report.
 //! - [`replay`]: turning a trace into the engine's requests, windows and days.
+//! - [`cluster`]: the cluster protocol simulated whole (MDS, servers, clients) with
+//!   injected faults and a checker of its invariants, and trace replay against it.
 //! - [`gear_study`], [`sierra`]: the gear scheduler on a load series (Sierra 4.1-4.2)
 //!   and on the cluster simulation replaying a trace (Sierra 4.3).
 

@@ -25,7 +25,7 @@ use crate::cluster::{
     ClusterSpec, ComputeLoad, FaultSet, Gearing, LoggerBackend, ReplayKind, ReplayProgress, Sample,
     TraceReplayReport, TraceWorkload, replay_trace_with,
 };
-use crate::disk::{DiskModel, DiskOp};
+use crate::disk::{DiskModel, DiskRequest};
 
 const MIB: f64 = (1 << 20) as f64;
 const DAY_S: u64 = 86_400;
@@ -234,7 +234,7 @@ pub fn measured_capability(model: &DiskModel) -> Capability {
         for k in 0..OPS {
             let position =
                 if sequential { k * (1 << 20) % capacity } else { random(capacity / 4096) * 4096 };
-            let op = DiskOp { disk: 0, position, size_bytes: size, write, rewrite: false };
+            let op = DiskRequest { disk: 0, position, size_bytes: size, write, rewrite: false };
             elapsed += model.service_time(head, &op).as_secs_f64();
             head = model.head_after(&op);
         }

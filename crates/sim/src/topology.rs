@@ -165,7 +165,7 @@ pub struct VolumeLayout {
     pub rack: RackId,
     pub raid: Raid,
     pub disks: u32,
-    /// Index into [`Layout::profiles`].
+    /// Index into [`TraceLayout::profiles`].
     pub profile: usize,
     pub stripe_unit_bytes: u64,
     pub log_partition_bytes: u64,
@@ -177,7 +177,7 @@ pub struct VolumeLayout {
 
 /// A topology applied to the volumes of one trace set.
 #[derive(Clone, Debug)]
-pub struct Layout {
+pub struct TraceLayout {
     pub volumes: Vec<VolumeLayout>,
     /// Server names, indexed by [`ServerId`].
     pub servers: Vec<String>,
@@ -396,7 +396,7 @@ impl Topology {
     }
 
     /// Lays out the named volumes (in trace order) without sizing arrays for load.
-    pub fn layout(&self, volume_names: &[String]) -> Result<Layout, TopologyError> {
+    pub fn layout(&self, volume_names: &[String]) -> Result<TraceLayout, TopologyError> {
         self.layout_for_load(volume_names, &[])
     }
 
@@ -407,7 +407,7 @@ impl Topology {
         &self,
         volume_names: &[String],
         loads: &[VolumeLoad],
-    ) -> Result<Layout, TopologyError> {
+    ) -> Result<TraceLayout, TopologyError> {
         if !loads.is_empty() && loads.len() != volume_names.len() {
             let message = format!("{} loads for {} volumes", loads.len(), volume_names.len());
             return Err(self.invalid("volumes", message));
@@ -418,7 +418,7 @@ impl Topology {
                 format!("{} volumes exceed {VOLUMES_MAX}", volume_names.len()),
             ));
         }
-        let mut layout = Layout {
+        let mut layout = TraceLayout {
             volumes: Vec::with_capacity(volume_names.len()),
             servers: Vec::new(),
             server_racks: Vec::new(),
@@ -441,7 +441,7 @@ impl Topology {
         &self,
         name: &str,
         load: Option<&VolumeLoad>,
-        layout: &mut Layout,
+        layout: &mut TraceLayout,
         names: &mut Interned,
     ) -> Result<VolumeLayout, TopologyError> {
         let overrides = self.file.volume.iter().find(|v| v.name == name);
@@ -483,7 +483,7 @@ impl Topology {
     fn server_id(
         &self,
         server_name: String,
-        layout: &mut Layout,
+        layout: &mut TraceLayout,
         names: &mut Interned,
     ) -> ServerId {
         if let Some(&id) = names.servers.get(&server_name) {
@@ -508,7 +508,7 @@ impl Topology {
         &self,
         volume: &str,
         profile_name: String,
-        layout: &mut Layout,
+        layout: &mut TraceLayout,
         names: &mut Interned,
     ) -> Result<usize, TopologyError> {
         if let Some(&index) = names.profiles.get(&profile_name) {
@@ -531,7 +531,7 @@ impl Topology {
     /// The servers the racks name that no volume of `layout` lives on: in a topology
     /// written for these volumes, a misspelt server name (the built-in topologies name
     /// every server of their data center, so there it is normal).
-    pub fn rack_servers_unused(&self, layout: &Layout) -> Vec<(String, String)> {
+    pub fn rack_servers_unused(&self, layout: &TraceLayout) -> Vec<(String, String)> {
         self.file
             .rack
             .iter()
@@ -543,7 +543,7 @@ impl Topology {
 
     /// The `[[volume]]` overrides naming no volume of the layout: a misspelt name, or
     /// a volume the trace set does not have.
-    pub fn volume_overrides_unused(&self, layout: &Layout) -> Vec<String> {
+    pub fn volume_overrides_unused(&self, layout: &TraceLayout) -> Vec<String> {
         self.file
             .volume
             .iter()

@@ -12,7 +12,7 @@
 use somnus_core::power::PowerState;
 use somnus_sim::engine::{ConfigKind, Engine, RunMeasurements, RunWindow, SimRequest};
 use somnus_sim::experiment::run_one;
-use somnus_sim::topology::{Layout, Topology};
+use somnus_sim::topology::{Topology, TraceLayout};
 use somnus_types::{ByteRange, IoKind, VirtualDuration, VirtualInstant, VolumeId};
 
 const TOPOLOGY: &str = r#"
@@ -43,7 +43,7 @@ reclaim_after_idle_ms = 100.0
 power_window_s = 60.0
 "#;
 
-fn layout(names: &[&str]) -> Layout {
+fn layout(names: &[&str]) -> TraceLayout {
     let topology = Topology::from_toml(TOPOLOGY, "scenario").unwrap();
     topology.layout(&names.iter().map(|s| s.to_string()).collect::<Vec<_>>()).unwrap()
 }
@@ -61,7 +61,12 @@ fn request(secs: f64, volume: u32, offset: u64, kind: IoKind) -> SimRequest {
     }
 }
 
-fn run(layout: &Layout, span_s: u64, kind: ConfigKind, requests: &[SimRequest]) -> RunMeasurements {
+fn run(
+    layout: &TraceLayout,
+    span_s: u64,
+    kind: ConfigKind,
+    requests: &[SimRequest],
+) -> RunMeasurements {
     run_one(layout, VirtualDuration::from_secs(span_s), kind, requests).unwrap()
 }
 

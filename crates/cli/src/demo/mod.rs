@@ -18,14 +18,14 @@ use clap::Args;
 use somnus_core::cluster::ServerPower;
 use somnus_core::gear::{Capability, Gearing, Policy};
 use somnus_runtime::cluster_file::{ClusterFile, ClusterSection, GearSection};
-use somnus_runtime::http;
-use somnus_runtime::status::{MdsReport, ServerReport};
+use somnus_runtime::observe::http;
+use somnus_runtime::observe::status::{MdsReport, ServerReport};
 use somnus_s3::client::{Connection, Endpoint};
 use somnus_s3::sigv4::Signer;
 use tokio::time::Instant;
 
-use crate::cluster_cmd::runtime;
-use crate::up_cmd::{Running, create_cluster, start_all, start_s3, stop_all};
+use crate::cluster::access::runtime;
+use crate::cluster::up::{Running, create_cluster, start_all, start_s3, stop_all};
 use load::{BUCKET, IntervalStats, Ledger, LoadConfig};
 
 #[derive(Args)]
@@ -154,7 +154,7 @@ async fn demo(args: &DemoArgs, dir: &Path) -> Result<()> {
     let exe = std::env::current_exe().context("cannot find the somnus binary to start")?;
     let address = match args.s3 {
         Some(address) => address,
-        None => somnus_runtime::ports::loopback_ports(1, 9000)?[0],
+        None => somnus_runtime::net::ports::loopback_ports(1, 9000)?[0],
     };
     let spawned = Instant::now();
     let mut children = start_all(&exe, &path, &file, &dir.join("logs"))?;
@@ -181,7 +181,7 @@ async fn drive(
     iops: f64,
     children: &mut [Running],
 ) -> Result<()> {
-    let keys = crate::s3_cmd::credentials(None, None, path)?;
+    let keys = crate::cluster::s3::credentials(None, None, path)?;
     let signer = Arc::new(Signer {
         access_key: keys.access_key.clone(),
         secret_key: keys.secret_key.clone(),

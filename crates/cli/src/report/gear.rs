@@ -8,10 +8,10 @@ use std::path::Path;
 
 use anyhow::{Context, Result};
 use plotters::prelude::*;
+use somnus_sim::gear_study::Mean;
 use somnus_sim::gear_study::WorkloadStudy;
 
 use super::plots::{Mark, canvas, legend, plot_error};
-use crate::sim_gear::Mean;
 
 const ORACLE: RGBColor = RGBColor(60, 60, 60);
 const PREDICTOR: RGBColor = RGBColor(70, 110, 180);

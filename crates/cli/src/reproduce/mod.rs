@@ -9,8 +9,12 @@
 //! preset, synthetic) over several seeds, with and without the controllers' write cache,
 //! at a quarter of its rate and with 10 Gbit/s links.
 
+mod findings;
+mod paper;
 mod summary;
 mod summary_fast08;
+
+use findings::{Fast08Seed, Findings, LEAST_IDLE, MOST_IDLE};
 
 use std::path::{Path, PathBuf};
 
@@ -22,8 +26,9 @@ use somnus_sim::topology::Topology;
 use somnus_trace::stats::{StatsOptions, StatsReport, compute_set};
 use somnus_trace::{DaySpec, ReadOptions, SyntheticConfig, TraceSet};
 
-use crate::sim_cmd::{ReplayOutcome, ReplayRequest, replay};
-use crate::{report, sim_demo as demo};
+use crate::report;
+use crate::sim::demo;
+use crate::sim::replay::{ReplayOutcome, ReplayRequest, replay};
 
 /// The files of the MSR set, under the trace directory.
 const MSR_FILES: [&str; 3] =
@@ -35,9 +40,6 @@ const OTHER_TRACES: [(&str, &str); 4] = [
     ("MSN file server (DiskSim format)", "disksim-ascii/MSN-FS-30s-ms.trace"),
     ("CloudPhysics VM disk (vSCSI)", "cloudphysics-vscsi/cloudPhysicsIO.vscsi.gz"),
 ];
-/// The paper's least and most idle days of its week.
-const LEAST_IDLE: &str = "2007-02-26";
-const MOST_IDLE: &str = "2007-02-25";
 /// Days of the MSR week (the set starts on a Thursday at 17:00 and ends a week later).
 const MSR_DAYS: u32 = 8;
 const SEEDS_MAX: u64 = 20;
@@ -74,29 +76,6 @@ pub(crate) fn run(command: ReproduceCommand) -> Result<()> {
     }
 }
 
-/// What the run found, for the summary.
-#[derive(Default)]
-pub(crate) struct Findings {
-    pub(crate) msr_stats: Option<StatsReport>,
-    pub(crate) msr_week: Option<ReplayOutcome>,
-    pub(crate) msr_least_idle: Option<ReplayOutcome>,
-    pub(crate) msr_most_idle: Option<ReplayOutcome>,
-    /// Per day of the MSR set: the paper's rule and the cheapest-host rule.
-    pub(crate) msr_days: Vec<(ReplayOutcome, ReplayOutcome)>,
-    pub(crate) others: Vec<(&'static str, ReplayOutcome)>,
-    pub(crate) demo: Option<ReplayOutcome>,
-    /// Per seed of the preset: its statistics, the week, the least and most idle days.
-    pub(crate) fast08: Vec<Fast08Seed>,
-}
-
-pub(crate) struct Fast08Seed {
-    pub(crate) seed: u64,
-    pub(crate) stats: StatsReport,
-    pub(crate) week: ReplayOutcome,
-    pub(crate) least_idle: ReplayOutcome,
-    pub(crate) most_idle: ReplayOutcome,
-}
-
 fn fast08(args: &Fast08Args) -> Result<()> {
     if args.seeds > SEEDS_MAX {
         bail!("--seeds is at most {SEEDS_MAX}, not {}", args.seeds);
@@ -120,7 +99,11 @@ fn fast08(args: &Fast08Args) -> Result<()> {
         preset(args, &mut findings)?;
     }
     let path = args.out.join("summary.md");
-    crate::report::write_file(&path, summary::markdown(&findings, args.seeds))?;
+    crate::report::write_file(&path, {
+        let mut markdown = summary::markdown(&findings, args.seeds);
+        summary_fast08::fast08(&mut markdown, &findings);
+        markdown
+    })?;
     outln!("report written to {}; start with {}", args.out.display(), path.display())
 }
 
@@ -220,7 +203,7 @@ fn msr_set(args: &Fast08Args, traces: &Path, findings: &mut Findings) -> Result<
 fn save_stats(path: &Path, files: &[PathBuf]) -> Result<StatsReport> {
     let set = TraceSet::open(files, &ReadOptions::default())?;
     let report = compute_set(&set, None, &StatsOptions { window_ns: 60_000_000_000 })?;
-    let json = crate::trace_cmd::stats_json(&set, None, &report)? + "\n";
+    let json = crate::trace::stats_json(&set, None, &report)? + "\n";
     crate::report::write_file(path, json)?;
     Ok(report)
 }
@@ -252,11 +235,11 @@ fn preset(args: &Fast08Args, findings: &mut Findings) -> Result<()> {
             &format!("the msr-fast08 data center (synthetic), seed {seed} of {}", args.seeds),
         );
         let trace = work.join(format!("fast08-{seed}.bin"));
-        crate::trace_cmd::run_generate(
+        crate::trace::run_generate(
             &trace,
             seed,
             &config,
-            crate::trace_cmd::OutputFormat::Somnus,
+            crate::trace::OutputFormat::Somnus,
             args.quiet,
         )?;
         let files = [trace.clone()];
@@ -303,8 +286,8 @@ fn variants(args: &Fast08Args, files: &[PathBuf], dir: &Path, work: &Path) -> Re
     quarter.duration_s = 86_400.0;
     quarter.mean_rate_per_s /= 4.0;
     let trace = work.join("quarter-7.bin");
-    let somnus = crate::trace_cmd::OutputFormat::Somnus;
-    crate::trace_cmd::run_generate(&trace, 7, &quarter, somnus, args.quiet)?;
+    let somnus = crate::trace::OutputFormat::Somnus;
+    crate::trace::run_generate(&trace, 7, &quarter, somnus, args.quiet)?;
     let outcome = run_files(std::slice::from_ref(&trace), None, &no_cache)?;
     save_json(&dir.join("quarter-seed7-no-cache.json"), outcome)?;
     std::fs::remove_file(&trace).with_context(|| format!("removing {}", trace.display()))

@@ -5,29 +5,14 @@ use std::fmt::Write as _;
 
 use somnus_sim::engine::ConfigKind;
 use somnus_sim::experiment::{ConfigReport, OffloadResult};
-use somnus_trace::stats::StatsReport;
 
-use super::{Findings, LEAST_IDLE, MOST_IDLE};
-use crate::sim_cmd::ReplayOutcome;
+use super::findings::{Findings, LEAST_IDLE, MOST_IDLE};
+use super::paper::{
+    PAPER_REMOTE_READS, PAPER_WRITES_OFFLOADED, concurrency, config, paper_energy, paper_peak,
+};
+use crate::sim::replay::ReplayOutcome;
 
-/// 004 Fig. 6 / section 4.2: energy as % of the baseline on the least and most idle
-/// day, and peak power (Fig. 7), for vanilla, machine and rack.
-const PAPER_ENERGY_LEAST_IDLE: [&str; 3] = ["72", "64", "55"];
-const PAPER_ENERGY_MOST_IDLE: [&str; 3] = ["64", "51", "40"];
-const PAPER_PEAK_POWER: [&str; 3] = ["87-89", "83-84", "80"];
-/// 004 section 4: writes off-loaded and reads from a remote logger (rack level).
-const PAPER_WRITES_OFFLOADED: &str = "27";
-const PAPER_REMOTE_READS: &str = "3.8";
-const SAVING: [ConfigKind; 3] = [ConfigKind::Vanilla, ConfigKind::Machine, ConfigKind::Rack];
-
-pub(super) fn config(result: &OffloadResult, kind: ConfigKind) -> &ConfigReport {
-    match result.configs.iter().find(|c| c.config == kind) {
-        Some(config) => config,
-        None => unreachable!("every configuration ran"),
-    }
-}
-
-/// The summary document.
+/// The summary document, but for its part on the preset (`summary_fast08`).
 pub(super) fn markdown(findings: &Findings, seeds: u64) -> String {
     let mut out = String::new();
     let _ = writeln!(
@@ -44,7 +29,6 @@ pub(super) fn markdown(findings: &Findings, seeds: u64) -> String {
     every_day(&mut out, findings);
     others(&mut out, findings);
     demo(&mut out, findings);
-    super::summary_fast08::fast08(&mut out, findings);
     out
 }
 
@@ -85,11 +69,6 @@ fn msr_stats(out: &mut String, findings: &Findings) {
         let _ = writeln!(out, "| {what} | {ours} | {paper} |");
     }
     let _ = writeln!(out);
-}
-
-pub(super) fn concurrency(stats: &StatsReport) -> String {
-    let c = &stats.concurrency;
-    format!("{:.2} / {} / {}", c.mean, c.p99, c.max)
 }
 
 fn ms(report: &ConfigReport, read: bool) -> String {
@@ -255,18 +234,4 @@ fn demo(out: &mut String, findings: &Findings) {
         );
     }
     let _ = writeln!(out);
-}
-
-/// The index of a saving configuration in the paper's arrays.
-pub(super) fn saving_index(kind: ConfigKind) -> usize {
-    SAVING.iter().position(|k| *k == kind).unwrap_or(0)
-}
-
-pub(super) fn paper_energy(least_idle: bool, kind: ConfigKind) -> &'static str {
-    let paper = if least_idle { PAPER_ENERGY_LEAST_IDLE } else { PAPER_ENERGY_MOST_IDLE };
-    paper[saving_index(kind)]
-}
-
-pub(super) fn paper_peak(kind: ConfigKind) -> &'static str {
-    PAPER_PEAK_POWER[saving_index(kind)]
 }

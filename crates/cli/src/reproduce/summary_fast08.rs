@@ -5,9 +5,9 @@ use std::fmt::Write as _;
 
 use somnus_sim::engine::ConfigKind;
 
-use super::summary::{concurrency, config, paper_energy, paper_peak};
-use super::{Fast08Seed, Findings, LEAST_IDLE, MOST_IDLE};
-use crate::sim_cmd::ReplayOutcome;
+use super::findings::{Fast08Seed, Findings, LEAST_IDLE, MOST_IDLE};
+use super::paper::{concurrency, config, paper_energy, paper_peak};
+use crate::sim::replay::ReplayOutcome;
 
 /// Median and range of `values`, as `median (min-max)`.
 fn spread(mut values: Vec<f64>, decimals: usize) -> String {

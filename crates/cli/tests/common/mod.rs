@@ -12,9 +12,9 @@ pub(crate) mod s3;
 use bytes::Bytes;
 use somnus_runtime::client::ClusterClient;
 use somnus_runtime::cluster_file::{ClusterFile, ClusterSection, GearSection};
-use somnus_runtime::http;
-use somnus_runtime::secret_file;
-use somnus_runtime::status::{MdsReport, ServerReport};
+use somnus_runtime::files::secret_file;
+use somnus_runtime::observe::http;
+use somnus_runtime::observe::status::{MdsReport, ServerReport};
 use somnus_types::ServerId;
 
 pub(crate) struct Cluster {
@@ -35,7 +35,7 @@ pub(crate) fn free_ports(count: usize) -> Vec<std::net::SocketAddr> {
     let block = NEXT_BLOCK.fetch_add(1, std::sync::atomic::Ordering::Relaxed) % 100;
     // Another binary testing at once starts elsewhere (by its process id).
     let base = 10_000 + (std::process::id() % 8) as u16 * 2_500;
-    somnus_runtime::ports::loopback_ports(count, base + block * 25).unwrap()
+    somnus_runtime::net::ports::loopback_ports(count, base + block * 25).unwrap()
 }
 
 impl Cluster {

@@ -1,6 +1,9 @@
-//! The cluster protocol (docs/protocol.md): the metadata service, and (to come) the
-//! storage server, the distributed virtual log and the client, each a deterministic
-//! sans-IO state machine. Messages between them are one enum, [`Message`].
+//! The cluster protocol (docs/protocol.md): the metadata service ([`mds`]), the
+//! storage server ([`server`], with the distributed virtual log of its primaries and
+//! the logger it runs for others, [`logvolume`]), the replicas' durable state
+//! ([`store`]) and the client ([`client`]), each a deterministic sans-IO state
+//! machine; [`replay`] admits a trace's requests to a cluster. Messages between them
+//! are one enum, [`Message`].
 
 pub mod client;
 pub mod logvolume;
@@ -25,15 +28,15 @@ use crate::layout::Layout;
 
 /// Where every server is: its rack and gear group (the DVL's logger choice, 3.3.1).
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub struct Topology {
+pub struct ServerPlaces {
     racks: Vec<RackId>,
     gear_groups: Vec<GearGroupId>,
 }
 
-impl Topology {
-    pub fn of(layout: &Layout) -> Topology {
+impl ServerPlaces {
+    pub fn of(layout: &Layout) -> ServerPlaces {
         let servers = layout.servers();
-        Topology {
+        ServerPlaces {
             racks: servers.iter().map(|s| s.rack).collect(),
             // A layout without gear groups (naive random) puts each server in its own.
             gear_groups: (0..servers.len())

@@ -13,7 +13,7 @@ use somnus_types::{
     ByteRange, IoId, LoggerId, ObjectId, OwnerId, VirtualDuration, VirtualInstant, VolumeId,
 };
 
-use super::{DiskOp, DiskPurpose, Message, Node, NodeAction};
+use super::{DiskPurpose, Node, NodeAction, NodeDiskOp, NodeMessage};
 use crate::Version;
 use crate::logger::{Logger, LoggerError, Placement, SEGMENT_HEADER_BYTES, SegmentNo};
 use crate::offload::{LogFailure, LoggerAvailability, LoggerReply, LoggerStatus, ManagerEvent};
@@ -227,7 +227,7 @@ impl Node {
             Err(error) => return Outcome::Done(Err(refusal(error))),
         };
         log.consume(owner, placement.record_bytes);
-        Outcome::Disk { op: DiskOp::Write, at: log.placement(placement), payload_bytes: 0 }
+        Outcome::Disk { op: NodeDiskOp::Write, at: log.placement(placement), payload_bytes: 0 }
     }
 
     /// A read: served (waking the disks if they sleep: the data is only here) if the log
@@ -244,7 +244,7 @@ impl Node {
             return Outcome::Done(Err(LogFailure::Missing));
         }
         let at = log.read_placement(owner, version, range.size_bytes());
-        Outcome::Disk { op: DiskOp::Read, at, payload_bytes: range.size_bytes() }
+        Outcome::Disk { op: NodeDiskOp::Read, at, payload_bytes: range.size_bytes() }
     }
 
     /// An invalidation: a deletion marker appended and written, never waking the disks.
@@ -268,9 +268,11 @@ impl Node {
         }
         let log = &mut self.slots[slot].log;
         match log.model.invalidate(owner_id, VOLUME_OBJECT, range, version) {
-            Ok(placement) => {
-                Outcome::Disk { op: DiskOp::Write, at: log.placement(placement), payload_bytes: 0 }
-            }
+            Ok(placement) => Outcome::Disk {
+                op: NodeDiskOp::Write,
+                at: log.placement(placement),
+                payload_bytes: 0,
+            },
             Err(error) => Outcome::Done(Err(refusal(error))),
         }
     }
@@ -323,8 +325,8 @@ impl Node {
         let read = log.segment_placement(collection.segment, bytes);
         let head = log.model.head().map_or(collection.segment, |(segment, _)| segment);
         let write = log.segment_placement(head, bytes);
-        self.issue_disk(slot, DiskOp::Read, read, DiskPurpose::Collection);
-        self.issue_disk(slot, DiskOp::Write, write, DiskPurpose::Collection);
+        self.issue_disk(slot, NodeDiskOp::Read, read, DiskPurpose::Collection);
+        self.issue_disk(slot, NodeDiskOp::Write, write, DiskPurpose::Collection);
     }
 
     /// Refreshes the load every local manager sees of this logger (no decision is taken
@@ -360,7 +362,7 @@ impl Node {
                     let Some(&to) = self.servers.get(&watcher) else {
                         panic!("node {}: no server known for watcher {watcher}", self.server);
                     };
-                    let message = Message::LoggerReport { watcher, logger, status };
+                    let message = NodeMessage::LoggerReport { watcher, logger, status };
                     self.actions.push_back(NodeAction::Send { to, message });
                 }
             }
@@ -371,7 +373,7 @@ impl Node {
 /// How a logger answers a request: at once, or after a disk I/O.
 enum Outcome {
     Done(Result<(), LogFailure>),
-    Disk { op: DiskOp, at: ByteRange, payload_bytes: u64 },
+    Disk { op: NodeDiskOp, at: ByteRange, payload_bytes: u64 },
 }
 
 /// What a refused log change tells the manager.

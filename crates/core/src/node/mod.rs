@@ -67,7 +67,7 @@ pub enum LogOp {
 
 /// What nodes send each other.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Message {
+pub enum NodeMessage {
     /// A manager's request to a logger; `io` names it in the reply.
     LogRequest { owner: VolumeId, logger: LoggerId, io: IoId, op: LogOp },
     /// A logger's answer; `payload_bytes` of data come with it (a read).
@@ -76,13 +76,13 @@ pub enum Message {
     LoggerReport { watcher: VolumeId, logger: LoggerId, status: LoggerStatus },
 }
 
-impl Message {
+impl NodeMessage {
     /// The bytes the message puts on the wire: a header, and the data it carries.
     pub fn wire_bytes(&self) -> u64 {
         let payload = match *self {
-            Message::LogRequest { op: LogOp::Write { range, .. }, .. } => range.size_bytes(),
-            Message::LogReply { payload_bytes, .. } => payload_bytes,
-            Message::LogRequest { .. } | Message::LoggerReport { .. } => 0,
+            NodeMessage::LogRequest { op: LogOp::Write { range, .. }, .. } => range.size_bytes(),
+            NodeMessage::LogReply { payload_bytes, .. } => payload_bytes,
+            NodeMessage::LogRequest { .. } | NodeMessage::LoggerReport { .. } => 0,
         };
         MESSAGE_HEADER_BYTES + payload
     }
@@ -90,7 +90,7 @@ impl Message {
 
 /// A disk operation for the shell.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum DiskOp {
+pub enum NodeDiskOp {
     Read,
     Write,
 }
@@ -117,7 +117,7 @@ pub enum NodeEvent {
     },
     /// A message from another node; one for nobody here is dropped and counted.
     MessageReceived {
-        message: Message,
+        message: NodeMessage,
     },
     DrainRequested {
         volume: VolumeId,
@@ -132,7 +132,7 @@ pub enum NodeAction {
     DiskIo {
         io: IoId,
         volume: VolumeId,
-        op: DiskOp,
+        op: NodeDiskOp,
         placement: ByteRange,
     },
     SpinUp {
@@ -143,7 +143,7 @@ pub enum NodeAction {
     },
     Send {
         to: ServerId,
-        message: Message,
+        message: NodeMessage,
     },
     Reply {
         volume: VolumeId,
@@ -208,7 +208,7 @@ enum DiskPurpose {
 #[derive(Clone, Copy, Debug)]
 struct DiskIo {
     slot: usize,
-    op: DiskOp,
+    op: NodeDiskOp,
     placement: ByteRange,
     purpose: DiskPurpose,
     /// It waited for its disks to spin up.
@@ -401,10 +401,10 @@ impl Node {
         let owner = self.slots[slot].volume;
         match action {
             ManagerAction::ReadHome { io, range, .. } => {
-                self.issue_disk(slot, DiskOp::Read, range, DiskPurpose::Home { io })
+                self.issue_disk(slot, NodeDiskOp::Read, range, DiskPurpose::Home { io })
             }
             ManagerAction::WriteHome { io, range, .. } => {
-                self.issue_disk(slot, DiskOp::Write, range, DiskPurpose::Home { io })
+                self.issue_disk(slot, NodeDiskOp::Write, range, DiskPurpose::Home { io })
             }
             ManagerAction::WriteLog { io, logger, range, version, .. } => {
                 self.send_log(owner, logger, io, LogOp::Write { range, version })
@@ -465,12 +465,18 @@ impl Node {
         };
         self.actions.push_back(NodeAction::Send {
             to,
-            message: Message::LogRequest { owner, logger, io, op },
+            message: NodeMessage::LogRequest { owner, logger, io, op },
         });
     }
 
     /// Issues a disk I/O on a slot's unit, or parks it until the unit spins, waking it.
-    fn issue_disk(&mut self, slot: usize, op: DiskOp, placement: ByteRange, purpose: DiskPurpose) {
+    fn issue_disk(
+        &mut self,
+        slot: usize,
+        op: NodeDiskOp,
+        placement: ByteRange,
+        purpose: DiskPurpose,
+    ) {
         let serves = self.slots[slot].unit.serves_io();
         let record = DiskIo { slot, op, placement, purpose, waited_for_spin_up: !serves };
         let Some(key) = self.disk_ios.insert(record) else {
@@ -542,26 +548,28 @@ impl Node {
         self.report_if_changed(slot);
     }
 
-    fn message_received(&mut self, message: Message) {
+    fn message_received(&mut self, message: NodeMessage) {
         match message {
-            Message::LogRequest { owner, logger, io, op } => {
+            NodeMessage::LogRequest { owner, logger, io, op } => {
                 match self.slot_of.get(&VolumeId(logger.0)) {
                     Some(&slot) => self.log_request(owner, slot, io, op),
                     None => self.counters.messages_dropped += 1,
                 }
             }
-            Message::LogReply { owner, io, reply, .. } => match self.slot_of.get(&owner) {
+            NodeMessage::LogReply { owner, io, reply, .. } => match self.slot_of.get(&owner) {
                 Some(&slot) => {
                     self.deferred.push_back((slot, ManagerEvent::LoggerReplied { io, reply }))
                 }
                 None => self.counters.messages_dropped += 1,
             },
-            Message::LoggerReport { watcher, logger, status } => match self.slot_of.get(&watcher) {
-                Some(&slot) => {
-                    self.deferred.push_back((slot, ManagerEvent::LoggerReported { logger, status }))
+            NodeMessage::LoggerReport { watcher, logger, status } => {
+                match self.slot_of.get(&watcher) {
+                    Some(&slot) => self
+                        .deferred
+                        .push_back((slot, ManagerEvent::LoggerReported { logger, status })),
+                    None => self.counters.messages_dropped += 1,
                 }
-                None => self.counters.messages_dropped += 1,
-            },
+            }
         }
     }
 
@@ -576,7 +584,7 @@ impl Node {
         };
         self.actions.push_back(NodeAction::Send {
             to,
-            message: Message::LogReply { owner, io, reply, payload_bytes },
+            message: NodeMessage::LogReply { owner, io, reply, payload_bytes },
         });
     }
 }

@@ -5,7 +5,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use somnus_runtime::transport::{self, Identity, Inbound, WireCounters};
+use somnus_runtime::net::transport::{self, Identity, Inbound, WireCounters};
 use tokio::net::TcpListener;
 use tokio::sync::mpsc;
 

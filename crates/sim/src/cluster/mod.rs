@@ -35,12 +35,12 @@ use somnus_core::cluster::client::{
 use somnus_core::cluster::logvolume::{LogVolume, ModelLog};
 use somnus_core::cluster::mds::{Command, Mds, MdsAction, MdsEvent};
 use somnus_core::cluster::server::{
-    Broken, DiskOp as ServerDiskOp, Durable, Server, ServerAction, ServerCounters, ServerEvent,
+    Broken, DiskOp, Durable, Server, ServerAction, ServerCounters, ServerEvent,
 };
 use somnus_core::cluster::store::{BLOCK_BYTES, ChunkStore, StoreOp};
 use somnus_core::cluster::{
-    ChunkId, ClientId, ClusterConfig, Message, MetadataError, ObjectRef, Payload, Peer, Stamp,
-    Stamps, Topology,
+    ChunkId, ClientId, ClusterConfig, Message, MetadataError, ObjectRef, Payload, Peer,
+    ServerPlaces, Stamp, Stamps,
 };
 use somnus_core::layout::{Layout, LayoutSpec, RackAssignment, Scheme};
 use somnus_core::power::{DiskMechanics, PowerProfile, ServerMeter, builtin_profile};
@@ -53,7 +53,7 @@ use somnus_types::{
 pub use checker::Checker;
 pub use faults::{FaultKind, FaultSet};
 
-use crate::disk::{Disk, DiskModel, DiskOp};
+use crate::disk::{Disk, DiskModel, DiskRequest};
 use crate::engine::network::Network;
 use crate::engine::queue::EventQueue;
 use crate::topology::NetworkParams;
@@ -275,7 +275,8 @@ const PENDING_GRACE: VirtualDuration = VirtualDuration::from_secs(10);
 const ORPHAN_SCAN: VirtualDuration = VirtualDuration::from_secs(2);
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
-enum Node {
+/// A state machine the simulation drives: the MDS, a server, or a client.
+enum Actor {
     Mds,
     Server(u32),
     Client(u32),
@@ -289,7 +290,7 @@ enum Event {
         incarnation: u32,
         io: u64,
     },
-    Timer(Node),
+    Timer(Actor),
     ClientNext(u32),
     Crash,
     Restart(u32),
@@ -326,7 +327,9 @@ enum Cut {
     MdsOnly,
 }
 
-struct ServerSlot {
+/// A server of the simulated cluster: its state machine while it runs, its disks while
+/// it is down, and what the simulation models around it.
+struct SimServer {
     server: Option<Server>,
     /// The disk of a crashed server, until it restarts.
     down_store: Option<Durable>,
@@ -351,7 +354,7 @@ struct ServerSlot {
     meter: ServerMeter,
 }
 
-impl ServerSlot {
+impl SimServer {
     /// What the slot's disk holds: the running server's, or a crashed or lost one's.
     fn disk_contents(&self) -> Option<(&ChunkStore, &LogVolume)> {
         match (&self.server, self.down_store.as_ref().or(self.lost_store.as_ref())) {
@@ -418,7 +421,7 @@ struct ClientSlot {
 pub struct ClusterSim<'t> {
     spec: ClusterSpec,
     config: ClusterConfig,
-    topology: Arc<Topology>,
+    topology: Arc<ServerPlaces>,
     rng: Pcg64,
     events: EventQueue<Event>,
     mds: Mds,
@@ -429,7 +432,7 @@ pub struct ClusterSim<'t> {
     layout: Layout,
     mds_started: VirtualInstant,
     mds_down: bool,
-    servers: Vec<ServerSlot>,
+    servers: Vec<SimServer>,
     clients: Vec<ClientSlot>,
     timers: Vec<Option<VirtualInstant>>,
     /// Per node, its timers in a row that were due at once (a stuck state machine).
@@ -437,7 +440,7 @@ pub struct ClusterSim<'t> {
     network: Network,
     disk_model: DiskModel,
     slow_model: DiskModel,
-    messages: Slab<(Node, Peer, Message)>,
+    messages: Slab<(Actor, Peer, Message)>,
     checker: Checker,
     /// Each object's id once created, by index (`object-{index}`).
     objects: Vec<Option<ObjectId>>,
@@ -497,9 +500,9 @@ impl<'t> ClusterSim<'t> {
             spec.layout(seed).unwrap_or_else(|error| panic!("cluster spec {spec:?}: {error}"));
         let config = spec.config(seed);
         let start = VirtualInstant::ZERO;
-        let topology = Arc::new(Topology::of(&layout));
+        let topology = Arc::new(ServerPlaces::of(&layout));
         let servers = (0..spec.servers)
-            .map(|s| ServerSlot {
+            .map(|s| SimServer {
                 server: Some(Server::new(
                     ServerId(s),
                     config,
@@ -596,9 +599,9 @@ impl<'t> ClusterSim<'t> {
             frees: BTreeMap::new(),
         };
         sim.mds.set_broken(spec.broken);
-        sim.drain(Node::Mds);
+        sim.drain(Actor::Mds);
         for s in 0..spec.servers {
-            sim.drain(Node::Server(s));
+            sim.drain(Actor::Server(s));
         }
         for c in 0..spec.clients {
             sim.events.schedule(start, Event::ClientNext(c));
@@ -698,12 +701,12 @@ impl<'t> ClusterSim<'t> {
                 if self.timers[index] == Some(self.now()) {
                     self.timers[index] = None;
                     match node {
-                        Node::Mds => self.feed_mds(MdsEvent::TimerFired),
-                        Node::Server(s) if self.servers[s as usize].server.is_some() => {
+                        Actor::Mds => self.feed_mds(MdsEvent::TimerFired),
+                        Actor::Server(s) if self.servers[s as usize].server.is_some() => {
                             self.feed_server(s, ServerEvent::TimerFired)
                         }
-                        Node::Server(_) => {}
-                        Node::Client(c) => self.feed_client(c, ClientEvent::TimerFired),
+                        Actor::Server(_) => {}
+                        Actor::Client(c) => self.feed_client(c, ClientEvent::TimerFired),
                     }
                 }
             }
@@ -843,15 +846,15 @@ impl<'t> ClusterSim<'t> {
         )
     }
 
-    fn node_index(&self, node: Node) -> usize {
+    fn node_index(&self, node: Actor) -> usize {
         match node {
-            Node::Mds => self.spec.servers as usize,
-            Node::Server(s) => s as usize,
-            Node::Client(c) => (self.spec.servers + 1 + c) as usize,
+            Actor::Mds => self.spec.servers as usize,
+            Actor::Server(s) => s as usize,
+            Actor::Client(c) => (self.spec.servers + 1 + c) as usize,
         }
     }
 
-    fn arm(&mut self, node: Node, deadline: Option<VirtualInstant>) {
+    fn arm(&mut self, node: Actor, deadline: Option<VirtualInstant>) {
         let Some(deadline) = deadline else { return };
         let index = self.node_index(node);
         // A timer due at once, again and again, is a state machine that does not
@@ -884,7 +887,7 @@ impl<'t> ClusterSim<'t> {
         // The MDS's own clock, which starts at 0 with its process.
         let now = VirtualInstant::ZERO + self.now().duration_since(self.mds_started);
         self.mds.handle(now, event);
-        self.drain(Node::Mds);
+        self.drain(Actor::Mds);
     }
 
     fn feed_server(&mut self, s: u32, event: ServerEvent) {
@@ -892,7 +895,7 @@ impl<'t> ClusterSim<'t> {
         if let Some(server) = self.servers[s as usize].server.as_mut() {
             server.handle(now, event);
         }
-        self.drain(Node::Server(s));
+        self.drain(Actor::Server(s));
     }
 
     /// Now on server `s`'s own clock.
@@ -904,13 +907,13 @@ impl<'t> ClusterSim<'t> {
     fn feed_client(&mut self, c: u32, event: ClientEvent) {
         let now = self.now();
         self.clients[c as usize].client.handle(now, event);
-        self.drain(Node::Client(c));
+        self.drain(Actor::Client(c));
     }
 
     /// Carries out a node's actions and arms its timer.
-    fn drain(&mut self, node: Node) {
+    fn drain(&mut self, node: Actor) {
         match node {
-            Node::Mds => {
+            Actor::Mds => {
                 while let Some(action) = self.mds.poll_action() {
                     match action {
                         MdsAction::Persist(command) => {
@@ -937,7 +940,7 @@ impl<'t> ClusterSim<'t> {
                     .map(|at| started.saturating_add(at.duration_since(VirtualInstant::ZERO)));
                 self.arm(node, deadline);
             }
-            Node::Server(s) => {
+            Actor::Server(s) => {
                 let from = Peer::Server(ServerId(s));
                 loop {
                     let Some(server) = self.servers[s as usize].server.as_mut() else { return };
@@ -945,10 +948,7 @@ impl<'t> ClusterSim<'t> {
                     match action {
                         ServerAction::Send { to, message } => self.send(from, to, message),
                         ServerAction::Disk { io, op, position, bytes, background } => {
-                            if let ServerDiskOp::Change {
-                                change: StoreOp::Free { objects }, ..
-                            } = &op
-                            {
+                            if let DiskOp::Change { change: StoreOp::Free { objects }, .. } = &op {
                                 let incarnation = self.servers[s as usize].incarnation;
                                 self.frees.insert((s, incarnation, io.0), objects.clone());
                             }
@@ -977,7 +977,7 @@ impl<'t> ClusterSim<'t> {
                     });
                 self.arm(node, deadline);
             }
-            Node::Client(c) => {
+            Actor::Client(c) => {
                 while let Some(action) = self.clients[c as usize].client.poll_action() {
                     match action {
                         ClientAction::Send { to, message } => {
@@ -997,17 +997,17 @@ impl<'t> ClusterSim<'t> {
         let now = self.now();
         let slot = &mut self.servers[s as usize];
         let model = if slot.slow { &self.slow_model } else { &self.disk_model };
-        let op = DiskOp { disk: 0, position, size_bytes: bytes, write, rewrite: false };
+        let op = DiskRequest { disk: 0, position, size_bytes: bytes, write, rewrite: false };
         let queued = slot.disk.queue(model, &op, now, fore);
         let incarnation = slot.incarnation;
         self.events.schedule(queued.end, Event::DiskDone { server: s, incarnation, io: io.0 });
     }
 
-    fn peer_node(&self, peer: Peer) -> Node {
+    fn peer_node(&self, peer: Peer) -> Actor {
         match peer {
-            Peer::Mds => Node::Mds,
-            Peer::Server(s) => Node::Server(s.0),
-            Peer::Client(c) => Node::Client(c.0),
+            Peer::Mds => Actor::Mds,
+            Peer::Server(s) => Actor::Server(s.0),
+            Peer::Client(c) => Actor::Client(c.0),
         }
     }
 
@@ -1019,14 +1019,14 @@ impl<'t> ClusterSim<'t> {
     }
 
     /// Whether a partition separates two nodes.
-    fn cut_off(&self, a: Node, b: Node) -> bool {
+    fn cut_off(&self, a: Actor, b: Actor) -> bool {
         if self.cuts == 0 {
             return false;
         }
-        let cut = |node: Node, other: Node| match node {
-            Node::Server(s) => match self.servers[s as usize].cut {
+        let cut = |node: Actor, other: Actor| match node {
+            Actor::Server(s) => match self.servers[s as usize].cut {
                 Some(Cut::Everyone) => true,
-                Some(Cut::MdsOnly) => other == Node::Mds,
+                Some(Cut::MdsOnly) => other == Actor::Mds,
                 None => false,
             },
             _ => false,
@@ -1071,7 +1071,7 @@ impl<'t> ClusterSim<'t> {
         self.enqueue(arrival, target, from, message);
     }
 
-    fn enqueue(&mut self, at: VirtualInstant, target: Node, from: Peer, message: Message) {
+    fn enqueue(&mut self, at: VirtualInstant, target: Actor, from: Peer, message: Message) {
         let Some(key) = self.messages.insert((target, from, message)) else {
             unreachable!("more than 2^32 messages in flight");
         };
@@ -1089,13 +1089,13 @@ impl<'t> ClusterSim<'t> {
             self.trace(|| format!("{from:?} -> {target:?}: {}", brief(&message)));
         }
         match target {
-            Node::Mds => self.feed_mds(MdsEvent::MessageReceived { from, message }),
-            Node::Server(s) => {
+            Actor::Mds => self.feed_mds(MdsEvent::MessageReceived { from, message }),
+            Actor::Server(s) => {
                 if self.servers[s as usize].server.is_some() {
                     self.feed_server(s, ServerEvent::MessageReceived { from, message });
                 }
             }
-            Node::Client(c) => self.feed_client(c, ClientEvent::MessageReceived { from, message }),
+            Actor::Client(c) => self.feed_client(c, ClientEvent::MessageReceived { from, message }),
         }
     }
 
@@ -1573,7 +1573,7 @@ impl<'t> ClusterSim<'t> {
         if self.rng.random_bool(0.5) {
             self.mds_log = self.mds.snapshot(&self.layout);
         }
-        let index = self.node_index(Node::Mds);
+        let index = self.node_index(Actor::Mds);
         self.timers[index] = None;
         let powers: Vec<_> =
             (0..self.spec.servers).map(|s| self.mds.server_power(ServerId(s))).collect();
@@ -1597,7 +1597,7 @@ impl<'t> ClusterSim<'t> {
         let powers: Vec<_> =
             (0..self.spec.servers).map(|s| self.mds.server_power(ServerId(s))).collect();
         self.trace(|| format!("restart mds (servers {powers:?})"));
-        self.drain(Node::Mds);
+        self.drain(Actor::Mds);
     }
 
     /// The `lost` fault: a server crashes and never returns; the operator declares it
@@ -1640,7 +1640,7 @@ impl<'t> ClusterSim<'t> {
         let (broken, zero) = (self.spec.broken, VirtualInstant::ZERO);
         slot.server = Some(Server::new(ServerId(s), self.config, topology, durable, zero, broken));
         self.trace(|| format!("restart s{s}"));
-        self.drain(Node::Server(s));
+        self.drain(Actor::Server(s));
     }
 
     fn partition(&mut self) {

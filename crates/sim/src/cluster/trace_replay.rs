@@ -588,14 +588,14 @@ impl ClusterSim<'_> {
                     self.checker.violate(format!("the io-server controller's config: {error}"));
                 }
                 self.events.schedule(start + ONE_SECOND, Event::ReplayCompute);
-                self.drain(super::Node::Mds);
+                self.drain(super::Actor::Mds);
             }
             if let Some(config) = scheduler {
                 let config = SchedulerConfig { origin: start, ..config };
                 if let Err(error) = self.mds.enable_scheduler(config) {
                     self.checker.violate(format!("the gear scheduler's config: {error}"));
                 }
-                self.drain(super::Node::Mds);
+                self.drain(super::Actor::Mds);
             }
             self.replay_arrivals();
             return;

@@ -16,7 +16,7 @@ pub mod queue;
 mod volume;
 
 use somnus_core::node::{
-    ClusterMap, DiskOp, Message, Node, NodeAction, NodeEvent, VolumePlacement, plan_cluster,
+    ClusterMap, Node, NodeAction, NodeDiskOp, NodeEvent, NodeMessage, VolumePlacement, plan_cluster,
 };
 use somnus_core::power::{PowerState, PowerTimeline};
 use somnus_core::slab::{Key, Slab};
@@ -32,7 +32,7 @@ use network::Network;
 use queue::EventQueue;
 use volume::Volume;
 
-use crate::topology::Layout;
+use crate::topology::TraceLayout;
 
 /// Virtual time the engine keeps running after the window ends to finish requests
 /// still in flight; past it they are counted as unfinished.
@@ -124,7 +124,7 @@ pub struct Engine {
     /// Disk I/Os in flight: the node that issued them and its id.
     disk_ios: Slab<(u32, IoId)>,
     /// Messages in flight: the node they go to.
-    messages: Slab<(u32, Message)>,
+    messages: Slab<(u32, NodeMessage)>,
     /// Client requests in flight, by request id (a slab key): when each arrived.
     requests: Slab<VirtualInstant>,
     requests_done: u64,
@@ -134,7 +134,7 @@ pub struct Engine {
 }
 
 impl Engine {
-    pub fn new(layout: &Layout, kind: ConfigKind, run_window: RunWindow) -> Engine {
+    pub fn new(layout: &TraceLayout, kind: ConfigKind, run_window: RunWindow) -> Engine {
         let start = VirtualInstant::ZERO;
         let measure_from = start + run_window.warmup;
         let span = run_window.span;
@@ -324,7 +324,7 @@ impl Engine {
             NodeAction::DiskIo { io, volume, op, placement } => {
                 let done = self.volumes[volume.index()].serve(
                     self.events.now(),
-                    op == DiskOp::Write,
+                    op == NodeDiskOp::Write,
                     placement,
                 );
                 let Some(key) = self.disk_ios.insert((node, io)) else {
@@ -348,7 +348,7 @@ impl Engine {
     }
 
     /// Puts a message on the network to the node of server `to`.
-    fn send(&mut self, from: u32, to: ServerId, message: Message) {
+    fn send(&mut self, from: u32, to: ServerId, message: NodeMessage) {
         let Some(target) = self.node_of_server.get(to.index()).copied().flatten() else {
             panic!("a message to server {to}, which has no node");
         };
@@ -450,7 +450,7 @@ impl Engine {
 }
 
 /// Where each volume lives and what it costs, for planning the nodes.
-fn cluster_map(layout: &Layout, volumes: &[Volume]) -> ClusterMap {
+fn cluster_map(layout: &TraceLayout, volumes: &[Volume]) -> ClusterMap {
     let placements = layout
         .volumes
         .iter()

@@ -10,8 +10,8 @@ use somnus_core::power::{EnergyMeter, PowerState, PowerTimeline};
 use somnus_types::{ByteRange, VirtualDuration, VirtualInstant};
 
 use crate::cache::BlockCache;
-use crate::disk::{Access, ArrayLayout, Disk, DiskModel, DiskOp};
-use crate::topology::{Layout, VolumeLayout};
+use crate::disk::{Access, ArrayLayout, Disk, DiskModel, DiskRequest};
+use crate::topology::{TraceLayout, VolumeLayout};
 
 /// A write that fits in the controller's cache, or a read found in it, completes after
 /// this overhead plus its transfer over an Ultra320 SCSI bus.
@@ -55,13 +55,13 @@ pub(crate) struct Volume {
     /// Requests of the measured window, for reports.
     pub(crate) reads: u64,
     pub(crate) writes: u64,
-    first_ops: Vec<DiskOp>,
-    second_ops: Vec<DiskOp>,
+    first_ops: Vec<DiskRequest>,
+    second_ops: Vec<DiskRequest>,
 }
 
 impl Volume {
     pub(crate) fn new(
-        layout: &Layout,
+        layout: &TraceLayout,
         volume: &VolumeLayout,
         start: VirtualInstant,
         timeline: PowerTimeline,
@@ -193,7 +193,7 @@ impl Volume {
     /// `disk`); returns when the last one completes.
     fn queue(
         &mut self,
-        ops: &[DiskOp],
+        ops: &[DiskRequest],
         not_before: VirtualInstant,
         foreground: bool,
     ) -> VirtualInstant {

@@ -37,7 +37,7 @@ use super::logvolume::LogVolume;
 use super::store::{BlocksRead, ChunkStore};
 use super::{
     ClusterConfig, Epoch, HeldObject, LeaseGrant, LeaseRenewal, LogRecord, Message, Peer,
-    ServerPower, ServerTime, SpaceReport, Topology, UnstableWrite,
+    ServerPlaces, ServerPower, ServerTime, SpaceReport, UnstableWrite,
 };
 use crate::gear::LoadMeter;
 use crate::slab::Slab;
@@ -328,7 +328,7 @@ pub struct Server {
     /// This run's incarnation: its clock (`now`) counts from its start.
     incarnation: u64,
     config: ClusterConfig,
-    topology: Arc<Topology>,
+    topology: Arc<ServerPlaces>,
     broken: Option<Broken>,
     now: VirtualInstant,
     power: ServerPower,
@@ -400,7 +400,7 @@ impl Server {
     pub fn new(
         id: ServerId,
         config: ClusterConfig,
-        topology: Arc<Topology>,
+        topology: Arc<ServerPlaces>,
         durable: Durable,
         now: VirtualInstant,
         broken: Option<Broken>,
