@@ -704,7 +704,7 @@ async fn a_trace_replays_against_the_cluster_in_the_simulators_shape() {
 
     let cluster = Cluster::start_scaled(10.0);
     let trace = trace.to_string_lossy().into_owned();
-    let output = tokio::task::block_in_place(|| {
+    let output = common::on_thread(|| {
         cluster.cli(&["replay", "--trace", &trace, "--duration", "20", "--json"])
     });
     assert!(output.status.success(), "{}", String::from_utf8_lossy(&output.stderr));

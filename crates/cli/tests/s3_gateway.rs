@@ -221,11 +221,11 @@ async fn real_s3_clients_store_and_read_objects_also_while_gear_groups_sleep() {
     let log_arg = access_log.to_string_lossy().into_owned();
     let gateway = start_gateway(&cluster, &["--http", &http, "--access-log", &log_arg]);
 
-    let full = tokio::task::block_in_place(|| run_suite(&gateway, "full"));
+    let full = common::on_thread(|| run_suite(&gateway, "full"));
     eprintln!("{full}");
-    tokio::task::block_in_place(|| the_gateway_can_be_operated(&http, &access_log));
+    common::on_thread(|| the_gateway_can_be_operated(&http, &access_log));
     let dir = cluster.path.parent().unwrap().to_owned();
-    tokio::task::block_in_place(|| a_large_object_streams_in_bounded_memory(&gateway, &dir));
+    common::on_thread(|| a_large_object_streams_in_bounded_memory(&gateway, &dir));
 
     cluster.operator("/gear/1").await.unwrap();
     let deadline = tokio::time::Instant::now() + Duration::from_secs(120);
@@ -237,7 +237,7 @@ async fn real_s3_clients_store_and_read_objects_also_while_gear_groups_sleep() {
         assert!(tokio::time::Instant::now() < deadline, "six servers not asleep in 120 s");
         tokio::time::sleep(Duration::from_millis(200)).await;
     }
-    let quick = tokio::task::block_in_place(|| run_suite(&gateway, "quick"));
+    let quick = common::on_thread(|| run_suite(&gateway, "quick"));
     eprintln!("with gear groups 2 and 3 asleep:\n{quick}");
     let mds = cluster.mds_status().await;
     let asleep = mds.servers.iter().filter(|s| s.power == ServerPower::Asleep).count();

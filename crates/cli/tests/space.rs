@@ -110,7 +110,7 @@ fn back_to_fresh(now: u64, fresh: u64) -> bool {
 }
 
 fn run(gateway: &Gateway, phase: &str, bucket: &str, env: &[(&str, &str)]) -> String {
-    let out = tokio::task::block_in_place(|| gateway.python("s3_space.py", &[phase, bucket], env));
+    let out = common::on_thread(|| gateway.python("s3_space.py", &[phase, bucket], env));
     eprint!("{out}");
     out
 }
@@ -236,9 +236,8 @@ async fn orphans_of_every_kind_are_found_and_freed() {
 
     // The upload is swept (its parts are named until then), then every orphan freed.
     eventually!(Duration::from_secs(60), "the abandoned upload swept", {
-        let uploads = tokio::task::block_in_place(|| {
-            gateway.python("s3_space.py", &["uploads", "orphans"], &[])
-        });
+        let uploads =
+            common::on_thread(|| gateway.python("s3_space.py", &["uploads", "orphans"], &[]));
         uploads.contains("uploads: 0")
     });
     eventually!(Duration::from_secs(60), "every orphan freed", {

@@ -249,7 +249,7 @@ pub async fn run_server(path: &Path, id: u32) -> Result<(), ProcessError> {
     let topology = Arc::new(file.topology()?);
     let profile = file.server_profile().map_err(ProcessError::Profile)?;
     let server = ServerId(id);
-    let (disk, durable) = server_task::open_durable(&section.data_dir, server, &config)?;
+    let (files, durable) = server_task::open_durable(&section.data_dir, server, &config)?;
     let secret = secret_file::load(&ClusterFile::secret_path(path))?;
     let wiring = wire(&file, secret, Peer::Server(server)).await?;
     let clock = Clock::start(file.cluster.time_scale);
@@ -281,7 +281,7 @@ pub async fn run_server(path: &Path, id: u32) -> Result<(), ProcessError> {
     let inputs = server_task::ServerInputs { inbox: wiring.inbox, wake, shutdown, disk_dir };
     let outputs = server_task::ServerOutputs { outbox: wiring.outbox, status, sleeps: sleeps_tx };
     let result =
-        server_task::run(server, config, topology, disk, durable, clock, inputs, outputs).await;
+        server_task::run(server, config, topology, files, durable, clock, inputs, outputs).await;
     wiring.listener.abort();
     power.abort();
     if let Some(http) = http {

@@ -104,7 +104,7 @@ pub fn error_code(body: &[u8]) -> Option<&str> {
 const QUEUED_MAX: usize = 4096;
 
 /// The access log: one line per request, `time id operation bucket key status bytes_in
-/// bytes_out seconds`, written by a task of its own, the file rotated when it passes
+/// bytes_out seconds`, written by a thread of its own, the file rotated when it passes
 /// its size (`path.1` .. `path.N`, the oldest dropped).
 #[derive(Clone)]
 pub struct AccessLog {
@@ -120,7 +120,10 @@ impl AccessLog {
         let size = file.metadata()?.len();
         let (lines, incoming) = mpsc::channel(QUEUED_MAX);
         let writer = Writer { path: path.to_owned(), file, size, max_bytes, keep };
-        tokio::spawn(writer.run(incoming));
+        // A thread: the writes block, and the gateway's tasks never wait for them.
+        std::thread::Builder::new()
+            .name("access-log".to_owned())
+            .spawn(move || writer.run(incoming))?;
         Ok(AccessLog { lines, dropped: Arc::default(), path: path.to_owned() })
     }
 
@@ -184,8 +187,9 @@ struct Writer {
 }
 
 impl Writer {
-    async fn run(mut self, mut incoming: mpsc::Receiver<String>) {
-        while let Some(line) = incoming.recv().await {
+    /// Writes the lines as they come, in batches, until every sender is gone.
+    fn run(mut self, mut incoming: mpsc::Receiver<String>) {
+        while let Some(line) = incoming.blocking_recv() {
             let mut batch = line;
             while batch.len() < 1 << 16 {
                 match incoming.try_recv() {
@@ -193,7 +197,7 @@ impl Writer {
                     Err(_) => break,
                 }
             }
-            let written = tokio::task::block_in_place(|| self.append(batch.as_bytes()));
+            let written = self.append(batch.as_bytes());
             if let Err(error) = written {
                 eprintln!("somnus s3: the access log {}: {error}", self.path.display());
             }

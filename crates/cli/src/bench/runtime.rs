@@ -58,8 +58,8 @@ pub(crate) fn run(args: &BenchRuntimeArgs) -> Result<()> {
 async fn bench(args: &BenchRuntimeArgs, dir: &Path) -> Result<()> {
     let seconds = Duration::from_secs(args.seconds);
     noteln!("raw write + fdatasync loop in {} ...", dir.display());
-    let raw_small = tokio::task::block_in_place(|| raw_fsync(dir, 4096, seconds))?;
-    let raw_large = tokio::task::block_in_place(|| raw_fsync(dir, 1 << 20, seconds))?;
+    let raw_small = off_task(dir, 4096, seconds).await?;
+    let raw_large = off_task(dir, 1 << 20, seconds).await?;
     let cluster = LocalCluster::start(dir, args.groups_per_server, Wire::Tls, "cluster").await?;
     let client = cluster.client()?;
     let mut rows = Vec::new();
@@ -113,6 +113,12 @@ async fn bench(args: &BenchRuntimeArgs, dir: &Path) -> Result<()> {
     )?;
     cluster.stop().await;
     Ok(())
+}
+
+/// [`raw_fsync`] on a blocking thread.
+async fn off_task(dir: &Path, size: u64, seconds: Duration) -> Result<Figure> {
+    let dir = dir.to_owned();
+    tokio::task::spawn_blocking(move || raw_fsync(&dir, size, seconds)).await?
 }
 
 /// Writes of `size` at rotating offsets of one file, each followed by fdatasync, for

@@ -45,10 +45,11 @@ pub(crate) struct ClusterArgs {
     /// Run a deliberately broken protocol, to see the checker catch it.
     #[arg(long, value_enum)]
     broken: Option<BrokenChoice>,
-    /// What each server's logger keeps its records in: the real `logstore` engine over
-    /// an in-memory fault-injecting disk, or the core's model of a log (no bytes; the
-    /// two agree on reads, but their garbage collections copy different records, so a
-    /// seed's run may differ).
+    /// Where each server's logger keeps its records: in the real `logstore` engine over
+    /// an in-memory disk, which carries out every commit of the core's and answers its
+    /// reads (checked: its reads against the index, its live bytes against the core's
+    /// model, its recovery after each crash), or nowhere (the core's model of the log
+    /// alone answers; faster, the same run otherwise).
     #[arg(long, value_enum, default_value = "logstore")]
     logger: LoggerChoice,
     /// Print every event of each seed (message, disk completion, fault) to stderr.

@@ -274,3 +274,14 @@ fn log_name(args: &[&str]) -> String {
         .collect();
     format!("{name}.log")
 }
+
+/// Runs blocking `work` (an outside client: the CLI, a python suite) on a thread of its
+/// own and waits for it: the test's task waits, and the runtime's other worker serves
+/// the test's other tasks meanwhile.
+#[allow(dead_code)]
+pub(crate) fn on_thread<T: Send>(work: impl FnOnce() -> T + Send) -> T {
+    std::thread::scope(|scope| match scope.spawn(work).join() {
+        Ok(done) => done,
+        Err(panic) => std::panic::resume_unwind(panic),
+    })
+}

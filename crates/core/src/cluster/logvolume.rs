@@ -4,13 +4,17 @@
 //! deletion marker hides its version and older ones, space comes back when a segment
 //! is collected), and per group the epoch the logger is fenced at.
 //!
-//! Like [`super::store::ChunkStore`], it changes only when the shell reports a disk
-//! write done, so a crash keeps exactly what was durable. The records themselves live
-//! in a [`LogBackend`]: the core's model of a log ([`ModelLog`], no payloads), or the
-//! shell's real engine (the simulator runs `somnus-logstore` over its fault-injecting
-//! in-memory disk, stepped by its events; the runtime over files). Each disk
-//! completion the shell reports is one group commit: its records are queued, then
-//! flushed together.
+//! The core keeps the log's metadata: the model of its records (what each byte reads
+//! as, how much space they take, when a collection is due) and the index of the
+//! writes logged (their groups, owners, stamps). The shell owns the bytes, in its
+//! engine (the runtime's `logstore` over files, the simulator's over its in-memory
+//! disk, or none: the simulator may run the model alone). Every change of the log is
+//! a [`LogCommit`] the core plans and hands the shell in an action, with the bytes of
+//! its appends and the index's changes; the shell's engine carries out its steps in
+//! order and makes them durable together, and only once the shell reports the commit
+//! done does the core apply it to the model and the index ([`LogVolume::committed`]),
+//! so a crash keeps exactly what was durable. A read is an action too: the shell
+//! answers with the pieces its engine reads, checked here against the index.
 //!
 //! Each primary's epoch is one owner of the log (D1): a new primary appends under its
 //! own owner, so it may log again, in its own order, writes an older epoch logged.
@@ -36,76 +40,90 @@ pub struct LogPiece {
 /// Bytes of one segment of a server's log: small, so collection frees space soon.
 pub const SEGMENT_BYTES: u64 = 4 << 20;
 
-/// A log a logger keeps its records in, in its owners' versions (the semantics of
-/// `crate::logger`: a deletion marker hides its version and older ones of its bytes).
-/// Appends and markers are queued; [`LogBackend::flush`] makes them durable and
-/// visible, together.
-pub trait LogBackend: std::fmt::Debug + Send {
-    /// Whether an append of `payload_bytes` would fit now, the queued ones counted.
-    fn fits(&self, payload_bytes: u64) -> bool;
-    /// The owner's newest version, the queued ones counted.
-    fn newest_version(&self, owner: OwnerId) -> Version;
-    /// Queues `version` of `range`, written by `stamp`, with its bytes (none in the
-    /// simulator). Only a full log refuses.
-    fn append(
-        &mut self,
+/// One step of a [`LogCommit`], for the shell's engine.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum LogOp {
+    /// Append `version` of `range` of `object` in `owner`'s log, written by `stamp`,
+    /// with its bytes (none in the simulator).
+    Append {
         owner: OwnerId,
         object: ObjectId,
         range: ByteRange,
         version: Version,
         stamp: Stamp,
-        data: &Payload,
-    ) -> Result<(), BackendError>;
-    /// Queues a deletion marker (it may use the segment of headroom past the capacity).
-    fn invalidate(
-        &mut self,
-        owner: OwnerId,
-        object: ObjectId,
-        range: ByteRange,
-        version: Version,
-    ) -> Result<(), BackendError>;
-    /// Makes everything queued durable and visible (one group commit).
-    fn flush(&mut self) -> Result<(), BackendError>;
-    /// The pieces of `range` that read as data, with their version and the stamp the
-    /// log's bytes hold (`None` from a log that keeps no payloads).
-    fn read(
-        &self,
-        owner: OwnerId,
-        object: ObjectId,
-        range: ByteRange,
-    ) -> Result<Vec<LogPiece>, BackendError>;
-    /// The version each piece of `range` reads as, without the bytes.
-    fn versions(
-        &self,
-        owner: OwnerId,
-        object: ObjectId,
-        range: ByteRange,
-    ) -> Vec<(ByteRange, Version)>;
-    /// Collects every segment collection may take; returns the bytes its copies wrote.
-    fn collect(&mut self) -> Result<u64, BackendError>;
-    /// Data bytes a read would see.
-    fn live_bytes(&self) -> u64;
-    fn used_bytes(&self) -> u64;
-    /// The machine crashed: the log keeps what was durable and is opened again (its
-    /// recovery runs).
-    fn crash(&mut self) -> Result<(), BackendError>;
-    /// A change of the logger's index, to be made durable with the next flush. The
-    /// simulator's logger keeps its index across a crash in memory and ignores these;
-    /// a process that restarts rebuilds its index from them ([`LogVolume::restore`]).
-    fn note(&mut self, _change: &IndexChange) {}
-    /// Whether the noted changes have grown enough to be replaced by the index's
-    /// current state ([`LogBackend::rewrite_index`]).
-    fn index_rewrite_due(&self) -> bool {
-        false
-    }
-    /// Replaces every change noted so far by `state`, durably.
-    fn rewrite_index(&mut self, _state: &[IndexChange]) -> Result<(), BackendError> {
-        Ok(())
+        data: Payload,
+    },
+    /// A deletion marker: `version` and older ones of `range` are no longer read.
+    Invalidate { owner: OwnerId, object: ObjectId, range: ByteRange, version: Version },
+    /// Collect every segment collection may take (the engine's rule is the model's).
+    Collect,
+}
+
+/// What a commit does to the index's journal (where a restarted process rebuilds
+/// the index from: [`LogVolume::restore`]).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum IndexWrite {
+    /// Append these changes.
+    Append(Vec<IndexChange>),
+    /// Replace the whole journal by these (the index's state, then the commit's
+    /// changes): it had grown past the index it describes.
+    Rewrite(Vec<IndexChange>),
+}
+
+impl IndexWrite {
+    pub fn changes(&self) -> &[IndexChange] {
+        match self {
+            IndexWrite::Append(changes) | IndexWrite::Rewrite(changes) => changes,
+        }
     }
 }
 
-/// One change of a logger's index ([`LogBackend::note`]): replaying them in order
-/// rebuilds the index a process had.
+/// One group commit of a logger's log. The shell's engine carries out `ops` in order,
+/// then makes them and `index` durable together (one sync), and answers `DiskDone`;
+/// or `DiskFailed` with `NoSpace` when its engine cannot take every append (then
+/// nothing of the commit took effect), or with an I/O error (what is durable is then
+/// unknown: the core halts the server).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct LogCommit {
+    pub ops: Vec<LogOp>,
+    pub index: IndexWrite,
+}
+
+impl LogCommit {
+    /// Bytes of records the commit writes (its collection's copies apart).
+    pub fn record_bytes(&self) -> u64 {
+        let record = |op: &LogOp| match op {
+            LogOp::Append { range, .. } => RECORD_HEADER_BYTES + range.size_bytes(),
+            LogOp::Invalidate { .. } => RECORD_HEADER_BYTES,
+            LogOp::Collect => 0,
+        };
+        let index = self.index.changes().len() as u64 * INDEX_CHANGE_BYTES;
+        self.ops.iter().map(record).sum::<u64>() + index
+    }
+
+    /// Data bytes its appends carry.
+    pub fn data_bytes(&self) -> u64 {
+        let data = |op: &LogOp| match op {
+            LogOp::Append { range, .. } => range.size_bytes(),
+            _ => 0,
+        };
+        self.ops.iter().map(data).sum()
+    }
+}
+
+/// Roughly what one index change takes in the journal (the simulator's disk model).
+const INDEX_CHANGE_BYTES: u64 = 64;
+
+/// A read of the log: the pieces of `range` of `object` in `owner`'s records.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct LogAddress {
+    pub owner: OwnerId,
+    pub object: ObjectId,
+    pub range: ByteRange,
+}
+
+/// One change of a logger's index: replaying them in order rebuilds the index a
+/// process had.
 #[derive(Clone, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub enum IndexChange {
     /// The group's fence was raised to `epoch`.
@@ -120,114 +138,50 @@ pub enum IndexChange {
     Newest { group: ChunkGroupId, epoch: Epoch, version: Version },
 }
 
-#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
-pub enum BackendError {
-    #[error("the log is full")]
-    Full,
-    #[error("{0}")]
-    Failed(String),
-}
-
-/// The core's model of a log as a backend: metadata and geometry, no payloads.
+/// A commit planned, kept by the server until the shell reports it: the steps to
+/// apply to the model (without bytes) and the index's changes, and what it answers.
 #[derive(Clone, Debug)]
-pub struct ModelLog(Logger);
-
-impl ModelLog {
-    pub fn new(capacity_bytes: u64) -> ModelLog {
-        let geometry = LogGeometry {
-            capacity_bytes: capacity_bytes.max(SEGMENT_BYTES),
-            segment_bytes: SEGMENT_BYTES,
-            compact_live_percent_max: 50,
-        };
-        ModelLog(Logger::new(LoggerId(0), geometry))
-    }
+pub struct Staged {
+    ops: Vec<LogOp>,
+    changes: Vec<IndexChange>,
+    /// The versions a batch appends, those already logged (repeats, or dropped by a
+    /// tombstone) and those the log has no room for.
+    pub appended: Vec<Version>,
+    pub repeats: Vec<Version>,
+    pub full: Vec<Version>,
+    /// The records a batch of markers marks (or finds logged nowhere).
+    marked: Vec<(ChunkGroupId, LogRecord)>,
 }
 
-fn failed(error: impl std::fmt::Display) -> BackendError {
-    BackendError::Failed(error.to_string())
-}
-
-impl LogBackend for ModelLog {
-    fn fits(&self, payload_bytes: u64) -> bool {
-        self.0.fits(payload_bytes)
-    }
-
-    fn newest_version(&self, owner: OwnerId) -> Version {
-        self.0.newest_version(owner)
-    }
-
-    fn append(
-        &mut self,
-        owner: OwnerId,
-        object: ObjectId,
-        range: ByteRange,
-        version: Version,
-        _stamp: Stamp,
-        _data: &Payload,
-    ) -> Result<(), BackendError> {
-        match self.0.append(owner, object, range, version) {
-            Ok(_) => Ok(()),
-            Err(crate::logger::LoggerError::Full { .. }) => Err(BackendError::Full),
-            Err(error) => Err(failed(error)),
+impl Staged {
+    fn new(changes: Vec<IndexChange>) -> Staged {
+        Staged {
+            ops: Vec::new(),
+            changes,
+            appended: Vec::new(),
+            repeats: Vec::new(),
+            full: Vec::new(),
+            marked: Vec::new(),
         }
     }
-
-    fn invalidate(
-        &mut self,
-        owner: OwnerId,
-        object: ObjectId,
-        range: ByteRange,
-        version: Version,
-    ) -> Result<(), BackendError> {
-        self.0.invalidate(owner, object, range, version).map(|_| ()).map_err(failed)
-    }
-
-    fn flush(&mut self) -> Result<(), BackendError> {
-        Ok(())
-    }
-
-    fn read(
-        &self,
-        owner: OwnerId,
-        object: ObjectId,
-        range: ByteRange,
-    ) -> Result<Vec<LogPiece>, BackendError> {
-        let (pieces, _) = self.0.read(owner, object, range);
-        let piece =
-            |(range, version)| LogPiece { range, version, stamp: None, data: Payload::NONE };
-        Ok(pieces.into_iter().map(piece).collect())
-    }
-
-    fn versions(
-        &self,
-        owner: OwnerId,
-        object: ObjectId,
-        range: ByteRange,
-    ) -> Vec<(ByteRange, Version)> {
-        self.0.read(owner, object, range).0
-    }
-
-    fn collect(&mut self) -> Result<u64, BackendError> {
-        self.0.collect_garbage().map_err(failed)
-    }
-
-    fn live_bytes(&self) -> u64 {
-        self.0.live_bytes()
-    }
-
-    fn used_bytes(&self) -> u64 {
-        self.0.used_bytes()
-    }
-
-    fn crash(&mut self) -> Result<(), BackendError> {
-        // The model holds only what was durable.
-        Ok(())
-    }
 }
 
+/// What a read asked, kept by the server until the shell answers it.
+#[derive(Clone, Debug)]
+pub struct ReadPlan {
+    group: ChunkGroupId,
+    /// Each record, and whether its range was asked of the log (the index held it).
+    records: Vec<(LogRecord, bool)>,
+}
+
+/// The index is written whole again once this many changes were journaled since it
+/// last was, and four times as many as it holds.
+const INDEX_REWRITE_AFTER: u64 = 1 << 18;
+
+/// A storage server's logger: the model of its log, and the index of what is logged.
 #[derive(Debug)]
 pub struct LogVolume {
-    log: Box<dyn LogBackend>,
+    model: Logger,
     chunk_size_bytes: u64,
     /// Per group, the epoch the logger is fenced at: older primaries are refused.
     fences: BTreeMap<ChunkGroupId, Epoch>,
@@ -240,15 +194,19 @@ pub struct LogVolume {
     /// Markers that came before their append (it was delayed, or never sent): the
     /// append is dropped when it comes, until a newer epoch fences the owner.
     tombstones: BTreeSet<(ChunkGroupId, Epoch, Version)>,
-    /// Per owner, the newest version appended: a log may forget it (the engine, once
-    /// collection took every record of the owner and a crash reopened it), and D1's
+    /// Per owner, the newest version appended: the model forgets it once collection
+    /// took every record of the owner (and so the engine, after a reopen), and D1's
     /// repeat check must not.
     newest: BTreeMap<OwnerId, Version>,
-    /// Groups whose raised fence is not durable yet (its flush failed): a recovery is
-    /// not answered until a flush makes it so (D4).
-    fences_unsynced: BTreeSet<ChunkGroupId>,
-    /// Where the log's records disagreed with this index, or the log failed: bugs of
-    /// the engine or of this index, which the simulation reports as violations. The
+    /// Changes applied but not yet journaled (the writes markers left with no visible
+    /// byte): the next commit carries them.
+    unsaved: Vec<IndexChange>,
+    /// Changes journaled since the journal was last written whole, and how many
+    /// call for writing it whole again (with four times those the index holds).
+    journaled: u64,
+    rewrite_after: u64,
+    /// Where what the shell's engine read disagreed with this index: bugs of the
+    /// engine or of this index, which the simulation reports as violations. The
     /// first `FAULTS_KEPT`, and how many there were in all.
     faults: Vec<String>,
     fault_count: u64,
@@ -259,55 +217,77 @@ pub struct LogVolume {
     collect_next_at_used: Option<u64>,
 }
 
-/// Faults kept word for word: a disk that fails every flush must not grow the list
+/// Faults kept word for word: a disk that fails every read must not grow the list
 /// for as long as the process runs.
 const FAULTS_KEPT: usize = 64;
 
+/// The geometry of a server's log of `capacity_bytes` (the engine's, `logstore`'s
+/// `Options::stepped_logger`).
+fn geometry(capacity_bytes: u64) -> LogGeometry {
+    LogGeometry {
+        capacity_bytes: capacity_bytes.max(SEGMENT_BYTES),
+        segment_bytes: SEGMENT_BYTES,
+        compact_live_percent_max: 50,
+    }
+}
+
 impl LogVolume {
-    /// A logger on the core's model of a log.
+    /// An empty logger of `capacity_bytes`.
     pub fn new(chunk_size_bytes: u64, capacity_bytes: u64) -> LogVolume {
-        LogVolume::on(chunk_size_bytes, Box::new(ModelLog::new(capacity_bytes)))
+        LogVolume::on(chunk_size_bytes, Logger::new(LoggerId(0), geometry(capacity_bytes)))
     }
 
-    /// A logger keeping its records in `log`, empty.
-    pub fn on(chunk_size_bytes: u64, log: Box<dyn LogBackend>) -> LogVolume {
+    fn on(chunk_size_bytes: u64, model: Logger) -> LogVolume {
         LogVolume {
-            log,
+            model,
             chunk_size_bytes,
             fences: BTreeMap::new(),
             writes: BTreeMap::new(),
             by_chunk: BTreeSet::new(),
             tombstones: BTreeSet::new(),
             newest: BTreeMap::new(),
-            fences_unsynced: BTreeSet::new(),
+            unsaved: Vec::new(),
+            journaled: 0,
+            rewrite_after: INDEX_REWRITE_AFTER,
             faults: Vec::new(),
             fault_count: 0,
             collect_next_at_used: None,
         }
     }
 
-    /// A logger on `log` whose index is rebuilt from the changes noted before a
-    /// restart, in order.
+    /// A logger a process opens again: its index rebuilt from the changes journaled
+    /// before, in order, and its model from what the engine holds (`extents`: per
+    /// owner, each visible extent with its version) and the newest version it holds
+    /// of each owner (`newest`). A write no byte of which the engine reads is
+    /// forgotten (its markers were durable, the change that forgot it not yet).
     pub fn restore(
         chunk_size_bytes: u64,
-        log: Box<dyn LogBackend>,
+        capacity_bytes: u64,
         changes: impl IntoIterator<Item = IndexChange>,
-    ) -> LogVolume {
-        let mut volume = LogVolume::on(chunk_size_bytes, log);
+        extents: impl IntoIterator<Item = (OwnerId, ObjectId, ByteRange, Version)>,
+        newest: impl IntoIterator<Item = (OwnerId, Version)>,
+    ) -> Result<LogVolume, String> {
+        let model = Logger::restored(LoggerId(0), geometry(capacity_bytes), extents)
+            .map_err(|error| format!("the log's extents do not fit its capacity: {error}"))?;
+        let mut volume = LogVolume::on(chunk_size_bytes, model);
         for change in changes {
             volume.apply(change);
         }
-        // Writes hidden by markers flushed before the crash, whose forgetting was not.
+        // What the engine appended counts for D1's repeats, journaled or not.
+        for (owner, version) in newest {
+            let newest = volume.newest.entry(owner).or_default();
+            *newest = (*newest).max(version);
+        }
         let hidden: Vec<(ChunkGroupId, Epoch, Version)> = volume
             .writes
             .iter()
             .filter(|((group, epoch, _), write)| !volume.visible(*group, *epoch, write))
             .map(|(key, _)| *key)
             .collect();
-        for key in hidden {
-            volume.forget(key);
+        for (group, epoch, version) in hidden {
+            volume.change(IndexChange::Forgotten { group, epoch, version });
         }
-        volume
+        Ok(volume)
     }
 
     fn forget(&mut self, key: (ChunkGroupId, Epoch, Version)) {
@@ -316,16 +296,17 @@ impl LogVolume {
         }
     }
 
-    /// Notes `change` with the log (made durable by the next flush) and applies it.
+    /// Applies `change`, to be journaled with the next commit.
     fn change(&mut self, change: IndexChange) {
-        self.log.note(&change);
-        self.apply(change);
+        self.apply(change.clone());
+        self.unsaved.push(change);
     }
 
     fn apply(&mut self, change: IndexChange) {
         match change {
             IndexChange::Fenced { group, epoch } => {
-                self.fences.insert(group, epoch);
+                let fence = self.fences.entry(group).or_default();
+                *fence = (*fence).max(epoch);
                 // Appends of older owners are refused now: their tombstones are not needed.
                 self.tombstones.retain(|(g, owner, _)| *g != group || *owner >= epoch);
             }
@@ -369,161 +350,196 @@ impl LogVolume {
         fences.chain(newest).chain(tombstones).chain(writes).collect()
     }
 
-    /// Flushes the log, then rewrites the noted index if it has grown enough.
-    fn flush(&mut self) -> Result<(), BackendError> {
-        self.log.flush()?;
-        if self.log.index_rewrite_due() {
-            let state = self.index_state();
-            self.log.rewrite_index(&state)?;
-        }
-        Ok(())
+    /// The commit of `staged`'s steps (with the bytes of its appends in `ops`): its
+    /// index changes after those applied and not yet journaled, or the whole index
+    /// once the journal has grown past it.
+    fn commit(&mut self, ops: Vec<LogOp>, staged: &mut Staged) -> LogCommit {
+        let mut changes = std::mem::take(&mut self.unsaved);
+        changes.append(&mut staged.changes);
+        self.journaled += changes.len() as u64;
+        let held = (self.writes.len() + self.fences.len() + self.newest.len()) as u64;
+        let index = if self.journaled > self.rewrite_after.max(4 * held) {
+            let mut state = self.index_state();
+            state.extend(changes.iter().cloned());
+            self.journaled = state.len() as u64;
+            IndexWrite::Rewrite(state)
+        } else {
+            IndexWrite::Append(changes.clone())
+        };
+        staged.changes = changes;
+        staged.ops = ops.iter().map(without_bytes).collect();
+        LogCommit { ops, index }
     }
 
     pub fn fence(&self, group: ChunkGroupId) -> Epoch {
         self.fences.get(&group).copied().unwrap_or_default()
     }
 
-    /// Raises the group's fence (never lowers it); returns whether it is durable. A
-    /// fence whose flush failed holds in memory (older owners stay refused) and is
-    /// flushed again by the next call for it: a recovery is answered only once its
-    /// fence is durable, or a restart could take a deposed primary's append (D4).
-    pub fn set_fence(&mut self, group: ChunkGroupId, epoch: Epoch) -> bool {
-        let fence = self.fence(group);
-        if epoch < fence || (epoch == fence && !self.fences_unsynced.contains(&group)) {
-            // Covered by the newer fence, once that is durable.
-            return self.fence_durable(group);
+    /// Plans raising the group's fence to `epoch` (never lowering it).
+    pub fn stage_fence(&mut self, group: ChunkGroupId, epoch: Epoch) -> (LogCommit, Staged) {
+        let mut staged = Staged::new(Vec::new());
+        if epoch > self.fence(group) {
+            staged.changes.push(IndexChange::Fenced { group, epoch });
         }
-        if epoch > fence {
-            self.change(IndexChange::Fenced { group, epoch });
-        }
-        match self.flush() {
-            Ok(()) => {
-                // A flush makes every change noted before it durable.
-                self.fences_unsynced.clear();
-                true
-            }
-            Err(error) => {
-                self.fault(format!("flushing the log: {error}"));
-                self.fences_unsynced.insert(group);
-                false
-            }
-        }
-    }
-
-    /// Whether the group's fence is durable ([`LogVolume::set_fence`]).
-    pub fn fence_durable(&self, group: ChunkGroupId) -> bool {
-        !self.fences_unsynced.contains(&group)
+        (self.commit(Vec::new(), &mut staged), staged)
     }
 
     /// Whether a record of `write` fits now.
     pub fn fits(&self, write: &UnstableWrite) -> bool {
-        self.log.fits(write.range.size_bytes())
+        self.model.fits(write.range.size_bytes())
     }
 
-    /// Logs a batch of writes under the owner of `epoch`, as one group commit; returns
-    /// the versions logged and those refused because the log is full. A version at or
-    /// below the owner's newest is one appended already (a primary sends a logger its
-    /// batches one at a time, in version order): it is taken as a repeat.
-    pub fn append_batch(
+    /// Plans a batch of writes under the owner of `epoch` (the group fenced at least
+    /// there) as one commit: a version at or below the owner's newest is one appended
+    /// already (a primary sends a logger its batches one at a time, in version order)
+    /// and is taken as a repeat, as is one a marker came before; a write the log has no
+    /// room for is refused.
+    pub fn stage_append(
         &mut self,
         group: ChunkGroupId,
         epoch: Epoch,
         writes: &[UnstableWrite],
-    ) -> (Vec<Version>, Vec<Version>) {
+    ) -> (LogCommit, Staged) {
         let owner = owner(group, epoch);
-        let (mut logged, mut full, mut appended) = (Vec::new(), Vec::new(), Vec::new());
-        for write in writes {
-            if write.version <= self.newest_version(owner)
-                || self.tombstones.contains(&(group, epoch, write.version))
-            {
-                logged.push(write.version);
+        let newest = self.newest.get(&owner).copied().unwrap_or_default();
+        let mut staged = Staged::new(Vec::new());
+        if epoch > self.fence(group) {
+            staged.changes.push(IndexChange::Fenced { group, epoch });
+        }
+        let fresh: Vec<&UnstableWrite> = writes
+            .iter()
+            .filter(|w| {
+                let repeat =
+                    w.version <= newest || self.tombstones.contains(&(group, epoch, w.version));
+                if repeat {
+                    staged.repeats.push(w.version);
+                }
+                !repeat
+            })
+            .collect();
+        let fits = self.model.fit_in_turn(fresh.iter().map(|w| w.range.size_bytes()));
+        let mut ops = Vec::with_capacity(fresh.len());
+        for (write, fits) in fresh.into_iter().zip(fits) {
+            if !fits {
+                self.collect_next_at_used = None;
+                staged.full.push(write.version);
                 continue;
             }
             let (object, range) = self.address(write.chunk, write.range);
-            match self.log.append(owner, object, range, write.version, write.stamp, &write.data) {
-                Ok(()) => {
-                    // The index keeps no bytes: a read takes them from the log.
-                    let indexed = UnstableWrite { data: Payload::NONE, ..write.clone() };
-                    self.change(IndexChange::Logged { group, epoch, write: indexed });
-                    appended.push(write.version);
-                    logged.push(write.version);
-                }
-                Err(BackendError::Full) => {
-                    self.collect_next_at_used = None;
-                    full.push(write.version);
-                }
-                Err(BackendError::Failed(error)) => {
-                    self.fault(format!("appending {write:?}: {error}"));
-                    full.push(write.version);
-                }
-            }
+            let (version, stamp, data) = (write.version, write.stamp, write.data.clone());
+            ops.push(LogOp::Append { owner, object, range, version, stamp, data });
+            // The index keeps no bytes: a read takes them from the log.
+            let indexed = UnstableWrite { data: Payload::NONE, ..write.clone() };
+            staged.changes.push(IndexChange::Logged { group, epoch, write: indexed });
+            staged.appended.push(write.version);
         }
-        let flushed = self.flush();
-        if flushed.is_ok() {
-            self.fences_unsynced.clear();
-        }
-        if let Err(error) = flushed {
-            // Not durable: the batch is not acknowledged (the primary logs it again,
-            // elsewhere or later), and the index forgets it.
-            self.fault(format!("flushing the log: {error}"));
-            for version in &appended {
-                self.change(IndexChange::Forgotten { group, epoch, version: *version });
-            }
-            logged.retain(|v| !appended.contains(v));
-            full.extend(appended);
-        }
-        (logged, full)
+        (self.commit(ops, &mut staged), staged)
     }
 
-    /// The owner's newest version: this logger's memory of it, or the log's.
-    fn newest_version(&self, owner: OwnerId) -> Version {
-        let remembered = self.newest.get(&owner).copied().unwrap_or_default();
-        remembered.max(self.log.newest_version(owner))
-    }
-
-    /// Appends deletion markers for `records`, as one group commit, and forgets the
-    /// writes they leave with no visible byte; returns whether the markers are
-    /// durable. A record this logger never held needs none. Markers whose flush failed
-    /// are not answered for (the primary sends them again): a restart could bring the
-    /// records back, and the primary would have forgotten them (D5).
-    pub fn invalidate_batch(&mut self, group: ChunkGroupId, records: &[LogRecord]) -> bool {
-        let mut marked = Vec::new();
+    /// Plans deletion markers for `records`, as one commit; a record whose version
+    /// this logger never took needs a tombstone instead (its append is dropped when it
+    /// comes).
+    pub fn stage_invalidate(
+        &mut self,
+        group: ChunkGroupId,
+        records: &[LogRecord],
+    ) -> (LogCommit, Staged) {
+        let mut staged = Staged::new(Vec::new());
+        let mut ops = Vec::new();
         for record in records {
             let owner = owner(group, record.owner);
-            if record.version > self.newest_version(owner) {
-                let (epoch, version) = (record.owner, record.version);
-                self.change(IndexChange::Tombstone { group, epoch, version });
+            let (epoch, version) = (record.owner, record.version);
+            if version > self.newest.get(&owner).copied().unwrap_or_default() {
+                staged.changes.push(IndexChange::Tombstone { group, epoch, version });
                 continue;
             }
-            let (object, range) = self.address(record.chunk, record.range);
-            // Markers may use the segment of headroom past the capacity, so they never
-            // fail on a log that can hold them at all.
-            if self.log.invalidate(owner, object, range, record.version).is_ok() {
-                marked.push(*record);
+            // A log that holds no record of the owner at or past the version (its
+            // collection took them all) needs no marker: nothing it holds reads so.
+            if version <= self.model.newest_version(owner) {
+                let (object, range) = self.address(record.chunk, record.range);
+                ops.push(LogOp::Invalidate { owner, object, range, version });
+            }
+            staged.marked.push((group, *record));
+        }
+        (self.commit(ops, &mut staged), staged)
+    }
+
+    /// Plans a collection of every segment collection may take, once a segment's
+    /// worth of records came since the last one or an append found the log full, or
+    /// once the log holds no live byte past its head segment (every write reclaimed or
+    /// dropped: an idle logger would otherwise keep its dead segments until it logged
+    /// again).
+    pub fn stage_collect(&mut self) -> Option<(LogCommit, Staged)> {
+        let used = self.model.used_bytes();
+        let all_dead = self.model.live_bytes() == 0 && used > SEGMENT_BYTES;
+        if !all_dead && self.collect_next_at_used.is_some_and(|at| used < at) {
+            return None;
+        }
+        // Not again before the commit is done, or a segment later.
+        self.collect_next_at_used = Some(used + SEGMENT_BYTES);
+        let mut staged = Staged::new(Vec::new());
+        Some((self.commit(vec![LogOp::Collect], &mut staged), staged))
+    }
+
+    /// The shell made `staged`'s commit durable: it is applied to the model and the
+    /// index; returns the bytes its collection copied. Where the model cannot take
+    /// what the engine took, the two disagree: a fault.
+    pub fn committed(&mut self, staged: Staged) -> u64 {
+        let mut copied = 0;
+        for op in staged.ops {
+            let done = match op {
+                LogOp::Append { owner, object, range, version, .. } => {
+                    self.model.append(owner, object, range, version).map(|_| ())
+                }
+                LogOp::Invalidate { owner, object, range, version } => {
+                    self.model.invalidate(owner, object, range, version).map(|_| ())
+                }
+                LogOp::Collect => {
+                    let done = self.model.collect_garbage().map(|written| copied += written);
+                    self.collect_next_at_used = Some(self.model.used_bytes() + SEGMENT_BYTES);
+                    done
+                }
+            };
+            if let Err(error) = done {
+                self.fault(format!("the model does not take what the log took: {error}"));
             }
         }
-        if let Err(error) = self.flush() {
-            // The markers are not durable: nothing is pruned.
-            self.fault(format!("flushing the log: {error}"));
-            return false;
+        for change in staged.changes {
+            self.apply(change);
         }
-        self.fences_unsynced.clear();
-        for record in &marked {
-            let (chunk, owner) = (record.chunk, record.owner);
-            let hidden: Vec<Version> = self
-                .by_chunk
-                .range((chunk, group, owner, Version(0))..=(chunk, group, owner, record.version))
-                .filter_map(|&(_, _, _, version)| self.writes.get(&(group, owner, version)))
-                .filter(|w| w.range.overlaps(record.range) && !self.visible(group, owner, w))
-                .map(|w| w.version)
-                .collect();
-            // Noted, durable with the next flush; a restart also forgets what reads
-            // as hidden ([`LogVolume::restore`]).
-            for version in hidden {
-                self.change(IndexChange::Forgotten { group, epoch: record.owner, version });
-            }
+        for (group, record) in staged.marked {
+            self.forget_hidden(group, &record);
         }
-        true
+        copied
+    }
+
+    /// The shell's engine had no room for `staged`'s appends: nothing of the commit
+    /// took effect, and its changes not yet journaled before it wait for the next.
+    pub fn refused(&mut self, staged: Staged) {
+        self.collect_next_at_used = None;
+        let mut unsaved: Vec<IndexChange> = staged
+            .changes
+            .into_iter()
+            .filter(|c| matches!(c, IndexChange::Forgotten { .. }))
+            .collect();
+        unsaved.append(&mut self.unsaved);
+        self.unsaved = unsaved;
+    }
+
+    /// Forgets the writes `record`'s marker left with no visible byte (journaled with
+    /// the next commit; a restart also forgets what reads as hidden).
+    fn forget_hidden(&mut self, group: ChunkGroupId, record: &LogRecord) {
+        let (chunk, epoch) = (record.chunk, record.owner);
+        let hidden: Vec<Version> = self
+            .by_chunk
+            .range((chunk, group, epoch, Version(0))..=(chunk, group, epoch, record.version))
+            .filter_map(|&(_, _, _, version)| self.writes.get(&(group, epoch, version)))
+            .filter(|w| w.range.overlaps(record.range) && !self.visible(group, epoch, w))
+            .map(|w| w.version)
+            .collect();
+        for version in hidden {
+            self.change(IndexChange::Forgotten { group, epoch, version });
+        }
     }
 
     fn fault(&mut self, fault: String) {
@@ -536,7 +552,7 @@ impl LogVolume {
     /// Whether any byte of `write` still reads as its version.
     fn visible(&self, group: ChunkGroupId, epoch: Epoch, write: &UnstableWrite) -> bool {
         let (object, range) = self.address(write.chunk, write.range);
-        let pieces = self.log.versions(owner(group, epoch), object, range);
+        let (pieces, _) = self.model.read(owner(group, epoch), object, range);
         pieces.iter().any(|(_, version)| *version == write.version)
     }
 
@@ -561,40 +577,99 @@ impl LogVolume {
         groups.into_iter().flat_map(|g| self.records(g).into_iter().map(move |r| (g, r))).collect()
     }
 
-    /// The write `record` names, if a byte of it is still visible.
-    pub fn read(&mut self, group: ChunkGroupId, record: &LogRecord) -> Option<UnstableWrite> {
-        let mut write = self.writes.get(&(group, record.owner, record.version)).cloned()?;
-        // Checked, the log's bytes hold the index's stamp; on a fault the index's write
-        // is returned all the same: a doubt never drops a logged write.
-        match self.check_reads(group, record.owner, &write) {
-            Ok(pieces) => write.data = assemble(self.address(write.chunk, write.range).1, &pieces),
-            Err(fault) => self.fault(fault),
-        }
-        Some(write)
+    /// Plans the read of `records` of `group`: where the log holds each (none for a
+    /// record the index no longer holds).
+    pub fn stage_read(
+        &self,
+        group: ChunkGroupId,
+        records: Vec<LogRecord>,
+    ) -> (Vec<LogAddress>, ReadPlan) {
+        let mut addresses = Vec::with_capacity(records.len());
+        let records = records
+            .into_iter()
+            .map(|r| {
+                let held = self.writes.get(&(group, r.owner, r.version));
+                if let Some(w) = held {
+                    let (object, range) = self.address(w.chunk, w.range);
+                    addresses.push(LogAddress { owner: owner(group, r.owner), object, range });
+                }
+                (r, held.is_some())
+            })
+            .collect();
+        (addresses, ReadPlan { group, records })
     }
 
-    /// What the log reads over `write`'s range in its owner, checked against the index
-    /// (D7): every piece is of a write the index holds as visible, with its stamp. (The
+    /// What the read `plan` found: per record, the write it names (`None` if the
+    /// index no longer holds it), its bytes from `pieces` (the engine's answer, one
+    /// list per address the plan asked, in order), or none where the shell has no
+    /// engine (`pieces` is `None`: the model says what a read sees). Checked, the
+    /// pieces are of writes the index holds, with their stamps; on a fault the
+    /// index's write is returned all the same: a doubt never drops a logged write.
+    pub fn read_done(
+        &mut self,
+        plan: ReadPlan,
+        pieces: Option<Vec<Vec<LogPiece>>>,
+    ) -> Vec<(LogRecord, Option<UnstableWrite>)> {
+        let ReadPlan { group, records } = plan;
+        let mut found = pieces.map(Vec::into_iter);
+        let mut answers = Vec::with_capacity(records.len());
+        for (record, asked) in records {
+            // The engine's answer to this record's range, whatever became of it since.
+            let read = match (asked, found.as_mut()) {
+                (true, Some(found)) => Some(found.next().unwrap_or_default()),
+                _ => None,
+            };
+            // Forgotten meanwhile (a marker's commit came first): nothing to send.
+            let held = self.writes.get(&(group, record.owner, record.version)).cloned();
+            let Some(mut write) = held.filter(|_| asked) else {
+                answers.push((record, None));
+                continue;
+            };
+            let (object, range) = self.address(write.chunk, write.range);
+            let pieces = match read {
+                Some(pieces) => pieces,
+                None => self.model_pieces(owner(group, record.owner), object, range),
+            };
+            if pieces.is_empty() {
+                // The log reads none of it: it holds nothing to send.
+                answers.push((record, None));
+                continue;
+            }
+            match self.check_pieces(group, record.owner, &write, &pieces) {
+                Ok(()) => write.data = assemble(range, &pieces),
+                Err(fault) => self.fault(fault),
+            }
+            answers.push((record, Some(write)));
+        }
+        answers
+    }
+
+    /// What the model says a read of `range` sees: pieces without stamps or bytes.
+    fn model_pieces(&self, owner: OwnerId, object: ObjectId, range: ByteRange) -> Vec<LogPiece> {
+        let (pieces, _) = self.model.read(owner, object, range);
+        pieces
+            .into_iter()
+            .map(|(range, version)| LogPiece { range, version, stamp: None, data: Payload::NONE })
+            .collect()
+    }
+
+    /// Whether what the log read over `write`'s range in its owner agrees with the
+    /// index (D7): every piece is of a write the index holds, with its stamp. (The
     /// converse is not checked here: a write the index holds may read as newer writes
-    /// of its owner everywhere, and is forgotten only once a marker hides it; the
-    /// crash check compares whole reads before and after.)
-    fn check_reads(
+    /// of its owner everywhere, and is forgotten only once a marker hides it.)
+    fn check_pieces(
         &self,
         group: ChunkGroupId,
         epoch: Epoch,
         write: &UnstableWrite,
-    ) -> Result<Vec<LogPiece>, String> {
-        let (object, range) = self.address(write.chunk, write.range);
-        let pieces = self
-            .log
-            .read(owner(group, epoch), object, range)
-            .map_err(|e| format!("reading {write:?}: {e}"))?;
-        for LogPiece { range, version, stamp, .. } in &pieces {
+        pieces: &[LogPiece],
+    ) -> Result<(), String> {
+        for LogPiece { range, version, stamp, .. } in pieces {
             match self.writes.get(&(group, epoch, *version)) {
                 None => {
                     return Err(format!(
-                        "the log reads {version:?} of epoch {epoch:?} at {range:?}, a write \
-                         the index does not hold"
+                        "reading {write:?}, the log reads {version:?} of epoch {epoch:?} at \
+                         {range:?}, a write the index does not hold"
                     ));
                 }
                 Some(held) if stamp.is_some_and(|stamp| stamp != held.stamp) => {
@@ -603,45 +678,30 @@ impl LogVolume {
                 Some(_) => {}
             }
         }
-        Ok(pieces)
+        Ok(())
     }
 
-    /// What the log reads over every write of the index, in index order.
-    fn read_all(&mut self) -> Vec<Vec<LogPiece>> {
-        let writes: Vec<((ChunkGroupId, Epoch, Version), UnstableWrite)> =
-            self.writes.iter().map(|(k, w)| (*k, w.clone())).collect();
-        let mut reads = Vec::with_capacity(writes.len());
-        for ((group, epoch, _), write) in writes {
-            match self.check_reads(group, epoch, &write) {
-                Ok(pieces) => reads.push(pieces),
-                Err(fault) => {
-                    self.fault(fault);
-                    reads.push(Vec::new());
-                }
-            }
-        }
-        reads
+    /// Where the log holds each write of the index, in index order (the simulation's
+    /// check that a log reads back the same after a crash).
+    pub fn addresses(&self) -> Vec<LogAddress> {
+        self.writes
+            .iter()
+            .map(|((group, epoch, _), w)| {
+                let (object, range) = self.address(w.chunk, w.range);
+                LogAddress { owner: owner(*group, *epoch), object, range }
+            })
+            .collect()
     }
 
-    /// The machine crashed: the log is opened again from what was durable (its
-    /// recovery runs). Everything it held was durable (each disk completion flushes),
-    /// so it must read back exactly as before, and hold as many live bytes (D7).
+    /// The machine crashed and its log is opened again: what was durable stays (every
+    /// change applied here was), and the engine appends to a new segment.
     pub fn crash(&mut self) {
-        let (before, live_before) = (self.read_all(), self.log.live_bytes());
-        if let Err(error) = self.log.crash() {
-            self.fault(format!("opening the log after a crash: {error}"));
-            return;
-        }
-        let (after, live_after) = (self.read_all(), self.log.live_bytes());
-        if live_before != live_after {
-            self.fault(format!("{live_before} live bytes before a crash, {live_after} after"));
-        }
-        let keys: Vec<_> = self.writes.keys().copied().collect();
-        if let Some(((key, was), is)) =
-            keys.iter().zip(&before).zip(&after).find(|((_, was), is)| was != is)
-        {
-            self.fault(format!("{key:?} read {was:?} before a crash, {is:?} after"));
-        }
+        self.model.reopen();
+    }
+
+    /// A fault the shell found in its log (the simulation's check after a crash).
+    pub fn report_fault(&mut self, fault: String) {
+        self.fault(fault);
     }
 
     /// Whether a record of the write of `version` over `range` of `chunk`, or of a
@@ -659,35 +719,13 @@ impl LogVolume {
             })
     }
 
-    /// Collects every segment collection may take, once a segment's worth of records
-    /// came since the last collection or an append found the log full, or once the
-    /// log holds no live byte past its head segment (every write reclaimed or
-    /// dropped: an idle logger would otherwise keep its dead segments until it logged
-    /// again); returns the bytes it wrote (copies).
-    pub fn collect(&mut self) -> u64 {
-        let used = self.log.used_bytes();
-        let all_dead = self.log.live_bytes() == 0 && used > SEGMENT_BYTES;
-        if !all_dead && self.collect_next_at_used.is_some_and(|at| used < at) {
-            return 0;
-        }
-        let written = match self.log.collect() {
-            Ok(written) => written,
-            Err(error) => {
-                self.fault(format!("collecting the log: {error}"));
-                0
-            }
-        };
-        self.collect_next_at_used = Some(self.log.used_bytes() + SEGMENT_BYTES);
-        written
-    }
-
     /// Data bytes a read would see, across groups: zero once every DVL is reclaimed.
     pub fn live_bytes(&self) -> u64 {
-        self.log.live_bytes()
+        self.model.live_bytes()
     }
 
     pub fn used_bytes(&self) -> u64 {
-        self.log.used_bytes()
+        self.model.used_bytes()
     }
 
     /// The writes still visible, for the simulation's end check.
@@ -695,8 +733,8 @@ impl LogVolume {
         self.writes.len()
     }
 
-    /// Where the log disagreed with the index, or failed (empty unless a bug): the
-    /// first 64 word for word.
+    /// Where the log disagreed with the index, or with the model (empty unless a
+    /// bug): the first 64 word for word.
     pub fn faults(&self) -> &[String] {
         &self.faults
     }
@@ -715,6 +753,21 @@ impl LogVolume {
     fn address(&self, chunk: ChunkId, range: ByteRange) -> (ObjectId, ByteRange) {
         let base = u64::from(chunk.chunk.0) * self.chunk_size_bytes;
         (chunk.object, ByteRange::from_bounds(base + range.start, base + range.end))
+    }
+}
+
+/// `op` as the model takes it: without its bytes.
+fn without_bytes(op: &LogOp) -> LogOp {
+    match op {
+        LogOp::Append { owner, object, range, version, stamp, .. } => LogOp::Append {
+            owner: *owner,
+            object: *object,
+            range: *range,
+            version: *version,
+            stamp: *stamp,
+            data: Payload::NONE,
+        },
+        op => op.clone(),
     }
 }
 
@@ -739,7 +792,7 @@ fn assemble(range: ByteRange, pieces: &[LogPiece]) -> Payload {
 }
 
 /// The log owner of a group's primary in one epoch.
-fn owner(group: ChunkGroupId, epoch: Epoch) -> OwnerId {
+pub fn owner(group: ChunkGroupId, epoch: Epoch) -> OwnerId {
     assert!(epoch.0 < 1 << 32, "epoch {} past the owner id's 32 bits", epoch.0);
     OwnerId(u64::from(group.0) << 32 | epoch.0)
 }
@@ -764,132 +817,125 @@ mod tests {
         LogRecord { owner: Epoch(epoch), chunk: w.chunk, range: w.range, version: w.version }
     }
 
+    /// A shell with no engine: it makes each commit durable at once, keeping the
+    /// index's journal as a process does.
+    #[derive(Default)]
+    struct Shell {
+        journal: Vec<IndexChange>,
+        rewrites: u32,
+    }
+
+    impl Shell {
+        fn commit(&mut self, log: &mut LogVolume, (commit, staged): (LogCommit, Staged)) -> u64 {
+            match commit.index {
+                IndexWrite::Append(changes) => self.journal.extend(changes),
+                IndexWrite::Rewrite(changes) => {
+                    self.journal = changes;
+                    self.rewrites += 1;
+                }
+            }
+            log.committed(staged)
+        }
+
+        /// The versions logged and those refused as full.
+        fn append(
+            &mut self,
+            log: &mut LogVolume,
+            group: ChunkGroupId,
+            epoch: Epoch,
+            writes: &[UnstableWrite],
+        ) -> (Vec<Version>, Vec<Version>) {
+            let planned = log.stage_append(group, epoch, writes);
+            let (mut logged, full) = (planned.1.repeats.clone(), planned.1.full.clone());
+            logged.extend(&planned.1.appended);
+            self.commit(log, planned);
+            (logged, full)
+        }
+
+        fn invalidate(&mut self, log: &mut LogVolume, group: ChunkGroupId, records: &[LogRecord]) {
+            let planned = log.stage_invalidate(group, records);
+            self.commit(log, planned);
+        }
+
+        fn fence(&mut self, log: &mut LogVolume, group: ChunkGroupId, epoch: Epoch) {
+            let planned = log.stage_fence(group, epoch);
+            self.commit(log, planned);
+        }
+
+        fn collect(&mut self, log: &mut LogVolume) -> u64 {
+            match log.stage_collect() {
+                Some(planned) => self.commit(log, planned),
+                None => 0,
+            }
+        }
+    }
+
+    fn read(log: &mut LogVolume, group: ChunkGroupId, r: &LogRecord) -> Option<UnstableWrite> {
+        let (_, plan) = log.stage_read(group, vec![*r]);
+        log.read_done(plan, None).pop().and_then(|(_, write)| write)
+    }
+
     #[test]
     fn records_are_reported_until_every_byte_is_invalidated() {
-        let group = ChunkGroupId(2);
+        let (group, mut shell) = (ChunkGroupId(2), Shell::default());
         let mut log = LogVolume::new(1 << 20, 64 << 20);
         let (a, b) = (write(0, 8192, 5), write(4096, 12288, 6));
+        let both = [a.clone(), b.clone()];
         assert_eq!(
-            log.append_batch(group, Epoch(1), &[a.clone(), b.clone()]),
+            shell.append(&mut log, group, Epoch(1), &both),
             (vec![a.version, b.version], vec![])
         );
         // A repeat of an appended version changes nothing.
-        assert_eq!(
-            log.append_batch(group, Epoch(1), std::slice::from_ref(&a)),
-            (vec![a.version], vec![])
-        );
+        let again = shell.append(&mut log, group, Epoch(1), std::slice::from_ref(&a));
+        assert_eq!(again, (vec![a.version], vec![]));
         assert_eq!(log.records(group).len(), 2);
-        assert_eq!(log.read(group, &record(1, &a)), Some(a.clone()));
+        assert_eq!(read(&mut log, group, &record(1, &a)), Some(a.clone()));
         // The marker of b hides a as well (it is older) where they overlap; a's first
         // block is still visible.
-        log.invalidate_batch(group, &[record(1, &b)]);
+        shell.invalidate(&mut log, group, &[record(1, &b)]);
         assert_eq!(log.records(group), vec![record(1, &a)]);
-        log.invalidate_batch(group, &[record(1, &a)]);
+        shell.invalidate(&mut log, group, &[record(1, &a)]);
         assert!(log.records(group).is_empty());
-        assert_eq!(log.live_bytes(), 0);
-        assert_eq!(log.write_count(), 0);
+        assert_eq!((log.live_bytes(), log.write_count()), (0, 0));
+        assert_eq!(read(&mut log, group, &record(1, &a)), None);
     }
 
     #[test]
     fn each_epoch_is_its_own_owner_and_fences_only_grow() {
-        let group = ChunkGroupId(0);
+        let (group, mut shell) = (ChunkGroupId(0), Shell::default());
         let mut log = LogVolume::new(1 << 20, 64 << 20);
-        log.append_batch(group, Epoch(1), &[write(0, 4096, 9)]);
+        shell.append(&mut log, group, Epoch(1), &[write(0, 4096, 9)]);
         // A newer primary logs an older version again under its own owner.
-        assert_eq!(log.append_batch(group, Epoch(2), &[write(0, 4096, 7)]).0, vec![Version(7)]);
+        let newer = shell.append(&mut log, group, Epoch(2), &[write(0, 4096, 7)]);
+        assert_eq!(newer.0, vec![Version(7)]);
         assert_eq!(log.records(group).len(), 2);
-        log.set_fence(group, Epoch(3));
-        log.set_fence(group, Epoch(2));
+        shell.fence(&mut log, group, Epoch(3));
+        shell.fence(&mut log, group, Epoch(2));
         assert_eq!(log.fence(group), Epoch(3));
         assert_eq!(log.fence(ChunkGroupId(1)), Epoch(0));
     }
 
-    type Shared<T> = std::sync::Arc<std::sync::Mutex<T>>;
-
-    /// The model log (shared, so that a restored logger opens the same one), noting
-    /// index changes into a shared list at each flush (the durable notes), rewritten
-    /// whole once it holds `rewrite_at`; its flushes fail while `failing` is set.
-    #[derive(Debug)]
-    struct Noting {
-        log: Shared<ModelLog>,
-        notes: Shared<Vec<IndexChange>>,
-        rewrite_at: usize,
-        queued: Vec<IndexChange>,
-        failing: Shared<bool>,
-    }
-
-    impl LogBackend for Noting {
-        fn fits(&self, payload_bytes: u64) -> bool {
-            self.log.lock().unwrap().fits(payload_bytes)
-        }
-        fn newest_version(&self, owner: OwnerId) -> Version {
-            self.log.lock().unwrap().newest_version(owner)
-        }
-        fn append(
-            &mut self,
-            owner: OwnerId,
-            object: ObjectId,
-            range: ByteRange,
-            version: Version,
-            stamp: Stamp,
-            data: &Payload,
-        ) -> Result<(), BackendError> {
-            self.log.lock().unwrap().append(owner, object, range, version, stamp, data)
-        }
-        fn invalidate(
-            &mut self,
-            owner: OwnerId,
-            object: ObjectId,
-            range: ByteRange,
-            version: Version,
-        ) -> Result<(), BackendError> {
-            self.log.lock().unwrap().invalidate(owner, object, range, version)
-        }
-        fn flush(&mut self) -> Result<(), BackendError> {
-            if *self.failing.lock().unwrap() {
-                return Err(BackendError::Failed("injected".to_owned()));
-            }
-            self.notes.lock().unwrap().append(&mut self.queued);
-            Ok(())
-        }
-        fn read(
-            &self,
-            owner: OwnerId,
-            object: ObjectId,
-            range: ByteRange,
-        ) -> Result<Vec<LogPiece>, BackendError> {
-            self.log.lock().unwrap().read(owner, object, range)
-        }
-        fn versions(
-            &self,
-            owner: OwnerId,
-            object: ObjectId,
-            range: ByteRange,
-        ) -> Vec<(ByteRange, Version)> {
-            self.log.lock().unwrap().versions(owner, object, range)
-        }
-        fn collect(&mut self) -> Result<u64, BackendError> {
-            self.log.lock().unwrap().collect()
-        }
-        fn live_bytes(&self) -> u64 {
-            self.log.lock().unwrap().live_bytes()
-        }
-        fn used_bytes(&self) -> u64 {
-            self.log.lock().unwrap().used_bytes()
-        }
-        fn crash(&mut self) -> Result<(), BackendError> {
-            Ok(())
-        }
-        fn note(&mut self, change: &IndexChange) {
-            self.queued.push(change.clone());
-        }
-        fn index_rewrite_due(&self) -> bool {
-            self.notes.lock().unwrap().len() >= self.rewrite_at
-        }
-        fn rewrite_index(&mut self, state: &[IndexChange]) -> Result<(), BackendError> {
-            *self.notes.lock().unwrap() = state.to_vec();
-            Ok(())
-        }
+    /// Nothing is applied until the shell reports the commit done: a planned append
+    /// is neither held nor a repeat, and one the engine had no room for leaves no
+    /// trace but the collection it calls for.
+    #[test]
+    fn a_commit_takes_effect_only_once_done_and_a_refused_one_never() {
+        let group = ChunkGroupId(1);
+        let mut log = LogVolume::new(1 << 20, 64 << 20);
+        let w = write(0, 4096, 4);
+        let (commit, staged) = log.stage_append(group, Epoch(2), std::slice::from_ref(&w));
+        assert_eq!(commit.ops.len(), 1);
+        assert!(matches!(&commit.ops[0], LogOp::Append { version: Version(4), .. }));
+        assert!(log.records(group).is_empty(), "held before it is durable");
+        assert_eq!(log.fence(group), Epoch(0), "fenced before it is durable");
+        log.refused(staged);
+        assert!(log.records(group).is_empty());
+        // Not taken for a repeat: planned again, it is appended again.
+        let (commit, staged) = log.stage_append(group, Epoch(2), std::slice::from_ref(&w));
+        assert_eq!((commit.ops.len(), staged.repeats.len()), (1, 0));
+        log.committed(staged);
+        assert_eq!(log.records(group), vec![record(2, &w)]);
+        assert_eq!(log.fence(group), Epoch(2));
     }
 
     /// What a logger's index answers, to compare two.
@@ -899,128 +945,147 @@ mod tests {
         (log.held(), fences, log.tombstones.clone(), log.newest.clone(), log.write_count())
     }
 
-    /// A logger through appends, markers (one ahead of its append), fences, noting its
-    /// index; then one restored from the notes on the same log answers the same, and
-    /// takes a late repeat as a repeat (D1) and the early marker's append as dropped.
-    fn restored_answers_the_same(rewrite_at: usize) {
-        let (log, notes): (Shared<ModelLog>, Shared<Vec<IndexChange>>) = (
-            std::sync::Arc::new(std::sync::Mutex::new(ModelLog::new(64 << 20))),
-            Default::default(),
-        );
-        let backend = || Box::new(noting(&log, &notes, rewrite_at, &Shared::default()));
-        let mut volume = LogVolume::on(1 << 20, backend());
+    /// A logger through appends, markers (one ahead of its append), fences, journaling
+    /// its index; then one restored from the journal and the extents its log holds
+    /// answers the same, and takes a late repeat as a repeat (D1) and the early
+    /// marker's append as dropped.
+    fn restored_answers_the_same(rewrite_after: u64) {
+        let (mut log, mut shell) = (LogVolume::new(1 << 20, 64 << 20), Shell::default());
+        log.rewrite_after = rewrite_after;
         let (g1, g2) = (ChunkGroupId(1), ChunkGroupId(2));
+        // Writes logged and reclaimed: the journal grows past the index.
+        let churn: Vec<UnstableWrite> = (1..=40).map(|v| write(0, 4096, v)).collect();
+        shell.append(&mut log, g2, Epoch(1), &churn);
+        shell.invalidate(&mut log, g2, &[record(1, &churn[39])]);
         let writes: Vec<UnstableWrite> =
             (1..=6).map(|v| write(v * 4096, v * 4096 + 8192, v)).collect();
-        volume.append_batch(g1, Epoch(1), &writes[..4]);
-        volume.append_batch(g2, Epoch(3), &writes[4..]);
-        volume.invalidate_batch(g1, &[record(1, &writes[0]), record(1, &writes[1])]);
-        volume.invalidate_batch(g2, &[record(3, &write(0, 4096, 9))]);
-        volume.set_fence(g1, Epoch(2));
-        assert_eq!(volume.write_count(), 4);
-        let noted = notes.lock().unwrap().clone();
-        let mut restored = LogVolume::restore(1 << 20, backend(), noted);
-        assert_eq!(index_of(&restored), index_of(&volume));
-        assert_eq!(restored.append_batch(g1, Epoch(1), &writes[..1]).0, vec![Version(1)]);
-        assert_eq!(restored.append_batch(g2, Epoch(3), &[write(0, 4096, 9)]).0, vec![Version(9)]);
+        shell.append(&mut log, g1, Epoch(1), &writes[..4]);
+        shell.append(&mut log, g2, Epoch(3), &writes[4..]);
+        shell.invalidate(&mut log, g1, &[record(1, &writes[0]), record(1, &writes[1])]);
+        shell.invalidate(&mut log, g2, &[record(3, &write(0, 4096, 9))]);
+        shell.fence(&mut log, g1, Epoch(2));
+        assert_eq!(log.write_count(), 4);
+        assert_eq!(
+            shell.rewrites > 0,
+            rewrite_after < INDEX_REWRITE_AFTER,
+            "{} rewrites",
+            shell.rewrites
+        );
+        let owners = [owner(g1, Epoch(1)), owner(g2, Epoch(3)), owner(g2, Epoch(1))];
+        let extents: Vec<_> = owners
+            .iter()
+            .flat_map(|o| log.model.extents(*o).into_iter().map(move |(b, r, v)| (*o, b, r, v)))
+            .collect();
+        let newest = owners.map(|o| (o, log.model.newest_version(o)));
+        let mut restored =
+            LogVolume::restore(1 << 20, 64 << 20, shell.journal.clone(), extents, newest).unwrap();
+        assert_eq!(index_of(&restored), index_of(&log));
+        assert_eq!(restored.live_bytes(), log.live_bytes());
+        let late = shell.append(&mut restored, g1, Epoch(1), &writes[..1]);
+        assert_eq!(late.0, vec![Version(1)]);
+        let dropped = shell.append(&mut restored, g2, Epoch(3), &[write(0, 4096, 9)]);
+        assert_eq!(dropped.0, vec![Version(9)]);
         assert_eq!(restored.write_count(), 4, "a repeat or a dropped append was logged");
     }
 
-    fn noting(
-        log: &Shared<ModelLog>,
-        notes: &Shared<Vec<IndexChange>>,
-        rewrite_at: usize,
-        failing: &Shared<bool>,
-    ) -> Noting {
-        let (log, notes, failing) = (log.clone(), notes.clone(), failing.clone());
-        Noting { log, notes, rewrite_at, queued: Vec::new(), failing }
+    #[test]
+    fn a_logger_restored_from_its_journal_answers_the_same() {
+        restored_answers_the_same(INDEX_REWRITE_AFTER);
     }
 
-    /// A fence or markers whose flush failed are reported not durable (so the logger
-    /// does not answer the recovery or the invalidation: D4, D5), and a later flush
-    /// makes them so; a restart in between would have lost them.
     #[test]
-    fn a_fence_or_markers_whose_flush_failed_are_not_durable_until_flushed() {
-        let log: Shared<ModelLog> =
-            std::sync::Arc::new(std::sync::Mutex::new(ModelLog::new(64 << 20)));
-        let (notes, failing) = (Shared::default(), Shared::default());
-        let mut volume =
-            LogVolume::on(1 << 20, Box::new(noting(&log, &notes, usize::MAX, &failing)));
-        let group = ChunkGroupId(1);
-        let writes = [write(0, 4096, 1), write(4096, 8192, 2)];
-        assert_eq!(volume.append_batch(group, Epoch(1), &writes).0.len(), 2);
-        let restored = |notes: &Shared<Vec<IndexChange>>| {
-            let noted = notes.lock().unwrap().clone();
-            let backend = Box::new(noting(&log, notes, usize::MAX, &Shared::default()));
-            LogVolume::restore(1 << 20, backend, noted)
+    fn a_logger_restored_from_a_rewritten_journal_answers_the_same() {
+        restored_answers_the_same(2);
+    }
+
+    /// D7's check at a read: a piece of a version the index does not hold, or with
+    /// another stamp, is a fault (the write is sent all the same, without those bytes).
+    #[test]
+    fn a_read_whose_pieces_the_index_does_not_hold_is_a_fault() {
+        let (group, mut shell) = (ChunkGroupId(1), Shell::default());
+        let mut log = LogVolume::new(1 << 20, 64 << 20);
+        let w = write(0, 4096, 3);
+        shell.append(&mut log, group, Epoch(1), std::slice::from_ref(&w));
+        let piece = |version: u64, stamp: u64| LogPiece {
+            range: ByteRange::new(1 << 20, 4096),
+            version: Version(version),
+            stamp: Some(Stamp(stamp)),
+            data: Payload::NONE,
         };
-
-        *failing.lock().unwrap() = true;
-        assert!(!volume.set_fence(group, Epoch(2)), "a fence that failed its flush is durable");
-        assert!(!volume.fence_durable(group));
-        // Held in memory: the deposed owner is refused as before ...
-        assert_eq!(volume.fence(group), Epoch(2));
-        // ... but a restart now would take its appends again.
-        assert_eq!(restored(&notes).fence(group), Epoch(0));
-        assert!(!volume.set_fence(group, Epoch(2)), "a second failed flush");
-        assert!(!volume.set_fence(group, Epoch(1)), "an older epoch is covered only when durable");
-        let marker = [record(1, &writes[0])];
-        assert!(!volume.invalidate_batch(group, &marker), "markers that failed are durable");
-        assert_eq!(volume.records(group).len(), 2, "a write was forgotten for markers not durable");
-
-        *failing.lock().unwrap() = false;
-        assert!(volume.set_fence(group, Epoch(2)));
-        assert!(volume.fence_durable(group));
-        assert_eq!(restored(&notes).fence(group), Epoch(2));
-        assert!(volume.set_fence(group, Epoch(1)));
-        assert!(volume.invalidate_batch(group, &marker));
-        assert_eq!(volume.records(group).len(), 1);
-        assert_eq!(volume.fault_count(), 3);
+        for (pieces, faults) in [(piece(3, 30), 0), (piece(3, 31), 1), (piece(8, 30), 2)] {
+            let (addresses, plan) = log.stage_read(group, vec![record(1, &w)]);
+            assert_eq!(addresses.len(), 1);
+            let answers = log.read_done(plan, Some(vec![vec![pieces]]));
+            assert_eq!(answers[0].1.as_ref().map(|w| w.version), Some(Version(3)));
+            assert_eq!(log.fault_count(), faults);
+        }
     }
 
+    /// A read out at the engine while a marker's commit forgot one of its records:
+    /// that record is answered as gone, and the others keep their own pieces (the
+    /// simulation found them shifted by one, each piece checked against the wrong
+    /// write).
     #[test]
-    fn a_logger_restored_from_its_noted_index_answers_the_same() {
-        restored_answers_the_same(usize::MAX);
-    }
-
-    #[test]
-    fn a_logger_restored_from_a_rewritten_index_answers_the_same() {
-        restored_answers_the_same(3);
+    fn a_record_forgotten_while_its_read_was_out_leaves_the_others_their_pieces() {
+        let (group, mut shell) = (ChunkGroupId(1), Shell::default());
+        let mut log = LogVolume::new(1 << 20, 64 << 20);
+        let (a, b) = (write(0, 4096, 1), write(8192, 12288, 2));
+        shell.append(&mut log, group, Epoch(1), &[a.clone(), b.clone()]);
+        let (addresses, plan) = log.stage_read(group, vec![record(1, &a), record(1, &b)]);
+        shell.invalidate(&mut log, group, &[record(1, &a)]);
+        let pieces: Vec<Vec<LogPiece>> = addresses
+            .iter()
+            .zip([&a, &b])
+            .map(|(address, w)| {
+                let stamp = Some(w.stamp);
+                vec![LogPiece {
+                    range: address.range,
+                    version: w.version,
+                    stamp,
+                    data: Payload::NONE,
+                }]
+            })
+            .collect();
+        let answers = log.read_done(plan, Some(pieces));
+        assert_eq!(answers[0].1, None);
+        assert_eq!(answers[1].1.as_ref().map(|w| w.version), Some(b.version));
+        assert_eq!(log.faults(), &[] as &[String]);
     }
 
     #[test]
     fn a_logger_left_with_no_live_record_collects_its_dead_segments() {
-        let group = ChunkGroupId(0);
+        let (group, mut shell) = (ChunkGroupId(0), Shell::default());
         let mut log = LogVolume::new(16 << 20, 64 << 20);
         let mib = 1 << 20;
         let writes: Vec<UnstableWrite> =
             (0..12).map(|i| write(i * mib, (i + 1) * mib, i + 1)).collect();
         for w in &writes {
-            log.append_batch(group, Epoch(1), std::slice::from_ref(w));
+            shell.append(&mut log, group, Epoch(1), std::slice::from_ref(w));
         }
         // A collection with every record live: nothing to take; the next waits for a
         // segment's worth of new records.
-        assert_eq!(log.collect(), 0);
+        assert_eq!(shell.collect(&mut log), 0);
+        assert!(log.stage_collect().is_none());
         let full = log.used_bytes();
         assert!(full >= 12 * mib, "used {full}");
         // Every record reclaimed: the sealed segments go though no record came since.
         let records: Vec<LogRecord> = writes.iter().map(|w| record(1, w)).collect();
-        assert!(log.invalidate_batch(group, &records));
+        shell.invalidate(&mut log, group, &records);
         assert_eq!(log.live_bytes(), 0);
-        log.collect();
+        shell.collect(&mut log);
         assert!(log.used_bytes() <= 2 * SEGMENT_BYTES, "used {} of {full}", log.used_bytes());
     }
 
     #[test]
     fn a_full_log_refuses_and_collection_gives_space_back() {
-        let group = ChunkGroupId(0);
+        let (group, mut shell) = (ChunkGroupId(0), Shell::default());
         let mut log = LogVolume::new(1 << 20, SEGMENT_BYTES * 2);
         let mut version = 0;
         let mut appended = Vec::new();
         loop {
             version += 1;
             let w = write(0, 1 << 20, version);
-            let (logged, full) = log.append_batch(group, Epoch(1), std::slice::from_ref(&w));
+            let (logged, full) = shell.append(&mut log, group, Epoch(1), std::slice::from_ref(&w));
             if !full.is_empty() {
                 assert_eq!((logged, full), (vec![], vec![w.version]));
                 break;
@@ -1029,9 +1094,20 @@ mod tests {
         }
         assert!(!log.fits(&write(0, 1 << 20, version)));
         let records: Vec<LogRecord> = appended.iter().map(|w| record(1, w)).collect();
-        log.invalidate_batch(group, &records);
-        log.collect();
+        shell.invalidate(&mut log, group, &records);
+        shell.collect(&mut log);
         assert!(log.fits(&write(0, 1 << 20, version)), "used {}", log.used_bytes());
         assert_eq!(log.live_bytes(), 0);
+    }
+
+    /// A batch planned in turn as the engine appends: one record too large for the
+    /// room left is refused, and a smaller one after it still fits.
+    #[test]
+    fn a_batch_refuses_what_does_not_fit_in_turn() {
+        let (group, mut shell) = (ChunkGroupId(0), Shell::default());
+        let mut log = LogVolume::new(8 << 20, SEGMENT_BYTES);
+        let big = [write(0, 3 << 20, 1), write(0, 2 << 20, 2), write(0, 4096, 3)];
+        let (logged, full) = shell.append(&mut log, group, Epoch(1), &big);
+        assert_eq!((logged, full), (vec![Version(1), Version(3)], vec![Version(2)]));
     }
 }

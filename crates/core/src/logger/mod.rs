@@ -310,6 +310,29 @@ impl Logger {
         size_bytes <= self.payload_limit() && self.space_needed(size_bytes) <= self.free_bytes()
     }
 
+    /// Whether each of data records of `sizes`, appended in turn, fits: a refused one
+    /// takes no space, and those after it are tried as the engine would.
+    pub fn fit_in_turn(&self, sizes: impl IntoIterator<Item = u64>) -> Vec<bool> {
+        let (mut head, mut used) = (self.head.map(|(_, bytes)| bytes), self.used_bytes);
+        let segment_bytes = self.geometry.segment_bytes;
+        sizes
+            .into_iter()
+            .map(|size| {
+                let record_bytes = RECORD_HEADER_BYTES + size;
+                let rotates = head.is_none_or(|bytes| bytes + record_bytes > segment_bytes);
+                let needed = record_bytes + if rotates { SEGMENT_HEADER_BYTES } else { 0 };
+                let fits =
+                    size <= self.payload_limit() && used + needed <= self.geometry.capacity_bytes;
+                if fits {
+                    used += needed;
+                    let start = if rotates { SEGMENT_HEADER_BYTES } else { head.unwrap_or(0) };
+                    head = Some(start + record_bytes);
+                }
+                fits
+            })
+            .collect()
+    }
+
     /// The log space a data record of `size_bytes` takes if appended now: its header,
     /// and the header of a new segment when it starts one.
     pub fn space_needed(&self, size_bytes: u64) -> u64 {
@@ -354,6 +377,54 @@ impl Logger {
         let placement = self.enqueue(record, false)?;
         self.versions.insert(owner, version);
         Ok(placement)
+    }
+
+    /// The log was opened again (a crash, a restart): as the engine does, it appends
+    /// to a new segment, the one it wrote to before sealed.
+    /// Each owner's newest version is then what its records still in the log say
+    /// (the engine's recovery finds no other): an owner whose records collection took
+    /// has none.
+    pub fn reopen(&mut self) {
+        self.head = None;
+        self.versions.clear();
+        for record in self.records.values() {
+            let newest = self.versions.entry(record.owner).or_insert(Version(0));
+            *newest = (*newest).max(record.version);
+        }
+        self.versions.retain(|_, version| version.0 > 0);
+    }
+
+    /// Rebuilds what a reopened engine holds (`extents`: per owner, each visible
+    /// extent with the version it reads as), as data records of those extents: reads
+    /// and visibility as the engine's; space as if the log were just collected (an
+    /// engine that finds itself fuller refuses an append, and collects).
+    pub fn restored(
+        id: LoggerId,
+        geometry: LogGeometry,
+        extents: impl IntoIterator<Item = (OwnerId, ObjectId, ByteRange, Version)>,
+    ) -> Result<Logger, LoggerError> {
+        let mut logger = Logger::new(id, geometry);
+        for (owner, object, range, version) in extents {
+            if range.is_empty() || range.size_bytes() > logger.payload_limit() {
+                continue;
+            }
+            let lsn = Lsn(logger.next_lsn);
+            let record = Record {
+                kind: Kind::Data,
+                owner,
+                object,
+                range,
+                version,
+                lsn,
+                segment: SegmentNo(0),
+            };
+            // Pieces of one write share its version: growth is not asked of them.
+            logger.enqueue(record, true)?;
+            let newest = logger.versions.entry(owner).or_insert(Version(0));
+            *newest = (*newest).max(version);
+        }
+        logger.reopen();
+        Ok(logger)
     }
 
     /// Appends a deletion marker: `version` and every older version of `range` are no

@@ -419,6 +419,23 @@ impl LogStore {
         writer.used_bytes + needed <= self.options.capacity_bytes
     }
 
+    /// Whether appends of `payloads_bytes`, one after the other, would all fit now
+    /// (the queued records counted): a caller that must append all of them or none
+    /// asks first.
+    pub fn all_fit(&self, payloads_bytes: &[u64]) -> bool {
+        let writer = lock(&self.writer);
+        let (mut head, mut used) = (writer.head.map(|head| head.bytes), writer.used_bytes);
+        payloads_bytes.iter().all(|&payload_bytes| {
+            let record_bytes = RECORD_HEADER_BYTES + payload_bytes;
+            let rotate = head.is_none_or(|bytes| bytes + record_bytes > self.options.segment_bytes);
+            let needed = record_bytes + if rotate { SEGMENT_HEADER_BYTES } else { 0 };
+            used += needed;
+            head =
+                Some(if rotate { SEGMENT_HEADER_BYTES } else { head.unwrap_or(0) } + record_bytes);
+            payload_bytes <= self.payload_limit() && used <= self.options.capacity_bytes
+        })
+    }
+
     /// The highest version `owner` has appended, the queued records counted: the next
     /// append must exceed it.
     pub fn newest_version(&self, owner: OwnerId) -> Version {

@@ -38,6 +38,9 @@ pub enum CommandLogError {
     Encode { path: PathBuf, key: u64, reason: String },
     #[error("metadata store {path} cannot be read: {source}; the MDS does not start on it")]
     Format { path: PathBuf, source: HeaderError },
+    /// The thread a commit ran on ended without handing the store back (a bug).
+    #[error("the metadata store was lost with the thread of a commit")]
+    Lost,
 }
 
 /// An open command log; one writer (redb locks the file).

@@ -78,7 +78,7 @@ pub fn open(
 #[allow(clippy::too_many_arguments)]
 pub async fn run(
     mut mds: Mds,
-    mut log: CommandLog,
+    log: CommandLog,
     layout: Layout,
     clock: Clock,
     outbox: Outbox,
@@ -86,8 +86,9 @@ pub async fn run(
     mut inputs: MdsInputs,
     status: watch::Sender<MdsStatus>,
 ) -> Result<(), CommandLogError> {
-    carry_out(&mut mds, &mut log, &outbox, wake.as_ref())?;
-    compact_if_due(&mds, &mut log, &layout)?;
+    let mut log = Some(log);
+    carry_out(&mut mds, &mut log, &outbox, wake.as_ref()).await?;
+    compact_if_due(&mds, &mut log, &layout).await?;
     publish(&mds, &status);
     // The MDS's own timers may be seconds apart: counters are caught up on this tick.
     let mut status_tick = tokio::time::interval(STATUS_INTERVAL);
@@ -128,8 +129,8 @@ pub async fn run(
         // of their answers goes out. Under many clients at once, a command waits for
         // one sync instead of one per command before it.
         hear_waiting(&mut mds, &mut inputs.inbox, &clock, GROUP_EVENTS_MAX - 1);
-        let changed = carry_out(&mut mds, &mut log, &outbox, wake.as_ref())?;
-        compact_if_due(&mds, &mut log, &layout)?;
+        let changed = carry_out(&mut mds, &mut log, &outbox, wake.as_ref()).await?;
+        compact_if_due(&mds, &mut log, &layout).await?;
         // What status shows changes by a command (a client's `put` then `status` sees
         // the object) or by a heartbeat that says a disk filled or has room again;
         // counters such as drops are caught up at each timer and tick: the heartbeats
@@ -207,29 +208,42 @@ fn publish(mds: &Mds, status: &watch::Sender<MdsStatus>) {
 /// Replaces the log with a snapshot once it has grown past `COMPACT_AFTER`. Called
 /// with every action carried out, so every command the MDS applied is in the log and
 /// the snapshot covers exactly them.
-fn compact_if_due(mds: &Mds, log: &mut CommandLog, layout: &Layout) -> Result<(), CommandLogError> {
-    compact_after(mds, log, layout, COMPACT_AFTER)
-}
-
-fn compact_after(
+async fn compact_if_due(
     mds: &Mds,
-    log: &mut CommandLog,
+    log: &mut Option<CommandLog>,
     layout: &Layout,
-    after: u64,
 ) -> Result<(), CommandLogError> {
-    if log.logged() < after {
+    if log.as_ref().is_none_or(|log| log.logged() < COMPACT_AFTER) {
         return Ok(());
     }
     let snapshot = mds.snapshot(layout);
-    tokio::task::block_in_place(|| log.compact(&snapshot))
+    off_task(log, move |log| log.compact(&snapshot)).await
+}
+
+/// Runs `work` on the command log on a blocking thread, the log moved there and
+/// back: the MDS's task waits for it (its answers go out only once their commands
+/// are durable) without holding a worker of the runtime, whose other tasks go on.
+async fn off_task(
+    log: &mut Option<CommandLog>,
+    work: impl FnOnce(&mut CommandLog) -> Result<(), CommandLogError> + Send + 'static,
+) -> Result<(), CommandLogError> {
+    let Some(mut taken) = log.take() else { return Err(CommandLogError::Lost) };
+    let (taken, done) = tokio::task::spawn_blocking(move || {
+        let done = work(&mut taken);
+        (taken, done)
+    })
+    .await
+    .map_err(|_| CommandLogError::Lost)?;
+    *log = Some(taken);
+    done
 }
 
 /// Carries out the MDS's actions: every command persisted first, in one transaction,
 /// then the others in order (so each after the commands before it); whether any
 /// command was persisted.
-fn carry_out(
+async fn carry_out(
     mds: &mut Mds,
-    log: &mut CommandLog,
+    log: &mut Option<CommandLog>,
     outbox: &Outbox,
     wake: &(dyn Fn(ServerId) + Send + Sync),
 ) -> Result<bool, CommandLogError> {
@@ -241,8 +255,9 @@ fn carry_out(
             other => others.push(other),
         }
     }
-    if !commands.is_empty() {
-        tokio::task::block_in_place(|| log.append_all(&commands))?;
+    let persisted = !commands.is_empty();
+    if persisted {
+        off_task(log, move |log| log.append_all(&commands)).await?;
     }
     for action in others {
         match action {
@@ -253,7 +268,7 @@ fn carry_out(
             MdsAction::ComputeRole { .. } | MdsAction::Persist(_) => {}
         }
     }
-    Ok(!commands.is_empty())
+    Ok(persisted)
 }
 
 #[cfg(test)]
@@ -357,7 +372,9 @@ mod tests {
         };
         for request in 0..25 {
             ask(&mut mds, &mut log, create(request));
-            compact_after(&mds, &mut log, &layout, 20).unwrap();
+            if log.logged() >= 20 {
+                log.compact(&mds.snapshot(&layout)).unwrap();
+            }
         }
         // Each create is two commands: the object, and its request answered.
         assert_eq!(log.logged(), 10, "compacted at 20, five creates since");

@@ -1,27 +1,25 @@
 //! A storage server's logger on files: the `logstore` engine over a directory
-//! (`FsDisk`), stepped by the core (each disk completion of the logger is one group
-//! commit, synced before the core acknowledges it), and beside it a journal of the
-//! logger's index changes (fences, the writes logged with their stamps, tombstones,
-//! each owner's newest version), synced in the same flush, so that a restarted process
-//! rebuilds the index it had ([`LogVolume::restore`]).
+//! (`FsDisk`), stepped by the core's commits (each one group commit, synced before the
+//! core is told it is done), and beside it a journal of the logger's index changes
+//! (fences, the writes logged with their stamps, tombstones, each owner's newest
+//! version), written in the same commit, so that a restarted process rebuilds the index
+//! it had ([`LogVolume::restore`]).
 //!
 //! The engine holds the records' bytes; the index journal holds no bytes, and is
-//! rewritten whole (`Journal::rewrite`) once it has grown past a bound.
+//! written whole again when the core says so (`IndexWrite::Rewrite`). The shell's
+//! logger worker (`log_worker.rs`) owns it and carries out the core's operations on
+//! it in order, off the server's task.
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
+use somnus_core::cluster::Payload;
 use somnus_core::cluster::logvolume::{
-    BackendError, IndexChange, LogBackend, LogPiece, LogVolume, SEGMENT_BYTES,
+    IndexChange, IndexWrite, LogAddress, LogCommit, LogOp, LogPiece, LogVolume, SEGMENT_BYTES,
 };
-use somnus_core::cluster::{Payload, Stamp};
 use somnus_logstore::{Error, FsDisk, LogId, LogStore, Options};
-use somnus_types::{ByteRange, ObjectId, OwnerId, Version};
 
 use crate::files::journal::Journal;
-
-/// The index journal is rewritten once it holds this many bytes.
-const INDEX_REWRITE_BYTES: u64 = 16 << 20;
 
 #[derive(Debug, thiserror::Error)]
 pub enum FileLogError {
@@ -31,13 +29,22 @@ pub enum FileLogError {
     Engine { path: PathBuf, source: Box<Error> },
     #[error(transparent)]
     Index(#[from] crate::files::journal::JournalError),
+    #[error("the logger's index in {path} does not match its log: {why}")]
+    Restore { path: PathBuf, why: String },
+}
+
+/// Why a commit did not take effect.
+#[derive(Debug)]
+pub enum CommitError {
+    /// Its appends do not all fit: nothing of it took effect.
+    NoSpace,
+    /// The engine or the journal failed (what is durable is unknown).
+    Failed(String),
 }
 
 pub struct FileLog {
     store: LogStore,
     index: Journal<IndexChange>,
-    /// Index changes noted since the last flush.
-    noted: Vec<IndexChange>,
     dir: PathBuf,
 }
 
@@ -47,23 +54,17 @@ impl std::fmt::Debug for FileLog {
     }
 }
 
-fn failed(error: Error) -> BackendError {
-    match error {
-        Error::Full { .. } => BackendError::Full,
-        error => BackendError::Failed(error.to_string()),
-    }
-}
-
 impl FileLog {
     /// Opens (or creates) the logger of server `server` in `dir`: the engine's
-    /// segments in `dir/segments`, the index journal at `dir/index`. Returns the
-    /// logger with its index rebuilt.
+    /// segments in `dir/segments`, the index journal at `dir/index`. Returns it, and
+    /// the core's logger with its index rebuilt from the journal and its model from
+    /// what the engine holds.
     pub fn open(
         dir: &Path,
         server: u32,
         chunk_size_bytes: u64,
         capacity_bytes: u64,
-    ) -> Result<LogVolume, FileLogError> {
+    ) -> Result<(FileLog, LogVolume), FileLogError> {
         let segments = dir.join("segments");
         let disk = FsDisk::new(&segments)
             .map_err(|source| FileLogError::Dir { path: segments.clone(), source })?;
@@ -72,117 +73,91 @@ impl FileLog {
         let store = LogStore::open(Arc::new(disk), options)
             .map_err(|source| FileLogError::Engine { path: segments, source: Box::new(source) })?;
         let (index, changes) = Journal::open(&dir.join("index"))?;
-        let log = FileLog { store, index, noted: Vec::new(), dir: dir.to_owned() };
-        Ok(LogVolume::restore(chunk_size_bytes, Box::new(log), changes))
-    }
-}
-
-impl LogBackend for FileLog {
-    fn fits(&self, payload_bytes: u64) -> bool {
-        self.store.fits(payload_bytes)
-    }
-
-    fn newest_version(&self, owner: OwnerId) -> Version {
-        self.store.newest_version(owner)
+        let owners = store.owners();
+        let extents = owners.iter().flat_map(|usage| {
+            let owner = usage.owner;
+            store.extents(owner).into_iter().map(move |e| (owner, e.object, e.range, e.version))
+        });
+        let newest = owners.iter().map(|usage| (usage.owner, usage.version_max));
+        let volume = LogVolume::restore(chunk_size_bytes, capacity_bytes, changes, extents, newest)
+            .map_err(|why| FileLogError::Restore { path: dir.to_owned(), why })?;
+        Ok((FileLog { store, index, dir: dir.to_owned() }, volume))
     }
 
-    fn append(
-        &mut self,
-        owner: OwnerId,
-        object: ObjectId,
-        range: ByteRange,
-        version: Version,
-        _stamp: Stamp,
-        data: &Payload,
-    ) -> Result<(), BackendError> {
-        let Some(bytes) = data.bytes() else {
-            return Err(BackendError::Failed(format!(
-                "a write of {range:?} of {object:?} came without its bytes"
-            )));
-        };
-        self.store.append(owner, object, range, version, bytes).map_err(failed)
-    }
-
-    fn invalidate(
-        &mut self,
-        owner: OwnerId,
-        object: ObjectId,
-        range: ByteRange,
-        version: Version,
-    ) -> Result<(), BackendError> {
-        self.store.invalidate(owner, object, range, version).map_err(failed)
-    }
-
-    fn flush(&mut self) -> Result<(), BackendError> {
-        self.store.flush_queued().map_err(failed)?;
-        if !self.noted.is_empty() {
-            self.index.append(&self.noted).map_err(|e| BackendError::Failed(e.to_string()))?;
-            self.noted.clear();
+    /// Carries out `commit`'s steps in order and makes them durable (one sync of the
+    /// engine), then its index changes (one sync of the journal); or nothing of it when
+    /// its appends do not all fit.
+    pub fn commit(&mut self, commit: &LogCommit) -> Result<(), CommitError> {
+        let failed = |e: Error| CommitError::Failed(e.to_string());
+        let sizes: Vec<u64> = commit
+            .ops
+            .iter()
+            .filter_map(|op| match op {
+                LogOp::Append { range, .. } => Some(range.size_bytes()),
+                _ => None,
+            })
+            .collect();
+        if !self.store.all_fit(&sizes) {
+            return Err(CommitError::NoSpace);
         }
-        Ok(())
+        for op in &commit.ops {
+            match op {
+                LogOp::Append { owner, object, range, version, data, .. } => {
+                    let Some(bytes) = data.bytes() else {
+                        return Err(CommitError::Failed(format!(
+                            "a write of {range:?} of {object:?} came without its bytes"
+                        )));
+                    };
+                    self.store.append(*owner, *object, *range, *version, bytes).map_err(failed)?
+                }
+                LogOp::Invalidate { owner, object, range, version } => {
+                    self.store.invalidate(*owner, *object, *range, *version).map_err(failed)?
+                }
+                LogOp::Collect => {
+                    self.store.flush_queued().map_err(failed)?;
+                    self.store.collect_garbage().map_err(failed)?;
+                }
+            }
+        }
+        self.store.flush_queued().map_err(failed)?;
+        let journaled = match &commit.index {
+            IndexWrite::Append(changes) if changes.is_empty() => Ok(()),
+            IndexWrite::Append(changes) => self.index.append(changes),
+            IndexWrite::Rewrite(state) => self.index.rewrite(state),
+        };
+        journaled.map_err(|e| CommitError::Failed(e.to_string()))
     }
 
-    fn read(
-        &self,
-        owner: OwnerId,
-        object: ObjectId,
-        range: ByteRange,
-    ) -> Result<Vec<LogPiece>, BackendError> {
-        let read = self.store.read(owner, object, range).map_err(failed)?;
+    /// What the log reads over each of `reads`: pieces with their bytes (the engine
+    /// keeps no stamps: the core's index has them).
+    pub fn read(&self, reads: &[LogAddress]) -> Result<Vec<Vec<LogPiece>>, String> {
         let piece = |piece: somnus_logstore::Piece| LogPiece {
             range: piece.range,
             version: piece.version,
-            // The engine keeps no stamps: the index has them.
             stamp: None,
             data: Payload::new(piece.bytes.into()),
         };
-        Ok(read.pieces.into_iter().map(piece).collect())
+        reads
+            .iter()
+            .map(|LogAddress { owner, object, range }| {
+                let read = self.store.read(*owner, *object, *range).map_err(|e| e.to_string())?;
+                Ok(read.pieces.into_iter().map(piece).collect())
+            })
+            .collect()
     }
 
-    fn versions(
-        &self,
-        owner: OwnerId,
-        object: ObjectId,
-        range: ByteRange,
-    ) -> Vec<(ByteRange, Version)> {
-        let extents = self.store.versions(owner, object, range);
-        extents.into_iter().map(|extent| (extent.range, extent.version)).collect()
-    }
-
-    fn collect(&mut self) -> Result<u64, BackendError> {
-        Ok(self.store.collect_garbage().map_err(failed)?.bytes_written)
-    }
-
-    fn live_bytes(&self) -> u64 {
-        self.store.stats().live_bytes
-    }
-
-    fn used_bytes(&self) -> u64 {
-        self.store.stats().used_bytes
-    }
-
-    fn crash(&mut self) -> Result<(), BackendError> {
-        // A real crash ends the process; the next one opens the directory again.
-        Ok(())
-    }
-
-    fn note(&mut self, change: &IndexChange) {
-        self.noted.push(change.clone());
-    }
-
-    fn index_rewrite_due(&self) -> bool {
-        self.index.bytes() > INDEX_REWRITE_BYTES
-    }
-
-    fn rewrite_index(&mut self, state: &[IndexChange]) -> Result<(), BackendError> {
-        self.index.rewrite(state).map_err(|e| BackendError::Failed(e.to_string()))
+    /// Bytes of data a read would see, and bytes the log takes.
+    pub fn live_and_used_bytes(&self) -> (u64, u64) {
+        let stats = self.store.stats();
+        (stats.live_bytes, stats.used_bytes)
     }
 }
 
 #[cfg(test)]
 mod tests {
-    use somnus_core::cluster::{ChunkId, ChunkIndex, Epoch, LogRecord, UnstableWrite};
-    use somnus_types::ChunkGroupId;
+    use somnus_core::cluster::logvolume::Staged;
+    use somnus_core::cluster::{ChunkId, ChunkIndex, Epoch, LogRecord, Stamp, UnstableWrite};
+    use somnus_types::{ByteRange, ChunkGroupId, ObjectId, Version};
 
     use super::*;
 
@@ -196,37 +171,85 @@ mod tests {
         }
     }
 
+    fn commit(file: &mut FileLog, log: &mut LogVolume, (commit, staged): (LogCommit, Staged)) {
+        file.commit(&commit).unwrap();
+        log.committed(staged);
+    }
+
+    fn read(
+        file: &FileLog,
+        log: &mut LogVolume,
+        group: ChunkGroupId,
+        r: &LogRecord,
+    ) -> UnstableWrite {
+        let (addresses, plan) = log.stage_read(group, vec![*r]);
+        let pieces = file.read(&addresses).unwrap();
+        log.read_done(plan, Some(pieces)).pop().and_then(|(_, w)| w).unwrap()
+    }
+
     #[test]
     fn a_reopened_logger_has_its_index_fences_and_bytes() {
         let dir = tempfile::tempdir().unwrap();
         let group = ChunkGroupId(4);
         let writes = [write(0, 1, 0xa1), write(1, 2, 0xb2), write(8, 3, 0xc3)];
         let before = {
-            let mut log = FileLog::open(dir.path(), 0, 1 << 20, 64 << 20).unwrap();
-            assert_eq!(log.append_batch(group, Epoch(2), &writes).0.len(), 3);
+            let (mut file, mut log) = FileLog::open(dir.path(), 0, 1 << 20, 64 << 20).unwrap();
+            let planned = log.stage_append(group, Epoch(2), &writes);
+            assert_eq!(planned.1.appended.len(), 3);
+            commit(&mut file, &mut log, planned);
             let first = LogRecord {
                 owner: Epoch(2),
                 chunk: writes[0].chunk,
                 range: writes[0].range,
                 version: writes[0].version,
             };
-            log.invalidate_batch(group, &[first]);
-            log.set_fence(group, Epoch(3));
+            let planned = log.stage_invalidate(group, &[first]);
+            commit(&mut file, &mut log, planned);
+            let planned = log.stage_fence(group, Epoch(3));
+            commit(&mut file, &mut log, planned);
             assert_eq!(log.faults(), &[] as &[String]);
+            assert_eq!(file.live_and_used_bytes().0, log.live_bytes());
             log.records(group)
         };
-        let mut log = FileLog::open(dir.path(), 0, 1 << 20, 64 << 20).unwrap();
+        let (file, mut log) = FileLog::open(dir.path(), 0, 1 << 20, 64 << 20).unwrap();
         assert_eq!(log.records(group), before);
         assert_eq!(log.fence(group), Epoch(3));
-        let third = &before[1];
-        let read = log.read(group, third).unwrap();
-        assert_eq!(read.stamp, writes[2].stamp);
-        assert_eq!(read.data.bytes().unwrap(), &vec![0xc3; 8192][..]);
+        assert_eq!(file.live_and_used_bytes().0, log.live_bytes());
+        let third = read(&file, &mut log, group, &before[1]);
+        assert_eq!(third.stamp, writes[2].stamp);
+        assert_eq!(third.data.bytes().unwrap(), &vec![0xc3; 8192][..]);
         // The second write's first block is hidden by nothing: its bytes come back.
-        let second = log.read(group, &before[0]).unwrap();
+        let second = read(&file, &mut log, group, &before[0]);
         assert_eq!(second.data.bytes().unwrap()[..4096], vec![0xb2; 4096][..]);
         // A repeat of an appended version is taken as one (D1).
-        assert_eq!(log.append_batch(group, Epoch(3), &writes[..0]).0.len(), 0);
+        let planned = log.stage_append(group, Epoch(2), &writes[..1]);
+        assert_eq!((planned.1.repeats.len(), planned.0.ops.len()), (1, 0));
         assert_eq!(log.faults(), &[] as &[String]);
+    }
+
+    /// A commit whose appends do not all fit takes no effect: nothing is appended,
+    /// and the log reads as before.
+    #[test]
+    fn a_commit_that_does_not_fit_takes_no_effect() {
+        let dir = tempfile::tempdir().unwrap();
+        let (mut file, mut log) = FileLog::open(dir.path(), 0, 1 << 20, SEGMENT_BYTES).unwrap();
+        let group = ChunkGroupId(1);
+        let planned = log.stage_append(group, Epoch(1), &[write(0, 1, 1)]);
+        commit(&mut file, &mut log, planned);
+        let (live, used) = file.live_and_used_bytes();
+        // More than the engine can take, planned behind the core's back.
+        let mut big = log.stage_append(group, Epoch(1), &[write(2, 2, 2)]).0;
+        big.ops = (0..600u64)
+            .map(|i| LogOp::Append {
+                owner: somnus_types::OwnerId(1),
+                object: ObjectId(9),
+                range: ByteRange::new(i * 8192, 8192),
+                version: Version(10 + i),
+                stamp: Stamp(1),
+                data: Payload::new(vec![0; 8192].into()),
+            })
+            .collect();
+        assert!(matches!(file.commit(&big), Err(CommitError::NoSpace)));
+        assert_eq!(file.live_and_used_bytes(), (live, used));
     }
 }

@@ -9,19 +9,21 @@
 //!   journal has synced it and its runs are written; a read of blocks the page cache
 //!   holds is done at once (without waiting for the disk: `RWF_NOWAIT`), any other
 //!   goes to the server's reader thread (`server/block_reader.rs`), and either comes back as
-//!   `DiskRead` (or `DiskFailed` with the blocks that fail their checksum); a logger's I/O (whose log the core flushes and syncs as it
-//!   applies it) is done at once;
+//!   `DiskRead` (or `DiskFailed` with the blocks that fail their checksum); a
+//!   commit or a read of the logger's log goes to the logger's worker
+//!   (`log_worker.rs`), which carries them out in order on its own thread and answers
+//!   `DiskDone` (or `DiskFailed`) and `LogRead`;
 //! - `Halt` stops the server with its reason;
 //! - `Sleep` goes to the power task (`power::PowerDriver`), which powers the
 //!   server's units down and, on its wake packet, up, and then sends `Woken`; the core
 //!   answers nothing but that meanwhile.
 //!
-//! The core's calls that touch files (the logger's reads and flushes) run inside
-//! `block_in_place`, so the runtime's other tasks go on meanwhile.
+//! The core touches no file: the task never blocks on the disk.
 //!
 //! Bounded: no more than [`CHANGES_IN_FLIGHT_MAX`] changes (and
 //! [`CHANGE_BYTES_IN_FLIGHT_MAX`] of their data) go to the disk worker, and no more
-//! than [`READS_MAX`] reads to the reader thread; the rest wait on the task, and while
+//! than [`READS_MAX`] reads to the reader thread and [`LOG_JOBS_MAX`] operations to the
+//! logger's worker; the rest wait on the task, and while
 //! they do the task reads no message: its inbox fills, the connections that feed it
 //! stop being read, and TCP holds the peers' writers back, whose queues to this server
 //! are bounded (`net/outbox.rs`). A slow disk slows its senders; it grows no memory.
@@ -59,6 +61,7 @@ use crate::server::disk::{DiskWatch, ServerDisk, ServerDiskError};
 use crate::server::disk_worker;
 use crate::server::disk_worker::{Job, Synced};
 use crate::server::file_log::{FileLog, FileLogError};
+use crate::server::log_worker::{self, LOG_JOBS_MAX, LogDone, LogJob};
 use crate::server::packs::SharedPacks;
 
 #[derive(Debug, thiserror::Error)]
@@ -123,16 +126,24 @@ pub fn open_durable(
     dir: &Path,
     id: ServerId,
     config: &ClusterConfig,
-) -> Result<(Arc<Mutex<ServerDisk>>, Durable), ServerNodeError> {
+) -> Result<(ServerFiles, Durable), ServerNodeError> {
     let (disk, store) = ServerDisk::open(&dir.join("replicas"), config.chunk_size_bytes)?;
-    let log = FileLog::open(
+    let (file_log, log) = FileLog::open(
         &dir.join("logger"),
         id.0,
         config.chunk_size_bytes,
         config.logger_capacity_bytes,
     )?;
     let incarnation = crate::server::incarnation::next(dir)?;
-    Ok((Arc::new(Mutex::new(disk)), Durable { store, log, incarnation }))
+    let files = ServerFiles { disk: Arc::new(Mutex::new(disk)), log: file_log };
+    Ok((files, Durable { store, log, incarnation }))
+}
+
+/// What a server's process holds open of its disk: its replicas and its logger's log
+/// (the core holds the metadata of both).
+pub struct ServerFiles {
+    pub disk: Arc<Mutex<ServerDisk>>,
+    pub log: FileLog,
 }
 
 /// The server's inputs.
@@ -160,7 +171,7 @@ pub async fn run(
     id: ServerId,
     config: ClusterConfig,
     topology: Arc<ServerPlaces>,
-    disk: Arc<Mutex<ServerDisk>>,
+    files: ServerFiles,
     durable: Durable,
     clock: Clock,
     mut inputs: ServerInputs,
@@ -170,11 +181,14 @@ pub async fn run(
     let heartbeat_gap_told = (clock.real_of(config.failure_timeout) / 2)
         .max(clock.real_of(config.heartbeat_interval) * 2);
     let mut server = Server::new(id, config, topology, durable, clock.now(), None);
+    let disk = files.disk;
     let (watch, packs) = {
         let disk = disk.lock().map_err(|_| poisoned())?;
         (disk.watch(), disk.packs())
     };
     let (changes, mut durable_ios) = disk_worker::spawn(disk);
+    let (log_jobs, mut log_done) = log_worker::spawn(files.log, id.0)
+        .map_err(|error| ServerDiskError::Io(format!("starting the logger's worker: {error}")))?;
     let (reads, mut reads_done) = BlockReader::spawn(packs.clone(), id.0)
         .map_err(|error| ServerDiskError::Io(format!("starting the reader of blocks: {error}")))?;
     let mut node = ServerTask {
@@ -184,6 +198,9 @@ pub async fn run(
         in_flight_bytes: 0,
         reads_in_flight: 0,
         reads_waiting: VecDeque::new(),
+        log_jobs,
+        log_in_flight: 0,
+        log_waiting: VecDeque::new(),
         checkpointing: false,
         held: VecDeque::new(),
         held_bytes: 0,
@@ -217,6 +234,10 @@ pub async fn run(
                 node.reads_in_flight -= 1;
                 read_event(io, found)
             }
+            Some((io, done)) = log_done.recv() => {
+                node.log_in_flight -= 1;
+                log_event(io, done)
+            }
             done = durable_ios.recv() => match done {
                 Some(Ok(synced)) => {
                     node.synced(synced, &mut server, &outbox, &clock, &inputs.disk_dir, id);
@@ -242,7 +263,7 @@ pub async fn run(
             }
             _ = inputs.shutdown.changed() => break,
         };
-        tokio::task::block_in_place(|| server.handle(clock.now(), event));
+        server.handle(clock.now(), event);
         node.carry_out(&mut server, &outbox);
         node.finish_ready(&mut server, &outbox, &clock);
         node.after_events(&server)?;
@@ -285,6 +306,11 @@ struct ServerTask {
     /// sent (past `READS_MAX`).
     reads_in_flight: usize,
     reads_waiting: VecDeque<(IoId, ChunkId, Range<u64>)>,
+    /// The logger's worker, the operations sent to it and not yet answered, and
+    /// those waiting to be sent (past `LOG_JOBS_MAX`).
+    log_jobs: mpsc::Sender<LogJob>,
+    log_in_flight: usize,
+    log_waiting: VecDeque<LogJob>,
     /// A checkpoint is under way (begun, not yet finished).
     checkpointing: bool,
     /// Changes held back while a checkpoint waits for those in flight, or for room
@@ -324,6 +350,16 @@ fn read_event(io: IoId, found: ReadOutcome) -> ServerEvent {
         Ok(Ok(read)) => ServerEvent::DiskRead { io, read },
         Ok(Err(blocks)) => ServerEvent::DiskFailed { io, error: DiskError::Corrupt { blocks } },
         Err(error) => ServerEvent::DiskFailed { io, error: DiskError::Io(error.to_string()) },
+    }
+}
+
+/// The core's event for how an operation of the logger's worker ended.
+fn log_event(io: IoId, done: LogDone) -> ServerEvent {
+    match done {
+        LogDone::Committed => ServerEvent::DiskDone { io },
+        LogDone::NoSpace => ServerEvent::DiskFailed { io, error: DiskError::NoSpace },
+        LogDone::Read(pieces) => ServerEvent::LogRead { io, pieces },
+        LogDone::Failed(why) => ServerEvent::DiskFailed { io, error: DiskError::Io(why) },
     }
 }
 
@@ -378,7 +414,14 @@ impl ServerTask {
                             None => self.reads_waiting.push_back((io, chunk, blocks)),
                         }
                     }
-                    DiskOp::Log { .. } => self.ready.push(ServerEvent::DiskDone { io }),
+                    DiskOp::LogCommit(commit) => {
+                        self.log_waiting.push_back(LogJob::Commit(io, commit))
+                    }
+                    DiskOp::LogRead { reads } => {
+                        self.log_waiting.push_back(LogJob::Read(io, reads))
+                    }
+                    // The engine made the copies in the commit before.
+                    DiskOp::LogCopies => self.ready.push(ServerEvent::DiskDone { io }),
                 },
                 ServerAction::Halt { reason } => {
                     self.halted.get_or_insert(reason);
@@ -494,7 +537,7 @@ impl ServerTask {
     fn finish_ready(&mut self, server: &mut Server, outbox: &Outbox, clock: &Clock) {
         while !self.ready.is_empty() {
             for event in std::mem::take(&mut self.ready) {
-                tokio::task::block_in_place(|| server.handle(clock.now(), event));
+                server.handle(clock.now(), event);
                 self.carry_out(server, outbox);
             }
         }
@@ -518,6 +561,14 @@ impl ServerTask {
         {
             self.reads_in_flight += 1;
             self.reads.read(io, chunk, blocks).map_err(ServerDiskError::Io)?;
+        }
+        while self.log_in_flight < LOG_JOBS_MAX
+            && let Some(job) = self.log_waiting.pop_front()
+        {
+            self.log_in_flight += 1;
+            self.log_jobs.try_send(job).map_err(|_| {
+                ServerDiskError::Io("the logger's worker stopped, or took more than counted".into())
+            })?;
         }
         let due = !self.checkpointing
             && self.checkpoint_after.is_none_or(|after| Instant::now() >= after);
@@ -554,6 +605,7 @@ impl ServerTask {
         self.held.len() < CHANGES_IN_FLIGHT_MAX
             && self.held_bytes < CHANGE_BYTES_IN_FLIGHT_MAX
             && self.reads_waiting.is_empty()
+            && self.log_waiting.is_empty()
     }
 
     /// The disk worker reported the first `count` changes in flight.

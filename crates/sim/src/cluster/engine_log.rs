@@ -10,12 +10,14 @@
 
 use std::sync::Arc;
 
-use somnus_core::cluster::logvolume::{BackendError, LogBackend, LogPiece, SEGMENT_BYTES};
+use somnus_core::cluster::logvolume::{
+    LogAddress, LogCommit, LogOp, LogPiece, LogVolume, SEGMENT_BYTES,
+};
 use somnus_core::cluster::{Payload, Stamp};
 #[cfg(test)]
 use somnus_logstore::Disk;
 use somnus_logstore::{Crash, Error, LogId, LogStore, MemDisk, Options};
-use somnus_types::{ByteRange, ObjectId, OwnerId, Version};
+use somnus_types::ByteRange;
 
 pub(crate) struct EngineLog {
     disk: MemDisk,
@@ -24,7 +26,7 @@ pub(crate) struct EngineLog {
     /// A broken device for the test of D7's check: its crash loses the end of the
     /// newest segment, synced or not.
     #[cfg(test)]
-    lies: bool,
+    pub(crate) lies: bool,
 }
 
 impl std::fmt::Debug for EngineLog {
@@ -33,20 +35,22 @@ impl std::fmt::Debug for EngineLog {
     }
 }
 
-fn failed(error: Error) -> BackendError {
-    match error {
-        Error::Full { .. } => BackendError::Full,
-        error => BackendError::Failed(error.to_string()),
-    }
+/// Why the engine did not take a commit.
+#[derive(Debug)]
+pub(crate) enum CommitError {
+    /// Its appends do not all fit: none of it took effect.
+    NoSpace,
+    Failed(String),
 }
 
 impl EngineLog {
     /// An empty log of `capacity_bytes` for server `server`.
-    pub(crate) fn new(server: u32, capacity_bytes: u64) -> Result<EngineLog, BackendError> {
+    pub(crate) fn new(server: u32, capacity_bytes: u64) -> Result<EngineLog, String> {
         let log = LogId(u64::from(server) + 1);
         let options = Options::stepped_logger(log, SEGMENT_BYTES, capacity_bytes);
         let disk = MemDisk::new();
-        let store = LogStore::open(Arc::new(disk.clone()), options.clone()).map_err(failed)?;
+        let store =
+            LogStore::open(Arc::new(disk.clone()), options.clone()).map_err(|e| e.to_string())?;
         Ok(EngineLog {
             disk,
             store,
@@ -54,6 +58,86 @@ impl EngineLog {
             #[cfg(test)]
             lies: false,
         })
+    }
+
+    /// Carries out `commit`'s steps, in order, and makes them durable (one group
+    /// commit), or nothing of it when its appends do not all fit.
+    pub(crate) fn commit(&mut self, commit: &LogCommit) -> Result<(), CommitError> {
+        let failed = |e: Error| CommitError::Failed(e.to_string());
+        let sizes: Vec<u64> = commit
+            .ops
+            .iter()
+            .filter_map(|op| match op {
+                LogOp::Append { range, .. } => Some(range.size_bytes()),
+                _ => None,
+            })
+            .collect();
+        if !self.store.all_fit(&sizes) {
+            return Err(CommitError::NoSpace);
+        }
+        for op in &commit.ops {
+            match op {
+                LogOp::Append { owner, object, range, version, stamp, .. } => {
+                    let bytes = payload(*stamp, *range);
+                    self.store.append(*owner, *object, *range, *version, &bytes).map_err(failed)?
+                }
+                LogOp::Invalidate { owner, object, range, version } => {
+                    self.store.invalidate(*owner, *object, *range, *version).map_err(failed)?
+                }
+                LogOp::Collect => {
+                    self.store.flush_queued().map_err(failed)?;
+                    self.store.collect_garbage().map_err(failed)?;
+                }
+            }
+        }
+        self.store.flush_queued().map(|_| ()).map_err(failed)
+    }
+
+    /// What the log reads over each of `reads`: pieces with the stamp their bytes
+    /// name (none kept: the core's index has the writes).
+    pub(crate) fn read(&self, reads: &[LogAddress]) -> Result<Vec<Vec<LogPiece>>, String> {
+        reads.iter().map(|address| self.read_one(address)).collect()
+    }
+
+    fn read_one(&self, address: &LogAddress) -> Result<Vec<LogPiece>, String> {
+        let LogAddress { owner, object, range } = *address;
+        let read = self.store.read(owner, object, range).map_err(|e| e.to_string())?;
+        read.pieces
+            .into_iter()
+            .map(|piece| match stamp_of(piece.range, &piece.bytes) {
+                Some(stamp) => Ok(LogPiece {
+                    range: piece.range,
+                    version: piece.version,
+                    stamp: Some(stamp),
+                    data: Payload::NONE,
+                }),
+                None => Err(format!(
+                    "{owner:?} {object:?} {:?} version {:?} reads back bytes no single write wrote",
+                    piece.range, piece.version
+                )),
+            })
+            .collect()
+    }
+
+    pub(crate) fn live_bytes(&self) -> u64 {
+        self.store.stats().live_bytes
+    }
+
+    /// The machine crashed: what was not synced is lost (each commit syncs, so
+    /// nothing is), and the reopened engine recovers from its segments by a scan.
+    pub(crate) fn crash(&mut self) -> Result<(), String> {
+        #[cfg(test)]
+        if self.lies {
+            let newest = self.disk.list().ok().and_then(|names| names.into_iter().max());
+            if let Some(name) = newest {
+                let len = self.disk.contents(&name).map_or(0, |bytes| bytes.len() as u64);
+                let _ = self.disk.cut(&name, len.saturating_sub(100));
+            }
+        }
+        self.disk = self.disk.crash(Crash::LoseUnsynced);
+        self.store = LogStore::open(Arc::new(self.disk.clone()), self.options.clone())
+            .map_err(|e| e.to_string())?;
+        Ok(())
     }
 }
 
@@ -93,111 +177,38 @@ fn stamp_of(range: ByteRange, bytes: &[u8]) -> Option<Stamp> {
     (whole && rest == &expected[..rest.len()]).then_some(stamp)
 }
 
-impl LogBackend for EngineLog {
-    fn fits(&self, payload_bytes: u64) -> bool {
-        self.store.fits(payload_bytes)
+/// The machine of `log` crashed: the engine reopens from what was durable, and the
+/// model with it. Everything the engine held was durable (each commit syncs), so it
+/// must read back every write of the index exactly as before, and hold as many live
+/// bytes (D7): where it does not, a fault of the log.
+pub(crate) fn crash(engine: &mut EngineLog, log: &mut LogVolume) {
+    let addresses = log.addresses();
+    let before = (engine.read(&addresses), engine.live_bytes());
+    if let Err(error) = engine.crash() {
+        log.report_fault(format!("opening the log after a crash: {error}"));
     }
-
-    fn newest_version(&self, owner: OwnerId) -> Version {
-        self.store.newest_version(owner)
+    let after = (engine.read(&addresses), engine.live_bytes());
+    if before.1 != after.1 {
+        log.report_fault(format!("{} live bytes before a crash, {} after", before.1, after.1));
     }
-
-    fn append(
-        &mut self,
-        owner: OwnerId,
-        object: ObjectId,
-        range: ByteRange,
-        version: Version,
-        stamp: Stamp,
-        _data: &Payload,
-    ) -> Result<(), BackendError> {
-        self.store.append(owner, object, range, version, &payload(stamp, range)).map_err(failed)
-    }
-
-    fn invalidate(
-        &mut self,
-        owner: OwnerId,
-        object: ObjectId,
-        range: ByteRange,
-        version: Version,
-    ) -> Result<(), BackendError> {
-        self.store.invalidate(owner, object, range, version).map_err(failed)
-    }
-
-    fn flush(&mut self) -> Result<(), BackendError> {
-        self.store.flush_queued().map(|_| ()).map_err(failed)
-    }
-
-    fn read(
-        &self,
-        owner: OwnerId,
-        object: ObjectId,
-        range: ByteRange,
-    ) -> Result<Vec<LogPiece>, BackendError> {
-        let read = self.store.read(owner, object, range).map_err(failed)?;
-        read.pieces
-            .into_iter()
-            .map(|piece| match stamp_of(piece.range, &piece.bytes) {
-                Some(stamp) => Ok(LogPiece {
-                    range: piece.range,
-                    version: piece.version,
-                    stamp: Some(stamp),
-                    data: Payload::NONE,
-                }),
-                None => Err(BackendError::Failed(format!(
-                    "{owner:?} {object:?} {:?} version {:?} reads back bytes no single \
-                     write wrote",
-                    piece.range, piece.version
-                ))),
-            })
-            .collect()
-    }
-
-    fn versions(
-        &self,
-        owner: OwnerId,
-        object: ObjectId,
-        range: ByteRange,
-    ) -> Vec<(ByteRange, Version)> {
-        let extents = self.store.versions(owner, object, range);
-        extents.into_iter().map(|extent| (extent.range, extent.version)).collect()
-    }
-
-    fn collect(&mut self) -> Result<u64, BackendError> {
-        Ok(self.store.collect_garbage().map_err(failed)?.bytes_written)
-    }
-
-    fn live_bytes(&self) -> u64 {
-        self.store.stats().live_bytes
-    }
-
-    fn used_bytes(&self) -> u64 {
-        self.store.stats().used_bytes
-    }
-
-    fn crash(&mut self) -> Result<(), BackendError> {
-        // What was not synced is lost (the stepped log flushes at each disk completion,
-        // so nothing is); the reopened engine recovers from its segments by a scan.
-        #[cfg(test)]
-        if self.lies {
-            let newest = self.disk.list().ok().and_then(|names| names.into_iter().max());
-            if let Some(name) = newest {
-                let len = self.disk.contents(&name).map_or(0, |bytes| bytes.len() as u64);
-                let _ = self.disk.cut(&name, len.saturating_sub(100));
+    match (before.0, after.0) {
+        (Ok(was), Ok(is)) => {
+            if let Some(((address, was), is)) =
+                addresses.iter().zip(&was).zip(&is).find(|((_, was), is)| was != is)
+            {
+                log.report_fault(format!("{address:?} read {was:?} before a crash, {is:?} after"));
             }
         }
-        self.disk = self.disk.crash(Crash::LoseUnsynced);
-        self.store =
-            LogStore::open(Arc::new(self.disk.clone()), self.options.clone()).map_err(failed)?;
-        Ok(())
+        (Err(error), _) | (_, Err(error)) => log.report_fault(format!("reading the log: {error}")),
     }
+    log.crash();
 }
 
 #[cfg(test)]
 mod tests {
-    use somnus_core::cluster::logvolume::LogVolume;
+    use somnus_core::cluster::logvolume::{LogVolume, Staged};
     use somnus_core::cluster::{ChunkId, ChunkIndex, Epoch, LogRecord, UnstableWrite};
-    use somnus_types::ChunkGroupId;
+    use somnus_types::{ChunkGroupId, ObjectId, Version};
 
     use super::*;
 
@@ -211,29 +222,42 @@ mod tests {
         }
     }
 
+    fn record(w: &UnstableWrite) -> LogRecord {
+        LogRecord { owner: Epoch(1), chunk: w.chunk, range: w.range, version: w.version }
+    }
+
+    /// Hands a planned commit to the engine, and applies it once durable.
+    fn commit(engine: &mut EngineLog, log: &mut LogVolume, (commit, staged): (LogCommit, Staged)) {
+        engine.commit(&commit).unwrap();
+        log.committed(staged);
+    }
+
+    fn read(engine: &EngineLog, log: &mut LogVolume, r: &LogRecord) -> Option<UnstableWrite> {
+        let (addresses, plan) = log.stage_read(ChunkGroupId(1), vec![*r]);
+        let pieces = engine.read(&addresses).unwrap();
+        log.read_done(plan, Some(pieces)).pop().and_then(|(_, w)| w)
+    }
+
     /// A logger on the engine: a batch, a marker, a crash; it reads back the same
     /// after, unless the device loses what was synced (D7's check, shown failing).
     fn crash_once(lies: bool) -> Vec<String> {
         let mut engine = EngineLog::new(0, 64 << 20).unwrap();
         engine.lies = lies;
-        let mut log = LogVolume::on(1 << 20, Box::new(engine));
+        let mut log = LogVolume::new(1 << 20, 64 << 20);
         let group = ChunkGroupId(1);
         let writes = [write(0, 1), write(1, 2), write(8, 3)];
-        assert_eq!(log.append_batch(group, Epoch(1), &writes).0.len(), 3);
-        let first = LogRecord {
-            owner: Epoch(1),
-            chunk: writes[0].chunk,
-            range: writes[0].range,
-            version: writes[0].version,
-        };
-        log.invalidate_batch(group, &[first]);
+        let planned = log.stage_append(group, Epoch(1), &writes);
+        assert_eq!(planned.1.appended.len(), 3);
+        commit(&mut engine, &mut log, planned);
+        let planned = log.stage_invalidate(group, &[record(&writes[0])]);
+        commit(&mut engine, &mut log, planned);
         let live = log.live_bytes();
-        log.crash();
+        assert_eq!(engine.live_bytes(), live, "the engine and the model disagree");
+        crash(&mut engine, &mut log);
         assert_eq!(log.records(group).len(), 2);
         if !lies {
-            assert_eq!(log.live_bytes(), live);
-            let second = LogRecord { version: Version(2), range: writes[1].range, ..first };
-            assert_eq!(log.read(group, &second), Some(writes[1].clone()));
+            assert_eq!(engine.live_bytes(), live);
+            assert_eq!(read(&engine, &mut log, &record(&writes[1])), Some(writes[1].clone()));
         }
         log.faults().to_vec()
     }
@@ -244,42 +268,45 @@ mod tests {
     }
 
     #[test]
-    fn a_late_append_stays_a_repeat_after_collection_and_a_crash_emptied_the_log() {
-        let mut log = LogVolume::on(1 << 20, Box::new(EngineLog::new(0, 64 << 20).unwrap()));
-        let group = ChunkGroupId(1);
-        // Enough 8 KiB records to seal a few 4 MiB segments, then every one reclaimed.
-        let writes: Vec<UnstableWrite> = (1..=1200).map(|v| write(v % 100, v)).collect();
-        for batch in writes.chunks(50) {
-            assert_eq!(log.append_batch(group, Epoch(1), batch).1, vec![]);
-        }
-        let records: Vec<LogRecord> = writes
-            .iter()
-            .map(|w| LogRecord {
-                owner: Epoch(1),
-                chunk: w.chunk,
-                range: w.range,
-                version: w.version,
-            })
-            .collect();
-        log.invalidate_batch(group, &records);
-        // The head segment is collected once a reopen has sealed it.
-        for _ in 0..2 {
-            log.collect();
-            log.crash();
-        }
-        assert_eq!((log.write_count(), log.live_bytes()), (0, 0));
-        // A duplicate of an early batch arrives late: D1 takes it as a repeat.
-        let (logged, full) = log.append_batch(group, Epoch(1), &writes[..3]);
-        assert_eq!((logged.len(), full.len()), (3, 0));
-        assert_eq!(log.write_count(), 0, "a late repeat was logged again");
-        assert_eq!(log.faults(), &[] as &[String]);
-    }
-
-    #[test]
     fn d7_catches_a_device_that_loses_synced_records_in_a_crash() {
         let faults = crash_once(true);
         assert!(!faults.is_empty(), "a lost record went unnoticed");
         assert!(faults.iter().any(|f| f.contains("before a crash")), "{faults:?}");
+    }
+
+    /// After collection and crashes emptied the log, a duplicate of an early batch is
+    /// still a repeat (D1), and the engine and the model agree throughout.
+    #[test]
+    fn a_late_append_stays_a_repeat_after_collection_and_a_crash_emptied_the_log() {
+        let mut engine = EngineLog::new(0, 64 << 20).unwrap();
+        let mut log = LogVolume::new(1 << 20, 64 << 20);
+        let group = ChunkGroupId(1);
+        // Enough 8 KiB records to seal a few 4 MiB segments, then every one reclaimed.
+        let writes: Vec<UnstableWrite> = (1..=1200).map(|v| write(v % 100, v)).collect();
+        for batch in writes.chunks(50) {
+            let planned = log.stage_append(group, Epoch(1), batch);
+            assert_eq!(planned.1.full, vec![]);
+            commit(&mut engine, &mut log, planned);
+        }
+        let records: Vec<LogRecord> = writes.iter().map(record).collect();
+        let planned = log.stage_invalidate(group, &records);
+        commit(&mut engine, &mut log, planned);
+        // The head segment is collected once a reopen has sealed it.
+        for _ in 0..2 {
+            if let Some(planned) = log.stage_collect() {
+                commit(&mut engine, &mut log, planned);
+            }
+            crash(&mut engine, &mut log);
+            assert_eq!(engine.live_bytes(), log.live_bytes());
+            assert_eq!(engine.store.stats().used_bytes, log.used_bytes());
+        }
+        assert_eq!((log.write_count(), log.live_bytes()), (0, 0));
+        // A duplicate of an early batch arrives late: D1 takes it as a repeat.
+        let planned = log.stage_append(group, Epoch(1), &writes[..3]);
+        assert_eq!((planned.1.repeats.len(), planned.1.appended.len()), (3, 0));
+        commit(&mut engine, &mut log, planned);
+        assert_eq!(log.write_count(), 0, "a late repeat was logged again");
+        assert_eq!(log.faults(), &[] as &[String]);
     }
 
     #[test]

@@ -32,10 +32,11 @@ use rand_pcg::Pcg64;
 use somnus_core::cluster::client::{
     Client, ClientAction, ClientError, ClientEvent, ClientOp, ClientOutcome,
 };
-use somnus_core::cluster::logvolume::{LogVolume, ModelLog};
+use somnus_core::cluster::logvolume::LogVolume;
 use somnus_core::cluster::mds::{Command, Mds, MdsAction, MdsEvent};
 use somnus_core::cluster::server::{
-    Broken, DiskOp, Durable, Server, ServerAction, ServerCounters, ServerEvent,
+    Broken, DiskError, DiskOp as ServerDiskOp, Durable, Server, ServerAction, ServerCounters,
+    ServerEvent,
 };
 use somnus_core::cluster::store::{BLOCK_BYTES, ChunkStore, StoreOp};
 use somnus_core::cluster::{
@@ -109,12 +110,13 @@ pub struct ClusterSpec {
 /// What a simulated logger keeps its records in.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum LoggerBackend {
-    /// The real `somnus-logstore` engine over its fault-injecting in-memory device,
-    /// stepped by the simulation's events: the bytes-on-disk code under test.
+    /// The real `somnus-logstore` engine over its in-memory device, carrying out the
+    /// core's commits as the simulated disk finishes them: the bytes-on-disk code under
+    /// test, checked against the core's model and index.
     Logstore,
-    /// The core's model of a log (metadata only): the engine's semantics without its
-    /// bytes, for comparison. The two agree on reads; their garbage collections copy
-    /// different records, so log space and disk timings, and so a run, may differ.
+    /// No engine: the core's model of the log (its metadata, which the core keeps
+    /// either way) answers the reads. The core decides the same either way, so a seed
+    /// runs the same.
     Model,
 }
 
@@ -352,6 +354,11 @@ struct SimServer {
     lost_store: Option<Durable>,
     /// Its modelled energy, charged by its sleeps and wakes.
     meter: ServerMeter,
+    /// The engine its logger's bytes are in (none where the model runs alone), and
+    /// the logger's operations on the disk, done by the engine as the disk finishes
+    /// each (by I/O id, this incarnation's).
+    engine: Option<engine_log::EngineLog>,
+    log_ops: BTreeMap<u64, ServerDiskOp>,
 }
 
 impl SimServer {
@@ -472,20 +479,29 @@ pub struct ClusterSim<'t> {
     frees: BTreeMap<(u32, u32, u64), Vec<ObjectId>>,
 }
 
-/// A new server's empty disks, its logger on `logger`.
-fn durable(logger: LoggerBackend, server: u32, config: &ClusterConfig) -> Durable {
-    let capacity = config.logger_capacity_bytes;
-    let backend: Box<dyn somnus_core::cluster::logvolume::LogBackend> = match logger {
-        LoggerBackend::Model => Box::new(ModelLog::new(capacity)),
-        LoggerBackend::Logstore => match engine_log::EngineLog::new(server, capacity) {
-            Ok(engine) => Box::new(engine),
-            Err(error) => panic!("a new log on an empty in-memory disk failed: {error}"),
-        },
-    };
+/// A new server's empty disks.
+fn durable(config: &ClusterConfig) -> Durable {
     Durable {
         store: ChunkStore::new(config.chunk_size_bytes),
-        log: LogVolume::on(config.chunk_size_bytes, backend),
+        log: LogVolume::new(config.chunk_size_bytes, config.logger_capacity_bytes),
         incarnation: 0,
+    }
+}
+
+/// Server `server`'s logger's engine on `logger` (none for the model alone).
+fn engine(
+    logger: LoggerBackend,
+    server: u32,
+    config: &ClusterConfig,
+) -> Option<engine_log::EngineLog> {
+    match logger {
+        LoggerBackend::Model => None,
+        LoggerBackend::Logstore => {
+            match engine_log::EngineLog::new(server, config.logger_capacity_bytes) {
+                Ok(engine) => Some(engine),
+                Err(error) => panic!("a new log on an empty in-memory disk failed: {error}"),
+            }
+        }
     }
 }
 
@@ -507,7 +523,7 @@ impl<'t> ClusterSim<'t> {
                     ServerId(s),
                     config,
                     topology.clone(),
-                    durable(spec.logger, s, &config),
+                    durable(&config),
                     start,
                     spec.broken,
                 )),
@@ -522,6 +538,8 @@ impl<'t> ClusterSim<'t> {
                 lost: false,
                 lost_store: None,
                 meter: ServerMeter::new(spec.server_profile.clone(), start),
+                engine: engine(spec.logger, s, &config),
+                log_ops: BTreeMap::new(),
             })
             .collect();
         let clients = (0..spec.clients)
@@ -686,14 +704,20 @@ impl<'t> ClusterSim<'t> {
                     // A read finds the blocks as the disk holds them now (the store
                     // is the simulated disk: it changes as a change completes): a
                     // write that landed while the read waited shows in their headers.
+                    // The logger's engine does its operation as the disk finishes it.
                     let io = IoId(io);
-                    let slot = &self.servers[server as usize];
-                    let read = slot.server.as_ref().and_then(|server| server.read_found(io));
-                    let event = match read {
-                        Some(read) => ServerEvent::DiskRead { io, read },
-                        None => ServerEvent::DiskDone { io },
+                    let event = match self.servers[server as usize].log_ops.remove(&io.0) {
+                        Some(op) => self.log_op_done(server, io, op),
+                        None => {
+                            let slot = &self.servers[server as usize];
+                            match slot.server.as_ref().and_then(|server| server.read_found(io)) {
+                                Some(read) => ServerEvent::DiskRead { io, read },
+                                None => ServerEvent::DiskDone { io },
+                            }
+                        }
                     };
                     self.feed_server(server, event);
+                    self.check_engine(server);
                 }
             }
             Event::Timer(node) => {
@@ -948,11 +972,21 @@ impl<'t> ClusterSim<'t> {
                     match action {
                         ServerAction::Send { to, message } => self.send(from, to, message),
                         ServerAction::Disk { io, op, position, bytes, background } => {
-                            if let DiskOp::Change { change: StoreOp::Free { objects }, .. } = &op {
-                                let incarnation = self.servers[s as usize].incarnation;
-                                self.frees.insert((s, incarnation, io.0), objects.clone());
+                            let writes = op.writes();
+                            match op {
+                                ServerDiskOp::Change {
+                                    change: StoreOp::Free { objects }, ..
+                                } => {
+                                    let incarnation = self.servers[s as usize].incarnation;
+                                    self.frees.insert((s, incarnation, io.0), objects);
+                                }
+                                op
+                                @ (ServerDiskOp::LogCommit(_) | ServerDiskOp::LogRead { .. }) => {
+                                    self.servers[s as usize].log_ops.insert(io.0, op);
+                                }
+                                _ => {}
                             }
-                            self.disk_io(s, io, op.writes(), position, bytes, !background)
+                            self.disk_io(s, io, writes, position, bytes, !background)
                         }
                         ServerAction::Halt { reason } => {
                             // The server stops, as on a crash; it restarts a little later.
@@ -989,6 +1023,46 @@ impl<'t> ClusterSim<'t> {
                 let deadline = self.clients[c as usize].client.poll_timeout();
                 self.arm(node, deadline);
             }
+        }
+    }
+
+    /// The logger's engine of server `s` does `op` as the disk finishes it (a shell
+    /// without an engine only reports it done: the core's model answers). The engine
+    /// fails nothing in the simulation: where it does, a fault of the log (D7).
+    fn log_op_done(&mut self, s: u32, io: IoId, op: ServerDiskOp) -> ServerEvent {
+        let slot = &mut self.servers[s as usize];
+        let Some(engine) = slot.engine.as_mut() else { return ServerEvent::DiskDone { io } };
+        let failed = match op {
+            ServerDiskOp::LogCommit(commit) => match engine.commit(&commit) {
+                Ok(()) => return ServerEvent::DiskDone { io },
+                Err(engine_log::CommitError::NoSpace) => {
+                    return ServerEvent::DiskFailed { io, error: DiskError::NoSpace };
+                }
+                Err(engine_log::CommitError::Failed(error)) => error,
+            },
+            ServerDiskOp::LogRead { reads } => match engine.read(&reads) {
+                Ok(pieces) => return ServerEvent::LogRead { io, pieces },
+                Err(error) => error,
+            },
+            _ => return ServerEvent::DiskDone { io },
+        };
+        self.checker.violate(format!("D7: the log engine of s{s} failed: {failed}"));
+        ServerEvent::DiskFailed { io, error: DiskError::Io(failed) }
+    }
+
+    /// Where server `s` runs its logger on an engine, the engine and the core's model
+    /// of the log must hold the same live bytes after every operation.
+    fn check_engine(&mut self, s: u32) {
+        let slot = &self.servers[s as usize];
+        let (Some(engine), Some(server)) = (slot.engine.as_ref(), slot.server.as_ref()) else {
+            return;
+        };
+        let (engine_live, model_live) = (engine.live_bytes(), server.log_volume().live_bytes());
+        if engine_live != model_live {
+            self.checker.violate(format!(
+                "D7: the log engine of s{s} holds {engine_live} live bytes, the core's model \
+                 {model_live}"
+            ));
         }
     }
 
@@ -1553,9 +1627,13 @@ impl<'t> ClusterSim<'t> {
             let mut durable = server.into_durable();
             // The logger's engine loses what it had not synced and recovers from its
             // segments; its index must read back from it.
-            durable.log.crash();
+            match slot.engine.as_mut() {
+                Some(engine) => engine_log::crash(engine, &mut durable.log),
+                None => durable.log.crash(),
+            }
             slot.down_store = Some(durable);
         }
+        slot.log_ops.clear();
         slot.incarnation += 1;
         slot.disk = Disk::default();
         self.trace(|| format!("crash s{s}"));

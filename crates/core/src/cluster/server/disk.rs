@@ -16,12 +16,18 @@
 //!   was issued for ([`fill`]): a write that landed meanwhile sends the read round
 //!   again. Blocks that fail their checksum come back as a typed error and are
 //!   repaired from another replica.
+//! - The **logger's log** changes by commits ([`LogCommit`]: the engine's steps with
+//!   the bytes of its appends, and the index's changes), one at a time, each planned
+//!   from the log as the one before left it (`logging.rs`); a read of the log is
+//!   answered with the pieces the engine read, which the core checks against its
+//!   index.
 
 use std::collections::{BTreeMap, VecDeque};
 
 use somnus_types::{ByteRange, IoId};
 
 use super::{Io, Message, Server, ServerAction};
+use crate::cluster::logvolume::{LogAddress, LogCommit};
 use crate::cluster::store::{self, BLOCK_BYTES, BlockRun, BlocksRead, StoreOp};
 use crate::cluster::{ChunkId, Piece};
 use crate::slab::Key;
@@ -37,8 +43,16 @@ pub enum DiskOp {
     /// (`DiskDone` from a shell that keeps no bytes), or `DiskFailed` with the blocks
     /// that fail their checksum.
     Read { chunk: ChunkId, blocks: std::ops::Range<u64> },
-    /// The logger's I/O: the core's log volume does it when the shell reports it done.
-    Log { write: bool },
+    /// Carry out a commit of the logger's log and make it durable (`LogCommit` says
+    /// how): answer `DiskDone`, or `DiskFailed` (`NoSpace`: none of it took effect).
+    LogCommit(LogCommit),
+    /// Read these ranges of the logger's log: answer `LogRead` with the pieces of
+    /// each, in order (`DiskDone` from a shell that runs no engine: the core's model
+    /// says what a read sees).
+    LogRead { reads: Vec<LogAddress> },
+    /// A collection's copies, which the engine made in the commit before: disk time
+    /// only (the simulator charges its model), nothing to do.
+    LogCopies,
 }
 
 impl DiskOp {
@@ -47,7 +61,8 @@ impl DiskOp {
         match self {
             DiskOp::Change { .. } => true,
             DiskOp::Read { .. } => false,
-            DiskOp::Log { write } => *write,
+            DiskOp::LogCommit(_) | DiskOp::LogCopies => true,
+            DiskOp::LogRead { .. } => false,
         }
     }
 }
@@ -71,11 +86,12 @@ pub enum DiskError {
 #[derive(Debug)]
 pub(super) struct InFlight {
     pub(super) io: Io,
+    /// A logger's operation, planned with the I/O (handed to the shell as it is).
+    log: Option<DiskOp>,
     /// The change and the runs it was issued with (recorded when it is done).
     change: Option<(StoreOp, Vec<BlockRun>)>,
     position: u64,
     bytes: u64,
-    write: bool,
     background: bool,
 }
 
@@ -175,26 +191,42 @@ fn blocks_of(range: ByteRange) -> std::ops::Range<u64> {
 }
 
 impl Server {
-    pub(super) fn disk(&mut self, io: Io, write: bool, position: u64, bytes: u64) {
-        self.disk_with(io, write, position, bytes, false);
-    }
-
     /// Issues `io` (`bytes` at `position`, where the simulator's disk model places
     /// it), or holds it back while a change overlapping it is under way: a change
     /// until that one is done, and a read too, since it would find blocks the store
     /// does not hold yet and go round again, at once where a shell answers from its
     /// cache, without end and without the event loop ever taking the change's
     /// completion (a server's heartbeats stopped so in the runtime).
-    pub(super) fn disk_with(
+    pub(super) fn disk(&mut self, io: Io, position: u64, bytes: u64) {
+        self.issue_new(io, None, position, bytes, false);
+    }
+
+    /// Issues the logger's `io`, whose operation `op` carries what it needs.
+    pub(super) fn disk_log(&mut self, io: Io, op: DiskOp, position: u64, bytes: u64) {
+        self.disk_log_with(io, op, position, bytes, false);
+    }
+
+    pub(super) fn disk_log_with(
         &mut self,
         io: Io,
-        write: bool,
+        op: DiskOp,
+        position: u64,
+        bytes: u64,
+        background: bool,
+    ) {
+        self.issue_new(io, Some(op), position, bytes, background);
+    }
+
+    fn issue_new(
+        &mut self,
+        io: Io,
+        log: Option<DiskOp>,
         position: u64,
         bytes: u64,
         background: bool,
     ) {
         let held_back = self.disk.holds_back(&io, self.config.chunk_size_bytes);
-        let entry = InFlight { io, change: None, position, bytes, write, background };
+        let entry = InFlight { io, log, change: None, position, bytes, background };
         let Some(key) = self.ios.insert(entry) else {
             unreachable!("more than {} disk I/Os in flight", super::IOS_MAX);
         };
@@ -210,7 +242,9 @@ impl Server {
     fn issue(&mut self, io: IoId) {
         let chunk_bytes = self.config.chunk_size_bytes;
         let Some(entry) = self.ios.get_mut(Key(io.0)) else { return };
-        let op = if let Some(change) = entry.io.change() {
+        let op = if let Some(op) = entry.log.take() {
+            op
+        } else if let Some(change) = entry.io.change() {
             let runs = self.store.landing(&change);
             if let Some((chunk, range)) = entry.io.blocks_changed(chunk_bytes) {
                 self.disk.add(chunk, range);
@@ -220,14 +254,14 @@ impl Server {
         } else if let Some((chunk, range)) = entry.io.blocks_read(chunk_bytes) {
             DiskOp::Read { chunk, blocks: blocks_of(range) }
         } else {
-            DiskOp::Log { write: entry.write }
+            unreachable!("a disk I/O that neither changes, reads nor logs: {:?}", entry.io)
         };
         let (position, bytes, background) = (entry.position, entry.bytes, entry.background);
         self.actions.push_back(ServerAction::Disk { io, op, position, bytes, background });
     }
 
     /// Takes `io` off the disk: its blocks free for the changes waiting on them.
-    fn take_io(&mut self, io: IoId) -> InFlight {
+    pub(super) fn take_io(&mut self, io: IoId) -> InFlight {
         let Some(entry) = self.ios.remove(Key(io.0)) else {
             unreachable!("a disk I/O completed twice or was never issued");
         };
@@ -314,9 +348,7 @@ impl Server {
         }
         let chunk_bytes = self.config.chunk_size_bytes;
         let Some((chunk, range)) = io.blocks_read(chunk_bytes) else {
-            // The logger's I/O is done by the core's own calls at completion: a shell
-            // has nothing of it to fail.
-            return self.io_done(io);
+            return self.log_io_failed(io, error);
         };
         let bad: Vec<u64> = match error {
             DiskError::Corrupt { blocks } => blocks,

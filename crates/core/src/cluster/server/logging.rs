@@ -2,18 +2,56 @@
 //! batches of writes, fences a group's older epochs when a new primary recovers the
 //! DVL (after the appends it accepted before are durable, D4), reads records back, and
 //! appends deletion markers, collecting segments after them (D5).
+//!
+//! Its log changes one commit at a time: each is planned when the one before it is
+//! done, from the log as that one left it, and handed to the shell whole
+//! (`DiskOp::LogCommit`); what waits meanwhile is queued here, in arrival order. A read
+//! goes to the shell at once (`DiskOp::LogRead`) and is checked when it comes back.
 
-use somnus_types::{ChunkGroupId, ServerId};
+use std::collections::{BTreeMap, VecDeque};
 
-use super::{Broken, Io, Server};
-use crate::cluster::logvolume::LogVolume;
+use somnus_types::{ChunkGroupId, ServerId, Version};
+
+use super::disk::{DiskError, DiskOp};
+use super::{Broken, Io, Server, ServerAction};
+use crate::cluster::logvolume::{LogCommit, LogPiece, LogVolume, Staged};
 use crate::cluster::{Epoch, LogRecord, Message, UnstableWrite};
+
+/// A change of the log waiting for the commit before it.
+#[derive(Debug)]
+enum LogJob {
+    Append { group: ChunkGroupId, epoch: Epoch, primary: ServerId, writes: Vec<UnstableWrite> },
+    Fence { group: ChunkGroupId, epoch: Epoch, primary: ServerId },
+    Invalidate { group: ChunkGroupId, epoch: Epoch, primary: ServerId, records: Vec<LogRecord> },
+    Collect,
+}
+
+/// What the logger has under way.
+#[derive(Debug, Default)]
+pub(super) struct LoggerWork {
+    /// Per group: appends accepted and not yet durable, the recoveries waiting for
+    /// them, and a fence not yet durable.
+    in_flight: BTreeMap<ChunkGroupId, u32>,
+    recoveries_waiting: BTreeMap<ChunkGroupId, Vec<(ServerId, Epoch)>>,
+    fencing: BTreeMap<ChunkGroupId, Epoch>,
+    /// Where the log's next write goes on the disk (it is written sequentially).
+    position: u64,
+    /// The changes waiting for the commit on the disk, if one is.
+    jobs: VecDeque<LogJob>,
+    committing: bool,
+}
+
+impl LoggerWork {
+    pub(super) fn new(position: u64) -> LoggerWork {
+        LoggerWork { position, ..LoggerWork::default() }
+    }
+}
 
 impl Server {
     /// The epoch the logger answers to for `group`: the fenced one, or the one a fence
     /// in flight will set.
     fn log_epoch(&self, group: ChunkGroupId) -> Epoch {
-        let fencing = self.log_fencing.get(&group).copied().unwrap_or_default();
+        let fencing = self.logger.fencing.get(&group).copied().unwrap_or_default();
         self.log.fence(group).max(fencing)
     }
 
@@ -33,47 +71,70 @@ impl Server {
             return;
         }
         match message {
-            Message::LogAppend { writes, .. } => self.log_append(primary, group, epoch, writes),
+            Message::LogAppend { writes, .. } => {
+                *self.logger.in_flight.entry(group).or_default() += 1;
+                self.log_job(LogJob::Append { group, epoch, primary, writes });
+            }
             Message::LogRecover { .. } => self.log_recover(primary, group, epoch),
             Message::LogRead { records, .. } => {
-                let writes: Vec<(LogRecord, Option<UnstableWrite>)> =
-                    records.iter().map(|r| (*r, self.log.read(group, r))).collect();
-                let bytes = writes
-                    .iter()
-                    .filter_map(|(_, w)| w.as_ref().map(|w| w.range.size_bytes()))
-                    .sum();
-                let position = self.log_position;
-                let message = Message::LogData { group, epoch, writes };
-                self.disk(Io::LogRead { to: primary, message }, false, position, bytes);
+                let (reads, plan) = self.log.stage_read(group, records);
+                let bytes = reads.iter().map(|r| r.range.size_bytes()).sum();
+                let (position, op) = (self.logger.position, DiskOp::LogRead { reads });
+                self.disk_log(Io::LogRead { to: primary, group, epoch, plan }, op, position, bytes);
             }
             Message::LogInvalidate { records, .. } => {
-                let bytes = records.len() as u64 * crate::logger::RECORD_HEADER_BYTES;
-                let position = self.next_log_position(bytes);
-                let io = Io::LogInvalidate { group, epoch, primary, records };
-                self.disk(io, true, position, bytes);
+                self.log_job(LogJob::Invalidate { group, epoch, primary, records });
             }
             _ => {}
         }
     }
 
-    /// Where the log's next `bytes` go: the log is written sequentially.
-    fn next_log_position(&mut self, bytes: u64) -> u64 {
-        let position = self.log_position;
-        self.log_position += bytes;
-        position
+    fn log_job(&mut self, job: LogJob) {
+        self.logger.jobs.push_back(job);
+        self.next_log_commit();
     }
 
-    fn log_append(
-        &mut self,
-        primary: ServerId,
-        group: ChunkGroupId,
-        epoch: Epoch,
-        writes: Vec<UnstableWrite>,
-    ) {
-        let bytes: u64 = writes.iter().map(LogVolume::record_bytes).sum();
-        *self.log_in_flight.entry(group).or_default() += 1;
-        let position = self.next_log_position(bytes);
-        self.disk(Io::LogAppend { group, epoch, primary, writes }, true, position, bytes);
+    /// Plans the next change waiting, unless a commit is on the disk: from the log as
+    /// every commit before left it. A change with nothing to make durable is done at
+    /// once.
+    fn next_log_commit(&mut self) {
+        while !self.logger.committing
+            && let Some(job) = self.logger.jobs.pop_front()
+        {
+            let (io, commit) = match job {
+                LogJob::Append { group, epoch, primary, writes } => {
+                    let (commit, staged) = self.log.stage_append(group, epoch, &writes);
+                    (Io::LogAppend { group, epoch, primary, staged }, commit)
+                }
+                LogJob::Fence { group, epoch, primary } => {
+                    let (commit, staged) = self.log.stage_fence(group, epoch);
+                    (Io::LogFence { group, epoch, primary, staged }, commit)
+                }
+                LogJob::Invalidate { group, epoch, primary, records } => {
+                    let (commit, staged) = self.log.stage_invalidate(group, &records);
+                    (Io::LogInvalidate { group, epoch, primary, records, staged }, commit)
+                }
+                LogJob::Collect => match self.log.stage_collect() {
+                    Some((commit, staged)) => (Io::LogCollect { staged }, commit),
+                    None => continue,
+                },
+            };
+            if commit.is_empty() {
+                self.log_io_done(io);
+                continue;
+            }
+            self.logger.committing = true;
+            let bytes = commit.record_bytes();
+            let position = self.next_log_position(bytes);
+            self.disk_log(io, DiskOp::LogCommit(commit), position, bytes);
+        }
+    }
+
+    /// Where the log's next `bytes` go: the log is written sequentially.
+    fn next_log_position(&mut self, bytes: u64) -> u64 {
+        let position = self.logger.position;
+        self.logger.position += bytes;
+        position
     }
 
     fn log_recover(&mut self, primary: ServerId, group: ChunkGroupId, epoch: Epoch) {
@@ -83,87 +144,143 @@ impl Server {
             self.answer_primary(primary, Message::LogRecovered { group, epoch, records });
             return;
         }
-        let known = self.log_epoch(group);
-        let fenced = epoch == self.log.fence(group);
-        if fenced && self.log.fence_durable(group) {
+        if epoch == self.log.fence(group) {
             self.recovered_when_settled(primary, group, epoch);
-        } else if epoch > known || (fenced && !self.log_fencing.contains_key(&group)) {
-            // A new fence, or one whose flush failed: (again) made durable first.
-            self.log_fencing.insert(group, epoch);
-            let position = self.next_log_position(crate::logger::RECORD_HEADER_BYTES);
-            let bytes = crate::logger::RECORD_HEADER_BYTES;
-            self.disk(Io::LogFence { group, epoch, primary }, true, position, bytes);
+        } else if epoch > self.log_epoch(group) {
+            // A new fence: made durable first.
+            self.logger.fencing.insert(group, epoch);
+            self.log_job(LogJob::Fence { group, epoch, primary });
         }
     }
 
     /// Answers a recovery once no append accepted before the fence is in flight.
     fn recovered_when_settled(&mut self, primary: ServerId, group: ChunkGroupId, epoch: Epoch) {
-        if self.log_in_flight.get(&group).copied().unwrap_or(0) > 0 {
-            self.log_recoveries_waiting.entry(group).or_default().push((primary, epoch));
+        if self.logger.in_flight.get(&group).copied().unwrap_or(0) > 0 {
+            self.logger.recoveries_waiting.entry(group).or_default().push((primary, epoch));
             return;
         }
         let records = self.log.records(group);
         self.answer_primary(primary, Message::LogRecovered { group, epoch, records });
     }
 
-    pub(super) fn log_append_done(
-        &mut self,
-        group: ChunkGroupId,
-        epoch: Epoch,
-        primary: ServerId,
-        writes: Vec<UnstableWrite>,
-    ) {
-        // Flushed with the batch if this flush fails.
-        self.log.set_fence(group, epoch);
-        let (versions, full) = self.log.append_batch(group, epoch, &writes);
-        let in_flight = self.log_in_flight.entry(group).or_default();
-        *in_flight -= 1;
+    /// A logger's I/O is done: a commit is applied and answered (and the next one
+    /// planned), a read's pieces checked and sent.
+    pub(super) fn log_io_done(&mut self, io: Io) {
+        self.log_io_finished(io, None);
+    }
+
+    /// The shell's engine read `pieces` for the read `io`.
+    pub(super) fn log_read(&mut self, io: Io, pieces: Vec<Vec<LogPiece>>) {
+        self.log_io_finished(io, Some(pieces));
+    }
+
+    fn log_io_finished(&mut self, io: Io, pieces: Option<Vec<Vec<LogPiece>>>) {
+        match io {
+            Io::LogRead { to, group, epoch, plan } => {
+                let writes = self.log.read_done(plan, pieces);
+                self.answer_primary(to, Message::LogData { group, epoch, writes });
+                return;
+            }
+            Io::LogAppend { group, epoch, primary, staged } => {
+                let (versions, full) = answers_of(&staged);
+                self.log.committed(staged);
+                self.log_append_settled(group);
+                if !full.is_empty() {
+                    self.answer_primary(primary, Message::LogFull { group, epoch, versions: full });
+                }
+                self.answer_primary(primary, Message::LogAck { group, epoch, versions });
+            }
+            Io::LogFence { group, epoch, primary, staged } => {
+                self.log.committed(staged);
+                if self.logger.fencing.get(&group).is_some_and(|e| *e <= epoch) {
+                    self.logger.fencing.remove(&group);
+                }
+                self.recovered_when_settled(primary, group, epoch);
+            }
+            Io::LogInvalidate { group, epoch, primary, records, staged } => {
+                self.log.committed(staged);
+                self.log_job_after(LogJob::Collect);
+                self.answer_primary(primary, Message::LogInvalidated { group, epoch, records });
+            }
+            Io::LogCollect { staged } => {
+                // Background: the copies are written at the head a piece at a time,
+                // so foreground I/O waits for no more than a piece (one I/O of a
+                // collection's hundreds of MiB held a logger's disk for seconds).
+                let copied = self.log.committed(staged);
+                if copied > 0 {
+                    let position = self.next_log_position(copied);
+                    for offset in (0..copied).step_by(COLLECT_PIECE_BYTES as usize) {
+                        let bytes = COLLECT_PIECE_BYTES.min(copied - offset);
+                        let op = DiskOp::LogCopies;
+                        self.disk_log_with(Io::LogCopies, op, position + offset, bytes, true);
+                    }
+                }
+            }
+            Io::LogCopies => return,
+            _ => return,
+        }
+        self.log_commit_ended();
+    }
+
+    /// The disk could not do the logger's `io`. A commit that found no room took no
+    /// effect: its appends are refused as full, its fence or markers unanswered (the
+    /// primary asks again); any other error leaves what is durable unknown, and the
+    /// server halts (its restart recovers the log). A read that failed is not answered.
+    pub(super) fn log_io_failed(&mut self, io: Io, error: DiskError) {
+        if let Io::LogRead { .. } = io {
+            self.log.report_fault(format!("reading the log: {error}"));
+            return;
+        }
+        if !matches!(error, DiskError::NoSpace) {
+            let reason = format!("the disk failed a commit of the logger's log: {error}");
+            self.actions.push_back(ServerAction::Halt { reason });
+            return;
+        }
+        match io {
+            Io::LogAppend { group, epoch, primary, staged } => {
+                let versions = staged.repeats.clone();
+                let mut full = staged.full.clone();
+                full.extend(&staged.appended);
+                self.log.refused(staged);
+                self.log_append_settled(group);
+                self.answer_primary(primary, Message::LogFull { group, epoch, versions: full });
+                self.answer_primary(primary, Message::LogAck { group, epoch, versions });
+            }
+            Io::LogFence { group, staged, .. } => {
+                self.log.refused(staged);
+                self.logger.fencing.remove(&group);
+            }
+            Io::LogInvalidate { staged, .. } | Io::LogCollect { staged } => {
+                self.log.refused(staged)
+            }
+            _ => return,
+        }
+        self.log_commit_ended();
+    }
+
+    /// An append of `group` is no longer in flight: the recoveries that waited for
+    /// the group's appends are answered once none is.
+    fn log_append_settled(&mut self, group: ChunkGroupId) {
+        let in_flight = self.logger.in_flight.entry(group).or_default();
+        *in_flight = in_flight.saturating_sub(1);
         if *in_flight == 0 {
-            self.log_in_flight.remove(&group);
-            for (primary, epoch) in self.log_recoveries_waiting.remove(&group).unwrap_or_default() {
+            self.logger.in_flight.remove(&group);
+            let waiting = self.logger.recoveries_waiting.remove(&group).unwrap_or_default();
+            for (primary, epoch) in waiting {
                 self.recovered_when_settled(primary, group, epoch);
             }
         }
-        if !full.is_empty() {
-            self.answer_primary(primary, Message::LogFull { group, epoch, versions: full });
-        }
-        self.answer_primary(primary, Message::LogAck { group, epoch, versions });
     }
 
-    pub(super) fn log_fence_done(&mut self, group: ChunkGroupId, epoch: Epoch, primary: ServerId) {
-        let durable = self.log.set_fence(group, epoch);
-        if self.log_fencing.get(&group).is_some_and(|e| *e <= epoch) {
-            self.log_fencing.remove(&group);
-        }
-        // Not durable: unanswered, the primary's next `LogRecover` fences again (D4).
-        if durable {
-            self.recovered_when_settled(primary, group, epoch);
-        }
+    /// Queues `job` after those waiting (a collection after the markers that called
+    /// for it).
+    fn log_job_after(&mut self, job: LogJob) {
+        self.logger.jobs.push_back(job);
     }
 
-    pub(super) fn log_invalidate_done(
-        &mut self,
-        group: ChunkGroupId,
-        epoch: Epoch,
-        primary: ServerId,
-        records: Vec<LogRecord>,
-    ) {
-        if !self.log.invalidate_batch(group, &records) {
-            // Not durable: unanswered, the primary sends the markers again (D5).
-            return;
-        }
-        // Background collection: its copies are written at the head, a piece at a
-        // time, so foreground I/O waits for no more than a piece (one I/O of a
-        // collection's hundreds of MiB held a logger's disk for seconds).
-        let copied = self.log.collect();
-        if copied > 0 {
-            let position = self.next_log_position(copied);
-            for offset in (0..copied).step_by(COLLECT_PIECE_BYTES as usize) {
-                let bytes = COLLECT_PIECE_BYTES.min(copied - offset);
-                self.disk_with(Io::LogCollect, true, position + offset, bytes, true);
-            }
-        }
-        self.answer_primary(primary, Message::LogInvalidated { group, epoch, records });
+    fn log_commit_ended(&mut self) {
+        self.logger.committing = false;
+        self.next_log_commit();
     }
 
     /// The logger's durable state (the simulation's end checks).
@@ -172,5 +289,20 @@ impl Server {
     }
 }
 
+/// What an append's commit answers once durable: the versions logged (repeats and
+/// those it appended), and those refused as full.
+fn answers_of(staged: &Staged) -> (Vec<Version>, Vec<Version>) {
+    let mut logged = staged.repeats.clone();
+    logged.extend(&staged.appended);
+    logged.sort_unstable();
+    (logged, staged.full.clone())
+}
+
 /// The largest write of a collection's copies.
 const COLLECT_PIECE_BYTES: u64 = 1 << 20;
+
+impl LogCommit {
+    fn is_empty(&self) -> bool {
+        self.ops.is_empty() && self.index.changes().is_empty()
+    }
+}

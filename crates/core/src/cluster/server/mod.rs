@@ -33,7 +33,7 @@ use std::sync::Arc;
 
 use somnus_types::{ByteRange, ChunkGroupId, IoId, ServerId, Version, VirtualInstant};
 
-use super::logvolume::LogVolume;
+use super::logvolume::{LogPiece, LogVolume, ReadPlan, Staged};
 use super::store::{BlocksRead, ChunkStore};
 use super::{
     ClusterConfig, Epoch, HeldObject, LeaseGrant, LeaseRenewal, LogRecord, Message, Peer,
@@ -63,6 +63,12 @@ pub enum ServerEvent {
     DiskRead {
         io: IoId,
         read: BlocksRead,
+    },
+    /// The read `io` of the logger's log found these pieces, a list per range it
+    /// asked, in order.
+    LogRead {
+        io: IoId,
+        pieces: Vec<Vec<LogPiece>>,
     },
     /// The disk could not do `io`. A change that found no room took no effect (the
     /// writer hears nothing and sends it again, as after a lost message); a read's
@@ -283,16 +289,24 @@ enum Io {
         chunk: super::ChunkId,
         pieces: Vec<super::Piece>,
     },
-    /// The logger's append of a batch of a primary's writes.
-    LogAppend { group: ChunkGroupId, epoch: Epoch, primary: ServerId, writes: Vec<UnstableWrite> },
-    /// The logger's durable record that `group` is fenced at `epoch` in its log.
-    LogFence { group: ChunkGroupId, epoch: Epoch, primary: ServerId },
+    /// The logger's commit of a batch of a primary's writes.
+    LogAppend { group: ChunkGroupId, epoch: Epoch, primary: ServerId, staged: Staged },
+    /// The logger's commit of `group`'s fence at `epoch`.
+    LogFence { group: ChunkGroupId, epoch: Epoch, primary: ServerId, staged: Staged },
     /// The logger's read of records a primary asked for.
-    LogRead { to: ServerId, message: Message },
-    /// The logger's deletion markers.
-    LogInvalidate { group: ChunkGroupId, epoch: Epoch, primary: ServerId, records: Vec<LogRecord> },
+    LogRead { to: ServerId, group: ChunkGroupId, epoch: Epoch, plan: ReadPlan },
+    /// The logger's commit of deletion markers.
+    LogInvalidate {
+        group: ChunkGroupId,
+        epoch: Epoch,
+        primary: ServerId,
+        records: Vec<LogRecord>,
+        staged: Staged,
+    },
+    /// The logger's commit of a collection.
+    LogCollect { staged: Staged },
     /// Copies a collection wrote: nothing waits for them.
-    LogCollect,
+    LogCopies,
     /// The durable record that `objects` are freed, the free log applied up to
     /// `through` with them.
     Free { objects: Vec<somnus_types::ObjectId>, through: u64 },
@@ -334,12 +348,8 @@ pub struct Server {
     power: ServerPower,
     store: ChunkStore,
     log: LogVolume,
-    /// Per group: log appends in flight, recoveries waiting for them, fences in flight.
-    log_in_flight: BTreeMap<ChunkGroupId, u32>,
-    log_recoveries_waiting: BTreeMap<ChunkGroupId, Vec<(ServerId, Epoch)>>,
-    log_fencing: BTreeMap<ChunkGroupId, Epoch>,
-    /// Where the log's next write goes on the disk (it is written sequentially).
-    log_position: u64,
+    /// What the logger has under way: its commits, appends, fences.
+    logger: logging::LoggerWork,
     /// The servers the MDS last reported down.
     down: BTreeSet<ServerId>,
     /// `down` in order, and `lost` likewise: the DVL's kept sets are keyed by these
@@ -415,10 +425,7 @@ impl Server {
             power: ServerPower::On,
             store: durable.store,
             log: durable.log,
-            log_in_flight: BTreeMap::new(),
-            log_recoveries_waiting: BTreeMap::new(),
-            log_fencing: BTreeMap::new(),
-            log_position: LOG_REGION_START,
+            logger: logging::LoggerWork::new(LOG_REGION_START),
             down: BTreeSet::new(),
             down_list: Vec::new(),
             lost_list: Vec::new(),
@@ -504,6 +511,10 @@ impl Server {
             ServerEvent::MessageReceived { from, message } => self.message(from, message),
             ServerEvent::DiskDone { io } => self.disk_done(io, None),
             ServerEvent::DiskRead { io, read } => self.disk_done(io, Some(read)),
+            ServerEvent::LogRead { io, pieces } => {
+                let io = self.take_io(io).io;
+                self.log_read(io, pieces);
+            }
             ServerEvent::DiskFailed { io, error } => self.disk_failed(io, error),
             ServerEvent::DiskSpace { free_bytes, used_bytes } => {
                 self.space.used_bytes = used_bytes.or(self.space.used_bytes);
@@ -767,7 +778,7 @@ impl Server {
             Err(at) => queued.insert(at, (epoch, write.version)),
         }
         let (position, bytes) = (disk_position(write.chunk, write.range), write.range.size_bytes());
-        self.disk(Io::ReplicaWrite { group, epoch, primary, write, stable }, true, position, bytes);
+        self.disk(Io::ReplicaWrite { group, epoch, primary, write, stable }, position, bytes);
     }
 
     /// The epoch the replica of `group` answers to: the fenced one, or the one a
@@ -787,7 +798,7 @@ impl Server {
             self.reply_sync_when_settled(primary, group, epoch);
         } else if epoch > known {
             self.replica_work.entry(group).or_default().fencing = Some(epoch);
-            self.disk(Io::Fence { group, epoch, primary }, true, 0, super::store::BLOCK_BYTES);
+            self.disk(Io::Fence { group, epoch, primary }, 0, super::store::BLOCK_BYTES);
         }
         // epoch == known but not yet durable: the fence in flight answers.
     }
@@ -842,7 +853,7 @@ impl Server {
         let pieces = self.store.read(chunk, range).ok();
         let position = disk_position(chunk, range);
         let io = Io::RepairRead { to: primary, group, epoch, chunk, range, pieces };
-        self.disk(io, false, position, range.size_bytes());
+        self.disk(io, position, range.size_bytes());
     }
 
     /// What to do when `io` is done (its change, if any, is in the store already; a
@@ -882,15 +893,12 @@ impl Server {
                 let message = Message::RepairData { group, epoch, chunk, range, pieces };
                 self.answer_primary(to, message);
             }
-            Io::LogRead { to, message } => self.answer_primary(to, message),
-            Io::LogAppend { group, epoch, primary, writes } => {
-                self.log_append_done(group, epoch, primary, writes);
-            }
-            Io::LogFence { group, epoch, primary } => self.log_fence_done(group, epoch, primary),
-            Io::LogInvalidate { group, epoch, primary, records } => {
-                self.log_invalidate_done(group, epoch, primary, records);
-            }
-            Io::LogCollect => {}
+            io @ (Io::LogRead { .. }
+            | Io::LogAppend { .. }
+            | Io::LogFence { .. }
+            | Io::LogInvalidate { .. }
+            | Io::LogCollect { .. }
+            | Io::LogCopies) => self.log_io_done(io),
             Io::Free { objects, through } => self.freed(&objects, through),
             Io::RebuildRead { to, group, epoch, chunk, pieces } => {
                 let pieces: Vec<super::Piece> =

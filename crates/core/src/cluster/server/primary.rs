@@ -514,7 +514,7 @@ impl Server {
         let read =
             ReadRequest { client: w.client, request: w.request, chunk: w.chunk, range: w.range };
         let io = Io::ClientRead { group, read, pieces, found };
-        self.disk(io, false, position, w.range.size_bytes());
+        self.disk(io, position, w.range.size_bytes());
     }
 
     /// A client's read whose blocks changed while it was under way goes back to the
@@ -920,7 +920,7 @@ impl Server {
         let (Some(led), Some(index)) = (led, found) else {
             // A scrub's answer (a useless one waits for the next scrub).
             if let Some(pieces) = pieces {
-                self.disk(repair(pieces), true, position, bytes);
+                self.disk(repair(pieces), position, bytes);
             }
             return;
         };
@@ -929,7 +929,7 @@ impl Server {
             Some(pieces) => {
                 // Write the repaired blocks, then serve the read again from the start.
                 led.waiting.push_front(waiting);
-                self.disk(repair(pieces), true, position, bytes);
+                self.disk(repair(pieces), position, bytes);
             }
             None => self.ask_for_repair(group, waiting, asked),
         }

@@ -149,7 +149,7 @@ impl Server {
         let bytes: u64 = held.map(|p| p.range.size_bytes()).sum();
         let position = disk_position(chunk, chunk_range);
         let io = Io::RebuildRead { to: target, group, epoch, chunk, pieces };
-        self.disk(io, false, position, bytes.max(1));
+        self.disk(io, position, bytes.max(1));
     }
 
     fn rebuilds_in_flight(&self) -> usize {
@@ -199,6 +199,6 @@ impl Server {
         let bytes: u64 = pieces.iter().map(|p| p.range.size_bytes()).sum();
         let position = disk_position(chunk, ByteRange::new(0, self.config.chunk_size_bytes));
         let io = Io::RebuildWrite { group, epoch, primary, chunk, pieces };
-        self.disk(io, true, position, bytes.max(1));
+        self.disk(io, position, bytes.max(1));
     }
 }

@@ -123,7 +123,7 @@ impl Server {
         // blocks in place that the free, durable before it, never takes.
         self.store.forbid(&objects);
         let bytes = objects.len() as u64 * super::super::store::BLOCK_BYTES;
-        self.disk(Io::Free { objects, through }, true, 0, bytes);
+        self.disk(Io::Free { objects, through }, 0, bytes);
     }
 
     /// The free of `objects` is durable: their chunks go, and the writes the DVLs
