@@ -16,7 +16,7 @@ pub struct Slab<T> {
 }
 
 /// A handle: slot index in the low 32 bits, generation in the high 32.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub struct Key(pub u64);
 
 impl Key {

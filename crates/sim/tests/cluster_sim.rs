@@ -307,3 +307,66 @@ fn freeing_a_chunk_still_named_is_caught() {
         (1..=4).find(|seed| run(&spec, *seed).violations.iter().any(|v| v.starts_with("F2")));
     assert!(caught.is_some(), "freeing a named chunk passed 4 seeds");
 }
+
+/// The VOPR-style sweep (issue 48, point 4): seeds each on a cluster drawn from the
+/// seed (3 racks, r = 3; servers, groups, chunk size, objects, clients and churn
+/// drawn), under every fault kind, each run twice; the two runs must be the same in
+/// every event (hashed, with its time) and every figure, and pass the checker. (Drawn
+/// racks and r, `--draw-racks`, find lost writes today: README.)
+fn drawn_clusters_run_twice_the_same(seeds: std::ops::RangeInclusive<u64>) {
+    let mut shapes = std::collections::BTreeSet::new();
+    for seed in seeds.clone() {
+        let spec = ClusterSpec::drawn(&ClusterSpec::small(), seed, false);
+        shapes.insert((spec.servers, spec.groups_per_server, spec.chunk_bytes));
+        let (first, second) = (run(&spec, seed), run(&spec, seed));
+        let replay = format!("replay: somnus sim cluster --seeds {seed} --draw --twice --trace");
+        if FOUND_OPEN.contains(&seed) {
+            // Still failing as found (a fix makes this fail: take the seed out).
+            let c3 = first.violations.iter().all(|v| v.starts_with("C3"));
+            assert!(c3, "seed {seed}: {:#?}", first.violations);
+            assert!(first.violation_count > 0, "seed {seed} passes now: out of FOUND_OPEN");
+        } else {
+            assert_eq!(
+                first.violation_count,
+                0,
+                "seed {seed} ({}): {:#?}\n{replay}",
+                spec.shape(),
+                first.violations
+            );
+        }
+        assert_eq!(first.event_hash, second.event_hash, "seed {seed}: two runs differ\n{replay}");
+        assert_eq!(first, second, "seed {seed}: two runs differ\n{replay}");
+    }
+    assert!(
+        shapes.len() >= 12,
+        "{} shapes in {} seeds: the draw varies too little",
+        shapes.len(),
+        seeds.count()
+    );
+}
+
+/// Drawn seeds the checker fails today, found by this sweep and left open (README,
+/// `--draw`): seed 51, 27 servers in 3 racks, acknowledges a write whose copies are
+/// in one rack (C3).
+const FOUND_OPEN: [u64; 1] = [51];
+
+#[test]
+fn drawn_clusters_run_twice_the_same_seeds_1_to_256() {
+    drawn_clusters_run_twice_the_same(1..=256);
+}
+
+#[test]
+fn drawn_clusters_run_twice_the_same_seeds_257_to_512() {
+    drawn_clusters_run_twice_the_same(257..=512);
+}
+
+/// The comparison of two runs is shown to fail: runs of one seed that differ in
+/// anything (here, one more client) hash differently.
+#[test]
+fn two_runs_that_differ_hash_differently() {
+    let spec = ClusterSpec::small();
+    let other = ClusterSpec { clients: spec.clients + 1, ..spec.clone() };
+    assert_ne!(run(&spec, 3).event_hash, run(&other, 3).event_hash);
+    let later = ClusterSpec { virtual_secs: spec.virtual_secs + 1, ..spec.clone() };
+    assert_ne!(run(&spec, 3).event_hash, run(&later, 3).event_hash);
+}

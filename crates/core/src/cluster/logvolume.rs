@@ -510,7 +510,25 @@ impl LogVolume {
         for (group, record) in staged.marked {
             self.forget_hidden(group, &record);
         }
+        #[cfg(feature = "expensive-checks")]
+        self.check_index();
         copied
+    }
+
+    /// The index's own invariants (O(n): run under `expensive-checks`, which the
+    /// simulation turns on): every write is indexed by its chunk and nothing else is;
+    /// no write is above its owner's newest version (D1), which the model never
+    /// remembers higher than the index.
+    #[cfg(any(test, feature = "expensive-checks"))]
+    fn check_index(&self) {
+        assert_eq!(self.by_chunk.len(), self.writes.len(), "the index by chunk and its writes");
+        for ((group, epoch, version), write) in &self.writes {
+            assert!(self.by_chunk.contains(&(write.chunk, *group, *epoch, *version)));
+            let newest = self.newest.get(&owner(*group, *epoch)).copied().unwrap_or_default();
+            assert!(*version <= newest, "D1: {write:?} above its owner's newest {newest:?}");
+            let model = self.model.newest_version(owner(*group, *epoch));
+            assert!(model <= newest, "the model's newest {model:?} above the index's {newest:?}");
+        }
     }
 
     /// The shell's engine had no room for `staged`'s appends: nothing of the commit

@@ -13,6 +13,7 @@
 //! server is idle, the checker compares all replicas.
 
 mod checker;
+mod drawn;
 mod engine_log;
 mod faults;
 pub mod scenario;
@@ -238,6 +239,9 @@ pub struct SeedReport {
     pub orphans_found: u64,
     /// Virtual time the run took, heal and quiesce included.
     pub virtual_nanos: u64,
+    /// A hash of every event the run handled, with its time: two runs of a seed
+    /// that differ anywhere differ here (the simulation must be deterministic).
+    pub event_hash: u64,
     pub violations: Vec<String>,
     pub violation_count: u64,
 }
@@ -276,15 +280,15 @@ const FREE_GRACE: VirtualDuration = VirtualDuration::from_secs(3);
 const PENDING_GRACE: VirtualDuration = VirtualDuration::from_secs(10);
 const ORPHAN_SCAN: VirtualDuration = VirtualDuration::from_secs(2);
 
-#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
 /// A state machine the simulation drives: the MDS, a server, or a client.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
 enum Actor {
     Mds,
     Server(u32),
     Client(u32),
 }
 
-#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
 enum Event {
     Deliver(Key),
     DiskDone {
@@ -635,12 +639,17 @@ impl<'t> ClusterSim<'t> {
 
     /// Runs the seed to its end and checks it.
     pub fn run(mut self) -> SeedReport {
+        use std::hash::{Hash, Hasher};
         let deadline = self.heal_at() + self.quiesce_max;
-        while let Some((_, event)) = self.events.pop_until(deadline) {
+        // SipHash with its fixed keys: the same events hash the same in every run.
+        let mut events = std::hash::DefaultHasher::new();
+        while let Some((at, event)) = self.events.pop_until(deadline) {
+            (at, event).hash(&mut events);
             if self.handle(event) {
                 break;
             }
         }
+        self.report.event_hash = events.finish();
         self.finish()
     }
 

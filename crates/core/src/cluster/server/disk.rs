@@ -115,6 +115,9 @@ impl Changing {
     }
 
     fn add(&mut self, chunk: ChunkId, range: ByteRange) {
+        // Changes of overlapping blocks go one at a time (each one's runs decided
+        // against the store as the one before left it).
+        assert!(!self.overlaps(chunk, range), "a change of {chunk:?} {range:?} over one under way");
         self.issued.entry(chunk).or_default().push(range);
     }
 

@@ -123,6 +123,7 @@ impl Server {
                 self.log_io_done(io);
                 continue;
             }
+            debug_assert!(!self.logger.committing, "two commits of the log at once");
             self.logger.committing = true;
             let bytes = commit.record_bytes();
             let position = self.next_log_position(bytes);
@@ -159,6 +160,12 @@ impl Server {
             self.logger.recoveries_waiting.entry(group).or_default().push((primary, epoch));
             return;
         }
+        // D4: a recovery is answered only once its fence is durable (applied: its
+        // commit is done) and no append of an older epoch is under way.
+        assert!(
+            self.log.fence(group) >= epoch,
+            "D4: recovery of {group:?} at {epoch:?} answered before its fence is durable"
+        );
         let records = self.log.records(group);
         self.answer_primary(primary, Message::LogRecovered { group, epoch, records });
     }

@@ -1005,6 +1005,13 @@ impl Server {
             if !due {
                 continue;
             }
+            // D5: markers only once every replica has the write (the index of due
+            // markers is kept as writes come and go: checked against the extent).
+            assert!(
+                led.replicas.iter().all(|r| extent.applied.contains(r)),
+                "D5: markers due for {record:?} before every replica of {:?} applied it: {extent:?}",
+                led.replicas
+            );
             let mut sent = false;
             for logger in &extent.loggers {
                 // A marker must not overtake the append it hides (it would hide nothing).
