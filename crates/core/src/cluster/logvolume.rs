@@ -101,13 +101,14 @@ impl LogCommit {
         self.ops.iter().map(record).sum::<u64>() + index
     }
 
-    /// Data bytes its appends carry.
-    pub fn data_bytes(&self) -> u64 {
-        let data = |op: &LogOp| match op {
-            LogOp::Append { range, .. } => range.size_bytes(),
-            _ => 0,
+    /// The payload sizes of its appends, in order (what an engine asks whether it
+    /// can take them all before taking any).
+    pub fn append_sizes(&self) -> Vec<u64> {
+        let size = |op: &LogOp| match op {
+            LogOp::Append { range, .. } => Some(range.size_bytes()),
+            _ => None,
         };
-        self.ops.iter().map(data).sum()
+        self.ops.iter().filter_map(size).collect()
     }
 }
 

@@ -64,15 +64,7 @@ impl EngineLog {
     /// commit), or nothing of it when its appends do not all fit.
     pub(crate) fn commit(&mut self, commit: &LogCommit) -> Result<(), CommitError> {
         let failed = |e: Error| CommitError::Failed(e.to_string());
-        let sizes: Vec<u64> = commit
-            .ops
-            .iter()
-            .filter_map(|op| match op {
-                LogOp::Append { range, .. } => Some(range.size_bytes()),
-                _ => None,
-            })
-            .collect();
-        if !self.store.all_fit(&sizes) {
+        if !self.store.all_fit(&commit.append_sizes()) {
             return Err(CommitError::NoSpace);
         }
         for op in &commit.ops {
