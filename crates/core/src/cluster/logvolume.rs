@@ -101,6 +101,11 @@ impl LogCommit {
         self.ops.iter().map(record).sum::<u64>() + index
     }
 
+    /// Whether it has nothing to make durable.
+    pub fn is_empty(&self) -> bool {
+        self.ops.is_empty() && self.index.changes().is_empty()
+    }
+
     /// The payload sizes of its appends, in order (what an engine asks whether it
     /// can take them all before taking any).
     pub fn append_sizes(&self) -> Vec<u64> {

@@ -418,10 +418,9 @@ impl Logger {
                 lsn,
                 segment: SegmentNo(0),
             };
-            // Pieces of one write share its version: growth is not asked of them.
+            // Pieces of one write share its version: growth is not asked of them (the
+            // reopen below sets each owner's newest from the records).
             logger.enqueue(record, true)?;
-            let newest = logger.versions.entry(owner).or_insert(Version(0));
-            *newest = (*newest).max(version);
         }
         logger.reopen();
         Ok(logger)

@@ -14,7 +14,7 @@ use somnus_types::{ChunkGroupId, ServerId, Version};
 
 use super::disk::{DiskError, DiskOp};
 use super::{Broken, Io, Server, ServerAction};
-use crate::cluster::logvolume::{LogCommit, LogPiece, LogVolume, Staged};
+use crate::cluster::logvolume::{LogPiece, LogVolume, Staged};
 use crate::cluster::{Epoch, LogRecord, Message, UnstableWrite};
 
 /// A change of the log waiting for the commit before it.
@@ -223,7 +223,7 @@ impl Server {
                     }
                 }
             }
-            Io::LogCopies => return,
+            // A collection's copies: nothing waits for them.
             _ => return,
         }
         self.log_commit_ended();
@@ -307,9 +307,3 @@ fn answers_of(staged: &Staged) -> (Vec<Version>, Vec<Version>) {
 
 /// The largest write of a collection's copies.
 const COLLECT_PIECE_BYTES: u64 = 1 << 20;
-
-impl LogCommit {
-    fn is_empty(&self) -> bool {
-        self.ops.is_empty() && self.index.changes().is_empty()
-    }
-}
