@@ -827,6 +827,13 @@ fn sim_cluster_prints_a_line_per_seed_and_a_replay_command_for_a_failing_one() {
     let stdout = String::from_utf8_lossy(&output.stdout);
     assert!(stdout.contains("seed 3: ok:") && stdout.contains("seed 4: ok:"), "{stdout}");
     assert!(stdout.contains("2 seeds, 0 failing, 0 violations"), "{stdout}");
+    // The faults injected, by kind, each seed's and summed (every kind named).
+    assert!(stdout.contains("; faults injected: loss "), "{stdout}");
+    let sum = stdout.lines().find(|l| l.starts_with("faults injected, by kind: "));
+    let sum = sum.unwrap_or_else(|| panic!("no sum of faults: {stdout}"));
+    for kind in ["loss", "duplication", "crash", "disk-error", "power-cut", "mds-crash"] {
+        assert!(sum.contains(&format!("{kind} ")), "{kind} missing: {sum}");
+    }
     let output = somnus(&["sim", "cluster", "--seeds", "5", "--broken", "ack-after-one-replica"]);
     assert_eq!(output.status.code(), Some(1));
     let stdout = String::from_utf8_lossy(&output.stdout);

@@ -4,7 +4,7 @@
 #![allow(clippy::unwrap_used, clippy::expect_used)] // Test helpers may panic.
 
 use somnus_core::cluster::server::Broken;
-use somnus_sim::cluster::{ClusterSim, ClusterSpec, FaultSet, SeedReport};
+use somnus_sim::cluster::{ClusterSim, ClusterSpec, FaultKind, FaultRates, FaultSet, SeedReport};
 
 fn run(spec: &ClusterSpec, seed: u64) -> SeedReport {
     ClusterSim::new(spec, seed, None).run()
@@ -35,7 +35,9 @@ fn seeds_with_every_fault_kind_pass_the_checker() {
         assert!(report.writes > 0 && report.reads > 0, "seed {seed}: {report:?}");
         writes += report.writes;
     }
-    assert!(writes > 100 * seeds, "{writes} writes in {seeds} seeds");
+    // The power cut stops every server for 1-10 s of the 20 (and their restarts take
+    // longer): about 77 writes a seed, 100 before it came.
+    assert!(writes > 50 * seeds, "{writes} writes in {seeds} seeds");
 }
 
 #[test]
@@ -244,6 +246,41 @@ fn loggers_that_answer_a_recovery_unfenced_are_caught() {
     assert!(caught.is_some(), "reclaim-before-fencing passed 1000 seeds");
 }
 
+/// The `disk-error` fault's broken variant: a logger that takes a log commit its
+/// disk failed as done acknowledges appends its log lacks, which the check of the
+/// engine against the core's model finds (D7). No other fault fails such a commit:
+/// without `disk-error` the same seeds pass.
+#[test]
+fn a_failed_log_commit_taken_as_done_is_caught_by_disk_errors() {
+    let rates = FaultRates { disk_error_every_s: 1.0, ..FaultRates::default() };
+    let spec = ClusterSpec {
+        broken: Some(Broken::FailedLogCommitTaken),
+        rates,
+        churn: 0.0,
+        ..ClusterSpec::small()
+    };
+    let d7 = |seed: &u64| run(&spec, *seed).violations.iter().any(|v| v.starts_with("D7"));
+    let caught = (1..=24).find(d7);
+    let Some(seed) = caught else { panic!("failed-log-commit-taken passed 24 seeds") };
+    let calm = ClusterSpec { faults: spec.faults.without(FaultKind::DiskError), ..spec.clone() };
+    assert_eq!(run(&calm, seed).violation_count, 0, "seed {seed} fails without disk errors");
+}
+
+/// The `power-cut` fault's broken variant: an MDS that keeps the logger views in
+/// memory only grants every group, once power is back, with no loggers to recover
+/// its DVL from, and the writes logged for sleeping replicas are lost (C3) or their
+/// records never reclaimed (D5). Crashes of single servers alone never find it.
+#[test]
+fn logger_views_kept_in_memory_are_caught_by_the_power_cut() {
+    let faults = FaultSet::parse("power-cut,gear").unwrap();
+    let lost = |v: &str| v.starts_with("C3") || v.starts_with("D5");
+    let caught = first_caught_under(Broken::LoggerViewInMemory, faults, 1..=24, lost);
+    assert!(caught.is_some(), "logger-view-in-memory passed 24 seeds of power cuts");
+    let crashes = FaultSet::parse("crash,gear").unwrap();
+    let caught = first_caught_under(Broken::LoggerViewInMemory, crashes, 1..=8, |_| true);
+    assert_eq!(caught, None, "server crashes alone caught logger-view-in-memory");
+}
+
 #[test]
 fn a_seed_replays_exactly() {
     let spec = ClusterSpec::small();
@@ -309,31 +346,24 @@ fn freeing_a_chunk_still_named_is_caught() {
 }
 
 /// The VOPR-style sweep (issue 48, point 4): seeds each on a cluster drawn from the
-/// seed (3 racks, r = 3; servers, groups, chunk size, objects, clients and churn
-/// drawn), under every fault kind, each run twice; the two runs must be the same in
-/// every event (hashed, with its time) and every figure, and pass the checker. (Drawn
-/// racks and r, `--draw-racks`, find lost writes today: README.)
+/// seed (racks, r, servers, groups, chunk size, objects, clients, churn and the fault
+/// rates), under every fault kind (less `lost` where r = 2: README, found open), each
+/// run twice; the two runs must be the same in every event (hashed, with its time) and
+/// every figure, and pass the checker.
 fn drawn_clusters_run_twice_the_same(seeds: std::ops::RangeInclusive<u64>) {
     let mut shapes = std::collections::BTreeSet::new();
     for seed in seeds.clone() {
-        let spec = ClusterSpec::drawn(&ClusterSpec::small(), seed, false);
+        let spec = ClusterSpec::drawn(&ClusterSpec::small(), seed);
         shapes.insert((spec.servers, spec.groups_per_server, spec.chunk_bytes));
         let (first, second) = (run(&spec, seed), run(&spec, seed));
         let replay = format!("replay: somnus sim cluster --seeds {seed} --draw --twice --trace");
-        if FOUND_OPEN.contains(&seed) {
-            // Still failing as found (a fix makes this fail: take the seed out).
-            let c3 = first.violations.iter().all(|v| v.starts_with("C3"));
-            assert!(c3, "seed {seed}: {:#?}", first.violations);
-            assert!(first.violation_count > 0, "seed {seed} passes now: out of FOUND_OPEN");
-        } else {
-            assert_eq!(
-                first.violation_count,
-                0,
-                "seed {seed} ({}): {:#?}\n{replay}",
-                spec.shape(),
-                first.violations
-            );
-        }
+        assert_eq!(
+            first.violation_count,
+            0,
+            "seed {seed} ({}): {:#?}\n{replay}",
+            spec.shape(),
+            first.violations
+        );
         assert_eq!(first.event_hash, second.event_hash, "seed {seed}: two runs differ\n{replay}");
         assert_eq!(first, second, "seed {seed}: two runs differ\n{replay}");
     }
@@ -344,11 +374,6 @@ fn drawn_clusters_run_twice_the_same(seeds: std::ops::RangeInclusive<u64>) {
         seeds.count()
     );
 }
-
-/// Drawn seeds the checker fails today, found by this sweep and left open (README,
-/// `--draw`): seed 51, 27 servers in 3 racks, acknowledges a write whose copies are
-/// in one rack (C3).
-const FOUND_OPEN: [u64; 1] = [51];
 
 #[test]
 fn drawn_clusters_run_twice_the_same_seeds_1_to_256() {

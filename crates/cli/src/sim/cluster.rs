@@ -29,8 +29,8 @@ pub(crate) struct ClusterArgs {
     #[arg(long, default_value_t = 4, value_parser = clap::value_parser!(u32).range(1..=4096))]
     clients: u32,
     /// Fault kinds: `all`, `none`, or a list of loss, duplication, delay, partition,
-    /// crash, corrupt, slow-disk, full-disk, gear, lost, mds-crash (README: what each
-    /// does).
+    /// crash, corrupt, slow-disk, full-disk, gear, lost, mds-crash, disk-error,
+    /// power-cut (README: what each does).
     #[arg(long, default_value = "all", value_parser = FaultSet::parse)]
     faults: FaultSet,
     /// Virtual seconds of workload under faults; the heal and quiesce follow.
@@ -55,16 +55,15 @@ pub(crate) struct ClusterArgs {
     /// Print every event of each seed (message, disk completion, fault) to stderr.
     #[arg(long)]
     trace: bool,
-    /// Draw each seed's cluster from the seed (VOPR-style): 1 to 3 servers per rack
-    /// and replica, 2 to 6 groups per server, chunks of 256 KiB to 1 MiB, 4 to 12
-    /// objects, 1 to 6 clients, churn up to 10 %, on `--racks` and `--replicas`; the
-    /// other shape flags are then ignored, and each seed's line says what was drawn.
+    /// Draw each seed's cluster and fault rates from the seed (VOPR-style): 3 to 5
+    /// racks, r of 2 or 3, 1 to 3 servers per rack and replica, 2 to 6 groups per
+    /// server, chunks of 256 KiB to 1 MiB, 4 to 12 objects, 1 to 6 clients, churn up
+    /// to 10 %, each message fault 0 to 3 % (delay 0 to 10 %), each other fault a
+    /// third to three times as often as by default; the shape flags are then ignored
+    /// (`--faults` still says which kinds), and each seed's line says what was drawn.
+    /// With r = 2, `lost` is left out (README: found open).
     #[arg(long)]
     draw: bool,
-    /// With `--draw`: draw the racks (3 to 5) and r (2 or 3) too. (Clusters with r
-    /// below their racks lose acknowledged writes under faults today: README.)
-    #[arg(long, requires = "draw")]
-    draw_racks: bool,
     /// Run each seed twice and fail it where the two runs differ in any figure or
     /// event (a hash of every event handled, with its time): the simulation must be
     /// deterministic for a failing seed to be replayed.
@@ -104,6 +103,10 @@ enum BrokenChoice {
     SupersedeOverlapped,
     /// A primary never asks to wake the sleeping holders of logged writes a read awaits.
     NeverWakeHolders,
+    /// A logger takes a log commit its disk failed as done (found by `disk-error`).
+    FailedLogCommitTaken,
+    /// The MDS keeps logger views in memory only (found by `power-cut`).
+    LoggerViewInMemory,
 }
 
 fn parse_share(text: &str) -> Result<f64, String> {
@@ -142,6 +145,8 @@ pub(crate) fn run(args: &ClusterArgs) -> Result<()> {
         BrokenChoice::FreeNamed => Broken::FreeNamed,
         BrokenChoice::SupersedeOverlapped => Broken::SupersedeOverlapped,
         BrokenChoice::NeverWakeHolders => Broken::NeverWakeHolders,
+        BrokenChoice::FailedLogCommitTaken => Broken::FailedLogCommitTaken,
+        BrokenChoice::LoggerViewInMemory => Broken::LoggerViewInMemory,
     });
     let spec = ClusterSpec {
         servers: args.servers,
@@ -174,7 +179,7 @@ pub(crate) fn run(args: &ClusterArgs) -> Result<()> {
         let trace: Option<&mut dyn FnMut(String)> =
             if args.trace { Some(&mut print) } else { None };
         let spec = match args.draw {
-            true => ClusterSpec::drawn(&spec, seed, args.draw_racks),
+            true => ClusterSpec::drawn(&spec, seed),
             false => spec.clone(),
         };
         let mut report = ClusterSim::new(&spec, seed, trace).run();
@@ -197,7 +202,7 @@ pub(crate) fn run(args: &ClusterArgs) -> Result<()> {
             format!("FAIL ({} violations)", report.violation_count)
         };
         outln!(
-            "seed {seed}: {verdict}: {} ops ({} writes, {} reads), {} crashes, {} MDS crashes, {} partitions, {} corruptions, {} gear shifts, {} lost ({:.1} MiB rebuilt), {} view changes, {} writes logged, {} reclaimed, {} superseded, {} reads from loggers ({} holder wakes), {} reads again, {} client retries, {} replaced ({} frees, {} logged writes dropped, {} orphans), {:.1} virtual s",
+            "seed {seed}: {verdict}: {} ops ({} writes, {} reads), {} crashes, {} MDS crashes, {} partitions, {} corruptions, {} gear shifts, {} lost ({:.1} MiB rebuilt), {} view changes, {} writes logged, {} reclaimed, {} superseded, {} reads from loggers ({} holder wakes), {} reads again, {} client retries, {} replaced ({} frees, {} logged writes dropped, {} orphans), {:.1} virtual s; faults injected: {}",
             report.ops,
             report.writes,
             report.reads,
@@ -220,7 +225,8 @@ pub(crate) fn run(args: &ClusterArgs) -> Result<()> {
             report.objects_freed,
             report.logged_writes_dropped,
             report.orphans_found,
-            report.virtual_nanos as f64 / 1e9
+            report.virtual_nanos as f64 / 1e9,
+            report.faults
         )?;
         for violation in &report.violations {
             outln!("  {violation}")?;
@@ -238,6 +244,7 @@ pub(crate) fn run(args: &ClusterArgs) -> Result<()> {
         totals.reads_from_loggers += report.reads_from_loggers;
         totals.reads_again += report.reads_again;
         totals.violation_count += report.violation_count;
+        totals.faults.merge(&report.faults);
     }
     let seeds = args.seeds.end() - args.seeds.start() + 1;
     outln!(
@@ -254,6 +261,7 @@ pub(crate) fn run(args: &ClusterArgs) -> Result<()> {
         totals.reads_again,
         started.elapsed().as_secs_f64()
     )?;
+    outln!("faults injected, by kind: {}", totals.faults)?;
     if !failing.is_empty() {
         bail!("{} of {seeds} seeds found violations (first: seed {})", failing.len(), failing[0]);
     }
@@ -267,11 +275,7 @@ fn replay_command(args: &ClusterArgs, seed: u64) -> String {
         .and_then(|b| b.to_possible_value())
         .map_or_else(String::new, |value| format!(" --broken {}", value.get_name()));
     let logger = if args.logger == LoggerChoice::Model { " --logger model" } else { "" };
-    let drawn = match (args.draw, args.draw_racks) {
-        (true, true) => " --draw --draw-racks",
-        (true, false) => " --draw",
-        _ => "",
-    };
+    let drawn = if args.draw { " --draw" } else { "" };
     format!(
         "somnus sim cluster --seeds {seed} --servers {} --replicas {} --racks {} --clients {} --faults {} --virtual-secs {} --churn {}{broken}{logger}{drawn} --trace",
         args.servers,

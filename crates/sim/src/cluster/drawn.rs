@@ -1,11 +1,11 @@
 //! A cluster drawn from its seed (TigerBeetle's VOPR is the model): its size, racks,
-//! replication, chunk size, objects, clients and churn, so that a sweep of seeds
-//! meets clusters of many shapes, each replayable from its seed alone.
+//! replication, chunk size, objects, clients, churn and fault rates, so that a sweep
+//! of seeds meets clusters of many shapes, each replayable from its seed alone.
 
 use rand::{Rng, SeedableRng};
 use rand_pcg::Pcg64;
 
-use super::ClusterSpec;
+use super::{ClusterSpec, FaultKind, FaultRates};
 
 /// Mixed into the seed for the draw, so the cluster's shape and its run use
 /// different streams.
@@ -16,20 +16,16 @@ const DRAW_SALT: u64 = 0x5eed_c1a5_7e12_d4a3;
 const DRAWS_MAX: u32 = 32;
 
 impl ClusterSpec {
-    /// `base` with its shape drawn from `seed`: 1 to 3 servers per rack and replica,
-    /// 2 to 6 chunk groups per server, chunks of 256 KiB to 1 MiB, 4 to 12 objects of 1
-    /// to 3 chunks, 1 to 6 clients, churn up to 10 %; and with `racks_too`, 3 to 5
-    /// racks and r of 2 or 3 (else `base`'s). Its faults, time, checks and loggers are
-    /// `base`'s.
-    pub fn drawn(base: &ClusterSpec, seed: u64, racks_too: bool) -> ClusterSpec {
+    /// `base` with its shape and fault rates drawn from `seed`: 3 to 5 racks, r of 2
+    /// or 3, 1 to 3 servers per rack and replica, 2 to 6 chunk groups per server,
+    /// chunks of 256 KiB to 1 MiB, 4 to 12 objects of 1 to 3 chunks, 1 to 6 clients,
+    /// churn up to 10 %, and [`FaultRates::drawn`]. Its fault kinds (less `lost` where
+    /// r = 2), time, checks and loggers are `base`'s.
+    pub fn drawn(base: &ClusterSpec, seed: u64) -> ClusterSpec {
         let mut rng = Pcg64::seed_from_u64(seed ^ DRAW_SALT);
         for _ in 0..DRAWS_MAX {
-            let (racks, replicas) = if racks_too {
-                let racks = rng.random_range(3..=5);
-                (racks, rng.random_range(2..=3u32).min(racks))
-            } else {
-                (base.racks, base.replicas)
-            };
+            let racks = rng.random_range(3..=5);
+            let replicas = rng.random_range(2..=3u32);
             let chunk_bytes = 256 << (10 + rng.random_range(0..=2u32));
             let spec = ClusterSpec {
                 racks,
@@ -41,6 +37,15 @@ impl ClusterSpec {
                 object_bytes: chunk_bytes * rng.random_range(1..=3),
                 clients: rng.random_range(1..=6),
                 churn: f64::from(rng.random_range(0..=10u32)) / 100.0,
+                rates: FaultRates::drawn(&mut rng),
+                faults: if replicas < 3 {
+                    // Found open: with r = 2 a logged write has one logger, and a lost
+                    // one leaves the write on its primary alone, with nothing durable
+                    // saying which replica lacks it (README, "found open").
+                    base.faults.without(FaultKind::Lost)
+                } else {
+                    base.faults
+                },
                 ..base.clone()
             };
             if spec.validate(seed).is_ok() {
@@ -50,10 +55,10 @@ impl ClusterSpec {
         base.clone()
     }
 
-    /// The shape in a few words, for a seed's line.
+    /// The shape and the fault rates in a few words, for a seed's line.
     pub fn shape(&self) -> String {
         format!(
-            "{} servers in {} racks, r = {}, {} groups each, {} KiB chunks, {} objects of {} KiB, {} clients, churn {:.2}",
+            "{} servers in {} racks, r = {}, {} groups each, {} KiB chunks, {} objects of {} KiB, {} clients, churn {:.2}; faults {}: {}",
             self.servers,
             self.racks,
             self.replicas,
@@ -62,7 +67,9 @@ impl ClusterSpec {
             self.objects,
             self.object_bytes >> 10,
             self.clients,
-            self.churn
+            self.churn,
+            self.faults,
+            self.rates.describe()
         )
     }
 }

@@ -34,10 +34,16 @@ pub enum FaultKind {
     /// 1-10 s later from its persisted commands, half the time from a snapshot of
     /// them, with its clock back at 0.
     MdsCrash,
+    /// A server's disk fails an I/O with an error (every 6 s on average): a change
+    /// that failed took no effect, a read that failed found nothing.
+    DiskError,
+    /// The whole cluster loses power once a run: every server and the MDS crash at
+    /// the same instant, and power returns 1-10 s later.
+    PowerCut,
 }
 
 impl FaultKind {
-    pub const ALL: [FaultKind; 11] = [
+    pub const ALL: [FaultKind; 13] = [
         FaultKind::Loss,
         FaultKind::Duplication,
         FaultKind::Delay,
@@ -49,6 +55,8 @@ impl FaultKind {
         FaultKind::Gear,
         FaultKind::Lost,
         FaultKind::MdsCrash,
+        FaultKind::DiskError,
+        FaultKind::PowerCut,
     ];
 
     pub fn name(self) -> &'static str {
@@ -64,7 +72,115 @@ impl FaultKind {
             FaultKind::Gear => "gear",
             FaultKind::Lost => "lost",
             FaultKind::MdsCrash => "mds-crash",
+            FaultKind::DiskError => "disk-error",
+            FaultKind::PowerCut => "power-cut",
         }
+    }
+}
+
+/// How often each fault kind strikes where a run injects it: shares of messages, and
+/// mean seconds between events. A drawn cluster draws them from its seed.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct FaultRates {
+    pub loss: f64,
+    pub duplication: f64,
+    /// Messages held up to 50 ms (so reordered); one in 25 of them is stalled
+    /// 0.5-8 s more, past the lease margin.
+    pub delay: f64,
+    pub crash_every_s: f64,
+    pub partition_every_s: f64,
+    pub corrupt_every_s: f64,
+    pub slow_disk_every_s: f64,
+    pub gear_every_s: f64,
+    pub mds_crash_every_s: f64,
+    pub disk_error_every_s: f64,
+}
+
+impl Default for FaultRates {
+    fn default() -> FaultRates {
+        FaultRates {
+            loss: 0.01,
+            duplication: 0.01,
+            delay: 0.05,
+            crash_every_s: 4.0,
+            partition_every_s: 6.0,
+            corrupt_every_s: 2.0,
+            slow_disk_every_s: 5.0,
+            gear_every_s: 7.0,
+            mds_crash_every_s: 12.0,
+            disk_error_every_s: 6.0,
+        }
+    }
+}
+
+impl FaultRates {
+    /// Rates drawn from `rng`: each message fault 0 to 3 % (delays 0 to 10 %), each
+    /// event fault from a third to three times as often as by default.
+    pub fn drawn(rng: &mut impl rand::Rng) -> FaultRates {
+        let base = FaultRates::default();
+        let mut share = |max_percent: u32| f64::from(rng.random_range(0..=max_percent)) / 100.0;
+        let (loss, duplication, delay) = (share(3), share(3), share(10));
+        let mut every = |mean: f64| mean * f64::from(rng.random_range(1..=9u32)) / 3.0;
+        FaultRates {
+            loss,
+            duplication,
+            delay,
+            crash_every_s: every(base.crash_every_s),
+            partition_every_s: every(base.partition_every_s),
+            corrupt_every_s: every(base.corrupt_every_s),
+            slow_disk_every_s: every(base.slow_disk_every_s),
+            gear_every_s: every(base.gear_every_s),
+            mds_crash_every_s: every(base.mds_crash_every_s),
+            disk_error_every_s: every(base.disk_error_every_s),
+        }
+    }
+
+    /// The rates in a few words, for a seed's line.
+    pub fn describe(&self) -> String {
+        format!(
+            "loss {:.0} %, duplication {:.0} %, delay {:.0} %; every {:.1} s a crash, {:.1} s a \
+             partition, {:.1} s a corruption, {:.1} s a slow disk, {:.1} s a gear shift, \
+             {:.1} s an MDS crash, {:.1} s a disk error",
+            self.loss * 100.0,
+            self.duplication * 100.0,
+            self.delay * 100.0,
+            self.crash_every_s,
+            self.partition_every_s,
+            self.corrupt_every_s,
+            self.slow_disk_every_s,
+            self.gear_every_s,
+            self.mds_crash_every_s,
+            self.disk_error_every_s
+        )
+    }
+}
+
+/// Faults a run injected, by kind (`somnus sim cluster` reports them).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct FaultCounts(pub [u64; FaultKind::ALL.len()]);
+
+impl FaultCounts {
+    pub fn add(&mut self, kind: FaultKind) {
+        self.0[kind as usize] += 1;
+    }
+
+    pub fn get(&self, kind: FaultKind) -> u64 {
+        self.0[kind as usize]
+    }
+
+    pub fn merge(&mut self, other: &FaultCounts) {
+        for (total, count) in self.0.iter_mut().zip(other.0) {
+            *total += count;
+        }
+    }
+}
+
+impl fmt::Display for FaultCounts {
+    /// `loss 12, duplication 9, ...`: every kind, in the order of `FaultKind::ALL`.
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let parts: Vec<String> =
+            FaultKind::ALL.iter().map(|k| format!("{} {}", k.name(), self.get(*k))).collect();
+        f.write_str(&parts.join(", "))
     }
 }
 
@@ -83,6 +199,10 @@ impl FaultSet {
 
     pub fn with(self, kind: FaultKind) -> FaultSet {
         FaultSet(self.0 | 1 << kind as u32)
+    }
+
+    pub fn without(self, kind: FaultKind) -> FaultSet {
+        FaultSet(self.0 & !(1 << kind as u32))
     }
 
     pub fn has(self, kind: FaultKind) -> bool {

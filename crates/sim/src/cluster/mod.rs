@@ -16,6 +16,7 @@ mod checker;
 mod drawn;
 mod engine_log;
 mod faults;
+mod outage;
 pub mod scenario;
 mod trace_replay;
 
@@ -53,7 +54,7 @@ use somnus_types::{
 };
 
 pub use checker::Checker;
-pub use faults::{FaultKind, FaultSet};
+pub use faults::{FaultCounts, FaultKind, FaultRates, FaultSet};
 
 use crate::disk::{Disk, DiskModel, DiskRequest};
 use crate::engine::network::Network;
@@ -77,6 +78,8 @@ pub struct ClusterSpec {
     /// Virtual time of workload under faults (the heal and quiesce come after).
     pub virtual_secs: u64,
     pub faults: FaultSet,
+    /// How often each fault kind in `faults` strikes.
+    pub rates: FaultRates,
     pub broken: Option<Broken>,
     /// The lowest gear the MDS shifts to (`ClusterConfig::gear_min`).
     pub gear_min: u32,
@@ -136,6 +139,7 @@ impl ClusterSpec {
             request_blocks_max: 16,
             virtual_secs: 20,
             faults: FaultSet::all(),
+            rates: FaultRates::default(),
             broken: None,
             gear_min: 1,
             fill: false,
@@ -242,6 +246,8 @@ pub struct SeedReport {
     /// A hash of every event the run handled, with its time: two runs of a seed
     /// that differ anywhere differ here (the simulation must be deterministic).
     pub event_hash: u64,
+    /// Faults injected, by kind.
+    pub faults: FaultCounts,
     pub violations: Vec<String>,
     pub violation_count: u64,
 }
@@ -256,22 +262,14 @@ const QUIESCE_MAX: VirtualDuration = VirtualDuration::from_secs(300);
 const PROBE_INTERVAL: VirtualDuration = VirtualDuration::from_millis(100);
 /// Mean pause between a client's ops.
 const THINK_MEAN_MS: f64 = 2.0;
-/// Fault rates (per message, or mean seconds between faults).
-const LOSS: f64 = 0.01;
-const DUPLICATION: f64 = 0.01;
-const DELAY: f64 = 0.05;
+/// The longest a delayed message is held (the rates are the spec's `FaultRates`).
 const DELAY_MAX_MS: u64 = 50;
-/// A few messages are held far longer than a lease's margin (a stalled link, a paused
-/// process): only the epochs and fences, not the leases' timing, keep them harmless.
-const STALL: f64 = 0.002;
+/// A few delayed messages are held far longer than a lease's margin (a stalled link,
+/// a paused process): only the epochs and fences, not the leases' timing, keep them
+/// harmless.
+const STALLED_OF_DELAYED: f64 = 0.04;
 const STALL_MS: std::ops::RangeInclusive<u64> = 500..=8_000;
-const CRASH_EVERY_S: f64 = 4.0;
-const PARTITION_EVERY_S: f64 = 6.0;
-const CORRUPT_EVERY_S: f64 = 2.0;
-const SLOW_EVERY_S: f64 = 5.0;
 const SLOWDOWN: f64 = 10.0;
-const GEAR_EVERY_S: f64 = 7.0;
-const MDS_CRASH_EVERY_S: f64 = 12.0;
 /// A logger's room under the full-disk fault.
 const FULL_LOGGER_BYTES: u64 = 8 << 20;
 /// The simulation's graces and scans (docs/space.md), short so that a seed frees what
@@ -322,6 +320,11 @@ enum Event {
     ReplayCompute,
     Lose,
     DeclareLost(u32),
+    /// The next disk I/O of a server (not a read of its replicas' blocks) fails.
+    DiskError,
+    /// Every server and the MDS lose power; it comes back at `PowerBack`.
+    PowerCut,
+    PowerBack,
     Heal,
     Probe,
 }
@@ -363,6 +366,9 @@ struct SimServer {
     /// each (by I/O id, this incarnation's).
     engine: Option<engine_log::EngineLog>,
     log_ops: BTreeMap<u64, ServerDiskOp>,
+    /// The `disk-error` fault: its next I/O that is no read of its replicas' blocks
+    /// fails.
+    fail_next_io: bool,
 }
 
 impl SimServer {
@@ -443,6 +449,8 @@ pub struct ClusterSim<'t> {
     layout: Layout,
     mds_started: VirtualInstant,
     mds_down: bool,
+    /// The power cut is on: nothing restarts before power is back.
+    power_off: bool,
     servers: Vec<SimServer>,
     clients: Vec<ClientSlot>,
     timers: Vec<Option<VirtualInstant>>,
@@ -544,6 +552,7 @@ impl<'t> ClusterSim<'t> {
                 meter: ServerMeter::new(spec.server_profile.clone(), start),
                 engine: engine(spec.logger, s, &config),
                 log_ops: BTreeMap::new(),
+                fail_next_io: false,
             })
             .collect();
         let clients = (0..spec.clients)
@@ -588,6 +597,7 @@ impl<'t> ClusterSim<'t> {
             layout,
             mds_started: start,
             mds_down: false,
+            power_off: false,
             servers,
             clients,
             timers: vec![None; nodes as usize],
@@ -670,14 +680,15 @@ impl<'t> ClusterSim<'t> {
     }
 
     fn schedule_faults(&mut self) {
-        let faults = self.spec.faults;
+        let (faults, rates) = (self.spec.faults, self.spec.rates);
         let plan = [
-            (FaultKind::Crash, CRASH_EVERY_S, Event::Crash),
-            (FaultKind::Partition, PARTITION_EVERY_S, Event::Partition),
-            (FaultKind::Corrupt, CORRUPT_EVERY_S, Event::Corrupt),
-            (FaultKind::SlowDisk, SLOW_EVERY_S, Event::SlowDisk),
-            (FaultKind::Gear, GEAR_EVERY_S, Event::Gear),
-            (FaultKind::MdsCrash, MDS_CRASH_EVERY_S, Event::MdsCrash),
+            (FaultKind::Crash, rates.crash_every_s, Event::Crash),
+            (FaultKind::Partition, rates.partition_every_s, Event::Partition),
+            (FaultKind::Corrupt, rates.corrupt_every_s, Event::Corrupt),
+            (FaultKind::SlowDisk, rates.slow_disk_every_s, Event::SlowDisk),
+            (FaultKind::Gear, rates.gear_every_s, Event::Gear),
+            (FaultKind::MdsCrash, rates.mds_crash_every_s, Event::MdsCrash),
+            (FaultKind::DiskError, rates.disk_error_every_s, Event::DiskError),
         ];
         for (kind, every, event) in plan {
             if faults.has(kind) {
@@ -690,6 +701,13 @@ impl<'t> ClusterSim<'t> {
             let window = (self.spec.virtual_secs * 1_000 / 2).max(1);
             let at = self.now() + VirtualDuration::from_millis(self.rng.random_range(0..window));
             self.events.schedule(at, Event::Lose);
+        }
+        if faults.has(FaultKind::PowerCut) {
+            // Within the first three quarters: the cluster works on under the other
+            // faults once power is back.
+            let window = (self.spec.virtual_secs * 750).max(1);
+            let at = self.now() + VirtualDuration::from_millis(self.rng.random_range(0..window));
+            self.events.schedule(at, Event::PowerCut);
         }
     }
 
@@ -715,6 +733,10 @@ impl<'t> ClusterSim<'t> {
                     // write that landed while the read waited shows in their headers.
                     // The logger's engine does its operation as the disk finishes it.
                     let io = IoId(io);
+                    if let Some(failed) = self.inject_disk_error(server, io) {
+                        self.feed_server(server, failed);
+                        return false;
+                    }
                     let event = match self.servers[server as usize].log_ops.remove(&io.0) {
                         Some(op) => self.log_op_done(server, io, op),
                         None => {
@@ -778,6 +800,9 @@ impl<'t> ClusterSim<'t> {
                 self.trace(|| format!("s{s} declared lost"));
                 self.feed_mds(MdsEvent::DeclareLost { server: ServerId(s) });
             }
+            Event::DiskError => self.arm_disk_error(),
+            Event::PowerCut => self.power_cut(),
+            Event::PowerBack => self.power_back(),
             Event::Heal => self.heal(),
             Event::Probe => return self.quiet(),
         }
@@ -810,11 +835,13 @@ impl<'t> ClusterSim<'t> {
         self.report.gear_shifts += 1;
         self.trace(|| format!("gear {gear}"));
         self.feed_mds(MdsEvent::GearSet { gear });
-        self.again(GEAR_EVERY_S, Event::Gear);
+        self.report.faults.add(FaultKind::Gear);
+        self.again(self.spec.rates.gear_every_s, Event::Gear);
     }
 
     fn heal(&mut self) {
         self.healed = true;
+        self.power_off = false;
         self.trace(|| "heal: faults end, workload stops".to_owned());
         if self.mds_down {
             self.restart_mds();
@@ -950,7 +977,8 @@ impl<'t> ClusterSim<'t> {
                 while let Some(action) = self.mds.poll_action() {
                     match action {
                         MdsAction::Persist(command) => {
-                            if self.spec.faults.has(FaultKind::MdsCrash) {
+                            let faults = self.spec.faults;
+                            if faults.has(FaultKind::MdsCrash) || faults.has(FaultKind::PowerCut) {
                                 self.mds_log.push(command);
                             }
                         }
@@ -1128,7 +1156,7 @@ impl<'t> ClusterSim<'t> {
         let faults = self.spec.faults;
         let live = !self.healed;
         if self.cut_off(source, target)
-            || (live && faults.has(FaultKind::Loss) && self.rng.random_bool(LOSS))
+            || (live && faults.has(FaultKind::Loss) && self.lose_message())
         {
             self.trace(|| format!("lost {from:?} -> {to:?}: {}", brief(&message)));
             return;
@@ -1139,14 +1167,21 @@ impl<'t> ClusterSim<'t> {
         if let Peer::Server(s) = from {
             arrival += self.servers[s.index()].lag;
         }
-        if live && faults.has(FaultKind::Delay) && self.rng.random_bool(DELAY) {
+        let delay = self.spec.rates.delay;
+        if live && faults.has(FaultKind::Delay) && self.rng.random_bool(delay) {
+            self.report.faults.add(FaultKind::Delay);
             arrival += VirtualDuration::from_millis(self.rng.random_range(1..=DELAY_MAX_MS));
-            if self.rng.random_bool(STALL / DELAY) {
+            if self.rng.random_bool(STALLED_OF_DELAYED) {
                 arrival += VirtualDuration::from_millis(self.rng.random_range(STALL_MS));
             }
         }
-        let twice = live && faults.has(FaultKind::Duplication) && self.rng.random_bool(DUPLICATION);
+        if faults.has(FaultKind::FullDisk) && matches!(message, Message::LogFull { .. }) {
+            self.report.faults.add(FaultKind::FullDisk);
+        }
+        let duplication = self.spec.rates.duplication;
+        let twice = live && faults.has(FaultKind::Duplication) && self.rng.random_bool(duplication);
         if twice {
+            self.report.faults.add(FaultKind::Duplication);
             let later =
                 arrival + VirtualDuration::from_millis(self.rng.random_range(0..=DELAY_MAX_MS));
             self.enqueue(later, target, from, message.clone());
@@ -1620,12 +1655,13 @@ impl<'t> ClusterSim<'t> {
             return;
         }
         if let Some(s) = self.pick_victim() {
+            self.report.faults.add(FaultKind::Crash);
             self.crash_server(s);
             let down = VirtualDuration::from_millis(self.rng.random_range(1_000..=15_000));
             let at = self.now() + down;
             self.events.schedule(at, Event::Restart(s));
         }
-        self.again(CRASH_EVERY_S, Event::Crash);
+        self.again(self.spec.rates.crash_every_s, Event::Crash);
     }
 
     /// Server `s` stops: what its disk had not finished is lost.
@@ -1655,6 +1691,16 @@ impl<'t> ClusterSim<'t> {
         if self.healed || self.mds_down {
             return;
         }
+        self.report.faults.add(FaultKind::MdsCrash);
+        self.stop_mds();
+        let down = VirtualDuration::from_millis(self.rng.random_range(1_000..=10_000));
+        let at = self.now() + down;
+        self.events.schedule(at, Event::MdsRestart);
+        self.again(self.spec.rates.mds_crash_every_s, Event::MdsCrash);
+    }
+
+    /// The MDS stops (a crash, or the power cut): its soft state is gone.
+    fn stop_mds(&mut self) {
         self.report.mds_crashes += 1;
         self.mds_down = true;
         if self.rng.random_bool(0.5) {
@@ -1665,15 +1711,11 @@ impl<'t> ClusterSim<'t> {
         let powers: Vec<_> =
             (0..self.spec.servers).map(|s| self.mds.server_power(ServerId(s))).collect();
         self.trace(|| format!("crash mds (servers {powers:?})"));
-        let down = VirtualDuration::from_millis(self.rng.random_range(1_000..=10_000));
-        let at = self.now() + down;
-        self.events.schedule(at, Event::MdsRestart);
-        self.again(MDS_CRASH_EVERY_S, Event::MdsCrash);
     }
 
     /// The MDS restarts from its persisted commands, its clock at 0.
     fn restart_mds(&mut self) {
-        if !self.mds_down {
+        if !self.mds_down || self.power_off {
             return;
         }
         let commands = self.mds_log.iter().cloned();
@@ -1707,6 +1749,7 @@ impl<'t> ClusterSim<'t> {
     /// Server `s` is gone for good (it is never restarted).
     fn lose_server(&mut self, s: u32) {
         self.report.losses += 1;
+        self.report.faults.add(FaultKind::Lost);
         let slot = &mut self.servers[s as usize];
         slot.lost_store = slot.server.take().map(Server::into_durable).or(slot.down_store.take());
         slot.lost = true;
@@ -1717,6 +1760,10 @@ impl<'t> ClusterSim<'t> {
     fn restart(&mut self, s: u32) {
         let now = self.now();
         let slot = &mut self.servers[s as usize];
+        if self.power_off {
+            // It comes back with the power.
+            return;
+        }
         let Some(mut durable) = slot.down_store.take() else { return };
         // A restarted server comes up on (a power cycle, if it crashed asleep).
         slot.meter.wake_packet(now);
@@ -1736,6 +1783,7 @@ impl<'t> ClusterSim<'t> {
         }
         if let Some(s) = self.pick_victim() {
             self.report.partitions += 1;
+            self.report.faults.add(FaultKind::Partition);
             let cut = if self.rng.random_bool(0.5) { Cut::Everyone } else { Cut::MdsOnly };
             self.set_cut(s, Some(cut));
             self.trace(|| format!("partition s{s} from {cut:?}"));
@@ -1743,7 +1791,7 @@ impl<'t> ClusterSim<'t> {
                 self.now() + VirtualDuration::from_millis(self.rng.random_range(1_000..=8_000));
             self.events.schedule(at, Event::PartitionEnd(s));
         }
-        self.again(PARTITION_EVERY_S, Event::Partition);
+        self.again(self.spec.rates.partition_every_s, Event::Partition);
     }
 
     fn corrupt(&mut self) {
@@ -1770,10 +1818,11 @@ impl<'t> ClusterSim<'t> {
                     .is_some_and(|server| server.store_mut().corrupt_block(chunk, offset));
             if hit {
                 self.report.corruptions += 1;
+                self.report.faults.add(FaultKind::Corrupt);
                 self.trace(|| format!("corrupt s{s} {chunk:?} at {offset}"));
             }
         }
-        self.again(CORRUPT_EVERY_S, Event::Corrupt);
+        self.again(self.spec.rates.corrupt_every_s, Event::Corrupt);
     }
 
     fn slow_disk(&mut self) {
@@ -1782,9 +1831,10 @@ impl<'t> ClusterSim<'t> {
         }
         let s = self.rng.random_range(0..self.spec.servers);
         self.servers[s as usize].slow = true;
+        self.report.faults.add(FaultKind::SlowDisk);
         let at = self.now() + VirtualDuration::from_millis(self.rng.random_range(2_000..=10_000));
         self.events.schedule(at, Event::SlowEnd(s));
-        self.again(SLOW_EVERY_S, Event::SlowDisk);
+        self.again(self.spec.rates.slow_disk_every_s, Event::SlowDisk);
     }
 
     fn finish(mut self) -> SeedReport {

@@ -55,7 +55,9 @@ impl Mds {
             if (now.epoch, now.primary) != (then.epoch, then.primary) {
                 commands.push(Command::SetPrimary { group, epoch: now.epoch, server: now.primary });
             }
-            if now.logger_view_set != then.logger_view_set {
+            if now.logger_view_set != then.logger_view_set
+                && self.broken != Some(crate::cluster::server::Broken::LoggerViewInMemory)
+            {
                 let (epoch, seq) = now.logger_view_set;
                 let loggers = now.logger_view.clone();
                 commands.push(Command::SetLoggerView { group, epoch, seq, loggers });

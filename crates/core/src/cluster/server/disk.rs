@@ -410,4 +410,15 @@ mod tests {
         changing.remove(chunk(0), ByteRange::from_bounds(0, 8192));
         assert!(!changing.holds_back(&read(chunk(0), 0, 4096), CHUNK_BYTES), "the change done");
     }
+
+    /// The assertion that two changes of the same blocks are never under way at once
+    /// fires (a broken queue that issued both would decide the second's runs against
+    /// a store the first is still changing).
+    #[test]
+    #[should_panic(expected = "over one under way")]
+    fn a_second_change_over_blocks_under_way_is_refused_loudly() {
+        let mut changing = Changing::default();
+        changing.add(chunk(0), ByteRange::from_bounds(0, 8192));
+        changing.add(chunk(0), ByteRange::from_bounds(4096, 12288));
+    }
 }

@@ -157,6 +157,16 @@ pub enum Broken {
     /// never asks the MDS to wake them (P7): the read is refused until a gear shift
     /// happens to wake them, which may be never (breaks liveness).
     NeverWakeHolders,
+    /// A logger takes a log commit its disk failed with an I/O error as done, and
+    /// acknowledges its appends (breaks D7 and C3: the log lacks what the index and
+    /// the primary count on). Only the `disk-error` fault fails such a commit.
+    FailedLogCommitTaken,
+    /// The MDS keeps the groups' logger views in memory only, never in its command
+    /// log (breaks D3/D4: a primary granted after an MDS restart recovers its DVL from
+    /// no loggers, and the logged writes are lost). A crash of the MDS alone is
+    /// survived while every primary keeps its DVL; the `power-cut` fault, which stops
+    /// every primary with it, finds it at once.
+    LoggerViewInMemory,
 }
 
 /// What a storage server keeps across a crash: its replicas, its logger's log, and

@@ -414,7 +414,14 @@ impl Server {
     }
 
     pub(super) fn cancel_if_drained(&mut self, group: ChunkGroupId) {
-        let drained = self.led.get(&group).is_some_and(|led| led.migrating && led.is_idle());
+        let (own, lost) = (self.id, &self.lost);
+        // R3: a write whose loggers are all lost is on this primary's own replica
+        // alone until the replicas get it from there; handed off before, it would be
+        // on none the new primary could copy it from (with r = 2, the new primary is
+        // the replica that lacks it).
+        let drained = self.led.get(&group).is_some_and(|led| {
+            led.migrating && led.is_idle() && !led.dvl.lacks_own_copies(own, lost, &led.replicas)
+        });
         if drained {
             let Some(led) = self.led.remove(&group) else { return };
             let handoff = led.dvl.handoff();

@@ -165,7 +165,13 @@ impl Server {
         epoch: Epoch,
         chunk: ChunkId,
     ) {
-        let Some(led) = self.led.get_mut(&group).filter(|l| l.epoch == epoch) else { return };
+        if self.led.get(&group).is_none_or(|l| l.epoch != epoch) {
+            return;
+        }
+        // A copy from this primary's own replica of records no logger holds any more
+        // (R3) is answered as a rebuild's chunk is.
+        self.own_copy_acked(group, replica, chunk);
+        let Some(led) = self.led.get_mut(&group) else { return };
         let Some(rebuild) = led.rebuild_mut(replica) else { return };
         if rebuild.in_flight.remove(&chunk).is_none() {
             return;

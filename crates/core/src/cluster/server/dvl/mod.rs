@@ -17,14 +17,16 @@
 mod extents;
 mod reads;
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 
 use somnus_types::{ChunkGroupId, ServerId, Version, VirtualDuration, VirtualInstant};
 
 use super::primary::Led;
 use super::{Broken, Server};
 use crate::cluster::mds::mix;
-use crate::cluster::{DvlHandoff, Epoch, LogRecord, LoggedExtent, Message, Peer, UnstableWrite};
+use crate::cluster::{
+    ChunkId, DvlHandoff, Epoch, LogRecord, LoggedExtent, Message, Peer, UnstableWrite,
+};
 use extents::{Extent, Extents, first_record_of};
 use reads::Reads;
 
@@ -121,7 +123,7 @@ impl Recovery {
     /// Answers a recovery waits for; the broken variant stops one short of L - r_L + 1.
     fn need(&self, broken: Option<Broken>) -> usize {
         match broken {
-            Some(Broken::TooFewLoggers) => self.need - 1,
+            Some(Broken::TooFewLoggers) => self.need.saturating_sub(1),
             _ => self.need,
         }
     }
@@ -141,6 +143,10 @@ pub(super) struct Dvl {
     wake_asked_at: Option<VirtualInstant>,
     /// When the reads were last looked over for holders to wake (P7).
     holders_asked_at: Option<VirtualInstant>,
+    /// Copies of a chunk from this primary's own replica to a replica that lacks
+    /// records whose every log holder is lost (R3), by chunk and replica: when the
+    /// copy was read, and the records its answer applies.
+    own_copies: BTreeMap<(ChunkId, ServerId), (VirtualInstant, Vec<LogRecord>)>,
 }
 
 impl Dvl {
@@ -232,6 +238,53 @@ impl Dvl {
         self.extents
             .of_chunk_over(chunk, range)
             .filter(move |(_, extent)| !extent.applied.contains(&own))
+    }
+
+    /// Notes the copies from the own replica that `wanted` asks for, each record as sent
+    /// back (reclaim reads it again if no answer comes), and returns the chunks to
+    /// read: one copy per chunk and replica at a time, another once it is late.
+    fn start_own_copies(
+        &mut self,
+        wanted: BTreeMap<(ChunkId, ServerId), Vec<LogRecord>>,
+        now: VirtualInstant,
+        retry: VirtualDuration,
+    ) -> Vec<(ChunkId, ServerId)> {
+        let mut reads = Vec::new();
+        for (key, records) in wanted {
+            for record in &records {
+                self.extents.reclaim_sent(record, now);
+            }
+            // One under way read the chunk before these records were due: they wait
+            // for the next.
+            if self.own_copies.get(&key).is_some_and(|(at, _)| at.saturating_add(retry) > now) {
+                continue;
+            }
+            self.own_copies.insert(key, (now, records));
+            reads.push(key);
+        }
+        reads
+    }
+
+    /// Whether a replica of `replicas` lacks a write that only `own`'s replica holds
+    /// any more (every logger of it lost).
+    pub(super) fn lacks_own_copies(
+        &self,
+        own: ServerId,
+        lost: &BTreeSet<ServerId>,
+        replicas: &[ServerId],
+    ) -> bool {
+        self.extents.iter().any(|(_, e)| {
+            e.applied.contains(&own)
+                && !e.holders.is_empty()
+                && e.holders.iter().all(|l| lost.contains(l))
+                && replicas.iter().any(|r| !e.applied.contains(r))
+        })
+    }
+
+    /// The records a copy of `chunk` from the own replica to `replica` was for, once
+    /// `replica` holds it.
+    pub(super) fn own_copy_done(&mut self, chunk: ChunkId, replica: ServerId) -> Vec<LogRecord> {
+        self.own_copies.remove(&(chunk, replica)).map(|(_, records)| records).unwrap_or_default()
     }
 
     /// Every parked read due again (the servers down or lost changed).
@@ -331,9 +384,19 @@ impl Server {
             led.dvl.recovery = None;
             return;
         }
-        // A lost logger never answers; the L - r_L + 1 answers needed stay as many.
+        // A lost logger never answers. A write whose r_L loggers were all lost has no
+        // copy in the log left to find, so with k lost the recovery needs to meet only
+        // the other acknowledgement sets: L - r_L + 1 - (k - r_L + 1) answers once k
+        // reaches r_L, which is every logger left (with r = 2, one logger each write,
+        // waiting for the lost one's answer would wait for ever). Such a write's only
+        // copy is its old primary's own, which the replicas' sync adopts.
         let lost = &self.lost;
         recovery.from.retain(|l| !lost.contains(l));
+        recovery.need = recovery.need.min(recovery.from.len());
+        if !recovery.complete && recovery.answered.len() >= recovery.need(broken) {
+            self.complete_recovery(group);
+            return self.send_recovery(group);
+        }
         if recovery.complete && recovery.unanswered().is_empty() {
             led.dvl.recovery = None;
             return;
@@ -386,7 +449,6 @@ impl Server {
     }
 
     fn log_recovered(&mut self, group: ChunkGroupId, logger: ServerId, records: Vec<LogRecord>) {
-        let (broken, now) = (self.broken, self.now);
         let Some(led) = self.led.get_mut(&group) else { return };
         let Some(recovery) = led.dvl.recovery.as_mut() else { return };
         if !recovery.from.contains(&logger) || recovery.answered.contains(&logger) {
@@ -410,8 +472,17 @@ impl Server {
         for record in records {
             recovery.found.entry(record).or_default().push(logger);
         }
+        self.complete_recovery(group);
+    }
+
+    /// Completes the recovery of `group` once it has the answers it needs: the records
+    /// found are read back and adopted.
+    fn complete_recovery(&mut self, group: ChunkGroupId) {
+        let (broken, now) = (self.broken, self.now);
+        let Some(led) = self.led.get_mut(&group) else { return };
+        let Some(recovery) = led.dvl.recovery.as_mut() else { return };
         let need = recovery.need(broken);
-        if recovery.answered.len() < need {
+        if recovery.complete || recovery.answered.len() < need {
             return;
         }
         recovery.complete = true;
@@ -444,6 +515,7 @@ impl Server {
         let replicas = &led.replicas;
         let mut batches: BTreeMap<ServerId, Vec<LogRecord>> = BTreeMap::new();
         let mut gone = Vec::new();
+        let mut own_copies: BTreeMap<(ChunkId, ServerId), Vec<LogRecord>> = BTreeMap::new();
         // The reads not sent yet, or (on the timer) those late: never every read.
         let candidates =
             if late_only { led.dvl.reads.late(now, retry) } else { led.dvl.reads.unsent() };
@@ -454,12 +526,27 @@ impl Server {
             };
             let Some(read) = led.dvl.reads.get(&record) else { continue };
             if extent.holders.iter().all(|l| lost.contains(l) || read.empty_at.contains(l)) {
+                gone.push(record);
+                if read.purpose == Purpose::Reclaim
+                    && extent.applied.contains(&own)
+                    && extent.holders.iter().all(|l| lost.contains(l))
+                {
+                    // R3: every copy in the log is gone with its logger, but this
+                    // primary's own replica holds the write: the replicas that lack it
+                    // get it from there (with r = 2 the own copy and one logger's
+                    // were all there was).
+                    for (i, replica) in replicas.iter().enumerate() {
+                        if led.synced[i] && !extent.applied.contains(replica) {
+                            own_copies.entry((record.chunk, *replica)).or_default().push(record);
+                        }
+                    }
+                    continue;
+                }
                 // R3: every copy in the log is gone with its logger, or shows no byte
                 // (a holder declared lost after the others answered empty counts
                 // here, not only at an answer); as when no holder shows a byte, the
                 // record is done with (the replicas decide).
                 led.dvl.extents.done_with(&record, replicas);
-                gone.push(record);
                 continue;
             }
             let up: Vec<ServerId> =
@@ -488,8 +575,12 @@ impl Server {
         for record in gone {
             led.dvl.reads.remove(&record);
         }
+        let copies = led.dvl.start_own_copies(own_copies, now, retry);
         for (logger, records) in batches {
             self.send_logger(logger, Message::LogRead { group, epoch, records });
+        }
+        for (chunk, replica) in copies {
+            self.rebuild_read(replica, group, epoch, chunk);
         }
         self.wake_holders(group);
         // Records done with here (superseded, or their holders lost) leave demand
@@ -634,10 +725,33 @@ impl Server {
         replica: ServerId,
         version: Version,
     ) {
+        let Some(led) = self.led.get(&group) else { return };
+        let records = led.dvl.extents.of_version(version);
+        self.applied_at(group, replica, records);
+    }
+
+    /// `replica` holds the chunk this primary's own replica copied to it (R3): the
+    /// records the copy was for are applied there.
+    pub(super) fn own_copy_acked(
+        &mut self,
+        group: ChunkGroupId,
+        replica: ServerId,
+        chunk: ChunkId,
+    ) {
+        let Some(led) = self.led.get_mut(&group) else { return };
+        let records = led.dvl.own_copy_done(chunk, replica);
+        if !records.is_empty() {
+            self.applied_at(group, replica, records);
+        }
+    }
+
+    /// `replica` has applied `records`: a record on every ready replica needs no more
+    /// copies, and one on every replica gets its deletion markers.
+    fn applied_at(&mut self, group: ChunkGroupId, replica: ServerId, records: Vec<LogRecord>) {
         let down = &self.down;
         let Some(led) = self.led.get_mut(&group) else { return };
         let mut ready = None;
-        for record in led.dvl.extents.of_version(version) {
+        for record in records {
             let Some(extent) = led.dvl.extents.get(&record) else { continue };
             if extent.applied.contains(&replica) {
                 continue;
