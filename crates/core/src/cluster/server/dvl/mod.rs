@@ -389,7 +389,9 @@ impl Server {
         // the other acknowledgement sets: L - r_L + 1 - (k - r_L + 1) answers once k
         // reaches r_L, which is every logger left (with r = 2, one logger each write,
         // waiting for the lost one's answer would wait for ever). Such a write's only
-        // copy is its old primary's own, which the replicas' sync adopts.
+        // copy is then its old primary's own replica, which holds it as stable: nothing
+        // here finds it (found open, README; the fix is to re-log it once its logger
+        // is declared lost).
         let lost = &self.lost;
         recovery.from.retain(|l| !lost.contains(l));
         recovery.need = recovery.need.min(recovery.from.len());
