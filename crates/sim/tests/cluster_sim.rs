@@ -50,7 +50,7 @@ fn a_lost_server_is_rebuilt_on_its_peers_and_nothing_is_lost() {
     for seed in 1..=8 {
         let report = run(&spec, seed);
         assert_eq!(report.violation_count, 0, "seed {seed}: {:#?}", report.violations);
-        assert_eq!(report.losses, 1, "seed {seed}: {report:?}");
+        assert_eq!(report.faults.get(FaultKind::Lost), 1, "seed {seed}: {report:?}");
         assert!(report.rebuilt_bytes > 0, "seed {seed} rebuilt nothing: {report:?}");
         assert_eq!(report.ops_unfinished, 0);
     }

@@ -6,7 +6,9 @@ use std::ops::RangeInclusive;
 use anyhow::{Result, bail};
 use clap::{Args, ValueEnum};
 use somnus_core::cluster::server::Broken;
-use somnus_sim::cluster::{ClusterSim, ClusterSpec, FaultSet, LoggerBackend, SeedReport};
+use somnus_sim::cluster::{
+    ClusterSim, ClusterSpec, FaultKind, FaultSet, LoggerBackend, SeedReport,
+};
 
 /// The most seeds one command runs.
 const SEEDS_MAX: u64 = 10_000_000;
@@ -208,10 +210,10 @@ pub(crate) fn run(args: &ClusterArgs) -> Result<()> {
             report.reads,
             report.crashes,
             report.mds_crashes,
-            report.partitions,
-            report.corruptions,
+            report.faults.get(FaultKind::Partition),
+            report.faults.get(FaultKind::Corrupt),
             report.gear_shifts,
-            report.losses,
+            report.faults.get(FaultKind::Lost),
             report.rebuilt_bytes as f64 / (1u64 << 20) as f64,
             report.view_changes,
             report.writes_logged,

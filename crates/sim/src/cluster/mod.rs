@@ -207,19 +207,17 @@ pub struct SeedReport {
     pub reads: u64,
     pub messages: u64,
     pub disk_ios: u64,
+    /// Crashes of servers, of the MDS: the faults' and the power cut's (`faults`
+    /// counts partitions, corruptions, losses and the rest by kind).
     pub crashes: u64,
-    /// Restarts of the MDS (the `mds-crash` fault).
     pub mds_crashes: u64,
-    pub partitions: u64,
-    pub corruptions: u64,
     pub view_changes: u64,
     pub client_retries: u64,
     /// Repeats of writes already answered, answered again with their version (S1).
     pub repeats_answered: u64,
     pub blocks_repaired: u64,
     pub gear_shifts: u64,
-    /// Servers lost for good, and the bytes their replicas' rebuild copied.
-    pub losses: u64,
+    /// The bytes the rebuilds of lost servers' replicas copied.
     pub rebuilt_bytes: u64,
     /// Writes the DVLs logged (a replica was down), logged writes reclaimed, and
     /// logged writes a newer one covered before they were (stale, not reclaimed).
@@ -1643,11 +1641,26 @@ impl<'t> ClusterSim<'t> {
         if slot.server.is_none() || slot.cut.is_some() {
             return None;
         }
+        self.may_go_down(s).then_some(s)
+    }
+
+    /// Whether server `s` going down leaves no more than r - 1 fault domains down.
+    fn may_go_down(&self, s: u32) -> bool {
         let mut racks = self.racks_down(None);
-        if !racks.contains(&slot.rack) {
-            racks.push(slot.rack);
+        let rack = self.servers[s as usize].rack;
+        if !racks.contains(&rack) {
+            racks.push(rack);
         }
-        (racks.len() < self.spec.replicas as usize).then_some(s)
+        racks.len() < self.spec.replicas as usize
+    }
+
+    /// Whether the `loss` fault drops a message now (counted).
+    fn lose_message(&mut self) -> bool {
+        let lost = self.rng.random_bool(self.spec.rates.loss);
+        if lost {
+            self.report.faults.add(FaultKind::Loss);
+        }
+        lost
     }
 
     fn crash(&mut self) {
@@ -1748,7 +1761,6 @@ impl<'t> ClusterSim<'t> {
 
     /// Server `s` is gone for good (it is never restarted).
     fn lose_server(&mut self, s: u32) {
-        self.report.losses += 1;
         self.report.faults.add(FaultKind::Lost);
         let slot = &mut self.servers[s as usize];
         slot.lost_store = slot.server.take().map(Server::into_durable).or(slot.down_store.take());
@@ -1782,7 +1794,6 @@ impl<'t> ClusterSim<'t> {
             return;
         }
         if let Some(s) = self.pick_victim() {
-            self.report.partitions += 1;
             self.report.faults.add(FaultKind::Partition);
             let cut = if self.rng.random_bool(0.5) { Cut::Everyone } else { Cut::MdsOnly };
             self.set_cut(s, Some(cut));
@@ -1817,7 +1828,6 @@ impl<'t> ClusterSim<'t> {
                     .as_mut()
                     .is_some_and(|server| server.store_mut().corrupt_block(chunk, offset));
             if hit {
-                self.report.corruptions += 1;
                 self.report.faults.add(FaultKind::Corrupt);
                 self.trace(|| format!("corrupt s{s} {chunk:?} at {offset}"));
             }

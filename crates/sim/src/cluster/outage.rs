@@ -30,12 +30,7 @@ impl ClusterSim<'_> {
             return None;
         }
         self.servers[s as usize].fail_next_io = false;
-        let mut racks = self.racks_down(None);
-        let rack = self.servers[s as usize].rack;
-        if !racks.contains(&rack) {
-            racks.push(rack);
-        }
-        if racks.len() >= self.spec.replicas as usize {
+        if !self.may_go_down(s) {
             return None;
         }
         // The logger's operation is not done: the engine's bytes stay as they were.
@@ -44,15 +39,6 @@ impl ClusterSim<'_> {
         self.trace(|| format!("disk error s{s} {io:?}"));
         let error = DiskError::Io("an injected I/O error".to_owned());
         Some(ServerEvent::DiskFailed { io, error })
-    }
-
-    /// Whether the `loss` fault drops a message now (counted).
-    pub(super) fn lose_message(&mut self) -> bool {
-        let lost = self.rng.random_bool(self.spec.rates.loss);
-        if lost {
-            self.report.faults.add(FaultKind::Loss);
-        }
-        lost
     }
 
     /// The `power-cut` fault: every server and the MDS stop at once, losing what their
