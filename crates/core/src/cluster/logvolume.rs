@@ -450,9 +450,19 @@ impl LogVolume {
         group: ChunkGroupId,
         records: &[LogRecord],
     ) -> (LogCommit, Staged) {
+        self.stage_invalidates(&[(group, records)])
+    }
+
+    /// Plans the markers of several groups' records as one commit.
+    pub fn stage_invalidates(
+        &mut self,
+        batches: &[(ChunkGroupId, &[LogRecord])],
+    ) -> (LogCommit, Staged) {
         let mut staged = Staged::new(Vec::new());
         let mut ops = Vec::new();
-        for record in records {
+        let records =
+            batches.iter().flat_map(|(group, records)| records.iter().map(|r| (*group, r)));
+        for (group, record) in records {
             let owner = owner(group, record.owner);
             let (epoch, version) = (record.owner, record.version);
             if version > self.newest.get(&owner).copied().unwrap_or_default() {

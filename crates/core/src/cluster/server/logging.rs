@@ -7,8 +7,16 @@
 //! done, from the log as that one left it, and handed to the shell whole
 //! (`DiskOp::LogCommit`); what waits meanwhile is queued here, in arrival order. A read
 //! goes to the shell at once (`DiskOp::LogRead`) and is checked when it comes back.
+//!
+//! What waits is bounded by what the log holds, not by how often primaries ask: a
+//! primary repeats a batch of writes or markers that is not answered in time, and a
+//! logger behind (a gear's up-shift sends it the markers of hundreds of thousands of
+//! reclaimed writes at once) would otherwise queue every repeat, fall further behind
+//! with each, and grow without end. So a repeated batch of writes joins the one
+//! waiting from the same owner, every waiting marker (of any group) goes into the
+//! next markers' commit as a set, and a collection is queued once.
 
-use std::collections::{BTreeMap, VecDeque};
+use std::collections::{BTreeMap, BTreeSet, VecDeque};
 
 use somnus_types::{ChunkGroupId, ServerId, Version};
 
@@ -20,11 +28,24 @@ use crate::cluster::{Epoch, LogRecord, Message, UnstableWrite};
 /// A change of the log waiting for the commit before it.
 #[derive(Debug)]
 enum LogJob {
-    Append { group: ChunkGroupId, epoch: Epoch, primary: ServerId, writes: Vec<UnstableWrite> },
-    Fence { group: ChunkGroupId, epoch: Epoch, primary: ServerId },
-    Invalidate { group: ChunkGroupId, epoch: Epoch, primary: ServerId, records: Vec<LogRecord> },
+    Append {
+        group: ChunkGroupId,
+        epoch: Epoch,
+        primary: ServerId,
+        writes: Vec<UnstableWrite>,
+    },
+    Fence {
+        group: ChunkGroupId,
+        epoch: Epoch,
+        primary: ServerId,
+    },
+    /// Every marker waiting ([`LoggerWork::markers`]) when it comes up.
+    Markers,
     Collect,
 }
+
+/// Whose markers: a primary of a group at an epoch (each is answered its own).
+type MarkersOf = (ChunkGroupId, Epoch, ServerId);
 
 /// What the logger has under way.
 #[derive(Debug, Default)]
@@ -39,6 +60,11 @@ pub(super) struct LoggerWork {
     /// The changes waiting for the commit on the disk, if one is.
     jobs: VecDeque<LogJob>,
     committing: bool,
+    /// Markers asked for and not yet committed, a set per primary (a repeat adds
+    /// nothing); `jobs` holds one `Markers` while any wait.
+    markers: BTreeMap<MarkersOf, BTreeSet<LogRecord>>,
+    /// A `Collect` is in `jobs`.
+    collect_queued: bool,
 }
 
 impl LoggerWork {
@@ -71,10 +97,7 @@ impl Server {
             return;
         }
         match message {
-            Message::LogAppend { writes, .. } => {
-                *self.logger.in_flight.entry(group).or_default() += 1;
-                self.log_job(LogJob::Append { group, epoch, primary, writes });
-            }
+            Message::LogAppend { writes, .. } => self.queue_append(group, epoch, primary, writes),
             Message::LogRecover { .. } => self.log_recover(primary, group, epoch),
             Message::LogRead { records, .. } => {
                 let (reads, plan) = self.log.stage_read(group, records);
@@ -83,10 +106,47 @@ impl Server {
                 self.disk_log(Io::LogRead { to: primary, group, epoch, plan }, op, position, bytes);
             }
             Message::LogInvalidate { records, .. } => {
-                self.log_job(LogJob::Invalidate { group, epoch, primary, records });
+                if self.logger.markers.is_empty() {
+                    self.logger.jobs.push_back(LogJob::Markers);
+                }
+                self.logger.markers.entry((group, epoch, primary)).or_default().extend(records);
+                self.next_log_commit();
             }
             _ => {}
         }
+    }
+
+    /// Queues a batch of writes, or adds the writes it lacks to the batch from the same
+    /// owner still waiting (a primary repeats a batch not answered in time; each
+    /// version is in the log once either way).
+    fn queue_append(
+        &mut self,
+        group: ChunkGroupId,
+        epoch: Epoch,
+        primary: ServerId,
+        writes: Vec<UnstableWrite>,
+    ) {
+        let waiting = self.logger.jobs.iter_mut().find_map(|job| match job {
+            LogJob::Append { group: g, epoch: e, primary: p, writes }
+                if (*g, *e, *p) == (group, epoch, primary) =>
+            {
+                Some(writes)
+            }
+            _ => None,
+        });
+        if let Some(queued) = waiting {
+            for write in writes {
+                if let Err(at) = queued.binary_search_by_key(&write.version, |w| w.version) {
+                    queued.insert(at, write);
+                }
+            }
+            return;
+        }
+        *self.logger.in_flight.entry(group).or_default() += 1;
+        let mut writes = writes;
+        writes.sort_by_key(|w| w.version);
+        writes.dedup_by_key(|w| w.version);
+        self.log_job(LogJob::Append { group, epoch, primary, writes });
     }
 
     fn log_job(&mut self, job: LogJob) {
@@ -110,14 +170,26 @@ impl Server {
                     let (commit, staged) = self.log.stage_fence(group, epoch);
                     (Io::LogFence { group, epoch, primary, staged }, commit)
                 }
-                LogJob::Invalidate { group, epoch, primary, records } => {
-                    let (commit, staged) = self.log.stage_invalidate(group, &records);
-                    (Io::LogInvalidate { group, epoch, primary, records, staged }, commit)
+                LogJob::Markers => {
+                    let batches: Vec<(MarkersOf, Vec<LogRecord>)> =
+                        std::mem::take(&mut self.logger.markers)
+                            .into_iter()
+                            .map(|(of, records)| (of, records.into_iter().collect()))
+                            .collect();
+                    let marks: Vec<(ChunkGroupId, &[LogRecord])> = batches
+                        .iter()
+                        .map(|((group, ..), records)| (*group, &records[..]))
+                        .collect();
+                    let (commit, staged) = self.log.stage_invalidates(&marks);
+                    (Io::LogInvalidate { batches, staged }, commit)
                 }
-                LogJob::Collect => match self.log.stage_collect() {
-                    Some((commit, staged)) => (Io::LogCollect { staged }, commit),
-                    None => continue,
-                },
+                LogJob::Collect => {
+                    self.logger.collect_queued = false;
+                    match self.log.stage_collect() {
+                        Some((commit, staged)) => (Io::LogCollect { staged }, commit),
+                        None => continue,
+                    }
+                }
             };
             if commit.is_empty() {
                 self.log_io_done(io);
@@ -204,10 +276,15 @@ impl Server {
                 }
                 self.recovered_when_settled(primary, group, epoch);
             }
-            Io::LogInvalidate { group, epoch, primary, records, staged } => {
+            Io::LogInvalidate { batches, staged } => {
                 self.log.committed(staged);
-                self.log_job_after(LogJob::Collect);
-                self.answer_primary(primary, Message::LogInvalidated { group, epoch, records });
+                if !self.logger.collect_queued {
+                    self.logger.collect_queued = true;
+                    self.logger.jobs.push_back(LogJob::Collect);
+                }
+                for ((group, epoch, primary), records) in batches {
+                    self.answer_primary(primary, Message::LogInvalidated { group, epoch, records });
+                }
             }
             Io::LogCollect { staged } => {
                 // Background: the copies are written at the head a piece at a time,
@@ -287,12 +364,6 @@ impl Server {
         }
     }
 
-    /// Queues `job` after those waiting (a collection after the markers that called
-    /// for it).
-    fn log_job_after(&mut self, job: LogJob) {
-        self.logger.jobs.push_back(job);
-    }
-
     fn log_commit_ended(&mut self) {
         self.logger.committing = false;
         self.next_log_commit();
@@ -315,3 +386,132 @@ fn answers_of(staged: &Staged) -> (Vec<Version>, Vec<Version>) {
 
 /// The largest write of a collection's copies.
 const COLLECT_PIECE_BYTES: u64 = 1 << 20;
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+
+    use somnus_types::{ByteRange, IoId, ObjectId, VirtualInstant};
+
+    use super::*;
+    use crate::cluster::server::{Durable, ServerEvent};
+    use crate::cluster::{ChunkId, ChunkIndex, ClusterConfig, Payload, Peer, ServerPlaces, Stamp};
+    use crate::layout::{Layout, LayoutSpec, RackAssignment, Scheme};
+
+    const GROUP: ChunkGroupId = ChunkGroupId(0);
+    const PRIMARY: ServerId = ServerId(1);
+
+    /// Server 0 of a three-server cluster, as a logger, and what it asked of its disk
+    /// so far (the commits waiting for `DiskDone`).
+    fn logger() -> Server {
+        let spec = LayoutSpec {
+            servers: 3,
+            replicas: 3,
+            racks: 3,
+            chunk_groups: 3,
+            scheme: Scheme::PowerAware(RackAssignment::Rotated),
+            seed: 1,
+        };
+        let topology = Arc::new(ServerPlaces::of(&Layout::build(&spec).unwrap()));
+        let config = ClusterConfig::sierra();
+        let durable = Durable::new(&config);
+        Server::new(ServerId(0), config, topology, durable, VirtualInstant::ZERO, None)
+    }
+
+    fn write(version: u64) -> UnstableWrite {
+        let chunk = ChunkId { object: ObjectId(7), chunk: ChunkIndex(0) };
+        let range = ByteRange::new(version * 4096, 4096);
+        let data = Payload::new(vec![version as u8; 4096].into());
+        UnstableWrite { chunk, range, version: Version(version), stamp: Stamp(version), data }
+    }
+
+    fn record(w: &UnstableWrite) -> LogRecord {
+        LogRecord { owner: Epoch(1), chunk: w.chunk, range: w.range, version: w.version }
+    }
+
+    fn from_primary(logger: &mut Server, message: Message) {
+        let event = ServerEvent::MessageReceived { from: Peer::Server(PRIMARY), message };
+        logger.handle(VirtualInstant::ZERO, event);
+    }
+
+    /// The commits asked of the disk since the last call, and what was sent.
+    fn drain(logger: &mut Server) -> (Vec<IoId>, Vec<Message>) {
+        let (mut commits, mut sent) = (Vec::new(), Vec::new());
+        while let Some(action) = logger.poll_action() {
+            match action {
+                ServerAction::Disk { io, op: DiskOp::LogCommit(_), .. } => commits.push(io),
+                ServerAction::Send { to: Peer::Server(PRIMARY), message } => sent.push(message),
+                _ => {}
+            }
+        }
+        (commits, sent)
+    }
+
+    fn done(logger: &mut Server, io: IoId) {
+        logger.handle(VirtualInstant::ZERO, ServerEvent::DiskDone { io });
+    }
+
+    /// A primary that repeats its batches while the logger's disk is busy costs the
+    /// logger nothing more: the repeats of a batch of writes join the one waiting, and
+    /// every marker waiting (repeats and all) goes into one commit, answered once.
+    #[test]
+    fn repeated_batches_wait_once_and_waiting_markers_go_in_one_commit() {
+        let mut logger = logger();
+        let epoch = Epoch(1);
+        let writes: Vec<UnstableWrite> = (1..=4).map(write).collect();
+        let append = |writes: &[UnstableWrite]| Message::LogAppend {
+            group: GROUP,
+            epoch,
+            writes: writes.to_vec(),
+        };
+        // The first batch is committing; the second waits, repeated many times.
+        from_primary(&mut logger, append(&writes[..2]));
+        let (first, _) = drain(&mut logger);
+        assert_eq!(first.len(), 1, "the first batch goes to the disk at once");
+        for _ in 0..100 {
+            from_primary(&mut logger, append(&writes[2..]));
+        }
+        assert_eq!(logger.logger.jobs.len(), 1, "the repeats join the batch waiting");
+        done(&mut logger, first[0]);
+        let (second, answers) = drain(&mut logger);
+        assert_eq!(second.len(), 1);
+        let acked = |m: &Message| matches!(m, Message::LogAck { versions, .. } if versions == &[Version(1), Version(2)]);
+        assert!(answers.iter().any(acked), "{answers:?}");
+        done(&mut logger, second[0]);
+        let (_, answers) = drain(&mut logger);
+        let acked = |m: &Message| matches!(m, Message::LogAck { versions, .. } if versions == &[Version(3), Version(4)]);
+        assert!(answers.iter().any(acked), "the waiting batch answered once: {answers:?}");
+        assert_eq!(logger.log.records(GROUP).len(), 4);
+
+        // Markers: one commit on the disk, then every repeat of every marker waits in
+        // one set.
+        let invalidate =
+            |records: Vec<LogRecord>| Message::LogInvalidate { group: GROUP, epoch, records };
+        from_primary(&mut logger, invalidate(vec![record(&writes[0])]));
+        let (busy, _) = drain(&mut logger);
+        assert_eq!(busy.len(), 1);
+        for _ in 0..100 {
+            for w in &writes[1..] {
+                from_primary(&mut logger, invalidate(vec![record(w)]));
+            }
+        }
+        let waiting: usize = logger.logger.markers.values().map(BTreeSet::len).sum();
+        assert_eq!((logger.logger.jobs.len(), waiting), (1, 3), "one job, three markers");
+        done(&mut logger, busy[0]);
+        let (markers, answers) = drain(&mut logger);
+        assert_eq!(markers.len(), 1, "the three markers in one commit");
+        done(&mut logger, markers[0]);
+        let (_, more) = drain(&mut logger);
+        let invalidated: Vec<&Message> = answers
+            .iter()
+            .chain(&more)
+            .filter(|m| matches!(m, Message::LogInvalidated { .. }))
+            .collect();
+        assert_eq!(
+            invalidated.len(),
+            2,
+            "the first marker's answer, then the set's: {invalidated:?}"
+        );
+        assert!(logger.log.records(GROUP).is_empty(), "every record hidden");
+    }
+}

@@ -307,10 +307,7 @@ enum Io {
     LogRead { to: ServerId, group: ChunkGroupId, epoch: Epoch, plan: ReadPlan },
     /// The logger's commit of deletion markers.
     LogInvalidate {
-        group: ChunkGroupId,
-        epoch: Epoch,
-        primary: ServerId,
-        records: Vec<LogRecord>,
+        batches: Vec<((ChunkGroupId, Epoch, ServerId), Vec<LogRecord>)>,
         staged: Staged,
     },
     /// The logger's commit of a collection.
