@@ -281,6 +281,27 @@ fn logger_views_kept_in_memory_are_caught_by_the_power_cut() {
     assert_eq!(caught, None, "server crashes alone caught logger-view-in-memory");
 }
 
+/// The `lost` fault's broken variant: with r = 2 a write logged while its other
+/// replica slept has one logger; lost, and its primary restarted meanwhile (a crash, a
+/// power cut), the new primary's DVL recovery cannot find the write, and a primary
+/// that serves without resyncing the replicas (R4) leaves the one that lacks it
+/// without it for good (C3, convergence). Without `lost` the same seeds pass.
+#[test]
+fn a_primary_that_skips_the_resync_is_caught_by_a_lost_logger() {
+    let spec = ClusterSpec {
+        servers: 6,
+        replicas: 2,
+        racks: 3,
+        broken: Some(Broken::SkipResync),
+        ..ClusterSpec::small()
+    };
+    let lost = |v: &String| v.starts_with("C3") || v.starts_with("convergence");
+    let caught = (40..=100).find(|seed| run(&spec, *seed).violations.iter().any(lost));
+    let Some(seed) = caught else { panic!("skip-resync passed seeds 40..=100") };
+    let kept = ClusterSpec { faults: spec.faults.without(FaultKind::Lost), ..spec.clone() };
+    assert_eq!(run(&kept, seed).violation_count, 0, "seed {seed} fails without `lost`");
+}
+
 #[test]
 fn a_seed_replays_exactly() {
     let spec = ClusterSpec::small();

@@ -196,6 +196,8 @@ pub fn every_message() -> Vec<Message> {
         Message::ReleaseObject { request: 18, object: ObjectId(46) },
         Message::StableMark { group, epoch, stable: Version(9 << 40 | 4) },
         Message::WakeHolders { group, epoch, servers: vec![ServerId(4), ServerId(7)] },
+        Message::ResyncPull { group, epoch, chunks: vec![chunk] },
+        Message::ResyncHeld { group, epoch, chunks: vec![chunk] },
     ]
 }
 
@@ -255,8 +257,10 @@ pub fn variant(message: &Message) -> usize {
         Message::ReleaseObject { .. } => 49,
         Message::StableMark { .. } => 50,
         Message::WakeHolders { .. } => 51,
+        Message::ResyncPull { .. } => 52,
+        Message::ResyncHeld { .. } => 53,
     }
 }
 
 /// Variants of [`Message`].
-pub const VARIANTS: usize = 52;
+pub const VARIANTS: usize = 54;

@@ -109,6 +109,9 @@ enum BrokenChoice {
     FailedLogCommitTaken,
     /// The MDS keeps logger views in memory only (found by `power-cut`).
     LoggerViewInMemory,
+    /// A primary whose DVL recovery lost a logger serves without a resync (found by
+    /// `lost`).
+    SkipResync,
 }
 
 fn parse_share(text: &str) -> Result<f64, String> {
@@ -149,6 +152,7 @@ pub(crate) fn run(args: &ClusterArgs) -> Result<()> {
         BrokenChoice::NeverWakeHolders => Broken::NeverWakeHolders,
         BrokenChoice::FailedLogCommitTaken => Broken::FailedLogCommitTaken,
         BrokenChoice::LoggerViewInMemory => Broken::LoggerViewInMemory,
+        BrokenChoice::SkipResync => Broken::SkipResync,
     });
     let spec = ClusterSpec {
         servers: args.servers,

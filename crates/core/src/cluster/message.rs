@@ -766,6 +766,20 @@ pub enum Message {
         epoch: Epoch,
         servers: Vec<ServerId>,
     },
+    /// A resync (R4): the primary of `epoch` asks a replica for its copy of `chunks`
+    /// of the group (none named: every chunk it holds), each sent as `RebuildData`.
+    ResyncPull {
+        group: ChunkGroupId,
+        epoch: Epoch,
+        chunks: Vec<ChunkId>,
+    },
+    /// The chunks of the group the replica holds, answering a `ResyncPull` of every
+    /// chunk (their copies follow).
+    ResyncHeld {
+        group: ChunkGroupId,
+        epoch: Epoch,
+        chunks: Vec<ChunkId>,
+    },
 }
 
 /// One object of a listing.

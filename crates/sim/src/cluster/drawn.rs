@@ -5,7 +5,7 @@
 use rand::{Rng, SeedableRng};
 use rand_pcg::Pcg64;
 
-use super::{ClusterSpec, FaultKind, FaultRates};
+use super::{ClusterSpec, FaultRates};
 
 /// Mixed into the seed for the draw, so the cluster's shape and its run use
 /// different streams.
@@ -19,8 +19,8 @@ impl ClusterSpec {
     /// `base` with its shape and fault rates drawn from `seed`: 3 to 5 racks, r of 2
     /// or 3, 1 to 3 servers per rack and replica, 2 to 6 chunk groups per server,
     /// chunks of 256 KiB to 1 MiB, 4 to 12 objects of 1 to 3 chunks, 1 to 6 clients,
-    /// churn up to 10 %, and [`FaultRates::drawn`]. Its fault kinds (less `lost` where
-    /// r = 2), time, checks and loggers are `base`'s.
+    /// churn up to 10 %, and [`FaultRates::drawn`]. Its fault kinds, time, checks and
+    /// loggers are `base`'s.
     pub fn drawn(base: &ClusterSpec, seed: u64) -> ClusterSpec {
         let mut rng = Pcg64::seed_from_u64(seed ^ DRAW_SALT);
         for _ in 0..DRAWS_MAX {
@@ -38,14 +38,6 @@ impl ClusterSpec {
                 clients: rng.random_range(1..=6),
                 churn: f64::from(rng.random_range(0..=10u32)) / 100.0,
                 rates: FaultRates::drawn(&mut rng),
-                faults: if replicas < 3 {
-                    // Found open: with r = 2 a logged write has one logger, and a lost
-                    // one leaves the write on its primary alone, with nothing durable
-                    // saying which replica lacks it (README, "found open").
-                    base.faults.without(FaultKind::Lost)
-                } else {
-                    base.faults
-                },
                 ..base.clone()
             };
             if spec.validate(seed).is_ok() {

@@ -1631,6 +1631,22 @@ impl<'t> ClusterSim<'t> {
                     own.iter().any(|(c, r)| *c == chunk && r.start <= offset && offset < r.end);
                 copies - usize::from(own_corrupt) + 1 + self.losses_not_rebuilt() > budget
             })
+        }) || self.logged_copy_exceeds_faults(s, budget)
+    }
+
+    /// Whether `s`'s log holds a write over a block whose copies elsewhere are corrupt
+    /// up to the budget already: the log's copy is one of the write's copies (with
+    /// r = 2, a write logged while a replica slept is on the primary and one logger).
+    fn logged_copy_exceeds_faults(&self, s: usize, budget: usize) -> bool {
+        let Some(server) = &self.servers[s].server else { return false };
+        let log = server.log_volume();
+        let groups = (0..self.mds.group_count()).map(|g| ChunkGroupId(g as u32));
+        groups.flat_map(|group| log.records(group)).any(|record| {
+            let corrupt = self.corrupt_copies(record.chunk);
+            let blocks = record.range.start / BLOCK_BYTES..record.range.end.div_ceil(BLOCK_BYTES);
+            blocks.into_iter().any(|block| {
+                corrupt.get(&block).copied().unwrap_or(0) + 1 + self.losses_not_rebuilt() > budget
+            })
         })
     }
 

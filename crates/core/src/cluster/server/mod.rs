@@ -26,6 +26,7 @@ mod logging;
 mod pending;
 mod primary;
 mod rebuild;
+mod resync;
 mod space;
 
 use std::collections::{BTreeMap, BTreeSet, VecDeque, btree_map};
@@ -167,6 +168,12 @@ pub enum Broken {
     /// survived while every primary keeps its DVL; the `power-cut` fault, which stops
     /// every primary with it, finds it at once.
     LoggerViewInMemory,
+    /// A primary whose DVL recovery could not hear a logger declared lost serves
+    /// without making the replicas equal first (R4): a write whose every log copy was
+    /// on that logger stays on the replicas that applied it alone, and the others
+    /// never get it (breaks C3 and convergence). Only the `lost` fault (with r = 2, or
+    /// r = 3 and two loggers lost) finds it.
+    SkipResync,
 }
 
 /// What a storage server keeps across a crash: its replicas, its logger's log, and
@@ -227,6 +234,9 @@ pub struct ServerCounters {
     pub reads_again: u64,
     /// Bytes a primary copied to replicas being rebuilt.
     pub rebuilt_bytes: u64,
+    /// Resyncs of a group completed (R4: a DVL recovered without a lost logger).
+    #[serde(default)]
+    pub resyncs: u64,
     pub messages_dropped: u64,
     /// Deleted objects freed here (each once per free the MDS sent).
     #[serde(default)]
@@ -669,6 +679,9 @@ impl Server {
             (Peer::Server(primary), Message::RebuildData { group, epoch, chunk, pieces }) => {
                 self.rebuild_data(primary, group, epoch, chunk, pieces);
             }
+            (Peer::Server(primary), Message::ResyncPull { group, epoch, chunks }) => {
+                self.resync_pull(primary, group, epoch, chunks);
+            }
             (Peer::Server(_), Message::StableMark { group, epoch, stable }) => {
                 self.stable_mark(group, epoch, stable);
             }
@@ -915,6 +928,8 @@ impl Server {
                 self.send(Peer::Server(to), Message::RebuildData { group, epoch, chunk, pieces });
             }
             Io::RebuildWrite { group, epoch, primary, chunk, .. } => {
+                // A copy this primary pulled for a resync (R4) is its own to count.
+                self.resync_applied(primary, group, epoch, chunk);
                 self.answer_primary(primary, Message::RebuildAck { group, epoch, chunk });
             }
             Io::Repair { group, range, .. } => {

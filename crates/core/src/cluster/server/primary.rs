@@ -420,7 +420,10 @@ impl Server {
         // on none the new primary could copy it from (with r = 2, the new primary is
         // the replica that lacks it).
         let drained = self.led.get(&group).is_some_and(|led| {
-            led.migrating && led.is_idle() && !led.dvl.lacks_own_copies(own, lost, &led.replicas)
+            led.migrating
+                && led.is_idle()
+                && !led.dvl.lacks_own_copies(own, lost, &led.replicas)
+                && led.dvl.resync.is_none()
         });
         if drained {
             let Some(led) = self.led.remove(&group) else { return };
@@ -796,6 +799,9 @@ impl Server {
             Message::RebuildAck { group, epoch, chunk } => {
                 self.rebuild_acked(replica, group, epoch, chunk);
             }
+            Message::ResyncHeld { group, epoch, chunks } => {
+                self.resync_held(replica, group, epoch, chunks);
+            }
             message @ (Message::LogAck { .. }
             | Message::LogFull { .. }
             | Message::LogRefused { .. }
@@ -980,6 +986,7 @@ impl Server {
             self.repairs_timed_out(group);
             self.dvl_timer(group);
             self.serve_demand_reads(group, false);
+            self.resync_timer(group);
             self.rebuild_timer(group);
         }
     }

@@ -23,11 +23,25 @@ pub(super) struct Rebuild {
     in_flight: BTreeMap<ChunkId, VirtualInstant>,
     /// When `RebuildDone` was last sent: the copy is complete.
     done_sent_at: Option<VirtualInstant>,
+    /// The target holds the group already (a resync's copy, R4): it serves as a
+    /// replica meanwhile, and the MDS is told nothing when the copy ends.
+    resync: bool,
 }
 
 impl Rebuild {
     pub(super) fn new(target: ServerId) -> Rebuild {
-        Rebuild { target, todo: None, in_flight: BTreeMap::new(), done_sent_at: None }
+        Rebuild {
+            target,
+            todo: None,
+            in_flight: BTreeMap::new(),
+            done_sent_at: None,
+            resync: false,
+        }
+    }
+
+    /// A resync's copy to `target`, a replica that holds the group (R4).
+    pub(super) fn resync(target: ServerId) -> Rebuild {
+        Rebuild { resync: true, ..Rebuild::new(target) }
     }
 
     pub(super) fn oldest_sent(&self) -> Option<VirtualInstant> {
@@ -44,6 +58,12 @@ impl Rebuild {
 impl Led {
     /// Whether `server`'s copy is still being built (it holds only part of the group).
     pub(super) fn rebuilding(&self, server: ServerId) -> bool {
+        self.rebuilds.iter().any(|r| r.target == server && !r.resync)
+    }
+
+    /// Whether a copy of the group to `server` is under way (a rebuild's or a
+    /// resync's).
+    pub(super) fn copying_to(&self, server: ServerId) -> bool {
         self.rebuilds.iter().any(|r| r.target == server)
     }
 
@@ -90,7 +110,9 @@ impl Server {
                     todo.push_front(chunk);
                 }
             }
-            if rebuild.done_sent_at.is_some_and(|at| at.saturating_add(retry) <= now) {
+            if !rebuild.resync
+                && rebuild.done_sent_at.is_some_and(|at| at.saturating_add(retry) <= now)
+            {
                 rebuild.done_sent_at = Some(now);
                 done.push(target);
             }
@@ -122,9 +144,13 @@ impl Server {
             let complete = todo.is_empty() && rebuild.in_flight.is_empty();
             if complete && rebuild.done_sent_at.is_none() {
                 rebuild.done_sent_at = Some(now);
-                done.push(rebuild.target);
+                if !rebuild.resync {
+                    done.push(rebuild.target);
+                }
             }
         }
+        // A resync's copy ends when it is complete: nothing to record.
+        led.rebuilds.retain(|r| !(r.resync && r.done_sent_at.is_some()));
         for (target, chunk) in reads {
             self.rebuild_read(target, group, epoch, chunk);
         }

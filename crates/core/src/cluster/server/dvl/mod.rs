@@ -22,6 +22,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use somnus_types::{ChunkGroupId, ServerId, Version, VirtualDuration, VirtualInstant};
 
 use super::primary::Led;
+use super::resync::Resync;
 use super::{Broken, Server};
 use crate::cluster::mds::mix;
 use crate::cluster::{
@@ -147,6 +148,9 @@ pub(super) struct Dvl {
     /// records whose every log holder is lost (R3), by chunk and replica: when the
     /// copy was read, and the records its answer applies.
     own_copies: BTreeMap<(ChunkId, ServerId), (VirtualInstant, Vec<LogRecord>)>,
+    /// The replicas are made equal before serving: the map was recovered without a
+    /// lost logger's records (R4, `server/resync.rs`).
+    pub(super) resync: Option<Resync>,
 }
 
 impl Dvl {
@@ -192,12 +196,17 @@ impl Dvl {
 
     /// Recovered and every recovered record read back: the primary may serve.
     pub(super) fn ready(&self) -> bool {
-        self.recovery.as_ref().is_none_or(|r| r.complete) && self.reads.count(Purpose::Adopt) == 0
+        self.recovery.as_ref().is_none_or(|r| r.complete)
+            && self.reads.count(Purpose::Adopt) == 0
+            && self.resync.as_ref().is_none_or(Resync::pulled)
     }
 
     /// Nothing logged, nothing under way: the simulation's end check.
     pub(super) fn is_empty(&self) -> bool {
-        self.extents.is_empty() && self.reads.is_empty() && self.recovery.is_none()
+        self.extents.is_empty()
+            && self.reads.is_empty()
+            && self.recovery.is_none()
+            && self.resync.is_none()
     }
 
     /// What is left, in a line: the first extent, reads, the recovery.
@@ -362,9 +371,12 @@ impl Dvl {
         dropped.len()
     }
 
-    /// Whether work waits on a retry without a message in flight (reclaim to do).
+    /// Whether work waits on a retry without a message in flight (reclaim to do, a
+    /// resync under way).
     pub(super) fn has_work(&self) -> bool {
-        !self.extents.is_empty() || self.links.values().any(|l| !l.queue.is_empty())
+        !self.extents.is_empty()
+            || self.links.values().any(|l| !l.queue.is_empty())
+            || self.resync.is_some()
     }
 }
 
@@ -393,6 +405,14 @@ impl Server {
         // here finds it (found open, README; the fix is to re-log it once its logger
         // is declared lost).
         let lost = &self.lost;
+        // R4: a logger lost before it answered took with it what it alone knew of
+        // the replicas' writes: they are made equal before this primary serves.
+        if recovery.from.iter().any(|l| lost.contains(l) && !recovery.answered.contains(l))
+            && broken != Some(Broken::SkipResync)
+        {
+            led.dvl.resync.get_or_insert_with(Resync::default);
+        }
+        let Some(recovery) = led.dvl.recovery.as_mut() else { return };
         recovery.from.retain(|l| !lost.contains(l));
         recovery.need = recovery.need.min(recovery.from.len());
         if !recovery.complete && recovery.answered.len() >= recovery.need(broken) {
@@ -510,7 +530,8 @@ impl Server {
 
     /// Asks the next logger of each read not yet asked (or whose logger is late).
     pub(super) fn send_reads(&mut self, group: ChunkGroupId, late_only: bool) {
-        let (now, retry, own) = (self.now, self.config.retry_interval, self.id);
+        let (now, retry, own, broken) =
+            (self.now, self.config.retry_interval, self.id, self.broken);
         let (down, lost) = (&self.down, &self.lost);
         let Some(led) = self.led.get_mut(&group) else { return };
         let epoch = led.epoch;
@@ -547,7 +568,14 @@ impl Server {
                 // R3: every copy in the log is gone with its logger, or shows no byte
                 // (a holder declared lost after the others answered empty counts
                 // here, not only at an answer); as when no holder shows a byte, the
-                // record is done with (the replicas decide).
+                // record is done with (the replicas decide). A recovered record lost
+                // so may be on some replicas alone: they are made equal (R4).
+                if read.purpose == Purpose::Adopt
+                    && extent.holders.iter().all(|l| lost.contains(l))
+                    && broken != Some(Broken::SkipResync)
+                {
+                    led.dvl.resync.get_or_insert_with(Resync::default);
+                }
                 led.dvl.extents.done_with(&record, replicas);
                 continue;
             }
@@ -956,7 +984,7 @@ impl Server {
 
     /// No r - 1 loggers meet D2 for a write: the replicas must serve it (P4). Asked once
     /// per retry interval while writes wait.
-    fn ask_wake(&mut self, group: ChunkGroupId) {
+    pub(super) fn ask_wake(&mut self, group: ChunkGroupId) {
         let (now, retry) = (self.now, self.config.retry_interval);
         let Some(led) = self.led.get_mut(&group) else { return };
         if led.dvl.wake_asked_at.is_some_and(|at| at.saturating_add(retry) > now) {
