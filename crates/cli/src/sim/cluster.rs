@@ -63,7 +63,6 @@ pub(crate) struct ClusterArgs {
     /// to 10 %, each message fault 0 to 3 % (delay 0 to 10 %), each other fault a
     /// third to three times as often as by default; the shape flags are then ignored
     /// (`--faults` still says which kinds), and each seed's line says what was drawn.
-    /// With r = 2, `lost` is left out (README: found open).
     #[arg(long)]
     draw: bool,
     /// Run each seed twice and fail it where the two runs differ in any figure or

@@ -808,6 +808,16 @@ impl Server {
         self.store.epoch(group).max(fencing.unwrap_or_default())
     }
 
+    /// Whether this replica is fenced at `epoch` of `group` (C1); if not, `primary` is
+    /// told the epoch it knows.
+    fn fenced_at(&mut self, primary: ServerId, group: ChunkGroupId, epoch: Epoch) -> bool {
+        let known = self.known_epoch(group);
+        if epoch != known {
+            self.answer_primary(primary, Message::ReplicaRefused { group, epoch, known });
+        }
+        epoch == known
+    }
+
     fn sync_request(&mut self, primary: ServerId, group: ChunkGroupId, epoch: Epoch) {
         let known = self.known_epoch(group);
         if epoch < known {

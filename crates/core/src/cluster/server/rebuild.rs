@@ -223,9 +223,7 @@ impl Server {
         chunk: ChunkId,
         pieces: Vec<Piece>,
     ) {
-        let known = self.known_epoch(group);
-        if epoch != known {
-            self.send(Peer::Server(primary), Message::ReplicaRefused { group, epoch, known });
+        if !self.fenced_at(primary, group, epoch) {
             return;
         }
         let bytes: u64 = pieces.iter().map(|p| p.range.size_bytes()).sum();

@@ -6,8 +6,9 @@
 //!
 //! So the primary makes every replica equal before it serves: it pulls each other
 //! replica's copy of every chunk of the group (`ResyncPull`, answered by `ResyncHeld`,
-//! the chunks it holds, and a `RebuildData` per chunk) and applies it where newer, then copies its own,
-//! now the newest of all, to each of them as a rebuild does (R1, applied where newer).
+//! the chunks it holds, and a `RebuildData` per chunk) and applies it where newer,
+//! then copies its own, now the newest of all, to each of them as a rebuild does
+//! (R1, applied where newer).
 //! A replica asleep is woken for it (P4's `WakeReplicas`); a lost one is left to its
 //! rebuild. Until the copies are done the DVL is not empty, so the view keeps the lost
 //! logger, and a primary that takes over meanwhile resyncs again.
@@ -165,9 +166,7 @@ impl Server {
         epoch: Epoch,
         chunks: Vec<ChunkId>,
     ) {
-        let known = self.known_epoch(group);
-        if epoch != known {
-            self.answer_primary(primary, Message::ReplicaRefused { group, epoch, known });
+        if !self.fenced_at(primary, group, epoch) {
             return;
         }
         let held = self.store.chunks_of(group);

@@ -401,9 +401,8 @@ impl Server {
         // the other acknowledgement sets: L - r_L + 1 - (k - r_L + 1) answers once k
         // reaches r_L, which is every logger left (with r = 2, one logger each write,
         // waiting for the lost one's answer would wait for ever). Such a write's only
-        // copy is then its old primary's own replica, which holds it as stable: nothing
-        // here finds it (found open, README; the fix is to re-log it once its logger
-        // is declared lost).
+        // copy is then on the replicas that applied it (its old primary's own): nothing
+        // here finds it, and the resync below brings it to the others (R4).
         let lost = &self.lost;
         // R4: a logger lost before it answered took with it what it alone knew of
         // the replicas' writes: they are made equal before this primary serves.
