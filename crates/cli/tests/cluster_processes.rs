@@ -513,6 +513,154 @@ async fn unauthenticated_frames_cost_the_receiver_no_memory() {
     assert_eq!(read, pattern(1, 10_000));
 }
 
+/// Peak resident memory of process `pid` since it started or since
+/// [`reset_peak_resident`], bytes.
+fn peak_resident_bytes(pid: u32) -> u64 {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
+    let line = status.lines().find(|l| l.starts_with("VmHWM:")).unwrap();
+    line.split_whitespace().nth(1).unwrap().parse::<u64>().unwrap() * 1024
+}
+
+/// Starts `pid`'s peak resident memory again from what it holds now (proc(5),
+/// `clear_refs`).
+fn reset_peak_resident(pid: u32) {
+    std::fs::write(format!("/proc/{pid}/clear_refs"), "5").unwrap();
+}
+
+/// What a peer that stops reading may cost a process: one peer queue's bound and room
+/// for the rest of its work (the reads and writes under way, the socket's buffers).
+const STOPPED_PEER_GROWTH_MAX: u64 = somnus_runtime::net::outbox::QUEUE_BYTES_MAX + (96 << 20);
+
+/// Each process's growth in peak resident memory since `before` (what each held
+/// then), printed; the names of those that grew more than `STOPPED_PEER_GROWTH_MAX`.
+fn grown_past_bound(pids: &[(String, u32)], before: &[u64], what: &str) -> Vec<String> {
+    let mut grown = Vec::new();
+    for ((who, pid), before) in pids.iter().zip(before) {
+        let peak = peak_resident_bytes(*pid);
+        let grew = peak.saturating_sub(*before);
+        eprintln!("{what}: {who} held {before} B, peak {peak} B (grew {grew} B)");
+        if grew >= STOPPED_PEER_GROWTH_MAX {
+            grown.push(format!("{who} grew {grew} B"));
+        }
+    }
+    grown
+}
+
+/// A peer that stops reading holds no more of another process's memory than one
+/// queue's bound (`QUEUE_BYTES_MAX`, 128 MiB). A client asks a primary for 2 GiB of
+/// reads (2,048 reads of a 1 MiB chunk) and never reads an answer; then a server is
+/// stopped (SIGSTOP: its connections stay open and fill) while 256 MiB are written
+/// to objects of its groups. In each part every process's peak resident memory stays
+/// within the bound and 96 MiB of what it held before; the primary serves on, and the
+/// stopped server, continued, catches up and every write reads back.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_peer_that_stops_reading_grows_no_other_process_memory() {
+    let _machine = shared();
+    use nix::sys::signal::{Signal, kill};
+    use nix::unistd::Pid;
+    let mut cluster = Cluster::start();
+    let client = cluster.client();
+    const CHUNK: u64 = 1 << 20;
+    client.create("read-me", CHUNK).await.unwrap();
+    client.write("read-me", 0, pattern(5, CHUNK as usize)).await.unwrap();
+    let info = client.stat("read-me").await.unwrap();
+    let view = info.views.iter().find(|v| v.group == info.chunk_groups[0]).unwrap().clone();
+    let primary = view.primary.unwrap();
+    let pids: Vec<(String, u32)> = std::iter::once(("mds".to_string(), cluster.mds_pid()))
+        .chain((0..9).map(|id| (format!("server {id}"), cluster.server_pid(ServerId(id)))))
+        .collect();
+    let held = || {
+        pids.iter()
+            .map(|(_, pid)| {
+                reset_peak_resident(*pid);
+                resident_bytes(*pid)
+            })
+            .collect::<Vec<u64>>()
+    };
+
+    // A client that asks and never reads.
+    let before = held();
+    let secret = somnus_runtime::files::secret_file::load(
+        &somnus_runtime::cluster_file::ClusterFile::secret_path(&cluster.path),
+    )
+    .unwrap();
+    let me = somnus_core::cluster::Peer::Client(somnus_core::cluster::ClientId(4_000_001));
+    let identity =
+        somnus_runtime::net::transport::Identity::on(cluster.file.cluster.wire, me, secret)
+            .unwrap();
+    let address = cluster.file.servers[primary.index()].address;
+    let to = somnus_core::cluster::Peer::Server(primary);
+    let mut connection =
+        somnus_runtime::net::transport::connect(address, to, &identity).await.unwrap();
+    let chunk = ChunkId { object: info.object, chunk: ChunkIndex(0) };
+    let reads_before = cluster.server_status(primary.index()).await.counters.reads_served;
+    for request in 0..2048 {
+        let read = somnus_core::cluster::Message::ClientRead {
+            request,
+            group: view.group,
+            epoch: view.epoch,
+            chunk,
+            range: ByteRange::new(0, CHUNK),
+        };
+        connection.writer.send_message(&read).await.unwrap();
+    }
+    // The memory is looked at before the reads' count: a process that holds every
+    // answer may be too busy paging to serve them all in time.
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(60);
+    let mut served = 0;
+    while served < 2048 && tokio::time::Instant::now() < deadline {
+        tokio::time::sleep(Duration::from_millis(250)).await;
+        let counters = cluster.server_status(primary.index()).await.counters;
+        served = counters.reads_served - reads_before;
+    }
+    let grown = grown_past_bound(&pids, &before, "a client that stopped reading");
+    assert!(grown.is_empty(), "past the bound for a client that stopped reading: {grown:?}");
+    assert!(served >= 2048, "the primary served {served} of the 2,048 reads in 60 s");
+    let read = client.read("read-me", ByteRange::new(0, CHUNK)).await.unwrap();
+    assert_eq!(read, pattern(5, CHUNK as usize), "the primary serves on");
+    drop(connection);
+
+    // A server stopped while its groups are written.
+    let victim = *view.replicas.iter().find(|r| **r != primary).unwrap();
+    let before = held();
+    kill(Pid::from_raw(cluster.server_pid(victim) as i32), Signal::SIGSTOP).unwrap();
+    let mut writers = tokio::task::JoinSet::new();
+    for n in 0..16u64 {
+        let client = client.clone();
+        writers.spawn(async move {
+            let name = format!("written-{n}");
+            client.create(&name, 4 * CHUNK).await.unwrap();
+            for round in 0..4u64 {
+                for piece in 0..4u64 {
+                    let data = pattern(n * 100 + round * 10 + piece, CHUNK as usize);
+                    client.write(&name, piece * CHUNK, data).await.unwrap();
+                }
+            }
+        });
+    }
+    while let Some(done) = writers.join_next().await {
+        done.unwrap();
+    }
+    let victim_name = format!("server {}", victim.0);
+    let others: Vec<(String, u32)> =
+        pids.iter().filter(|(w, _)| *w != victim_name).cloned().collect();
+    let before: Vec<u64> =
+        pids.iter().zip(&before).filter(|((w, _), _)| *w != victim_name).map(|(_, b)| *b).collect();
+    let grown = grown_past_bound(&others, &before, "a server stopped");
+    assert!(grown.is_empty(), "past the bound for a stopped server: {grown:?}");
+    kill(Pid::from_raw(cluster.server_pid(victim) as i32), Signal::SIGCONT).unwrap();
+    for n in 0..16u64 {
+        let name = format!("written-{n}");
+        let read = client.read(&name, ByteRange::new(0, 4 * CHUNK)).await.unwrap();
+        for piece in 0..4u64 {
+            let at = (piece * CHUNK) as usize..((piece + 1) * CHUNK) as usize;
+            let want = pattern(n * 100 + 30 + piece, CHUNK as usize);
+            assert!(read[at] == want[..], "{name}: piece {piece} is not the last written");
+        }
+    }
+    cluster.stop_all();
+}
+
 #[test]
 fn commands_fail_fast_when_no_cluster_answers() {
     let cluster = Cluster::unstarted(1.0);

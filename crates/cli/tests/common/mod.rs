@@ -182,6 +182,14 @@ impl Cluster {
         self.servers[id.index()] = Some(self.spawn(&["server", "--id", &id.0.to_string()]));
     }
 
+    pub(crate) fn server_pid(&self, id: ServerId) -> u32 {
+        self.servers[id.index()].as_ref().expect("the server runs").id()
+    }
+
+    pub(crate) fn mds_pid(&self) -> u32 {
+        self.mds.as_ref().expect("the MDS runs").id()
+    }
+
     pub(crate) fn kill_mds(&mut self) {
         let mut child = self.mds.take().expect("the MDS runs");
         child.kill().unwrap();
