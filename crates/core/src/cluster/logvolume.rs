@@ -523,7 +523,9 @@ impl LogVolume {
         for change in staged.changes {
             self.apply(change);
         }
-        self.forget_hidden(staged.marked);
+        for (group, record) in staged.marked {
+            self.forget_hidden(group, &record);
+        }
         #[cfg(feature = "expensive-checks")]
         self.check_index();
         copied
@@ -558,42 +560,18 @@ impl LogVolume {
         self.unsaved = unsaved;
     }
 
-    /// Forgets the writes the markers of `marked` left with no visible byte (journaled
-    /// with the next commit; a restart also forgets what reads as hidden). A marker can
-    /// hide only a write of its chunk and owner at or below its version over its range:
-    /// each chunk's writes are walked once, newest first, for all of its markers (a
-    /// reclaim marks many of one hot chunk's writes in one commit; a walk per marker
-    /// took a fifth of a profile of a geared week's up-shift, 1 % of the whole run).
-    fn forget_hidden(&mut self, mut marked: Vec<(ChunkGroupId, LogRecord)>) {
-        marked.sort_unstable_by_key(|(group, r)| (r.chunk, *group, r.owner, r.version));
-        let mut hidden = Vec::new();
-        let same_owner = |(g, a): &(ChunkGroupId, LogRecord),
-                          (h, b): &(ChunkGroupId, LogRecord)| {
-            (a.chunk, g, a.owner) == (b.chunk, h, b.owner)
-        };
-        for same in marked.chunk_by(same_owner) {
-            let (group, first) = same[0];
-            let (chunk, epoch) = (first.chunk, first.owner);
-            let newest = same[same.len() - 1].1.version;
-            // The ranges of the markers at or above the version looked at.
-            let (mut covered, mut markers) = (Covered::default(), same.iter().rev().peekable());
-            let start = hidden.len();
-            let writes = self
-                .by_chunk
-                .range((chunk, group, epoch, Version(0))..=(chunk, group, epoch, newest))
-                .rev()
-                .filter_map(|&(_, _, _, version)| self.writes.get(&(group, epoch, version)));
-            for write in writes {
-                while let Some((_, marker)) = markers.next_if(|(_, r)| r.version >= write.version) {
-                    covered.insert(marker.range);
-                }
-                if covered.overlaps(write.range) && !self.visible(group, epoch, write) {
-                    hidden.push((group, epoch, write.version));
-                }
-            }
-            hidden[start..].reverse();
-        }
-        for (group, epoch, version) in hidden {
+    /// Forgets the writes `record`'s marker left with no visible byte (journaled with
+    /// the next commit; a restart also forgets what reads as hidden).
+    fn forget_hidden(&mut self, group: ChunkGroupId, record: &LogRecord) {
+        let (chunk, epoch) = (record.chunk, record.owner);
+        let hidden: Vec<Version> = self
+            .by_chunk
+            .range((chunk, group, epoch, Version(0))..=(chunk, group, epoch, record.version))
+            .filter_map(|&(_, _, _, version)| self.writes.get(&(group, epoch, version)))
+            .filter(|w| w.range.overlaps(record.range) && !self.visible(group, epoch, w))
+            .map(|w| w.version)
+            .collect();
+        for version in hidden {
             self.change(IndexChange::Forgotten { group, epoch, version });
         }
     }
@@ -864,77 +842,10 @@ pub fn owner(group: ChunkGroupId, epoch: Epoch) -> OwnerId {
     OwnerId(u64::from(group.0) << 32 | epoch.0)
 }
 
-/// Byte ranges, to ask whether any overlaps a range (as [`ByteRange::overlaps`]
-/// would of one of them): kept as disjoint ranges by their starts, and the empty ones
-/// apart (an empty range overlaps a range that holds its point inside).
-#[derive(Default)]
-struct Covered {
-    ranges: BTreeMap<u64, u64>,
-    points: Vec<u64>,
-}
-
-impl Covered {
-    fn insert(&mut self, range: ByteRange) {
-        if range.start >= range.end {
-            self.points.push(range.start);
-            return;
-        }
-        let (mut start, mut end) = (range.start, range.end);
-        // Every held range that overlaps or touches `range` is merged into it.
-        let touching: Vec<(u64, u64)> = self
-            .ranges
-            .range(..=end)
-            .rev()
-            .take_while(|(_, e)| **e >= start)
-            .map(|(s, e)| (*s, *e))
-            .collect();
-        for (s, e) in touching {
-            self.ranges.remove(&s);
-            (start, end) = (start.min(s), end.max(e));
-        }
-        self.ranges.insert(start, end);
-    }
-
-    fn overlaps(&self, range: ByteRange) -> bool {
-        // The held range starting last before `range` ends reaches furthest of those
-        // that could overlap it (they are disjoint).
-        self.ranges.range(..range.end).next_back().is_some_and(|(_, end)| *end > range.start)
-            || self.points.iter().any(|p| range.start < *p && *p < range.end)
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
     use crate::cluster::{ChunkIndex, Stamp};
-
-    /// `Covered` answers as a walk over every range it was given would, empty ones
-    /// and ranges that touch or nest included.
-    #[test]
-    fn covered_ranges_overlap_as_the_ranges_they_hold() {
-        let mut x = 0x2545_f491_4f6c_dd1d_u64;
-        let mut next = |below: u64| {
-            x ^= x << 13;
-            x ^= x >> 7;
-            x ^= x << 17;
-            x % below
-        };
-        for _ in 0..200 {
-            let (mut covered, mut given) = (Covered::default(), Vec::new());
-            for _ in 0..next(12) {
-                let start = next(64);
-                let range = ByteRange::new(start, next(9));
-                covered.insert(range);
-                given.push(range);
-                for _ in 0..20 {
-                    let start = next(72);
-                    let asked = ByteRange::new(start, next(9));
-                    let walked = given.iter().any(|r| asked.overlaps(*r));
-                    assert_eq!(covered.overlaps(asked), walked, "{asked:?} against {given:?}");
-                }
-            }
-        }
-    }
 
     fn write(start: u64, end: u64, version: u64) -> UnstableWrite {
         let chunk = ChunkId { object: ObjectId(3), chunk: ChunkIndex(1) };

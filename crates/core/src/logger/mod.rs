@@ -921,35 +921,28 @@ impl Logger {
         const LOOK_AT_MAX: usize = 8;
         let percent = u128::from(self.geometry.compact_live_percent_max);
         let head = self.head.map(|(segment, _)| segment);
+        let live = self.live();
+        let mut candidates: Vec<(u128, u128, SegmentNo)> = self
+            .segments
+            .iter()
+            .filter(|&(segment, _)| Some(*segment) != head && !too_full.contains(segment))
+            .map(|(&segment, &(bytes, _))| {
+                let live = live.get(&segment).copied().unwrap_or(0);
+                (u128::from(live), u128::from(bytes.max(1)), segment)
+            })
+            .filter(|&(live, bytes, _)| live * 100 <= bytes * percent)
+            .collect();
         // Fewest live first (a total order: the segment breaks ties). Only the first
-        // few are looked at, kept sorted as the segments go by: a day's log has
-        // thousands of segments, and this walk runs at every step of a collection
-        // (sorting them all was a tenth of a geared week's replay; looking each one's
-        // live bytes up, not walking them beside it, most of the rest).
+        // few are looked at: a day's log has thousands of segments, and sorting them
+        // all at every step of a collection was a tenth of a geared week's replay.
         let order = |a: &(u128, u128, SegmentNo), b: &(u128, u128, SegmentNo)| {
             (a.0 * b.1, a.2).cmp(&(b.0 * a.1, b.2))
         };
-        let mut candidates: Vec<(u128, u128, SegmentNo)> = Vec::with_capacity(LOOK_AT_MAX + 1);
-        let mut live_of = self.live().iter().peekable();
-        for (&segment, &(bytes, _)) in &self.segments {
-            while live_of.next_if(|(s, _)| **s < segment).is_some() {}
-            if Some(segment) == head || too_full.contains(&segment) {
-                continue;
-            }
-            let live = live_of.peek().filter(|(s, _)| **s == segment).map_or(0, |(_, b)| **b);
-            let candidate = (u128::from(live), u128::from(bytes.max(1)), segment);
-            if candidate.0 * 100 > candidate.1 * percent {
-                continue;
-            }
-            if candidates.len() == LOOK_AT_MAX
-                && candidates.last().is_some_and(|last| order(&candidate, last).is_ge())
-            {
-                continue;
-            }
-            let at = candidates.partition_point(|held| order(held, &candidate).is_lt());
-            candidates.insert(at, candidate);
+        if candidates.len() > LOOK_AT_MAX {
+            candidates.select_nth_unstable_by(LOOK_AT_MAX - 1, order);
             candidates.truncate(LOOK_AT_MAX);
         }
+        candidates.sort_by(order);
         for (_, bytes, segment) in candidates {
             let copies = self.plan_collection(segment);
             let copy_bytes: u64 = copies.iter().map(Record::bytes).sum();
