@@ -368,8 +368,8 @@ fn freeing_a_chunk_still_named_is_caught() {
 
 /// The VOPR-style sweep (issue 48, point 4): seeds each on a cluster drawn from the
 /// seed (racks, r, servers, groups, chunk size, objects, clients, churn and the fault
-/// rates), under every fault kind, each run twice; the two runs must be the same in every event (hashed, with its time) and
-/// every figure, and pass the checker.
+/// rates), under every fault kind, each run twice; the two runs must be the same in
+/// every event (hashed, with its time) and every figure, and pass the checker.
 fn drawn_clusters_run_twice_the_same(seeds: std::ops::RangeInclusive<u64>) {
     let mut shapes = std::collections::BTreeSet::new();
     for seed in seeds.clone() {

@@ -162,13 +162,16 @@ impl Cluster {
 
     /// An operator's command to the MDS, with the token from the secret.
     pub(crate) async fn operator(&self, path: &str) -> Result<Bytes, http::CallError> {
-        let secret = secret_file::load(&ClusterFile::secret_path(&self.path)).unwrap();
-        http::operator(&self.file, &secret, path).await
+        http::operator(&self.file, &self.secret(), path).await
     }
 
     pub(crate) fn client(&self) -> ClusterClient {
-        let secret = secret_file::load(&ClusterFile::secret_path(&self.path)).unwrap();
-        ClusterClient::start(self.file.clone(), secret).unwrap()
+        ClusterClient::start(self.file.clone(), self.secret()).unwrap()
+    }
+
+    /// The cluster's secret, from its file beside the cluster file.
+    pub(crate) fn secret(&self) -> somnus_wire::ClusterSecret {
+        secret_file::load(&ClusterFile::secret_path(&self.path)).unwrap()
     }
 
     pub(crate) fn kill_server(&mut self, id: ServerId) {
