@@ -396,6 +396,16 @@ fn bench_cluster_measures_with_and_without_the_checker_and_refuses_bad_sizes() {
     assert_eq!(in_process["sizes"][0]["disk_ios"], sizes[1]["disk_ios"]);
     // Too short for CPU time's 4 ms ticks: timed by the wall, and said so.
     assert!(ok(&somnus(&one)).contains("req/wall s"));
+    // Replacements only when asked (their child processes are told too), and a share
+    // that is not one is refused.
+    assert_eq!(in_process["churn"], 0.0);
+    let churn = ok(&somnus(&[&one[..], &["--check", "off", "--churn", "0.2", "--json"]].concat()));
+    let churn: serde_json::Value = serde_json::from_str(&churn).unwrap();
+    assert_eq!(churn["churn"], 0.2);
+    assert_ne!(churn["sizes"][0]["messages"], sizes[1]["messages"], "{churn}");
+    let bad = somnus(&[&one[..], &["--churn", "2"]].concat());
+    let message = String::from_utf8_lossy(&bad.stderr);
+    assert!(bad.status.code() == Some(2) && message.contains("not a share"), "{message}");
 
     for args in
         [&["bench", "cluster", "--servers", "10"][..], &["sim", "cluster", "--servers", "10"]]

@@ -50,6 +50,14 @@ pub(crate) struct BenchClusterArgs {
     /// metadata lookups, and clients contend for blocks).
     #[arg(long)]
     shared_objects: bool,
+    /// The share of the random ops that replace an object (as `somnus sim cluster
+    /// --churn`: a new data object written and bound to its name, or the name deleted
+    /// and made again, what it replaced freed on every server holding it a grace
+    /// later), 0 to 1. The default 0 measures reads and writes alone, the steady state
+    /// of block volumes; each replacement costs a few metadata commands and a free
+    /// on the servers of its groups.
+    #[arg(long, default_value_t = 0.0, value_parser = crate::sim::cluster::parse_share)]
+    churn: f64,
     /// Measure only with the history checker on (`on`), only off (`off`), or both.
     #[arg(long, default_value = "both", value_parser = ["both", "on", "off"])]
     check: String,
@@ -101,6 +109,7 @@ fn spec(args: &BenchClusterArgs, servers: u32, check_history: bool) -> ClusterSp
         faults: args.faults,
         private_objects: !args.shared_objects,
         check_history,
+        churn: args.churn,
         ..small
     }
 }
@@ -237,6 +246,7 @@ impl SeedRun {
         command.args(["--clients-per-server", &args.clients_per_server.to_string()]);
         command.args(["--virtual-secs", &spec.virtual_secs.to_string()]);
         command.args(["--faults", &spec.faults.to_string()]);
+        command.args(["--churn", &spec.churn.to_string()]);
         if args.shared_objects {
             command.arg("--shared-objects");
         }
@@ -305,6 +315,7 @@ fn print(args: &BenchClusterArgs, measured: &[Measured]) -> Result<()> {
             .collect();
         let figures = serde_json::json!({
             "faults": args.faults.to_string(),
+            "churn": args.churn,
             "repeat": args.repeat,
             "target_requests_per_s": TARGET_PER_S,
             "sizes": sizes,
@@ -314,9 +325,10 @@ fn print(args: &BenchClusterArgs, measured: &[Measured]) -> Result<()> {
     }
     let per = if measured.iter().all(|m| m.cpu.is_some()) { "CPU" } else { "wall" };
     outln!(
-        "cluster simulation, faults {}, median of seeds 1..{} on one core (every message and \
-         disk I/O modelled; checked: C1, C3, C4 on every op)",
+        "cluster simulation, faults {}, churn {}, median of seeds 1..{} on one core (every \
+         message and disk I/O modelled; checked: C1, C3, C4 on every op)",
         args.faults,
+        args.churn,
         args.repeat
     )?;
     outln!(

@@ -113,7 +113,7 @@ enum BrokenChoice {
     SkipResync,
 }
 
-fn parse_share(text: &str) -> Result<f64, String> {
+pub(crate) fn parse_share(text: &str) -> Result<f64, String> {
     match text.trim().parse::<f64>() {
         Ok(share) if (0.0..=1.0).contains(&share) => Ok(share),
         Ok(share) => Err(format!("{share} is not a share between 0 and 1")),

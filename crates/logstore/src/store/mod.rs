@@ -167,6 +167,12 @@ impl LogStore {
             .collect()
     }
 
+    /// Bytes of the live records: [`LogStore::stats`]'s `live_bytes` alone, without
+    /// the counters it gathers (a simulation checks it after every disk completion).
+    pub fn live_bytes(&self) -> u64 {
+        self.read_shared().index.live_bytes()
+    }
+
     pub fn stats(&self) -> Stats {
         let (live_bytes, records, segments, owners) = {
             let shared = self.read_shared();

@@ -112,7 +112,7 @@ impl EngineLog {
     }
 
     pub(crate) fn live_bytes(&self) -> u64 {
-        self.store.stats().live_bytes
+        self.store.live_bytes()
     }
 
     /// The machine crashed: what was not synced is lost (each commit syncs, so

@@ -317,8 +317,12 @@ pub struct Mds {
     config: ClusterConfig,
     servers: Vec<ServerEntry>,
     groups: Vec<GroupEntry>,
-    /// Groups each server leads (follows `SetPrimary`; read in loops over groups).
-    led: Vec<u32>,
+    /// The groups each server leads, by index (follows `SetPrimary`): a heartbeat's
+    /// handling looks at its sender's groups alone, not at every group (a scan of
+    /// every group per heartbeat grows with the square of the cluster's size).
+    led: Vec<BTreeSet<u32>>,
+    /// The groups with no primary, by index (follows `SetPrimary` as `led` does).
+    leaderless: BTreeSet<u32>,
     /// The servers that do not serve now, and those lost for good (follow
     /// `SetPower`; every heartbeat reply carries them).
     down: Vec<ServerId>,
@@ -396,7 +400,8 @@ impl Mds {
             config,
             servers,
             groups: Vec::with_capacity(layout.chunk_group_count()),
-            led: vec![0; layout.servers().len()],
+            led: vec![BTreeSet::new(); layout.servers().len()],
+            leaderless: BTreeSet::new(),
             down: Vec::new(),
             draining: Vec::new(),
             lost: Vec::new(),
@@ -432,11 +437,12 @@ impl Mds {
             // The least loaded replica leads; ties go by a hash of the seed and group.
             let index = mds.groups.len() as u64;
             let primary = replicas.iter().copied().min_by_key(|s| {
-                (mds.led[s.index()], mix(config.seed ^ index ^ u64::from(s.0) << 32))
+                (mds.led[s.index()].len(), mix(config.seed ^ index ^ u64::from(s.0) << 32))
             });
-            if let Some(primary) = primary {
-                mds.led[primary.index()] += 1;
-            }
+            match primary {
+                Some(primary) => mds.led[primary.index()].insert(index as u32),
+                None => mds.leaderless.insert(index as u32),
+            };
             mds.groups.push(GroupEntry {
                 replicas: replicas.to_vec(),
                 epoch: Epoch(1),
@@ -606,7 +612,7 @@ impl Mds {
 
     /// How many groups `server` leads now.
     pub fn groups_led(&self, server: ServerId) -> usize {
-        self.led[server.index()] as usize
+        self.led[server.index()].len()
     }
 
     /// How many chunk groups each server holds a replica of now (after rebuilds).
@@ -723,12 +729,14 @@ impl Mds {
                         "C1: {server} leads {group} it has no replica of"
                     );
                 }
-                if let Some(old) = entry.primary {
-                    self.led[old.index()] -= 1;
-                }
-                if let Some(new) = server {
-                    self.led[new.index()] += 1;
-                }
+                match entry.primary {
+                    Some(old) => self.led[old.index()].remove(&group.0),
+                    None => self.leaderless.remove(&group.0),
+                };
+                match server {
+                    Some(new) => self.led[new.index()].insert(group.0),
+                    None => self.leaderless.insert(group.0),
+                };
                 entry.epoch = *epoch;
                 entry.primary = *server;
                 entry.granted = false;
@@ -972,7 +980,8 @@ impl Mds {
         leads: &[(ChunkGroupId, Epoch)],
     ) {
         let (now, interval, lease) = (self.now, self.config.heartbeat_interval, self.config.lease);
-        let lost: Vec<usize> = (0..self.groups.len())
+        let lost: Vec<usize> = (self.led[server.index()].iter())
+            .map(|index| *index as usize)
             .filter(|index| {
                 let entry = &self.groups[*index];
                 let ran_out = match entry.granted_from {
@@ -1000,11 +1009,12 @@ impl Mds {
         let lease_end = self.now.saturating_add(self.config.lease);
         // The server counts its lease from its own send time, earlier than `now` (C2).
         let Some(lease_from) = self.servers[server.index()].heartbeat_sent else { return };
-        for index in 0..self.groups.len() {
-            let entry = &self.groups[index];
-            if entry.primary != Some(server) || entry.granted {
-                continue;
-            }
+        let ungranted: Vec<usize> = (self.led[server.index()].iter())
+            .map(|index| *index as usize)
+            .filter(|index| !self.groups[*index].granted)
+            .collect();
+        for index in ungranted {
+            debug_assert_eq!(self.groups[index].primary, Some(server), "led follows SetPrimary");
             let group = ChunkGroupId(index as u32);
             // Kept until the next view change: a lost grant is sent again whole.
             let handoff = self.groups[index].handoff.clone();
@@ -1079,16 +1089,17 @@ impl Mds {
 
     /// A server heard from that replicates a group with no primary takes it.
     fn assign_leaderless(&mut self, server: ServerId) {
-        for index in 0..self.groups.len() {
-            let entry = &self.groups[index];
+        let leaderless: Vec<u32> = self.leaderless.iter().copied().collect();
+        for index in leaderless {
+            let entry = &self.groups[index as usize];
             if entry.primary.is_none() && entry.replicas.contains(&server) {
-                self.change_view(ChunkGroupId(index as u32), Some(server));
+                self.change_view(ChunkGroupId(index), Some(server));
             }
         }
     }
 
     fn primaries_of(&self, server: ServerId) -> usize {
-        let led = self.led[server.index()] as usize;
+        let led = self.led[server.index()].len();
         debug_assert_eq!(led, self.groups.iter().filter(|g| g.primary == Some(server)).count());
         led
     }
