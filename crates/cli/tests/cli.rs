@@ -419,6 +419,34 @@ fn bench_cluster_measures_with_and_without_the_checker_and_refuses_bad_sizes() {
 }
 
 #[test]
+fn bench_cluster_trace_gives_each_runs_figures_and_peak_memory() {
+    // Goal: a geared trace replay's figures per checker setting, its peak resident
+    // memory among them (issue 48's bound is on it). Method: a quarter hour of the
+    // generator's trace, checked and not, in JSON and as text.
+    let dir = scratch("bench-trace");
+    let trace = dir.join("t.csv");
+    ok(&somnus(&["trace", "generate", "--format", "msr", "-o", trace.to_str().unwrap()]));
+    let args = ["bench", "cluster", "--trace", trace.to_str().unwrap(), "--trace-secs", "900"];
+    let out = ok(&somnus(&[&args[..], &["--json"]].concat()));
+    let doc: serde_json::Value = serde_json::from_str(&out).unwrap();
+    assert_eq!(doc["schema"], "somnus-bench-cluster-trace", "{doc}");
+    assert_eq!(doc["target_peak_resident_bytes"], 4e9);
+    let runs = doc["runs"].as_array().unwrap();
+    assert_eq!(runs.len(), 2, "{doc}");
+    assert_eq!(runs[0]["requests"], runs[1]["requests"]);
+    for run in runs {
+        assert_eq!(run["violations"], 0, "{run}");
+        assert!(run["requests"].as_u64().unwrap() > 100, "{run}");
+        // More than the binary's own few MB, far less than the bound for 15 minutes.
+        let peak = run["peak_resident_bytes"].as_u64().unwrap();
+        assert!(peak > 4 << 20 && peak < 1 << 30, "{run}");
+    }
+    let text = ok(&somnus(&[&args[..], &["--check", "off"]].concat()));
+    assert!(text.contains("peak GB") && text.contains("within 4 GB resident"), "{text}");
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
 fn presets_are_listed_printed_and_generate_the_papers_volumes() {
     // Goal: `show preset` lists the built-in generator configs and prints one as TOML
     // that `trace generate --config` takes back (here cut to an hour); the volumes are

@@ -74,8 +74,9 @@ pub(crate) struct BenchClusterArgs {
     /// Instead of the random workload: replay these block traces (any format `somnus
     /// trace stats` reads) on `--trace-servers` servers, the metadata service's hybrid
     /// scheduler gearing them (fractional, 1-hour timescale), once per `--check`
-    /// setting, timed on one core. The target is a week of `somnus trace generate
-    /// --preset msr-fast08` (20.4 M requests) on 30 servers in 2 minutes.
+    /// setting, timed on one core, with each run's peak resident memory. The target is
+    /// a week of `somnus trace generate --preset msr-fast08` (20.4 M requests) on 30
+    /// servers in 2 minutes within 4 GB resident.
     #[arg(long, num_args = 1.., value_name = "FILE")]
     trace: Vec<PathBuf>,
     /// With `--trace`: the servers of the cluster.

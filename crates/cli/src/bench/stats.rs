@@ -50,3 +50,19 @@ pub(crate) fn thread_cpu_time() -> Option<Duration> {
     let nanos = text.split_whitespace().next()?.parse::<u64>().ok()?;
     Some(Duration::from_nanos(nanos))
 }
+
+/// Resets this process's peak resident memory to what it holds now (Linux's
+/// `/proc/self/clear_refs` with 5), so that the next [`peak_resident_bytes`] is the
+/// peak of what runs after; false where it cannot be reset.
+pub(crate) fn reset_peak_resident() -> bool {
+    std::fs::write("/proc/self/clear_refs", "5").is_ok()
+}
+
+/// This process's peak resident memory (`VmHWM`) since it started or the last
+/// [`reset_peak_resident`]; none where /proc does not say.
+pub(crate) fn peak_resident_bytes() -> Option<u64> {
+    let status = std::fs::read_to_string("/proc/self/status").ok()?;
+    let line = status.lines().find(|line| line.starts_with("VmHWM:"))?;
+    let kib: u64 = line.split_whitespace().nth(1)?.parse().ok()?;
+    Some(kib * 1024)
+}
