@@ -921,15 +921,18 @@ impl Logger {
         const LOOK_AT_MAX: usize = 8;
         let percent = u128::from(self.geometry.compact_live_percent_max);
         let head = self.head.map(|(segment, _)| segment);
-        let live = self.live();
+        // Both maps are in segment order: walked side by side, rather than a search of
+        // the live bytes for each of thousands of segments at every step.
+        let mut live = self.live().iter().peekable();
         let mut candidates: Vec<(u128, u128, SegmentNo)> = self
             .segments
             .iter()
-            .filter(|&(segment, _)| Some(*segment) != head && !too_full.contains(segment))
             .map(|(&segment, &(bytes, _))| {
-                let live = live.get(&segment).copied().unwrap_or(0);
+                while live.next_if(|&(&s, _)| s < segment).is_some() {}
+                let live = live.next_if(|&(&s, _)| s == segment).map_or(0, |(_, &b)| b);
                 (u128::from(live), u128::from(bytes.max(1)), segment)
             })
+            .filter(|&(_, _, segment)| Some(segment) != head && !too_full.contains(&segment))
             .filter(|&(live, bytes, _)| live * 100 <= bytes * percent)
             .collect();
         // Fewest live first (a total order: the segment breaks ties). Only the first

@@ -102,6 +102,9 @@ impl TraceWorkload {
                 kind: request.kind.into(),
             });
         }
+        // A week's trace is 20 M requests: the capacity doubling left up to half again
+        // of them unused for the whole replay.
+        ops.shrink_to_fit();
         Ok(TraceWorkload { devices, ops })
     }
 
@@ -324,6 +327,8 @@ pub fn replay_trace_with(
         ..spec.clone()
     };
     let devices = workload.devices.len();
+    let reads = workload.ops.iter().filter(|op| op.kind == ReplayKind::Read).count();
+    let writes = workload.ops.iter().filter(|op| op.kind == ReplayKind::Write).count();
     let mut sim = ClusterSim::new(&spec, seed, None);
     sim.quiesce_max = RECLAIM_MAX;
     sim.replay = Some(Replay {
@@ -342,8 +347,9 @@ pub fn replay_trace_with(
         recreating: BTreeMap::new(),
         done: 0,
         errors: 0,
-        read_ms: Vec::new(),
-        write_ms: Vec::new(),
+        // A latency per request, held to the end: no capacity beyond the trace's.
+        read_ms: Vec::with_capacity(reads),
+        write_ms: Vec::with_capacity(writes),
         primaries: Vec::new(),
         placement: Vec::new(),
     });
