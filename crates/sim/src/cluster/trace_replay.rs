@@ -327,8 +327,11 @@ pub fn replay_trace_with(
         ..spec.clone()
     };
     let devices = workload.devices.len();
-    let reads = workload.ops.iter().filter(|op| op.kind == ReplayKind::Read).count();
-    let writes = workload.ops.iter().filter(|op| op.kind == ReplayKind::Write).count();
+    let (reads, writes) = workload.ops.iter().fold((0, 0), |(r, w), op| match op.kind {
+        ReplayKind::Read => (r + 1, w),
+        ReplayKind::Write => (r, w + 1),
+        ReplayKind::Replace => (r, w),
+    });
     let mut sim = ClusterSim::new(&spec, seed, None);
     sim.quiesce_max = RECLAIM_MAX;
     sim.replay = Some(Replay {
