@@ -5,20 +5,26 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
+use smallvec::SmallVec;
 use somnus_types::{ByteRange, ObjectId, ServerId, Version, VirtualDuration, VirtualInstant};
 
 use crate::cluster::{ChunkId, ChunkIndex, Epoch, LogRecord};
+
+/// A few servers, held inline: a logged write has r - 1 loggers and r replicas, and a
+/// group's map holds a day of logged writes, four such lists each (as `Vec`s, four
+/// allocations more per write).
+pub(super) type Servers = SmallVec<[ServerId; 4]>;
 
 /// A logged write in the map.
 #[derive(Clone, Debug, Default)]
 pub(super) struct Extent {
     /// The loggers known to hold it: reads back ask them.
-    pub(super) holders: Vec<ServerId>,
+    pub(super) holders: Servers,
     /// Every logger that may hold it: each appends its deletion marker.
-    pub(super) loggers: Vec<ServerId>,
-    pub(super) applied: Vec<ServerId>,
+    pub(super) loggers: Servers,
+    pub(super) applied: Servers,
     /// Loggers that appended its deletion marker.
-    pub(super) invalidated: Vec<ServerId>,
+    pub(super) invalidated: Servers,
     /// When its reclaimed copy was sent to the replicas lacking it: not read back
     /// again before their answers are due (indexed: set it through
     /// [`Extents::reclaim_sent`]).
@@ -28,6 +34,11 @@ pub(super) struct Extent {
     invalidate_sent_at: Option<VirtualInstant>,
     /// Times its markers were sent since it became due.
     invalidate_sends: u32,
+    /// Its rank in the kept sets of due markers and of extents lacking (none: not in
+    /// the set): kept here rather than in a map of each set by record, which would
+    /// hold every logged write's record twice more.
+    markers_rank: Option<u8>,
+    lacking_rank: Option<u8>,
 }
 
 impl Extent {
@@ -60,10 +71,10 @@ pub(super) struct Extents {
     invalidations_sent: BTreeSet<(VirtualInstant, LogRecord)>,
     reclaims_sent: BTreeSet<(VirtualInstant, LogRecord)>,
     /// The extents every replica has applied with deletion markers to append now.
-    markers_due: Kept,
+    markers_due: Kept<MarkersDue>,
     /// The extents a ready replica lacks, at-risk ones (a holder down) first: the ones
     /// reclaim reads back.
-    lacking: Kept,
+    lacking: Kept<Lacking>,
 }
 
 impl Extents {
@@ -108,7 +119,7 @@ impl Extents {
     /// or showing no byte of it, R3; superseded; replaced by an adoption).
     pub(super) fn done_with(&mut self, record: &LogRecord, replicas: &[ServerId]) {
         if let Some(extent) = self.get_mut(record) {
-            extent.applied = replicas.to_vec();
+            extent.applied = Servers::from_slice(replicas);
         }
     }
 
@@ -122,8 +133,8 @@ impl Extents {
         if let Some(at) = extent.reclaim_sent_at {
             self.reclaims_sent.remove(&(at, *record));
         }
-        self.markers_due.forget(record);
-        self.lacking.forget(record);
+        self.markers_due.forget(record, &extent);
+        self.lacking.forget(record, &extent);
         Some(extent)
     }
 
@@ -231,7 +242,7 @@ impl Extents {
             let sent = e.invalidate_sent_at.is_some();
             (applied_by_all && (finished || up_left)).then_some(u8::from(sent && !finished))
         };
-        let left = self.markers_due.update(&self.map, &[replicas, down, lost], rank);
+        let left = self.markers_due.update(&mut self.map, &[replicas, down, lost], rank);
         // One left out is not due again before a logger wakes: the timer is not set
         // by when its markers were last sent.
         for record in left {
@@ -241,13 +252,13 @@ impl Extents {
                 self.invalidations_sent.remove(&(at, record));
             }
         }
-        let kept = &self.markers_due;
+        let (kept, map) = (&self.markers_due, &self.map);
         let at_once = kept.set.iter().take_while(|(rank, _)| *rank == 0).map(|(_, r)| *r);
         let late = self
             .invalidations_sent
             .iter()
             .take_while(|(at, _)| at.saturating_add(retry) <= now)
-            .filter(|(_, record)| kept.ranks.get(record) == Some(&1))
+            .filter(|(_, record)| map.get(record).and_then(|e| e.markers_rank) == Some(1))
             .map(|(_, record)| *record);
         let mut due: Vec<LogRecord> = at_once.chain(late).collect();
         due.sort();
@@ -264,7 +275,7 @@ impl Extents {
         let lacks = |e: &Extent| ready.iter().any(|r| !e.applied.contains(r));
         let at_risk = |e: &Extent| e.holders.iter().any(|l| down.contains(l));
         let rank = |e: &Extent| lacks(e).then(|| if at_risk(e) { 0 } else { 1 });
-        self.lacking.update(&self.map, &[ready, down], rank);
+        self.lacking.update(&mut self.map, &[ready, down], rank);
         self.lacking.set.iter().filter_map(|(_, record)| self.map.get_key_value(record))
     }
 }
@@ -273,19 +284,52 @@ impl Extents {
 /// an extent and some servers (`of`); when those change, the set is built again from
 /// the whole map, and otherwise only the extents changed since the last look
 /// (`touched`) are tested again. While a replica sleeps for hours, this spares a
-/// timer's scan of thousands of extents.
+/// timer's scan of thousands of extents. Each record's rank is kept in its extent
+/// (the field `R` names).
 #[derive(Clone, Debug, Default)]
-struct Kept {
+struct Kept<R> {
     set: BTreeSet<(u8, LogRecord)>,
-    /// Each record's rank in `set`.
-    ranks: BTreeMap<LogRecord, u8>,
     of: Vec<Vec<ServerId>>,
     touched: BTreeSet<LogRecord>,
+    rank_field: std::marker::PhantomData<R>,
 }
 
-impl Kept {
-    fn forget(&mut self, record: &LogRecord) {
-        if let Some(rank) = self.ranks.remove(record) {
+/// Which of an extent's fields holds its rank in a [`Kept`] set.
+trait RankField {
+    fn of(extent: &mut Extent) -> &mut Option<u8>;
+    fn get(extent: &Extent) -> Option<u8>;
+}
+
+#[derive(Clone, Debug, Default)]
+struct MarkersDue;
+
+impl RankField for MarkersDue {
+    fn of(extent: &mut Extent) -> &mut Option<u8> {
+        &mut extent.markers_rank
+    }
+
+    fn get(extent: &Extent) -> Option<u8> {
+        extent.markers_rank
+    }
+}
+
+#[derive(Clone, Debug, Default)]
+struct Lacking;
+
+impl RankField for Lacking {
+    fn of(extent: &mut Extent) -> &mut Option<u8> {
+        &mut extent.lacking_rank
+    }
+
+    fn get(extent: &Extent) -> Option<u8> {
+        extent.lacking_rank
+    }
+}
+
+impl<R: RankField> Kept<R> {
+    /// `record` left the map, with `extent`.
+    fn forget(&mut self, record: &LogRecord, extent: &Extent) {
+        if let Some(rank) = R::get(extent) {
             self.set.remove(&(rank, *record));
         }
         self.touched.remove(record);
@@ -295,7 +339,7 @@ impl Kept {
     /// the set); returns the records that left it.
     fn update(
         &mut self,
-        map: &BTreeMap<LogRecord, Extent>,
+        map: &mut BTreeMap<LogRecord, Extent>,
         of: &[&[ServerId]],
         rank: impl Fn(&Extent) -> Option<u8>,
     ) -> Vec<LogRecord> {
@@ -304,20 +348,26 @@ impl Kept {
         if !same {
             self.of = of.iter().map(|servers| servers.to_vec()).collect();
             self.touched.clear();
-            let ranks: BTreeMap<LogRecord, u8> =
-                map.iter().filter_map(|(r, e)| Some((*r, rank(e)?))).collect();
-            left.extend(self.ranks.keys().filter(|r| !ranks.contains_key(r)));
-            self.ranks = ranks;
-            self.set = self.ranks.iter().map(|(record, rank)| (*rank, *record)).collect();
+            self.set.clear();
+            for (record, extent) in map.iter_mut() {
+                let now = rank(extent);
+                let before = std::mem::replace(R::of(extent), now);
+                if let Some(now) = now {
+                    self.set.insert((now, *record));
+                } else if before.is_some() {
+                    left.push(*record);
+                }
+            }
         }
         for record in std::mem::take(&mut self.touched) {
-            let before = self.ranks.remove(&record);
+            let Some(extent) = map.get_mut(&record) else { continue };
+            let now = rank(extent);
+            let before = std::mem::replace(R::of(extent), now);
             if let Some(before) = before {
                 self.set.remove(&(before, record));
             }
-            match map.get(&record).and_then(&rank) {
+            match now {
                 Some(now) => {
-                    self.ranks.insert(record, now);
                     self.set.insert((now, record));
                 }
                 None if before.is_some() => left.push(record),
@@ -347,12 +397,11 @@ impl Extents {
         };
         assert_eq!(self.invalidations_sent, sent(|e| e.invalidate_sent_at), "markers sent");
         assert_eq!(self.reclaims_sent, sent(|e| e.reclaim_sent_at), "reclaims sent");
-        for kept in [&self.markers_due, &self.lacking] {
-            let ranked: BTreeSet<(u8, LogRecord)> =
-                kept.ranks.iter().map(|(record, rank)| (*rank, *record)).collect();
-            assert_eq!(kept.set, ranked, "a kept set and its ranks");
-            assert!(kept.ranks.keys().all(|r| self.map.contains_key(r)), "a kept record gone");
-        }
+        let ranked = |rank: fn(&Extent) -> Option<u8>| -> BTreeSet<(u8, LogRecord)> {
+            self.map.iter().filter_map(|(r, e)| Some((rank(e)?, *r))).collect()
+        };
+        assert_eq!(self.markers_due.set, ranked(|e| e.markers_rank), "due markers' ranks");
+        assert_eq!(self.lacking.set, ranked(|e| e.lacking_rank), "lacking extents' ranks");
     }
 }
 
@@ -387,9 +436,9 @@ mod tests {
         match rng.random_range(0..7) {
             0 | 1 => {
                 let extent = extents.entry(r);
-                extent.holders = servers(rng);
-                extent.loggers = servers(rng);
-                extent.applied = servers(rng);
+                extent.holders = Servers::from_vec(servers(rng));
+                extent.loggers = Servers::from_vec(servers(rng));
+                extent.applied = Servers::from_vec(servers(rng));
             }
             2 => {
                 if let Some(extent) = extents.get_mut(&r) {

@@ -28,7 +28,7 @@ use crate::cluster::mds::mix;
 use crate::cluster::{
     ChunkId, DvlHandoff, Epoch, LogRecord, LoggedExtent, Message, Peer, UnstableWrite,
 };
-use extents::{Extent, Extents, first_record_of};
+use extents::{Extent, Extents, Servers, first_record_of};
 use reads::Reads;
 
 /// One logger as a primary sees it: writes queued, one batch in flight (so the logger
@@ -171,9 +171,9 @@ impl Dvl {
                 }
                 for e in handoff.extents {
                     let extent = dvl.extents.entry(e.record);
-                    extent.holders = e.holders;
-                    extent.loggers = e.loggers;
-                    extent.applied = e.applied;
+                    extent.holders = Servers::from_vec(e.holders);
+                    extent.loggers = Servers::from_vec(e.loggers);
+                    extent.applied = Servers::from_vec(e.applied);
                 }
             }
             None if !dvl.view.is_empty() => {
@@ -329,9 +329,9 @@ impl Dvl {
     pub(super) fn handoff(&self) -> DvlHandoff {
         let extents = self.extents.iter().map(|(record, extent)| LoggedExtent {
             record: *record,
-            holders: extent.holders.clone(),
-            loggers: extent.loggers.clone(),
-            applied: extent.applied.clone(),
+            holders: extent.holders.to_vec(),
+            loggers: extent.loggers.to_vec(),
+            applied: extent.applied.to_vec(),
         });
         let unrecovered = self.recovery.as_ref().map_or_else(Vec::new, Recovery::unanswered);
         DvlHandoff { extents: extents.collect(), unrecovered }
@@ -359,12 +359,14 @@ impl Dvl {
         let dropped: Vec<LogRecord> = self
             .extents
             .iter()
-            .filter(|(record, e)| objects.contains(&record.chunk.object) && e.applied != replicas)
+            .filter(|(record, e)| {
+                objects.contains(&record.chunk.object) && e.applied.as_slice() != replicas
+            })
             .map(|(record, _)| *record)
             .collect();
         for record in &dropped {
             if let Some(extent) = self.extents.get_mut(record) {
-                extent.applied = replicas.to_vec();
+                extent.applied = Servers::from_slice(replicas);
             }
             self.reads.remove(record);
         }
@@ -1276,11 +1278,14 @@ impl Server {
     }
 }
 
-/// Adds the servers not in `to` yet.
-pub(super) fn add(to: &mut Vec<ServerId>, servers: impl IntoIterator<Item = ServerId>) {
+/// Adds the servers not in `to` yet (a `Vec` or the map's inline [`Servers`]).
+pub(super) fn add<L>(to: &mut L, servers: impl IntoIterator<Item = ServerId>)
+where
+    L: std::ops::Deref<Target = [ServerId]> + Extend<ServerId>,
+{
     for server in servers {
         if !to.contains(&server) {
-            to.push(server);
+            to.extend([server]);
         }
     }
 }
