@@ -22,8 +22,8 @@ mod trace;
 /// mimalloc rather than the system's allocator: a simulated cluster makes about a
 /// dozen small allocations per request, spread over hundreds of nodes' state, and
 /// mimalloc's per-size pages keep them closer together (`somnus bench cluster` at
-/// 300 servers: about 15% more requests per second than glibc's malloc). Its setting
-/// is in `allocator`.
+/// 300 servers: about 15% more requests per second than glibc's malloc). Its settings
+/// are in `allocator`.
 #[global_allocator]
 static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
@@ -127,7 +127,7 @@ enum Command {
 }
 
 fn main() -> ExitCode {
-    allocator::keep_freed_memory_a_while();
+    allocator::configure();
     let cli = Cli::parse();
     match run(cli.command) {
         Ok(()) => ExitCode::SUCCESS,
