@@ -194,9 +194,11 @@ pub struct LogVolume {
     /// The writes logged and still visible in part, by group, owner and version: the
     /// logger's index of its log, what recovery reports and reads return.
     writes: BTreeMap<(ChunkGroupId, Epoch, Version), UnstableWrite>,
-    /// The keys of `writes` by chunk: a marker looks up the writes it may hide, and
-    /// the simulation's check a chunk's records, among a day of logged writes.
-    by_chunk: BTreeSet<(ChunkId, ChunkGroupId, Epoch, Version)>,
+    /// The keys of `writes` by chunk, with each write's range: a marker looks up the
+    /// writes it may hide, and the simulation's check a chunk's records, among a day
+    /// of logged writes (a hot chunk's hundreds, which looking each up in `writes`
+    /// made a tenth of a geared replay).
+    by_chunk: BTreeMap<(ChunkId, ChunkGroupId, Epoch, Version), ByteRange>,
     /// Markers that came before their append (it was delayed, or never sent): the
     /// append is dropped when it comes, until a newer epoch fences the owner.
     tombstones: BTreeSet<(ChunkGroupId, Epoch, Version)>,
@@ -249,7 +251,7 @@ impl LogVolume {
             chunk_size_bytes,
             fences: BTreeMap::new(),
             writes: BTreeMap::new(),
-            by_chunk: BTreeSet::new(),
+            by_chunk: BTreeMap::new(),
             tombstones: BTreeSet::new(),
             newest: BTreeMap::new(),
             unsaved: Vec::new(),
@@ -287,7 +289,9 @@ impl LogVolume {
         let hidden: Vec<(ChunkGroupId, Epoch, Version)> = volume
             .writes
             .iter()
-            .filter(|((group, epoch, _), write)| !volume.visible(*group, *epoch, write))
+            .filter(|((group, epoch, version), write)| {
+                !volume.visible(*group, *epoch, write.chunk, write.range, *version)
+            })
             .map(|(key, _)| *key)
             .collect();
         for (group, epoch, version) in hidden {
@@ -321,7 +325,7 @@ impl LogVolume {
                 *newest = (*newest).max(write.version);
                 let key = (group, epoch, write.version);
                 self.forget(key);
-                self.by_chunk.insert((write.chunk, group, epoch, write.version));
+                self.by_chunk.insert((write.chunk, group, epoch, write.version), write.range);
                 self.writes.insert(key, write);
             }
             IndexChange::Tombstone { group, epoch, version } => {
@@ -539,7 +543,8 @@ impl LogVolume {
     fn check_index(&self) {
         assert_eq!(self.by_chunk.len(), self.writes.len(), "the index by chunk and its writes");
         for ((group, epoch, version), write) in &self.writes {
-            assert!(self.by_chunk.contains(&(write.chunk, *group, *epoch, *version)));
+            let by_chunk = self.by_chunk.get(&(write.chunk, *group, *epoch, *version));
+            assert_eq!(by_chunk, Some(&write.range), "the index by chunk and its writes");
             let newest = self.newest.get(&owner(*group, *epoch)).copied().unwrap_or_default();
             assert!(*version <= newest, "D1: {write:?} above its owner's newest {newest:?}");
             let model = self.model.newest_version(owner(*group, *epoch));
@@ -567,9 +572,10 @@ impl LogVolume {
         let hidden: Vec<Version> = self
             .by_chunk
             .range((chunk, group, epoch, Version(0))..=(chunk, group, epoch, record.version))
-            .filter_map(|&(_, _, _, version)| self.writes.get(&(group, epoch, version)))
-            .filter(|w| w.range.overlaps(record.range) && !self.visible(group, epoch, w))
-            .map(|w| w.version)
+            .filter(|&(_, range)| range.overlaps(record.range))
+            .map(|(&(_, _, _, version), &range)| (version, range))
+            .filter(|&(version, range)| !self.visible(group, epoch, chunk, range, version))
+            .map(|(version, _)| version)
             .collect();
         for version in hidden {
             self.change(IndexChange::Forgotten { group, epoch, version });
@@ -583,11 +589,18 @@ impl LogVolume {
         }
     }
 
-    /// Whether any byte of `write` still reads as its version.
-    fn visible(&self, group: ChunkGroupId, epoch: Epoch, write: &UnstableWrite) -> bool {
-        let (object, range) = self.address(write.chunk, write.range);
+    /// Whether any byte of `range` of `chunk` still reads as the write of `version`.
+    fn visible(
+        &self,
+        group: ChunkGroupId,
+        epoch: Epoch,
+        chunk: ChunkId,
+        range: ByteRange,
+        version: Version,
+    ) -> bool {
+        let (object, range) = self.address(chunk, range);
         let (pieces, _) = self.model.read(owner(group, epoch), object, range);
-        pieces.iter().any(|(_, version)| *version == write.version)
+        pieces.iter().any(|(_, v)| *v == version)
     }
 
     /// Every write of `group` with a visible byte, without data (D4).
@@ -749,9 +762,8 @@ impl LogVolume {
         let mut covering: Vec<ByteRange> = self
             .by_chunk
             .range(first..=last)
-            .filter_map(|&(_, group, epoch, v)| self.writes.get(&(group, epoch, v)))
-            .filter(|w| w.version >= version && w.range.overlaps(range))
-            .map(|w| w.range)
+            .filter(|&(&(_, _, _, v), r)| v >= version && r.overlaps(range))
+            .map(|(_, &r)| r)
             .collect();
         covering.sort_by_key(|r| r.start);
         let mut held_to = range.start;
