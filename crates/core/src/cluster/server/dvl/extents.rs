@@ -124,7 +124,7 @@ impl Extents {
     }
 
     pub(super) fn remove(&mut self, record: &LogRecord) -> Option<Extent> {
-        let extent = self.map.remove(record)?;
+        let mut extent = self.map.remove(record)?;
         self.by_version.remove(&(record.version, *record));
         self.by_chunk.remove(&(record.chunk, record.range.start, *record));
         if let Some(at) = extent.invalidate_sent_at {
@@ -133,8 +133,8 @@ impl Extents {
         if let Some(at) = extent.reclaim_sent_at {
             self.reclaims_sent.remove(&(at, *record));
         }
-        self.markers_due.forget(record, &extent);
-        self.lacking.forget(record, &extent);
+        self.markers_due.forget(record, &mut extent);
+        self.lacking.forget(record, &mut extent);
         Some(extent)
     }
 
@@ -297,7 +297,6 @@ struct Kept<R> {
 /// Which of an extent's fields holds its rank in a [`Kept`] set.
 trait RankField {
     fn of(extent: &mut Extent) -> &mut Option<u8>;
-    fn get(extent: &Extent) -> Option<u8>;
 }
 
 #[derive(Clone, Debug, Default)]
@@ -306,10 +305,6 @@ struct MarkersDue;
 impl RankField for MarkersDue {
     fn of(extent: &mut Extent) -> &mut Option<u8> {
         &mut extent.markers_rank
-    }
-
-    fn get(extent: &Extent) -> Option<u8> {
-        extent.markers_rank
     }
 }
 
@@ -320,16 +315,12 @@ impl RankField for Lacking {
     fn of(extent: &mut Extent) -> &mut Option<u8> {
         &mut extent.lacking_rank
     }
-
-    fn get(extent: &Extent) -> Option<u8> {
-        extent.lacking_rank
-    }
 }
 
 impl<R: RankField> Kept<R> {
     /// `record` left the map, with `extent`.
-    fn forget(&mut self, record: &LogRecord, extent: &Extent) {
-        if let Some(rank) = R::get(extent) {
+    fn forget(&mut self, record: &LogRecord, extent: &mut Extent) {
+        if let Some(rank) = R::of(extent).take() {
             self.set.remove(&(rank, *record));
         }
         self.touched.remove(record);
