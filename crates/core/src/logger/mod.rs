@@ -10,12 +10,14 @@
 //! `logstore` crate's job. A test drives this model and the engine with the same
 //! operations and checks that they agree on every read and on live bytes.
 
+mod live;
 mod paint;
 
 use std::collections::{BTreeMap, BTreeSet};
 
 use somnus_types::{ByteRange, LoggerId, Lsn, ObjectId, OwnerId, Version, join_touching};
 
+use live::Live;
 use paint::{Candidate, Won, paint, rank};
 
 /// Bytes of a record header (docs/format/log.md, "Record").
@@ -183,13 +185,11 @@ impl Spans {
 
 /// The records of one object: data and markers apart, since a hot block gathers a
 /// marker per write, and whether a marker must outlive its segment asks only about
-/// data; and the markers by version, since data is most often hidden by the marker of
-/// its own version.
+/// data.
 #[derive(Clone, Debug, Default)]
 struct ObjectRecords {
     data: Spans,
     markers: Spans,
-    markers_by_version: BTreeSet<(Version, RecordId)>,
     /// The painting of the object's records, kept as they come and go: pieces by
     /// start, each with its end and the record that wins it (bytes no record covers
     /// have no piece). A record added changes only the pieces it outranks, and one
@@ -208,6 +208,14 @@ impl ObjectRecords {
     }
 }
 
+/// A segment of the model: its size, and its records in the order they were written
+/// (and so of growing ids).
+#[derive(Clone, Debug)]
+struct Segment {
+    size: u64,
+    records: Vec<(RecordId, Record)>,
+}
+
 /// A logger's log, modelled.
 #[derive(Clone, Debug)]
 pub struct Logger {
@@ -218,9 +226,9 @@ pub struct Logger {
     next_segment: u64,
     next_lsn: u64,
     next_record: u64,
-    records: BTreeMap<RecordId, Record>,
-    /// Record ids per segment, in the order they were written, and the segment's size.
-    segments: BTreeMap<SegmentNo, (u64, Vec<RecordId>)>,
+    /// The segments, each with its records: a record is found through its segment
+    /// (collection walks a segment's records; a painting names a record's segment).
+    segments: BTreeMap<SegmentNo, Segment>,
     objects: BTreeMap<(OwnerId, ObjectId), ObjectRecords>,
     /// Per owner, the LSN of its latest delete-all: records below it are hidden.
     hidden_below: BTreeMap<OwnerId, Lsn>,
@@ -229,14 +237,6 @@ pub struct Logger {
     /// Visible data bytes per segment, kept as records come and go: collection looks
     /// at it after every write, and painting the whole log each time is quadratic.
     live: Live,
-}
-
-/// Visible data bytes per segment and their sum: a logger holding a day of writes has
-/// thousands of segments, and the sum is asked at every collection.
-#[derive(Clone, Debug, Default)]
-struct Live {
-    by_segment: BTreeMap<SegmentNo, u64>,
-    total: u64,
 }
 
 impl Logger {
@@ -258,7 +258,6 @@ impl Logger {
             next_segment: 1,
             next_lsn: 1,
             next_record: 0,
-            records: BTreeMap::new(),
             segments: BTreeMap::new(),
             objects: BTreeMap::new(),
             hidden_below: BTreeMap::new(),
@@ -296,7 +295,12 @@ impl Logger {
     }
 
     pub fn record_count(&self) -> usize {
-        self.records.len()
+        self.segments.values().map(|segment| segment.records.len()).sum()
+    }
+
+    /// Every record, by segment and in order.
+    fn records(&self) -> impl Iterator<Item = &(RecordId, Record)> {
+        self.segments.values().flat_map(|segment| &segment.records)
     }
 
     /// The largest payload one record may carry.
@@ -385,9 +389,10 @@ impl Logger {
     /// (the engine's recovery finds no other): an owner whose records collection took
     /// has none.
     pub fn reopen(&mut self) {
+        self.seal_head();
         self.head = None;
         self.versions.clear();
-        for record in self.records.values() {
+        for (_, record) in self.segments.values().flat_map(|segment| &segment.records) {
             let newest = self.versions.entry(record.owner).or_insert(Version(0));
             *newest = (*newest).max(record.version);
         }
@@ -486,9 +491,11 @@ impl Logger {
             });
         }
         if new_segment {
+            self.seal_head();
             let segment = SegmentNo(self.next_segment);
             self.next_segment += 1;
-            self.segments.insert(segment, (SEGMENT_HEADER_BYTES, Vec::new()));
+            let records = Vec::new();
+            self.segments.insert(segment, Segment { size: SEGMENT_HEADER_BYTES, records });
             self.used_bytes += SEGMENT_HEADER_BYTES;
             self.head = Some((segment, SEGMENT_HEADER_BYTES));
         }
@@ -505,27 +512,31 @@ impl Logger {
         Ok(Placement { segment, offset_bytes, record_bytes, new_segment })
     }
 
+    /// The head segment (if any) takes no more records: its size is final.
+    fn seal_head(&mut self) {
+        let Some((head, _)) = self.head else { return };
+        let Some(segment) = self.segments.get(&head) else {
+            unreachable!("a head segment the model does not hold")
+        };
+        self.live.seal(head, segment.size);
+    }
+
     fn insert(&mut self, record: Record) {
         let id = RecordId(self.next_record);
         self.next_record += 1;
-        let Some((size, ids)) = self.segments.get_mut(&record.segment) else {
+        let Some(segment) = self.segments.get_mut(&record.segment) else {
             unreachable!("a record in a segment the model does not hold")
         };
-        *size += record.bytes();
-        ids.push(id);
+        segment.size += record.bytes();
+        segment.records.push((id, record));
         if record.kind == Kind::DeleteAll {
             let hidden = self.hidden_below.entry(record.owner).or_insert(Lsn(0));
             *hidden = (*hidden).max(record.lsn);
-            self.records.insert(id, record);
             self.repaint_owner(record.owner);
             return;
         }
         let object = self.objects.entry((record.owner, record.object)).or_default();
         object.spans_of(record.kind).insert(id, &record);
-        if record.kind == Kind::Marker {
-            object.markers_by_version.insert((record.version, id));
-        }
-        self.records.insert(id, record);
         self.paint_over(record.owner, record.object, record.candidate(id));
     }
 
@@ -620,16 +631,7 @@ fn credit(live: &mut Live, winner: &Candidate, bytes: u64, add: bool) {
     if winner.marker {
         return;
     }
-    let of_segment = live.by_segment.entry(winner.segment).or_insert(0);
-    if add {
-        *of_segment += bytes;
-        live.total += bytes;
-    } else {
-        // A bug in the painting's upkeep, never input: the model's own arithmetic.
-        assert!(*of_segment >= bytes, "live bytes taken that were never added");
-        *of_segment -= bytes;
-        live.total -= bytes;
-    }
+    live.credit(winner.segment, bytes, add);
 }
 
 /// Cuts the piece that spans `at` in two there.
@@ -676,8 +678,12 @@ impl Logger {
         object: ObjectId,
         range: ByteRange,
     ) -> (Vec<(ByteRange, Version)>, Vec<ByteRange>) {
-        let candidates = self.candidates(owner, object, range);
-        let (won, mut missing) = paint(&candidates, range, None);
+        let (won, mut missing) = self.painted(owner, object, range);
+        #[cfg(feature = "expensive-checks")]
+        {
+            let anew = paint(&self.candidates(owner, object, range), range, None);
+            assert_eq!((&won, &missing), (&anew.0, &anew.1), "logger {}: painting kept", self.id);
+        }
         let mut data = Vec::with_capacity(won.len());
         for piece in won {
             if piece.winner.marker {
@@ -688,6 +694,44 @@ impl Logger {
         }
         missing.sort_by_key(|range| range.start);
         (data, join_touching(missing))
+    }
+
+    /// The pieces of `range` in the painting kept of the object, as a painting of its
+    /// records anew would give them (adjacent pieces of one winner joined), and the
+    /// bytes no record covers: a read of a hot block without painting its hundreds of
+    /// records.
+    fn painted(
+        &self,
+        owner: OwnerId,
+        object: ObjectId,
+        range: ByteRange,
+    ) -> (Vec<Won>, Vec<ByteRange>) {
+        let (mut won, mut missing): (Vec<Won>, Vec<ByteRange>) = (Vec::new(), Vec::new());
+        let Some(records) = self.objects.get(&(owner, object)) else {
+            return (won, vec![range]);
+        };
+        let before = records.painted.range(..=range.start).next_back();
+        let inside = records.painted.range(range.start + 1..range.end);
+        let mut at = range.start;
+        for (&start, &(end, winner)) in before.into_iter().chain(inside) {
+            let Some(piece) = ByteRange::from_bounds(start, end).intersection(range) else {
+                continue;
+            };
+            if at < piece.start {
+                missing.push(ByteRange::from_bounds(at, piece.start));
+            }
+            match won.last_mut() {
+                Some(last) if last.range.end == piece.start && last.winner.id == winner.id => {
+                    last.range = ByteRange::from_bounds(last.range.start, piece.end);
+                }
+                _ => won.push(Won { range: piece, winner }),
+            }
+            at = piece.end;
+        }
+        if at < range.end {
+            missing.push(ByteRange::from_bounds(at, range.end));
+        }
+        (won, missing)
     }
 
     /// Whether every byte of `range` reads as `version`.
@@ -723,7 +767,7 @@ impl Logger {
         range: ByteRange,
         accept: impl Fn(Version) -> bool,
     ) -> bool {
-        let (won, missing) = paint(&self.candidates(owner, object, range), range, None);
+        let (won, missing) = self.painted(owner, object, range);
         missing.is_empty() && won.iter().all(|p| !p.winner.marker && accept(p.winner.version))
     }
 
@@ -765,36 +809,41 @@ impl Logger {
         live
     }
 
-    /// Visible data bytes per segment, as kept up to date (a segment may show 0); with
-    /// expensive checks, also painted anew and compared.
-    fn live(&self) -> &BTreeMap<SegmentNo, u64> {
+    /// Visible data bytes per segment, as kept up to date; with expensive checks, also
+    /// painted anew and compared, and the order by share checked.
+    fn live(&self) -> &Live {
         #[cfg(feature = "expensive-checks")]
-        {
-            let by_segment = &self.live.by_segment;
-            let kept: BTreeMap<SegmentNo, u64> =
-                by_segment.iter().filter(|(_, bytes)| **bytes > 0).map(|(&s, &b)| (s, b)).collect();
-            assert_eq!(kept, self.live_bytes_repainted(), "logger {}: live bytes drifted", self.id);
-            assert_eq!(self.live.total, kept.values().sum::<u64>(), "logger {}: total", self.id);
-        }
-        &self.live.by_segment
+        self.assert_live_kept();
+        &self.live
+    }
+
+    /// The live bytes kept equal those of a painting anew, and the order of the
+    /// sealed segments by share holds each with its live bytes and size.
+    #[cfg(any(test, feature = "expensive-checks"))]
+    fn assert_live_kept(&self) {
+        let kept = self.live.nonzero();
+        assert_eq!(kept, self.live_bytes_repainted(), "logger {}: live bytes drifted", self.id);
+        assert_eq!(self.live.total(), kept.values().sum::<u64>(), "logger {}: total", self.id);
+        let head = self.head.map(|(segment, _)| segment);
+        let sealed: BTreeMap<SegmentNo, u64> = self
+            .segments
+            .iter()
+            .filter(|(segment, _)| Some(**segment) != head)
+            .map(|(&segment, of)| (segment, of.size))
+            .collect();
+        self.live.assert_ordered(&sealed);
     }
 
     /// The data bytes a read would see, across owners.
     pub fn live_bytes(&self) -> u64 {
-        #[cfg(feature = "expensive-checks")]
-        self.live();
-        self.live.total
+        self.live().total()
     }
 
     /// Every segment: its number, size and live data bytes.
     pub fn segments(&self) -> Vec<(SegmentNo, u64, u64)> {
         let live = self.live();
-        self.segments
-            .iter()
-            .map(|(&segment, &(bytes, _))| {
-                (segment, bytes, live.get(&segment).copied().unwrap_or(0))
-            })
-            .collect()
+        let segment = |(&segment, of): (&SegmentNo, &Segment)| (segment, of.size, live.of(segment));
+        self.segments.iter().map(segment).collect()
     }
 }
 
@@ -804,29 +853,30 @@ impl Logger {
     /// painting; a marker while data of its version or older remains elsewhere; an
     /// owner's latest delete-all while records below it remain elsewhere.
     fn plan_collection(&self, segment: SegmentNo) -> Vec<Record> {
-        let Some((_, ids)) = self.segments.get(&segment) else { return Vec::new() };
+        let Some(of) = self.segments.get(&segment) else { return Vec::new() };
+        // Avoiding the segment only demotes its records: a data record that wins no
+        // piece of the painting kept up to date wins none here. In a segment with no
+        // live byte none does (most segments collected hold only markers' victims).
+        let any_live = self.live.of(segment) > 0;
         let mut copies = Vec::new();
-        for id in ids {
-            let Some(&record) = self.records.get(id) else { continue };
+        for &(id, record) in &of.records {
             let hidden_below = self.hidden_below.get(&record.owner).copied().unwrap_or(Lsn(0));
             if record.lsn < hidden_below {
                 continue;
             }
             match record.kind {
-                Kind::Data if self.hidden_by_its_marker(&record) => {}
-                // Avoiding the segment only demotes its records: one that wins no piece
-                // of the painting kept up to date wins none here (most of a segment
-                // collected, which is mostly dead), found without painting.
-                Kind::Data if !self.wins_any(&record, *id) => {
+                // Most of a segment collected, which is mostly dead: found without
+                // painting.
+                Kind::Data if !any_live || !self.wins_any(&record, id) => {
                     #[cfg(feature = "expensive-checks")]
                     assert!(
-                        self.pieces_won_avoiding(&record, *id, segment).is_empty(),
+                        self.pieces_won_avoiding(&record, id, segment).is_empty(),
                         "logger {}: {id:?} wins a piece only when its segment is avoided",
                         self.id
                     );
                 }
                 Kind::Data => {
-                    let pieces = self.pieces_won_avoiding(&record, *id, segment);
+                    let pieces = self.pieces_won_avoiding(&record, id, segment);
                     copies.extend(pieces.into_iter().map(|range| Record { range, ..record }));
                 }
                 Kind::Marker => {
@@ -878,36 +928,18 @@ impl Logger {
         })
     }
 
-    /// Whether a marker of the data record's own version covers all of it (so it wins
-    /// no byte): how most data is hidden, found without painting among the markers a
-    /// hot block gathers.
-    fn hidden_by_its_marker(&self, data: &Record) -> bool {
-        let Some(object) = self.objects.get(&(data.owner, data.object)) else { return false };
-        let hidden_below = self.hidden_below.get(&data.owner).copied().unwrap_or(Lsn(0));
-        let same_version = (data.version, RecordId(0))..=(data.version, RecordId(u64::MAX));
-        object.markers_by_version.range(same_version).any(|(_, id)| {
-            self.records.get(id).is_some_and(|marker| {
-                marker.lsn >= hidden_below
-                    && marker.range.start <= data.range.start
-                    && data.range.end <= marker.range.end
-            })
-        })
-    }
-
     /// Whether a delete-all of `segment` must be kept: no copy of it lives elsewhere,
     /// and records of its owner below it do.
     fn delete_all_needed_elsewhere(&self, record: Record, segment: SegmentNo) -> bool {
-        let elsewhere = |other: &&Record| other.owner == record.owner && other.segment != segment;
-        let copy_elsewhere = self
-            .records
-            .values()
-            .filter(elsewhere)
-            .any(|other| other.kind == Kind::DeleteAll && other.lsn == record.lsn);
-        let older_elsewhere = self
-            .records
-            .values()
-            .filter(elsewhere)
-            .any(|other| other.kind != Kind::DeleteAll && other.lsn < record.lsn);
+        let elsewhere = || {
+            let others = self.segments.iter().filter(|(other, _)| **other != segment);
+            let records = others.flat_map(|(_, of)| of.records.iter().map(|(_, r)| r));
+            records.filter(|other| other.owner == record.owner)
+        };
+        let copy_elsewhere =
+            elsewhere().any(|other| other.kind == Kind::DeleteAll && other.lsn == record.lsn);
+        let older_elsewhere =
+            elsewhere().any(|other| other.kind != Kind::DeleteAll && other.lsn < record.lsn);
         !copy_elsewhere && older_elsewhere
     }
 
@@ -954,42 +986,25 @@ impl Logger {
         too_full: &mut BTreeSet<SegmentNo>,
     ) -> Result<Option<Collection>, LoggerError> {
         const LOOK_AT_MAX: usize = 8;
-        let percent = u128::from(self.geometry.compact_live_percent_max);
-        let head = self.head.map(|(segment, _)| segment);
-        // Both maps are in segment order: walked side by side, rather than a search of
-        // the live bytes for each of thousands of segments at every step.
-        let mut live = self.live().iter().peekable();
-        let mut candidates: Vec<(u128, u128, SegmentNo)> = self
-            .segments
-            .iter()
-            .map(|(&segment, &(bytes, _))| {
-                while live.next_if(|&(&s, _)| s < segment).is_some() {}
-                let live = live.next_if(|&(&s, _)| s == segment).map_or(0, |(_, &b)| b);
-                (u128::from(live), u128::from(bytes.max(1)), segment)
-            })
-            // The share first: a segment is looked up among those too full (hundreds, in
-            // a long run) only if it may qualify.
-            .filter(|&(live, bytes, _)| live * 100 <= bytes * percent)
-            .filter(|&(_, _, segment)| Some(segment) != head && !too_full.contains(&segment))
+        let percent = self.geometry.compact_live_percent_max;
+        // Fewest live first (a total order: the segment breaks ties), kept in that
+        // order as live bytes change; the head is not sealed, so not among them.
+        #[cfg(feature = "expensive-checks")]
+        self.assert_live_kept();
+        let candidates: Vec<live::Share> = self
+            .live
+            .fewest_live(percent)
+            .filter(|share| !too_full.contains(&share.segment))
+            .take(LOOK_AT_MAX)
             .collect();
-        // Fewest live first (a total order: the segment breaks ties). Only the first
-        // few are looked at: a day's log has thousands of segments, and sorting them
-        // all at every step of a collection was a tenth of a geared week's replay.
-        let order = |a: &(u128, u128, SegmentNo), b: &(u128, u128, SegmentNo)| {
-            (a.0 * b.1, a.2).cmp(&(b.0 * a.1, b.2))
-        };
-        if candidates.len() > LOOK_AT_MAX {
-            candidates.select_nth_unstable_by(LOOK_AT_MAX - 1, order);
-            candidates.truncate(LOOK_AT_MAX);
-        }
-        candidates.sort_by(order);
-        for (_, bytes, segment) in candidates {
-            let copies = self.plan_collection(segment);
+        for share in candidates {
+            let copies = self.plan_collection(share.segment);
             let copy_bytes: u64 = copies.iter().map(Record::bytes).sum();
-            if u128::from(copy_bytes) * 100 <= bytes * percent {
-                return self.collect(segment, copies).map(Some);
+            let copied = live::Share { live: copy_bytes, ..share };
+            if copied.at_most(percent) {
+                return self.collect(share.segment, copies).map(Some);
             }
-            too_full.insert(segment);
+            too_full.insert(share.segment);
         }
         Ok(None)
     }
@@ -1012,25 +1027,26 @@ impl Logger {
             record_bytes_written += placement.record_bytes
                 + if placement.new_segment { SEGMENT_HEADER_BYTES } else { 0 };
         }
-        let Some((bytes_freed, ids)) = self.segments.remove(&segment) else {
+        let Some(Segment { size: bytes_freed, records }) = self.segments.remove(&segment) else {
             unreachable!("collect of a segment the model does not hold")
         };
-        for id in ids {
-            self.remove_record(id);
+        for (at, &(id, record)) in records.iter().enumerate() {
+            self.remove_record(id, record, &records[at + 1..]);
         }
-        let left = self.live.by_segment.remove(&segment).unwrap_or(0);
+        let left = self.live.remove(segment);
         assert_eq!(left, 0, "logger {}: a collected segment still had live bytes", self.id);
         self.used_bytes -= bytes_freed;
         Ok(Collection { segment, records_copied, bytes_copied, record_bytes_written, bytes_freed })
     }
 
-    fn remove_record(&mut self, id: RecordId) {
-        let Some(&record) = self.records.get(&id) else { return };
+    /// Takes `record` out of the log, its segment's records after it (`rest`) not yet
+    /// (its segment is out of the model's map while its records are taken one by one).
+    fn remove_record(&mut self, id: RecordId, record: Record, rest: &[(RecordId, Record)]) {
         if record.kind == Kind::DeleteAll {
-            self.records.remove(&id);
             let latest = self
-                .records
-                .values()
+                .records()
+                .chain(rest)
+                .map(|(_, other)| other)
                 .filter(|other| other.owner == record.owner && other.kind == Kind::DeleteAll)
                 .map(|other| other.lsn)
                 .max();
@@ -1041,11 +1057,9 @@ impl Logger {
             self.repaint_owner(record.owner);
             return;
         }
-        self.records.remove(&id);
         let key = (record.owner, record.object);
         if let Some(object) = self.objects.get_mut(&key) {
             object.spans_of(record.kind).remove(id, record.range);
-            object.markers_by_version.remove(&(record.version, id));
         }
         let hidden_below = self.hidden_below.get(&record.owner).copied().unwrap_or(Lsn(0));
         if record.lsn >= hidden_below {
@@ -1092,11 +1106,13 @@ mod tests {
                     _ => log.append(owner, OBJECT, range, Version(newest.0 + 1)).map(drop),
                 };
                 log.assert_wins_any_as_painted_anew(seed);
-                let by_segment = &log.live.by_segment;
-                let kept: BTreeMap<SegmentNo, u64> =
-                    by_segment.iter().filter(|(_, b)| **b > 0).map(|(&s, &b)| (s, b)).collect();
-                assert_eq!(kept, log.live_bytes_repainted(), "seed {seed}");
-                assert_eq!(log.live_bytes(), kept.values().sum::<u64>(), "seed {seed}");
+                log.assert_live_kept();
+                let start = rng.random_range(0..24) * 64;
+                let range = ByteRange::new(start, rng.random_range(1..16) * 64);
+                for owner in [OwnerId(1), OwnerId(2)] {
+                    let anew = paint(&log.candidates(owner, OBJECT, range), range, None);
+                    assert_eq!(log.painted(owner, OBJECT, range), anew, "seed {seed}: {range:?}");
+                }
             }
         }
     }
@@ -1106,7 +1122,7 @@ mod tests {
         /// anew says, and collection's painting gives it pieces only where it does.
         fn assert_wins_any_as_painted_anew(&self, seed: u64) {
             let nowhere = SegmentNo(u64::MAX);
-            for (&id, record) in &self.records {
+            for &(id, ref record) in self.records() {
                 let hidden_below = self.hidden_below.get(&record.owner).copied().unwrap_or(Lsn(0));
                 if record.kind != Kind::Data || record.lsn < hidden_below {
                     continue;
