@@ -853,12 +853,24 @@ impl Logger {
     /// painting; a marker while data of its version or older remains elsewhere; an
     /// owner's latest delete-all while records below it remain elsewhere.
     fn plan_collection(&self, segment: SegmentNo) -> Vec<Record> {
-        let Some(of) = self.segments.get(&segment) else { return Vec::new() };
+        self.plan_collection_within(segment, |_| true).unwrap_or_default()
+    }
+
+    /// [`Logger::plan_collection`], given up (`None`) as soon as the copies' bytes are
+    /// more than `fits` takes: a segment found too full is looked at again at every
+    /// collection until its records die, and most of the records walked by a geared
+    /// replay's collections were those of segments too full.
+    fn plan_collection_within(
+        &self,
+        segment: SegmentNo,
+        fits: impl Fn(u64) -> bool,
+    ) -> Option<Vec<Record>> {
+        let Some(of) = self.segments.get(&segment) else { return Some(Vec::new()) };
         // Avoiding the segment only demotes its records: a data record that wins no
         // piece of the painting kept up to date wins none here. In a segment with no
         // live byte none does (most segments collected hold only markers' victims).
         let any_live = self.live.of(segment) > 0;
-        let mut copies = Vec::new();
+        let (mut copies, mut copy_bytes, mut counted) = (Vec::new(), 0, 0);
         for &(id, record) in &of.records {
             let hidden_below = self.hidden_below.get(&record.owner).copied().unwrap_or(Lsn(0));
             if record.lsn < hidden_below {
@@ -897,8 +909,13 @@ impl Logger {
                     }
                 }
             }
+            copy_bytes += copies[counted..].iter().map(Record::bytes).sum::<u64>();
+            counted = copies.len();
+            if !fits(copy_bytes) {
+                return None;
+            }
         }
-        copies
+        Some(copies)
     }
 
     /// The pieces of data record `id` that win the painting when records of `segment`
@@ -998,13 +1015,11 @@ impl Logger {
             .take(LOOK_AT_MAX)
             .collect();
         for share in candidates {
-            let copies = self.plan_collection(share.segment);
-            let copy_bytes: u64 = copies.iter().map(Record::bytes).sum();
-            let copied = live::Share { live: copy_bytes, ..share };
-            if copied.at_most(percent) {
-                return self.collect(share.segment, copies).map(Some);
-            }
-            too_full.insert(share.segment);
+            let fits = |copy_bytes| live::Share { live: copy_bytes, ..share }.at_most(percent);
+            match self.plan_collection_within(share.segment, fits) {
+                Some(copies) => return self.collect(share.segment, copies).map(Some),
+                None => too_full.insert(share.segment),
+            };
         }
         Ok(None)
     }
