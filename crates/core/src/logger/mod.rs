@@ -391,12 +391,13 @@ impl Logger {
     pub fn reopen(&mut self) {
         self.seal_head();
         self.head = None;
-        self.versions.clear();
-        for (_, record) in self.segments.values().flat_map(|segment| &segment.records) {
-            let newest = self.versions.entry(record.owner).or_insert(Version(0));
+        let mut versions: BTreeMap<OwnerId, Version> = BTreeMap::new();
+        for (_, record) in self.records() {
+            let newest = versions.entry(record.owner).or_insert(Version(0));
             *newest = (*newest).max(record.version);
         }
-        self.versions.retain(|_, version| version.0 > 0);
+        versions.retain(|_, version| version.0 > 0);
+        self.versions = versions;
     }
 
     /// Rebuilds what a reopened engine holds (`extents`: per owner, each visible
@@ -707,16 +708,8 @@ impl Logger {
         range: ByteRange,
     ) -> (Vec<Won>, Vec<ByteRange>) {
         let (mut won, mut missing): (Vec<Won>, Vec<ByteRange>) = (Vec::new(), Vec::new());
-        let Some(records) = self.objects.get(&(owner, object)) else {
-            return (won, vec![range]);
-        };
-        let before = records.painted.range(..=range.start).next_back();
-        let inside = records.painted.range(range.start + 1..range.end);
         let mut at = range.start;
-        for (&start, &(end, winner)) in before.into_iter().chain(inside) {
-            let Some(piece) = ByteRange::from_bounds(start, end).intersection(range) else {
-                continue;
-            };
+        for (piece, winner) in self.kept_pieces(owner, object, range) {
             if at < piece.start {
                 missing.push(ByteRange::from_bounds(at, piece.start));
             }
@@ -934,14 +927,24 @@ impl Logger {
 
     /// Whether record `id` wins any piece of the painting kept of its object.
     fn wins_any(&self, record: &Record, id: RecordId) -> bool {
-        let Some(object) = self.objects.get(&(record.owner, record.object)) else { return false };
-        let range = record.range;
-        // The piece that starts at or before the range (it may reach into it), then
-        // those that start inside it.
-        let before = object.painted.range(..=range.start).next_back();
-        let inside = object.painted.range(range.start + 1..range.end);
-        before.into_iter().chain(inside).any(|(&start, &(end, winner))| {
-            winner.id == id && start < range.end && end > range.start
+        self.kept_pieces(record.owner, record.object, record.range)
+            .any(|(_, winner)| winner.id == id)
+    }
+
+    /// The pieces of the object's kept painting that overlap `range`, cut to it, in
+    /// order: the piece that starts at or before the range (it may reach into it), then
+    /// those that start inside it.
+    fn kept_pieces(
+        &self,
+        owner: OwnerId,
+        object: ObjectId,
+        range: ByteRange,
+    ) -> impl Iterator<Item = (ByteRange, Candidate)> + '_ {
+        let painted = self.objects.get(&(owner, object)).map(|records| &records.painted);
+        let before = painted.and_then(|p| p.range(..=range.start).next_back());
+        let inside = painted.into_iter().flat_map(move |p| p.range(range.start + 1..range.end));
+        before.into_iter().chain(inside).filter_map(move |(&start, &(end, winner))| {
+            ByteRange::from_bounds(start, end).intersection(range).map(|piece| (piece, winner))
         })
     }
 
