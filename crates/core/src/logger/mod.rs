@@ -1128,14 +1128,20 @@ mod tests {
                 let start = rng.random_range(0..24) * 64;
                 let range = ByteRange::new(start, rng.random_range(1..16) * 64);
                 for owner in [OwnerId(1), OwnerId(2)] {
-                    let anew = paint(&log.candidates(owner, OBJECT, range), range, None);
-                    assert_eq!(log.painted(owner, OBJECT, range), anew, "seed {seed}: {range:?}");
+                    log.assert_painted_as_anew(owner, range, seed);
                 }
             }
         }
     }
 
     impl Logger {
+        /// What a read takes from the kept painting over `range` is what a painting of
+        /// the object's records anew gives.
+        fn assert_painted_as_anew(&self, owner: OwnerId, range: ByteRange, seed: u64) {
+            let anew = paint(&self.candidates(owner, OBJECT, range), range, None);
+            assert_eq!(self.painted(owner, OBJECT, range), anew, "seed {seed}: {range:?}");
+        }
+
         /// `wins_any` (the kept painting) says of every data record what a painting
         /// anew says, and collection's painting gives it pieces only where it does.
         fn assert_wins_any_as_painted_anew(&self, seed: u64) {
@@ -1164,6 +1170,8 @@ mod tests {
         object.painted.clear();
         let caught = std::panic::catch_unwind(|| log.assert_wins_any_as_painted_anew(0));
         assert!(caught.is_err(), "a kept painting that lost a record's pieces");
+        let caught = std::panic::catch_unwind(|| log.assert_painted_as_anew(OWNER, r(0, 8192), 0));
+        assert!(caught.is_err(), "a read of a kept painting that lost a record's pieces");
     }
 
     fn r(start: u64, end: u64) -> ByteRange {
