@@ -584,14 +584,8 @@ impl Logger {
     /// Paints again the pieces `gone` (a record just taken out of the object's indexes)
     /// won, from the records left.
     fn paint_without(&mut self, owner: OwnerId, object: ObjectId, gone: Candidate) {
-        let Some(records) = self.objects.get(&(owner, object)) else { return };
         let range = gone.range;
-        let won: Vec<ByteRange> = records
-            .painted
-            .range(range.start..range.end)
-            .filter(|(_, (_, winner))| winner.id == gone.id)
-            .map(|(&start, &(end, _))| ByteRange::from_bounds(start, end))
-            .collect();
+        let won = self.kept_pieces_won(owner, object, &gone);
         let repainted: Vec<(ByteRange, Vec<Won>)> = won
             .into_iter()
             .map(|piece| (piece, paint(&self.candidates(owner, object, piece), piece, None).0))
@@ -941,8 +935,8 @@ impl Logger {
         if self.copied_beside.contains(&segment) {
             return self.pieces_won_avoiding(record, id, segment);
         }
-        let kept = self.kept_pieces(record.owner, record.object, record.range);
-        let won = join_touching(kept.filter(|(_, w)| w.id == id).map(|(range, _)| range).collect());
+        let won =
+            join_touching(self.kept_pieces_won(record.owner, record.object, &record.candidate(id)));
         #[cfg(feature = "expensive-checks")]
         assert_eq!(
             won,
@@ -951,6 +945,24 @@ impl Logger {
             self.id
         );
         won
+    }
+
+    /// The pieces `candidate` wins in the kept painting of its object, in order. A
+    /// record's pieces lie within its range, so they start inside it.
+    fn kept_pieces_won(
+        &self,
+        owner: OwnerId,
+        object: ObjectId,
+        candidate: &Candidate,
+    ) -> Vec<ByteRange> {
+        let Some(records) = self.objects.get(&(owner, object)) else { return Vec::new() };
+        let range = candidate.range;
+        records
+            .painted
+            .range(range.start..range.end)
+            .filter(|(_, (_, winner))| winner.id == candidate.id)
+            .map(|(&start, &(end, _))| ByteRange::from_bounds(start, end))
+            .collect()
     }
 
     /// The pieces of the object's kept painting that overlap `range`, cut to it, in
