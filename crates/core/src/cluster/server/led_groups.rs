@@ -20,22 +20,25 @@ pub(super) struct Summary {
     /// The oldest message sent and not answered: its retransmission is due a retry
     /// interval after it.
     pub(super) oldest_sent: Option<VirtualInstant>,
-    /// DVL work (reclaim) waits on a retry with no message in flight.
+    /// DVL work (reclaim) waits on a retry with no message in flight, not looked at
+    /// again before `work_not_before` (idle visits back off).
     pub(super) work: bool,
+    pub(super) work_not_before: VirtualInstant,
     pub(super) lease_until: VirtualInstant,
     pub(super) migrating: bool,
 }
 
 impl Summary {
     /// When the group needs the timer: the next retransmission due, a retry interval
-    /// from `now` while work waits, or the lease's end if it is still ahead.
+    /// from `now` (or later, while idle visits back off) while work waits, or the
+    /// lease's end if it is still ahead.
     pub(super) fn deadline(
         self,
         now: VirtualInstant,
         retry: VirtualDuration,
     ) -> Option<VirtualInstant> {
         let retransmit = self.oldest_sent.map(|at| at.saturating_add(retry));
-        let work = self.work.then(|| now.saturating_add(retry));
+        let work = self.work.then(|| now.saturating_add(retry).max(self.work_not_before));
         let lease = Some(self.lease_until).filter(|at| *at > now);
         retransmit.into_iter().chain(work).chain(lease).min()
     }
@@ -50,7 +53,7 @@ enum Kind {
     Migrating = 3,
 }
 
-/// One entry of the index: its kind, time (zero for the kinds without one) and group
+/// One entry of the index: its kind, time (zero for `Migrating`) and group
 /// packed in one integer, from the top, so each kind is a run of the sorted index with
 /// its earliest entry first, and a search compares integers.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
@@ -84,7 +87,7 @@ impl Key {
         let zero = VirtualInstant::ZERO;
         let retransmit = summary.oldest_sent.map(|at| Key::new(Kind::Retransmit, at, group));
         let lease = Some(Key::new(Kind::Lease, summary.lease_until, group));
-        let working = summary.work.then(|| Key::new(Kind::Working, zero, group));
+        let working = summary.work.then(|| Key::new(Kind::Working, summary.work_not_before, group));
         let migrating = summary.migrating.then(|| Key::new(Kind::Migrating, zero, group));
         [retransmit, lease, working, migrating].into_iter().flatten()
     }
@@ -108,8 +111,6 @@ pub(super) struct LedGroups {
     /// Every indexed summary's keys, sorted: one allocation, so a server that leads a
     /// few groups finds its deadlines in a cache line or two.
     index: Vec<Key>,
-    /// The `Working` keys in the index.
-    working: usize,
 }
 
 impl LedGroups {
@@ -183,7 +184,6 @@ impl LedGroups {
             for key in Key::of(group, summary) {
                 if let Err(at) = self.index.binary_search(&key) {
                     self.index.insert(at, key);
-                    self.working += usize::from(key.kind() == Kind::Working);
                 }
             }
         }
@@ -195,7 +195,6 @@ impl LedGroups {
         for key in Key::of(group, summary) {
             if let Ok(at) = self.index.binary_search(&key) {
                 self.index.remove(at);
-                self.working -= usize::from(key.kind() == Kind::Working);
             }
         }
     }
@@ -208,7 +207,11 @@ impl LedGroups {
     ) -> Option<VirtualInstant> {
         let first = self.index.first().filter(|k| k.kind() == Kind::Retransmit);
         let retransmit = first.map(|k| k.at().saturating_add(retry));
-        let work = (self.working > 0).then(|| now.saturating_add(retry));
+        // The earliest work, no sooner than a retry interval from now.
+        let first_working = Key::new(Kind::Working, VirtualInstant::ZERO, ChunkGroupId(0));
+        let at = self.index.partition_point(|k| *k < first_working);
+        let working = self.index.get(at).filter(|k| k.kind() == Kind::Working);
+        let work = working.map(|k| now.saturating_add(retry).max(k.at()));
         // Leases still running: past every entry at `now` itself.
         let ended = Key::new(Kind::Lease, now, LAST);
         let running = self.index.partition_point(|k| *k <= ended);
@@ -235,8 +238,7 @@ impl LedGroups {
             rebuilt.extend(Key::of(*group, summary));
         }
         rebuilt.sort_unstable();
-        let working = rebuilt.iter().filter(|k| k.kind() == Kind::Working).count();
-        rebuilt == self.index && working == self.working
+        rebuilt == self.index
     }
 }
 
@@ -264,6 +266,24 @@ mod tests {
 
     fn at(secs: u64) -> VirtualInstant {
         VirtualInstant::ZERO.saturating_add(VirtualDuration::from_secs(secs))
+    }
+
+    /// Work waiting asks for the timer a retry interval from now, or later while idle
+    /// visits back off.
+    #[test]
+    fn waiting_work_is_due_a_retry_from_now_or_when_its_backoff_ends() {
+        let summary = |work_not_before| Summary {
+            oldest_sent: None,
+            work: true,
+            work_not_before,
+            lease_until: VirtualInstant::ZERO,
+            migrating: false,
+        };
+        assert_eq!(summary(VirtualInstant::ZERO).deadline(at(10), RETRY), Some(at(11)));
+        assert_eq!(summary(at(15)).deadline(at(10), RETRY), Some(at(15)), "backing off");
+        assert_eq!(summary(at(15)).deadline(at(20), RETRY), Some(at(21)), "backoff ended");
+        let idle = Summary { work: false, ..summary(at(15)) };
+        assert_eq!(idle.deadline(at(10), RETRY), None, "no work, no timer");
     }
 
     /// The debug check catches a group changed behind the index's back (a change with

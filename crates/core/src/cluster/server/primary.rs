@@ -223,6 +223,7 @@ impl Led {
         Summary {
             oldest_sent: syncs.chain(writes).chain(repairs).chain(dvl).chain(rebuilds).min(),
             work: self.dvl.has_work(),
+            work_not_before: self.dvl.work_not_before(),
             lease_until: self.lease_until,
             migrating: self.migrating,
         }
@@ -984,7 +985,12 @@ impl Server {
             }
             self.send_stable_mark(group);
             self.repairs_timed_out(group);
+            let before = self.actions.len();
             self.dvl_timer(group);
+            let idle = self.actions.len() == before;
+            if let Some(led) = self.led.get_mut(&group) {
+                led.dvl.idle_visit(now, retry, idle);
+            }
             self.serve_demand_reads(group, false);
             self.resync_timer(group);
             self.rebuild_timer(group);

@@ -151,6 +151,10 @@ pub(super) struct Dvl {
     /// The replicas are made equal before serving: the map was recovered without a
     /// lost logger's records (R4, `server/resync.rs`).
     pub(super) resync: Option<Resync>,
+    /// Timer visits in a row that found nothing to do, and the time before which the
+    /// work left needs no visit ([`Dvl::idle_visit`]).
+    idle_visits: u32,
+    work_not_before: VirtualInstant,
 }
 
 impl Dvl {
@@ -379,6 +383,30 @@ impl Dvl {
         !self.extents.is_empty()
             || self.links.values().any(|l| !l.queue.is_empty())
             || self.resync.is_some()
+    }
+
+    /// The earliest time the timer need look at the work again: while replicas sleep,
+    /// a group's logged writes wait for hours, and a visit every retry interval that
+    /// finds nothing to do (each awake primary's timer over every group it leads,
+    /// five times a second) was about twenty group visits per request of a geared
+    /// replay.
+    pub(super) fn work_not_before(&self) -> VirtualInstant {
+        self.work_not_before
+    }
+
+    /// A timer visit at `now` did nothing (`idle`) or something: an idle one puts the
+    /// next off by [`backoff`] (1, 3, 7, ... up to 31 retry intervals), one that did
+    /// something ends the backoff. Work an event makes possible (a reply, a replica
+    /// back) is done in its handler; what only time frees (a logger that answered
+    /// full, a late copy) waits at most the longest backoff.
+    pub(super) fn idle_visit(&mut self, now: VirtualInstant, retry: VirtualDuration, idle: bool) {
+        if idle {
+            self.idle_visits = self.idle_visits.saturating_add(1);
+            self.work_not_before = backoff(now, retry, self.idle_visits);
+        } else {
+            self.idle_visits = 0;
+            self.work_not_before = VirtualInstant::ZERO;
+        }
     }
 }
 
@@ -1302,6 +1330,26 @@ mod tests {
         let waits: Vec<f64> = (0..8).map(after).collect();
         assert_eq!(waits, [0.0, 1.0, 3.0, 7.0, 15.0, 31.0, 31.0, 31.0]);
         assert_eq!(backoff(VirtualInstant::MAX, retry, 3), VirtualInstant::MAX, "saturates");
+    }
+
+    /// Idle timer visits put the next one off by 1, 3, 7, 15, then 31 retry intervals;
+    /// a visit that did something ends the backoff.
+    #[test]
+    fn idle_visits_back_off_and_a_busy_one_ends_the_backoff() {
+        let retry = VirtualDuration::from_millis(200);
+        let at = |ms| VirtualInstant::ZERO + VirtualDuration::from_millis(ms);
+        let mut dvl = Dvl::new(Vec::new(), None, 2);
+        assert_eq!(dvl.work_not_before(), VirtualInstant::ZERO, "no backoff before a visit");
+        let mut waits = Vec::new();
+        for _ in 0..7 {
+            dvl.idle_visit(at(1_000), retry, true);
+            waits.push(dvl.work_not_before().duration_since(at(1_000)).as_nanos() / 1_000_000);
+        }
+        assert_eq!(waits, [200, 600, 1_400, 3_000, 6_200, 6_200, 6_200]);
+        dvl.idle_visit(at(2_000), retry, false);
+        assert_eq!(dvl.work_not_before(), VirtualInstant::ZERO, "a busy visit ends it");
+        dvl.idle_visit(at(3_000), retry, true);
+        assert_eq!(dvl.work_not_before(), at(3_200), "and an idle one starts it again");
     }
 
     #[test]
