@@ -889,6 +889,8 @@ impl Server {
             return;
         }
         led.synced[index] = true;
+        // A replica back may lack logged writes: reclaim looks at once, not after a backoff.
+        led.dvl.end_backoff();
         let mut adopted = Vec::new();
         for write in unstable {
             if led.pending.contains_key(&write.version)

@@ -303,6 +303,7 @@ impl Dvl {
     /// Every parked read due again (the servers down or lost changed).
     pub(super) fn unpark_reads(&mut self) {
         self.reads.unpark_all();
+        self.end_backoff();
     }
 
     /// The records over `range` of `chunk` the own replica lacks, each now read back
@@ -404,9 +405,15 @@ impl Dvl {
             self.idle_visits = self.idle_visits.saturating_add(1);
             self.work_not_before = backoff(now, retry, self.idle_visits);
         } else {
-            self.idle_visits = 0;
-            self.work_not_before = VirtualInstant::ZERO;
+            self.end_backoff();
         }
+    }
+
+    /// What the work waits for changed (a replica synced again, the servers down or
+    /// lost): the next timer looks at it a retry interval from now.
+    pub(super) fn end_backoff(&mut self) {
+        self.idle_visits = 0;
+        self.work_not_before = VirtualInstant::ZERO;
     }
 }
 
@@ -1350,6 +1357,8 @@ mod tests {
         assert_eq!(dvl.work_not_before(), VirtualInstant::ZERO, "a busy visit ends it");
         dvl.idle_visit(at(3_000), retry, true);
         assert_eq!(dvl.work_not_before(), at(3_200), "and an idle one starts it again");
+        dvl.unpark_reads();
+        assert_eq!(dvl.work_not_before(), VirtualInstant::ZERO, "the servers down changed");
     }
 
     #[test]
