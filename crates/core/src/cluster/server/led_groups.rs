@@ -20,10 +20,9 @@ pub(super) struct Summary {
     /// The oldest message sent and not answered: its retransmission is due a retry
     /// interval after it.
     pub(super) oldest_sent: Option<VirtualInstant>,
-    /// DVL work (reclaim) waits on a retry with no message in flight, not looked at
-    /// again before `work_not_before` (idle visits back off).
-    pub(super) work: bool,
-    pub(super) work_not_before: VirtualInstant,
+    /// DVL work (reclaim) waits on a retry with no message in flight: not looked at
+    /// again before this time (idle looks back off; zero while they do not).
+    pub(super) work: Option<VirtualInstant>,
     pub(super) lease_until: VirtualInstant,
     pub(super) migrating: bool,
 }
@@ -38,14 +37,14 @@ impl Summary {
         retry: VirtualDuration,
     ) -> Option<VirtualInstant> {
         let retransmit = self.oldest_sent.map(|at| at.saturating_add(retry));
-        let work = self.work.then(|| now.saturating_add(retry).max(self.work_not_before));
+        let work = self.work.map(|not_before| now.saturating_add(retry).max(not_before));
         let lease = Some(self.lease_until).filter(|at| *at > now);
         retransmit.into_iter().chain(work).chain(lease).min()
     }
 }
 
-/// What an entry of the index is.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+/// What an entry of the index is (in the index's order).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
 enum Kind {
     Retransmit = 0,
     Lease = 1,
@@ -87,7 +86,7 @@ impl Key {
         let zero = VirtualInstant::ZERO;
         let retransmit = summary.oldest_sent.map(|at| Key::new(Kind::Retransmit, at, group));
         let lease = Some(Key::new(Kind::Lease, summary.lease_until, group));
-        let working = summary.work.then(|| Key::new(Kind::Working, summary.work_not_before, group));
+        let working = summary.work.map(|at| Key::new(Kind::Working, at, group));
         let migrating = summary.migrating.then(|| Key::new(Kind::Migrating, zero, group));
         [retransmit, lease, working, migrating].into_iter().flatten()
     }
@@ -205,12 +204,10 @@ impl LedGroups {
         now: VirtualInstant,
         retry: VirtualDuration,
     ) -> Option<VirtualInstant> {
-        let first = self.index.first().filter(|k| k.kind() == Kind::Retransmit);
-        let retransmit = first.map(|k| k.at().saturating_add(retry));
+        let retransmit =
+            self.run_of(Kind::Retransmit).first().map(|k| k.at().saturating_add(retry));
         // The earliest work, no sooner than a retry interval from now.
-        let first_working = Key::new(Kind::Working, VirtualInstant::ZERO, ChunkGroupId(0));
-        let at = self.index.partition_point(|k| *k < first_working);
-        let working = self.index.get(at).filter(|k| k.kind() == Kind::Working);
+        let working = self.run_of(Kind::Working).first();
         let work = working.map(|k| now.saturating_add(retry).max(k.at()));
         // Leases still running: past every entry at `now` itself.
         let ended = Key::new(Kind::Lease, now, LAST);
@@ -221,9 +218,14 @@ impl LedGroups {
 
     /// The groups being handed over.
     pub(super) fn migrating(&self) -> impl Iterator<Item = ChunkGroupId> + '_ {
-        let first = Key::new(Kind::Migrating, VirtualInstant::ZERO, ChunkGroupId(0));
-        let start = self.index.partition_point(|k| *k < first);
-        self.index[start..].iter().map(|k| k.group())
+        self.run_of(Kind::Migrating).iter().map(|k| k.group())
+    }
+
+    /// The index's keys of `kind`, earliest first.
+    fn run_of(&self, kind: Kind) -> &[Key] {
+        let start = self.index.partition_point(|k| k.kind() < kind);
+        let end = self.index.partition_point(|k| k.kind() <= kind);
+        &self.index[start..end]
     }
 
     /// Whether the index agrees with a summary of every group taken now: the check
@@ -274,15 +276,14 @@ mod tests {
     fn waiting_work_is_due_a_retry_from_now_or_when_its_backoff_ends() {
         let summary = |work_not_before| Summary {
             oldest_sent: None,
-            work: true,
-            work_not_before,
+            work: Some(work_not_before),
             lease_until: VirtualInstant::ZERO,
             migrating: false,
         };
         assert_eq!(summary(VirtualInstant::ZERO).deadline(at(10), RETRY), Some(at(11)));
         assert_eq!(summary(at(15)).deadline(at(10), RETRY), Some(at(15)), "backing off");
         assert_eq!(summary(at(15)).deadline(at(20), RETRY), Some(at(21)), "backoff ended");
-        let idle = Summary { work: false, ..summary(at(15)) };
+        let idle = Summary { work: None, ..summary(at(15)) };
         assert_eq!(idle.deadline(at(10), RETRY), None, "no work, no timer");
     }
 

@@ -222,8 +222,7 @@ impl Led {
         let rebuilds = self.rebuilds.iter().filter_map(Rebuild::oldest_sent);
         Summary {
             oldest_sent: syncs.chain(writes).chain(repairs).chain(dvl).chain(rebuilds).min(),
-            work: self.dvl.has_work(),
-            work_not_before: self.dvl.work_not_before(),
+            work: self.dvl.has_work().then(|| self.dvl.work_not_before()),
             lease_until: self.lease_until,
             migrating: self.migrating,
         }
@@ -987,12 +986,7 @@ impl Server {
             }
             self.send_stable_mark(group);
             self.repairs_timed_out(group);
-            let before = self.actions.len();
             self.dvl_timer(group);
-            let idle = self.actions.len() == before;
-            if let Some(led) = self.led.get_mut(&group) {
-                led.dvl.idle_visit(now, retry, idle);
-            }
             self.serve_demand_reads(group, false);
             self.resync_timer(group);
             self.rebuild_timer(group);

@@ -1227,6 +1227,17 @@ impl Server {
     /// Retransmissions and background work of the DVL, at each timer.
     pub(super) fn dvl_timer(&mut self, group: ChunkGroupId) {
         let (now, retry) = (self.now, self.config.retry_interval);
+        // A look that sends and asks nothing puts the next one off.
+        let before = self.actions.len();
+        self.dvl_look(group);
+        let idle = self.actions.len() == before;
+        if let Some(led) = self.led.get_mut(&group) {
+            led.dvl.idle_visit(now, retry, idle);
+        }
+    }
+
+    fn dvl_look(&mut self, group: ChunkGroupId) {
+        let (now, retry) = (self.now, self.config.retry_interval);
         let Some(led) = self.led.get_mut(&group) else { return };
         if led.dvl.recovery.as_ref().is_some_and(|r| r.sent_at.saturating_add(retry) <= now) {
             self.send_recovery(group);
