@@ -451,7 +451,14 @@ pub struct ClusterSim<'t> {
     power_off: bool,
     servers: Vec<SimServer>,
     clients: Vec<ClientSlot>,
+    /// Per node, the earliest timer event scheduled and not yet fired.
     timers: Vec<Option<VirtualInstant>>,
+    /// Per node, the deadline it asked for after its last event: its timer fires then,
+    /// as the runtime's `sleep_until(poll_timeout())` does. A timer event scheduled
+    /// for an earlier deadline the node has since moved past fires nothing (it is
+    /// scheduled again for the new one): feeding it anyway woke every primary five
+    /// times a second to look over every group it leads, for nothing.
+    wanted: Vec<Option<VirtualInstant>>,
     /// Per node, its timers in a row that were due at once (a stuck state machine).
     timers_due_now: Vec<u32>,
     network: Network,
@@ -599,6 +606,7 @@ impl<'t> ClusterSim<'t> {
             servers,
             clients,
             timers: vec![None; nodes as usize],
+            wanted: vec![None; nodes as usize],
             timers_due_now: vec![0; nodes as usize],
             network: Network::new(
                 NetworkParams {
@@ -752,9 +760,20 @@ impl<'t> ClusterSim<'t> {
             }
             Event::Timer(node) => {
                 let index = self.node_index(node);
-                if self.timers[index] == Some(self.now()) {
+                let now = self.now();
+                if self.timers[index] == Some(now) {
                     self.timers[index] = None;
+                    let due = match self.wanted[index] {
+                        Some(at) if at <= now => true,
+                        Some(later) => {
+                            self.timers[index] = Some(later);
+                            self.events.schedule(later, Event::Timer(node));
+                            false
+                        }
+                        None => false,
+                    };
                     match node {
+                        _ if !due => {}
                         Actor::Mds => self.feed_mds(MdsEvent::TimerFired),
                         Actor::Server(s) if self.servers[s as usize].server.is_some() => {
                             self.feed_server(s, ServerEvent::TimerFired)
@@ -914,8 +933,9 @@ impl<'t> ClusterSim<'t> {
     }
 
     fn arm(&mut self, node: Actor, deadline: Option<VirtualInstant>) {
-        let Some(deadline) = deadline else { return };
         let index = self.node_index(node);
+        self.wanted[index] = deadline;
+        let Some(deadline) = deadline else { return };
         // A timer due at once, again and again, is a state machine that does not
         // advance: reported, and not armed again (the run would never end).
         if deadline <= self.now() {
@@ -1738,6 +1758,7 @@ impl<'t> ClusterSim<'t> {
         }
         let index = self.node_index(Actor::Mds);
         self.timers[index] = None;
+        self.wanted[index] = None;
         let powers: Vec<_> =
             (0..self.spec.servers).map(|s| self.mds.server_power(ServerId(s))).collect();
         self.trace(|| format!("crash mds (servers {powers:?})"));

@@ -190,4 +190,44 @@ mod tests {
         expected.sort_by_key(|&(when, event)| (when, event));
         assert_eq!(rest, expected, "time order, ties in scheduling order");
     }
+
+    /// Random schedules and takes, with renumberings, in the order a sorted list of
+    /// (time, scheduling count) gives: the reference a broken heap departs from.
+    #[test]
+    fn random_interleavings_come_in_the_order_of_a_sorted_reference() {
+        let mut seed = 0x9e37_79b9_7f4a_7c15_u64;
+        let mut next = move |bound: u64| {
+            seed ^= seed << 13;
+            seed ^= seed >> 7;
+            seed ^= seed << 17;
+            seed % bound
+        };
+        let mut queue = EventQueue::new();
+        queue.sequence_limit = 64;
+        let mut reference: Vec<(u64, u32)> = Vec::new();
+        let mut count = 0u32;
+        for _ in 0..20_000 {
+            if next(3) > 0 {
+                let (ties, scale) = (next(4), next(40));
+                let when = queue.now().as_nanos() + ties * next(1 << scale);
+                queue.schedule(at(when), count);
+                reference.push((when, count));
+                count += 1;
+            } else {
+                let until = queue.now().as_nanos() + next(1 << 20);
+                reference.sort_unstable();
+                let due = reference.partition_point(|&(when, _)| when <= until);
+                let expected: Vec<(u64, u32)> = reference.drain(..due.min(3)).collect();
+                for (when, event) in expected {
+                    assert_eq!(queue.pop_until(at(until)), Some((at(when), event)));
+                }
+                if due < 3 {
+                    assert_eq!(queue.pop_until(at(until)), None);
+                }
+            }
+            assert_eq!(queue.len(), reference.len());
+        }
+        reference.sort_unstable();
+        assert_eq!(drain(&mut queue), reference);
+    }
 }
