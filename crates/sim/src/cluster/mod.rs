@@ -763,23 +763,13 @@ impl<'t> ClusterSim<'t> {
                 let now = self.now();
                 if self.timers[index] == Some(now) {
                     self.timers[index] = None;
-                    let due = match self.wanted[index] {
-                        Some(at) if at <= now => true,
+                    match self.wanted[index] {
+                        Some(at) if at <= now => self.fire(node),
                         Some(later) => {
                             self.timers[index] = Some(later);
                             self.events.schedule(later, Event::Timer(node));
-                            false
                         }
-                        None => false,
-                    };
-                    match node {
-                        _ if !due => {}
-                        Actor::Mds => self.feed_mds(MdsEvent::TimerFired),
-                        Actor::Server(s) if self.servers[s as usize].server.is_some() => {
-                            self.feed_server(s, ServerEvent::TimerFired)
-                        }
-                        Actor::Server(_) => {}
-                        Actor::Client(c) => self.feed_client(c, ClientEvent::TimerFired),
+                        None => {}
                     }
                 }
             }
@@ -922,6 +912,18 @@ impl<'t> ClusterSim<'t> {
         live.filter_map(|(s, slot)| Some((s as u32, slot.server.as_ref()?.store()))).find_map(
             |(s, store)| store.chunk_ids().find(|c| !self.mds.is_live(c.object)).map(|c| (s, c)),
         )
+    }
+
+    /// A node's timer is due: it is told so.
+    fn fire(&mut self, node: Actor) {
+        match node {
+            Actor::Mds => self.feed_mds(MdsEvent::TimerFired),
+            Actor::Server(s) if self.servers[s as usize].server.is_some() => {
+                self.feed_server(s, ServerEvent::TimerFired)
+            }
+            Actor::Server(_) => {}
+            Actor::Client(c) => self.feed_client(c, ClientEvent::TimerFired),
+        }
     }
 
     fn node_index(&self, node: Actor) -> usize {

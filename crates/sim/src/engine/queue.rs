@@ -195,13 +195,10 @@ mod tests {
     /// (time, scheduling count) gives: the reference a broken heap departs from.
     #[test]
     fn random_interleavings_come_in_the_order_of_a_sorted_reference() {
-        let mut seed = 0x9e37_79b9_7f4a_7c15_u64;
-        let mut next = move |bound: u64| {
-            seed ^= seed << 13;
-            seed ^= seed >> 7;
-            seed ^= seed << 17;
-            seed % bound
-        };
+        use rand::{Rng, SeedableRng};
+
+        let mut rng = rand_pcg::Pcg64::seed_from_u64(48);
+        let mut next = move |bound: u64| rng.random_range(0..bound);
         let mut queue = EventQueue::new();
         queue.sequence_limit = 64;
         let mut reference: Vec<(u64, u32)> = Vec::new();

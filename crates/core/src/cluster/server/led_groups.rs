@@ -171,31 +171,14 @@ impl LedGroups {
                 continue;
             }
             let old = entry.indexed.replace(summary).map(|old| Key::of(group, old));
-            let new = Key::of(group, summary);
-            // Only the keys that changed move (a lease mostly stays put).
-            let changes = old.unwrap_or_default().into_iter().zip(new);
-            for (run, (old, new)) in self.index.iter_mut().zip(changes) {
-                if old == new {
-                    continue;
-                }
-                if let Some(old) = old {
-                    remove_key(run, old);
-                }
-                if let Some(new) = new {
-                    insert_key(run, new);
-                }
-            }
+            rekey(&mut self.index, old.unwrap_or_default(), Key::of(group, summary));
         }
         // The list's allocation is kept for the next event.
         self.dirty = dirty;
     }
 
     fn unindex(&mut self, group: ChunkGroupId, summary: Summary) {
-        for (run, key) in self.index.iter_mut().zip(Key::of(group, summary)) {
-            if let Some(key) = key {
-                remove_key(run, key);
-            }
-        }
+        rekey(&mut self.index, Key::of(group, summary), [None; KINDS]);
     }
 
     /// The earliest of the groups' deadlines ([`Summary::deadline`]), from the index.
@@ -242,15 +225,21 @@ impl LedGroups {
     }
 }
 
-fn insert_key(run: &mut Vec<Key>, key: Key) {
-    if let Err(at) = run.binary_search(&key) {
-        run.insert(at, key);
-    }
-}
-
-fn remove_key(run: &mut Vec<Key>, key: Key) {
-    if let Ok(at) = run.binary_search(&key) {
-        run.remove(at);
+/// Moves a group's keys in each run from `old` to `new`: only those that changed (a
+/// lease mostly stays put).
+fn rekey(index: &mut [Vec<Key>; KINDS], old: [Option<Key>; KINDS], new: [Option<Key>; KINDS]) {
+    for (run, (old, new)) in index.iter_mut().zip(old.into_iter().zip(new)) {
+        if old == new {
+            continue;
+        }
+        if let Some(at) = old.and_then(|key| run.binary_search(&key).ok()) {
+            run.remove(at);
+        }
+        if let Some(key) = new
+            && let Err(at) = run.binary_search(&key)
+        {
+            run.insert(at, key);
+        }
     }
 }
 
